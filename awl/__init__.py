@@ -1,0 +1,63 @@
+"""agent-work-layer: Work Orders, Work Reports and Delegation Passes for AI agents.
+
+The public surface is re-exported here; everything else is private.
+"""
+
+from awl._errors import (
+    AWLError,
+    BadRequest,
+    Conflict,
+    DocumentError,
+    Forbidden,
+    InvalidTransition,
+    NotFound,
+    PassError,
+    ValidationFailed,
+)
+from awl._findings import Finding
+from awl._models import (
+    Budget,
+    CallRecord,
+    Cost,
+    Criterion,
+    Effect,
+    Event,
+    Evidence,
+    Grant,
+    Handoff,
+    PassClaims,
+    Review,
+    WorkOrder,
+    WorkReport,
+    parse_time,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AWLError",
+    "BadRequest",
+    "Budget",
+    "CallRecord",
+    "Conflict",
+    "Cost",
+    "Criterion",
+    "DocumentError",
+    "Effect",
+    "Event",
+    "Evidence",
+    "Finding",
+    "Forbidden",
+    "Grant",
+    "Handoff",
+    "InvalidTransition",
+    "NotFound",
+    "PassClaims",
+    "PassError",
+    "Review",
+    "ValidationFailed",
+    "WorkOrder",
+    "WorkReport",
+    "__version__",
+    "parse_time",
+]

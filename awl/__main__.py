@@ -1,0 +1,3 @@
+from awl.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,106 @@
+"""The one exception tree of the library.
+
+::
+
+    AWLError
+    ├── DocumentError          input is not a readable document (not JSON, too large, too deep)
+    ├── ValidationFailed       a document or operation has `invalid` findings (``.findings``)
+    ├── NotFound               no such order, report, call, effect or pass
+    ├── Forbidden              the actor may not do this (``.actor``, ``.action``)
+    ├── InvalidTransition      the order's state does not allow the action (``.state``, ``.action``)
+    ├── Conflict               someone else wrote first (``.expected_seq``, ``.actual_seq``)
+    ├── BadRequest             arguments that are wrong for a reason no finding covers
+    └── PassError              a Delegation Pass was refused (``.reason``: a stable code)
+
+Every error carries its data in attributes; the message is for people.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from awl._findings import Finding
+
+
+class AWLError(Exception):
+    """Root of every error this library raises on purpose."""
+
+    code = "AWL_ERROR"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class DocumentError(AWLError):
+    """The input is not a document we can read at all (not JSON, too big, too deep)."""
+
+    code = "BAD_REQUEST"
+
+
+class ValidationFailed(AWLError):
+    """A document or an operation has ``invalid`` findings; they are in ``findings``."""
+
+    code = "VALIDATION_FAILED"
+
+    def __init__(self, message: str, *, findings: Sequence[Finding]) -> None:
+        super().__init__(message)
+        self.findings = tuple(findings)
+
+
+class NotFound(AWLError):
+    """The thing named does not exist."""
+
+    code = "NOT_FOUND"
+
+
+class Forbidden(AWLError):
+    """The actor may not perform the action."""
+
+    code = "FORBIDDEN"
+
+    def __init__(self, message: str, *, actor: str, action: str) -> None:
+        super().__init__(message)
+        self.actor = actor
+        self.action = action
+
+
+class InvalidTransition(AWLError):
+    """The order's current state does not allow the action."""
+
+    code = "INVALID_TRANSITION"
+
+    def __init__(self, message: str, *, state: str, action: str) -> None:
+        super().__init__(message)
+        self.state = state
+        self.action = action
+
+
+class Conflict(AWLError):
+    """Another writer changed the order first; nothing was written. Read again and retry."""
+
+    code = "CONFLICT"
+
+    def __init__(self, message: str, *, expected_seq: int | None = None,
+                 actual_seq: int | None = None) -> None:
+        super().__init__(message)
+        self.expected_seq = expected_seq
+        self.actual_seq = actual_seq
+
+
+class BadRequest(AWLError):
+    """The arguments are wrong in a way no numbered check describes."""
+
+    code = "BAD_REQUEST"
+
+
+class PassError(AWLError):
+    """A Delegation Pass was refused. ``reason`` is a stable code such as ``expired``."""
+
+    code = "FORBIDDEN"
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason

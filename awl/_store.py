@@ -1,0 +1,226 @@
+"""The store interface: where the desk keeps orders, logs, call records and effects.
+
+Implementations: :class:`awl.MemoryStore` (tests) and :class:`awl.SQLiteStore` (the
+embedded default). Nothing here relies on SQLite-only behaviour: every write is one
+transaction guarded by an optimistic check (``seq`` for an order's log, an expected state
+for an effect), so a PostgreSQL store can follow without changing callers.
+
+Every method is synchronous and short; :class:`awl.Desk` runs them in a worker thread for
+async callers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from awl._models import CallRecord, Event, Review, WorkOrder, WorkReport
+
+EffectStateName = Literal[
+    "held", "dropped", "dispatching", "committed", "failed", "unknown", "skipped"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class OrderRecord:
+    """An order with everything the desk knows of it, as of ``seq``."""
+
+    order: WorkOrder
+    state: str
+    seq: int
+    reports: tuple[WorkReport, ...] = ()
+    reviews: tuple[Review, ...] = ()
+    updated_at: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """A budget scope for :meth:`Store.reserve_call`.
+
+    Counts the order's counted calls whose ``pass_jti`` is in ``jtis`` (all calls when
+    ``jtis`` is None); the reservation fails when the new call would exceed a limit.
+    """
+
+    jtis: frozenset[str] | None
+    max_calls: int | None = None
+    max_usd: float | None = None
+    name: str = "order"
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What an order (or a scope) has spent so far."""
+
+    tool_calls: int = 0
+    usd: float = 0.0
+    first_call_at: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """A manager's finding about an ``unknown`` effect."""
+
+    verdict: Literal["happened", "did_not_happen"]
+    evidence: str
+    by: str
+    at: str
+
+
+@dataclass(frozen=True, slots=True)
+class EffectState:
+    """Where one held call stands on its way to running at most once."""
+
+    order_id: str
+    ref: str
+    attempt: int
+    state: EffectStateName
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    settlement: Settlement | None = None
+    dispatches: int = 0
+    updated_at: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LockInfo:
+    """Who holds a named lock, and until when."""
+
+    name: str
+    holder: str
+    pid: int
+    host: str
+    lease_until: float
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+class Store(Protocol):
+    """Durable, multi-process-safe storage for a desk."""
+
+    # Orders and their logs -----------------------------------------------------------
+    def create_order(self, order: WorkOrder, event: Event) -> None:
+        """Store a new order with its first event (seq 1). Conflict if the id exists."""
+        ...
+
+    def load(self, order_id: str) -> OrderRecord:
+        """The order and all it carries. NotFound if absent."""
+        ...
+
+    def append(
+        self,
+        order_id: str,
+        event: Event,
+        *,
+        state: str,
+        report: WorkReport | None = None,
+        review: Review | None = None,
+    ) -> None:
+        """Append ``event`` (its seq must be the current seq + 1, else Conflict) and set
+        the order's state, storing the report or review with it, all in one transaction."""
+        ...
+
+    def events(self, order_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
+        """Events with seq > ``after``, in order."""
+        ...
+
+    def list_orders(
+        self,
+        *,
+        state: str | Sequence[str] | None = None,
+        worker: str | None = None,
+        manager: str | None = None,
+        parent_id: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[OrderRecord]:
+        """Orders matching every filter given, newest first."""
+        ...
+
+    # Gateway call records --------------------------------------------------------------
+    def reserve_call(
+        self,
+        order_id: str,
+        *,
+        attempt: int,
+        tool: str,
+        arguments: dict[str, Any],
+        pass_jti: str | None,
+        usd: float,
+        started_at: str,
+        scopes: Sequence[Scope],
+    ) -> CallRecord | str:
+        """Atomically number and record a call that counts against the budget.
+
+        Returns the new record (outcome ``held`` is not set here: it is ``ok`` placeholder
+        state ``pending`` until :meth:`finish_call`), or the ``name`` of the first scope the
+        call would exceed, in which case nothing is written.
+        """
+        ...
+
+    def record_call(self, record_fields: dict[str, Any]) -> CallRecord:
+        """Number and store a call that does not count (a refusal), in one transaction."""
+        ...
+
+    def finish_call(
+        self, order_id: str, ref: str, *, outcome: str, result: dict[str, Any] | None,
+        error: str | None, ended_at: str,
+    ) -> CallRecord:
+        """Set the outcome of a reserved call."""
+        ...
+
+    def calls(self, order_id: str, *, attempt: int | None = None) -> list[CallRecord]:
+        """The order's call records by N."""
+        ...
+
+    def usage(self, order_id: str, jtis: frozenset[str] | None = None) -> Usage:
+        """Counted calls and USD so far (for the calls under ``jtis`` if given)."""
+        ...
+
+    # Effects ---------------------------------------------------------------------------
+    def effects(self, order_id: str) -> list[EffectState]:
+        """Every effect state of the order, by N."""
+        ...
+
+    def set_effect(
+        self, order_id: str, ref: str, *, expect: Sequence[str] | None, state: str,
+        attempt: int | None = None, result: dict[str, Any] | None = None,
+        error: str | None = None, settlement: Settlement | None = None,
+        count_dispatch: bool = False, at: str,
+    ) -> EffectState:
+        """Move an effect to ``state`` if it is in one of ``expect`` (None: it must not
+        exist yet). Durable (fsynced) before it returns; Conflict when the state differs."""
+        ...
+
+    # Locks ----------------------------------------------------------------------------
+    def acquire_lock(self, info: LockInfo, *, replace: LockInfo | None = None) -> bool:
+        """Take the named lock if free, or if it is still exactly ``replace`` (a takeover)."""
+        ...
+
+    def get_lock(self, name: str) -> LockInfo | None:
+        """The current holder of the named lock, if any."""
+        ...
+
+    def release_lock(self, name: str, holder: str) -> None:
+        """Release the lock if ``holder`` holds it."""
+        ...
+
+    # Passes and tokens -------------------------------------------------------------------
+    def revoke(self, jti: str, *, reason: str, at: str) -> None:
+        """Record that a pass is revoked (idempotent)."""
+        ...
+
+    def revoked(self) -> dict[str, str]:
+        """Every revoked jti with its reason."""
+        ...
+
+    def save_token(self, token_hash: str, principal: str, *, created_at: str) -> None:
+        """Remember a desk access token by its hash."""
+        ...
+
+    def principal_for(self, token_hash: str) -> str | None:
+        """The principal a token hash was issued to."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and files."""
+        ...

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictFloat,
@@ -66,6 +67,16 @@ def _check_time(text: str) -> str:
     return text
 
 
+def _whole(value: Any) -> Any:
+    # JSON has one number type and JSON Schema counts 5.0 as the integer 5; so do we.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Integer = Annotated[StrictInt, BeforeValidator(_whole)]
+"""A JSON integer: a whole number, written ``5`` or ``5.0``; never a bool or a string."""
+
 Timestamp = Annotated[StrictStr, AfterValidator(_check_time)]
 """An RFC 3339 timestamp with an offset, kept as written."""
 
@@ -75,7 +86,7 @@ Principal = Annotated[StrictStr, Field(min_length=1, max_length=512)]
 ToolPattern = Annotated[StrictStr, Field(pattern=rf"^(\*|{NAME}/(\*|{NAME}))$")]
 ToolName = Annotated[StrictStr, Field(pattern=rf"^{NAME}/{NAME}$")]
 Number = Annotated[StrictFloat | StrictInt, Field(ge=0)]
-Count = Annotated[StrictInt, Field(ge=0)]
+Count = Annotated[Integer, Field(ge=0)]
 JSONObject = dict[str, Any]
 
 ORDER_SPEC = r"^awl/work-order@[0-9]+\.[0-9]+$"
@@ -87,6 +98,23 @@ class _Model(BaseModel):
     """Base of every nested model: frozen, no unknown fields."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    _nullable: ClassVar[frozenset[str]] = frozenset()
+    """Fields for which JSON null is a value rather than a missing field."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nulls(cls, data: Any) -> Any:
+        # The schemas refuse null for an optional field (leave it out instead); refusing it here
+        # too keeps both verdicts equal and keeps to_json() from ever writing such a null.
+        if isinstance(data, dict):
+            names = {n for name, f in cls.model_fields.items() for n in (name, f.alias) if n}
+            nulls = sorted(
+                k for k, v in data.items() if v is None and k in names and k not in cls._nullable
+            )
+            if nulls:
+                raise ValueError(f"null is not a value of {', '.join(nulls)}; leave it out")
+        return data
 
     def to_json(self) -> dict[str, Any]:
         """The document as JSON-ready data, exactly the fields that were set."""
@@ -176,8 +204,8 @@ class NextStep(_Model):
 class LineRange(_Model):
     """Lines of a file that matter, 1-based and inclusive."""
 
-    start: Annotated[StrictInt, Field(ge=1)]
-    end: Annotated[StrictInt, Field(ge=1)]
+    start: Annotated[Integer, Field(ge=1)]
+    end: Annotated[Integer, Field(ge=1)]
     note: StrictStr | None = None
 
 
@@ -272,6 +300,8 @@ class Artifact(_Model):
 class Result(_Model):
     """What was produced."""
 
+    _nullable = frozenset({"output"})
+
     summary: StrictStr
     output: Any = None
     artifacts: tuple[Artifact, ...] | None = None
@@ -310,7 +340,7 @@ class WorkReport(_Document):
     finished_at: Timestamp
     tools_used: tuple[ToolName, ...]
     started_at: Timestamp | None = None
-    attempt: Annotated[StrictInt, Field(ge=1)] | None = None
+    attempt: Annotated[Integer, Field(ge=1)] | None = None
     questions: tuple[Text, ...] | None = None
     error: Text | None = None
     handoff: Handoff | None = None
@@ -335,9 +365,9 @@ class PassClaims(_Document):
     sub: Principal
     aud: Principal
     jti: Annotated[StrictStr, Field(min_length=1, max_length=128)]
-    iat: Annotated[StrictInt, Field(ge=0)]
-    nbf: Annotated[StrictInt, Field(ge=0)]
-    exp: Annotated[StrictInt, Field(ge=0)]
+    iat: Annotated[Integer, Field(ge=0)]
+    nbf: Annotated[Integer, Field(ge=0)]
+    exp: Annotated[Integer, Field(ge=0)]
     grant: Grant
 
 
@@ -349,7 +379,7 @@ class CallRecord(_Model):
 
     ref: StrictStr
     order_id: Text
-    attempt: Annotated[StrictInt, Field(ge=1)]
+    attempt: Annotated[Integer, Field(ge=1)]
     pass_jti: StrictStr | None = None
     tool: ToolName
     arguments: JSONObject
@@ -363,7 +393,9 @@ class CallRecord(_Model):
 class Event(_Model):
     """One entry of an order's append-only log."""
 
-    seq: Annotated[StrictInt, Field(ge=1)]
+    _nullable = frozenset({"from", "from_"})
+
+    seq: Annotated[Integer, Field(ge=1)]
     at: Timestamp
     actor: Principal
     action: Text
@@ -377,7 +409,7 @@ class Review(_Model):
     """A manager's decision on a submitted report."""
 
     order_id: Text
-    attempt: Annotated[StrictInt, Field(ge=1)]
+    attempt: Annotated[Integer, Field(ge=1)]
     actor: Principal
     decision: Literal["approve", "rework"]
     reason: StrictStr | None = None

@@ -371,7 +371,9 @@ class PassClaims(_Document):
     grant: Grant
 
 
-CallOutcome = Literal["ok", "error", "refused", "held"]
+CallOutcome = Literal["pending", "ok", "error", "refused", "held"]
+"""``pending``: reserved and counted, its answer not recorded yet (after a crash it stays
+pending, which honestly says "sent, outcome not recorded")."""
 
 
 class CallRecord(_Model):

@@ -99,7 +99,9 @@ class Store(Protocol):
 
     # Orders and their logs -----------------------------------------------------------
     def create_order(self, order: WorkOrder, event: Event) -> None:
-        """Store a new order with its first event (seq 1). Conflict if the id exists."""
+        """Store a new order with its first event (seq 1); its state is ``event.to``.
+
+        Conflict if the id exists; BadRequest if ``event.seq`` is not 1."""
         ...
 
     def load(self, order_id: str) -> OrderRecord:
@@ -116,11 +118,14 @@ class Store(Protocol):
         review: Review | None = None,
     ) -> None:
         """Append ``event`` (its seq must be the current seq + 1, else Conflict) and set
-        the order's state, storing the report or review with it, all in one transaction."""
+        the order's state, storing the report or review with it, all in one transaction.
+
+        The Conflict carries ``expected_seq`` (``event.seq - 1``, what the caller read) and
+        ``actual_seq`` (the stored seq). NotFound if the order is absent."""
         ...
 
     def events(self, order_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
-        """Events with seq > ``after``, in order."""
+        """Events with seq > ``after``, in order (at most ``limit``). NotFound if absent."""
         ...
 
     def list_orders(
@@ -130,10 +135,12 @@ class Store(Protocol):
         worker: str | None = None,
         manager: str | None = None,
         parent_id: str | None = None,
-        limit: int = 100,
+        limit: int | None = 100,
         offset: int = 0,
     ) -> list[OrderRecord]:
-        """Orders matching every filter given, newest first."""
+        """Orders matching every filter given, most recently created first.
+
+        ``limit=None`` returns every match (for track records and other bulk reads)."""
         ...
 
     # Gateway call records --------------------------------------------------------------
@@ -151,29 +158,46 @@ class Store(Protocol):
     ) -> CallRecord | str:
         """Atomically number and record a call that counts against the budget.
 
-        Returns the new record (outcome ``held`` is not set here: it is ``ok`` placeholder
-        state ``pending`` until :meth:`finish_call`), or the ``name`` of the first scope the
-        call would exceed, in which case nothing is written.
+        The call gets the next N of the order (from 1, across all attempts and all calls,
+        refused ones included) and is stored with outcome ``pending`` and ``ended_at`` equal
+        to ``started_at`` until :meth:`finish_call`; ``usd`` is what it counts against the
+        budget. Every scope is checked against the order's counted calls in the same
+        transaction, so concurrent reservations (from any process) never overshoot.
+
+        Returns the new record, or the ``name`` of the first scope the call would exceed
+        (``max_calls`` counted calls, or ``max_usd`` summed usd), in which case nothing is
+        written. NotFound if the order is absent.
         """
         ...
 
     def record_call(self, record_fields: dict[str, Any]) -> CallRecord:
-        """Number and store a call that does not count (a refusal), in one transaction."""
+        """Number and store a call that does not count (a refusal), in one transaction.
+
+        ``record_fields`` are the CallRecord fields except ``ref``, which the store makes
+        from the next N. BadRequest if they do not form a valid record; NotFound if the
+        order is absent."""
         ...
 
     def finish_call(
         self, order_id: str, ref: str, *, outcome: str, result: dict[str, Any] | None,
         error: str | None, ended_at: str,
     ) -> CallRecord:
-        """Set the outcome of a reserved call."""
+        """Set the outcome (not ``pending``) of a reserved call and return the record.
+
+        NotFound if there is no such call; Conflict if its outcome is already set."""
         ...
 
     def calls(self, order_id: str, *, attempt: int | None = None) -> list[CallRecord]:
-        """The order's call records by N."""
+        """The order's call records by N (only ``attempt``'s if given). NotFound if absent."""
         ...
 
     def usage(self, order_id: str, jtis: frozenset[str] | None = None) -> Usage:
-        """Counted calls and USD so far (for the calls under ``jtis`` if given)."""
+        """Counted calls and USD so far (for the calls under ``jtis`` if given).
+
+        ``tool_calls`` counts every reserved call whatever its outcome (pending, ok, error,
+        held); calls stored with :meth:`record_call` never count. ``usd`` sums the usd given
+        at reservation. ``first_call_at`` is the earliest ``started_at`` of any call, counted
+        or not. NotFound if the order is absent."""
         ...
 
     # Effects ---------------------------------------------------------------------------
@@ -188,12 +212,22 @@ class Store(Protocol):
         count_dispatch: bool = False, at: str,
     ) -> EffectState:
         """Move an effect to ``state`` if it is in one of ``expect`` (None: it must not
-        exist yet). Durable (fsynced) before it returns; Conflict when the state differs."""
+        exist yet). Durable (fsynced) before it returns; Conflict when the state differs.
+
+        Creating one needs a recorded call with that ref (NotFound otherwise); ``attempt``
+        defaults to the call's. ``result`` and ``error`` describe the new state and replace
+        the old ones (None clears them); ``attempt`` and ``settlement`` are kept unless
+        given. ``count_dispatch`` adds one to ``dispatches``. NotFound if ``expect`` is given
+        and the effect does not exist; BadRequest for an unknown state name."""
         ...
 
     # Locks ----------------------------------------------------------------------------
     def acquire_lock(self, info: LockInfo, *, replace: LockInfo | None = None) -> bool:
-        """Take the named lock if free, or if it is still exactly ``replace`` (a takeover)."""
+        """Take the named lock if free, or if it is still exactly ``replace`` (a takeover).
+
+        Exactly means every field equal, so two processes taking over the same stale lock
+        cannot both win; renewing a lease is a takeover of one's own lock. Returns whether
+        the lock was taken."""
         ...
 
     def get_lock(self, name: str) -> LockInfo | None:
@@ -206,7 +240,7 @@ class Store(Protocol):
 
     # Passes and tokens -------------------------------------------------------------------
     def revoke(self, jti: str, *, reason: str, at: str) -> None:
-        """Record that a pass is revoked (idempotent)."""
+        """Record that a pass is revoked (idempotent: the first reason is kept)."""
         ...
 
     def revoked(self) -> dict[str, str]:
@@ -214,7 +248,7 @@ class Store(Protocol):
         ...
 
     def save_token(self, token_hash: str, principal: str, *, created_at: str) -> None:
-        """Remember a desk access token by its hash."""
+        """Remember a desk access token by its hash (saving a hash again replaces it)."""
         ...
 
     def principal_for(self, token_hash: str) -> str | None:

@@ -1,0 +1,478 @@
+"""The in-memory store: the reference implementation of :class:`awl._store.Store`.
+
+Everything lives in dictionaries behind one lock, so every method is atomic against every
+other thread. It keeps nothing across processes; use it for tests and short-lived desks.
+The small checks both stores share (state names, scope limits, refs, call records) live
+here too, so the two stores cannot drift apart on what they accept.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, cast, get_args
+
+from pydantic import ValidationError
+
+from awl._errors import BadRequest, Conflict, NotFound
+from awl._models import CallRecord, Event, Review, WorkOrder, WorkReport, parse_time
+from awl._patterns import make_ref, parse_ref
+from awl._store import (
+    EffectState,
+    EffectStateName,
+    LockInfo,
+    OrderRecord,
+    Scope,
+    Settlement,
+    Usage,
+)
+
+__all__ = ["MemoryStore"]
+
+EFFECT_STATES: frozenset[str] = frozenset(get_args(EffectStateName))
+
+# A float sum of per-call prices may land a hair above an exact limit (0.1 * 3 > 0.3).
+USD_TOLERANCE = 1e-9
+
+
+def check_effect_state(state: str) -> EffectStateName:
+    """``state`` as an effect state name; BadRequest when it is not one."""
+    if state not in EFFECT_STATES:
+        raise BadRequest(
+            f"unknown effect state {state!r}; use one of {', '.join(sorted(EFFECT_STATES))}"
+        )
+    return cast(EffectStateName, state)
+
+
+def check_first_event(order: WorkOrder, event: Event) -> None:
+    """Refuse a first event that is not seq 1."""
+    if event.seq != 1:
+        raise BadRequest(f"the first event of order {order.id!r} must have seq 1, not {event.seq}")
+
+
+def seq_conflict(order_id: str, event: Event, actual: int) -> Conflict:
+    """The Conflict for an append whose seq does not follow the stored one."""
+    return Conflict(
+        f"order {order_id!r} is at seq {actual}, but the event has seq {event.seq}; "
+        "read the order again and retry",
+        expected_seq=event.seq - 1,
+        actual_seq=actual,
+    )
+
+
+def order_exists_conflict(order_id: str, actual: int) -> Conflict:
+    """The Conflict for creating an order whose id is taken."""
+    return Conflict(
+        f"an order with id {order_id!r} already exists; choose another id",
+        expected_seq=0,
+        actual_seq=actual,
+    )
+
+
+def order_not_found(order_id: str) -> NotFound:
+    """The NotFound for an absent order."""
+    return NotFound(f"no order with id {order_id!r}")
+
+
+def call_number(order_id: str, ref: str) -> tuple[int, str]:
+    """The N and tool a ref names; NotFound when it is not a ref at all."""
+    parsed = parse_ref(ref)
+    if parsed is None:
+        raise NotFound(f"{ref!r} is not a call ref (server/tool#N) of order {order_id!r}")
+    return parsed.n, parsed.tool
+
+
+def call_not_found(order_id: str, ref: str) -> NotFound:
+    """The NotFound for a ref that names no recorded call."""
+    return NotFound(f"order {order_id!r} has no recorded call {ref!r}")
+
+
+def exceeded_scope(
+    scopes: Sequence[Scope], counted: Iterable[tuple[str | None, float]], usd: float
+) -> str | None:
+    """The name of the first scope one more call costing ``usd`` would exceed.
+
+    ``counted`` holds (pass_jti, usd) of every counted call of the order so far.
+    """
+    rows = list(counted)
+    for scope in scopes:
+        mine = [u for jti, u in rows if scope.jtis is None or jti in scope.jtis]
+        if scope.max_calls is not None and len(mine) + 1 > scope.max_calls:
+            return scope.name
+        if scope.max_usd is not None and sum(mine) + usd > scope.max_usd + USD_TOLERANCE:
+            return scope.name
+    return None
+
+
+def new_call(
+    order_id: str, n: int, *, attempt: int, tool: str, arguments: dict[str, Any],
+    pass_jti: str | None, started_at: str,
+) -> CallRecord:
+    """A reserved call's record: outcome pending, ended when it started."""
+    return make_call({
+        "order_id": order_id, "attempt": attempt, "tool": tool, "arguments": arguments,
+        "pass_jti": pass_jti, "outcome": "pending", "started_at": started_at,
+        "ended_at": started_at,
+    }, n)
+
+
+def make_call(fields: dict[str, Any], n: int) -> CallRecord:
+    """A CallRecord from its fields (None meaning absent) and its number.
+
+    BadRequest when they do not form a valid record.
+    """
+    if "ref" in fields:
+        raise BadRequest("the store numbers calls itself; leave out 'ref'")
+    tool = fields.get("tool")
+    if not isinstance(tool, str):
+        raise BadRequest("a call record needs a 'tool' string")
+    # Records leave out what is unknown (the models refuse null for optional fields).
+    data = {k: v for k, v in fields.items() if v is not None}
+    try:
+        return CallRecord.model_validate({**data, "ref": make_ref(tool, n)})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = "/".join(str(p) for p in first["loc"])
+        raise BadRequest(f"not a valid call record: {where}: {first['msg']}") from None
+
+
+def finished_call(record: CallRecord, ref: str, *, outcome: str,
+                  result: dict[str, Any] | None, error: str | None,
+                  ended_at: str) -> CallRecord:
+    """The record with its outcome set; Conflict when it was set already."""
+    if outcome == "pending":
+        raise BadRequest("finish_call sets a final outcome; 'pending' is not one")
+    if record.outcome != "pending":
+        raise Conflict(
+            f"call {ref!r} of order {record.order_id!r} already has outcome "
+            f"{record.outcome!r}; an outcome is set once"
+        )
+    fields = record.to_json()
+    fields.update(outcome=outcome, result=result, error=error, ended_at=ended_at)
+    del fields["ref"]
+    n, _ = call_number(record.order_id, record.ref)
+    return make_call(fields, n)
+
+
+def effect_conflict(order_id: str, ref: str, actual: str | None,
+                    expect: Sequence[str] | None) -> Conflict:
+    """The Conflict for an effect whose state is not the expected one."""
+    wanted = "absent" if expect is None else " or ".join(expect)
+    return Conflict(
+        f"effect {ref!r} of order {order_id!r} is {actual or 'absent'}, not {wanted}; "
+        "someone else moved it first"
+    )
+
+
+def next_effect(
+    old: EffectState | None, record: CallRecord, *, expect: Sequence[str] | None, state: str,
+    attempt: int | None, result: dict[str, Any] | None, error: str | None,
+    settlement: Settlement | None, count_dispatch: bool, at: str,
+) -> EffectState:
+    """The effect state ``set_effect`` writes, after its compare-and-set check."""
+    name = check_effect_state(state)
+    if expect is None:
+        if old is not None:
+            raise effect_conflict(record.order_id, record.ref, old.state, expect)
+        return EffectState(
+            order_id=record.order_id, ref=record.ref,
+            attempt=record.attempt if attempt is None else attempt, state=name,
+            result=result, error=error, settlement=settlement,
+            dispatches=1 if count_dispatch else 0, updated_at=at,
+        )
+    if old is None:
+        raise NotFound(f"order {record.order_id!r} has no effect {record.ref!r}")
+    if old.state not in expect:
+        raise effect_conflict(record.order_id, record.ref, old.state, expect)
+    return replace(
+        old, state=name, attempt=old.attempt if attempt is None else attempt,
+        result=result, error=error,
+        settlement=old.settlement if settlement is None else settlement,
+        dispatches=old.dispatches + (1 if count_dispatch else 0), updated_at=at,
+    )
+
+
+def check_takeover(info: LockInfo, replace_: LockInfo | None) -> None:
+    """Refuse a takeover of a lock with another name."""
+    if replace_ is not None and replace_.name != info.name:
+        raise BadRequest(f"cannot take over lock {replace_.name!r} as {info.name!r}")
+
+
+def timestamp(text: str) -> float:
+    """Seconds since the epoch for an RFC 3339 timestamp."""
+    return parse_time(text).timestamp()
+
+
+@dataclass
+class _Call:
+    record: CallRecord
+    counted: bool
+    usd: float
+    started: float
+
+
+@dataclass
+class _Order:
+    order: WorkOrder
+    state: str
+    events: list[Event]
+    reports: list[WorkReport]
+    reviews: list[Review]
+    calls: dict[int, _Call]
+    effects: dict[int, EffectState]
+
+    def record(self) -> OrderRecord:
+        return OrderRecord(
+            order=self.order, state=self.state, seq=self.events[-1].seq,
+            reports=tuple(self.reports), reviews=tuple(self.reviews),
+            updated_at=self.events[-1].at,
+        )
+
+
+class MemoryStore:
+    """A :class:`awl._store.Store` in memory, safe to share between threads.
+
+    Example:
+        >>> store = MemoryStore()
+        >>> store.list_orders()
+        []
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._orders: dict[str, _Order] = {}
+        self._locks: dict[str, LockInfo] = {}
+        self._revoked: dict[str, str] = {}
+        self._tokens: dict[str, str] = {}
+
+    def _get(self, order_id: str) -> _Order:
+        found = self._orders.get(order_id)
+        if found is None:
+            raise order_not_found(order_id)
+        return found
+
+    # Orders and their logs -----------------------------------------------------------
+    def create_order(self, order: WorkOrder, event: Event) -> None:
+        """Store a new order with its first event (seq 1); its state is ``event.to``."""
+        check_first_event(order, event)
+        with self._lock:
+            old = self._orders.get(order.id)
+            if old is not None:
+                raise order_exists_conflict(order.id, old.events[-1].seq)
+            self._orders[order.id] = _Order(
+                order=order, state=event.to, events=[event],
+                reports=[], reviews=[], calls={}, effects={},
+            )
+
+    def load(self, order_id: str) -> OrderRecord:
+        """The order and all it carries. NotFound if absent."""
+        with self._lock:
+            return self._get(order_id).record()
+
+    def append(
+        self,
+        order_id: str,
+        event: Event,
+        *,
+        state: str,
+        report: WorkReport | None = None,
+        review: Review | None = None,
+    ) -> None:
+        """Append ``event`` if its seq follows the stored one, else Conflict."""
+        with self._lock:
+            found = self._get(order_id)
+            seq = found.events[-1].seq
+            if event.seq != seq + 1:
+                raise seq_conflict(order_id, event, seq)
+            found.events.append(event)
+            found.state = state
+            if report is not None:
+                found.reports.append(report)
+            if review is not None:
+                found.reviews.append(review)
+
+    def events(self, order_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
+        """Events with seq > ``after``, in order (at most ``limit``)."""
+        with self._lock:
+            # seq runs 1..n, so seq s sits at index s - 1.
+            events = self._get(order_id).events[max(after, 0):]
+        return events if limit is None else events[:limit]
+
+    def list_orders(
+        self,
+        *,
+        state: str | Sequence[str] | None = None,
+        worker: str | None = None,
+        manager: str | None = None,
+        parent_id: str | None = None,
+        limit: int | None = 100,
+        offset: int = 0,
+    ) -> list[OrderRecord]:
+        """Orders matching every filter given, most recently created first."""
+        states = {state} if isinstance(state, str) else None if state is None else set(state)
+        with self._lock:
+            found = [
+                o.record() for o in reversed(self._orders.values())
+                if (states is None or o.state in states)
+                and (worker is None or o.order.to == worker)
+                and (manager is None or o.order.manager == manager)
+                and (parent_id is None or o.order.parent_id == parent_id)
+            ]
+        end = None if limit is None else offset + limit
+        return found[offset:end]
+
+    # Gateway call records --------------------------------------------------------------
+    def reserve_call(
+        self,
+        order_id: str,
+        *,
+        attempt: int,
+        tool: str,
+        arguments: dict[str, Any],
+        pass_jti: str | None,
+        usd: float,
+        started_at: str,
+        scopes: Sequence[Scope],
+    ) -> CallRecord | str:
+        """Atomically number and record a call that counts, or name the scope it exceeds."""
+        with self._lock:
+            found = self._get(order_id)
+            counted = ((c.record.pass_jti, c.usd) for c in found.calls.values() if c.counted)
+            over = exceeded_scope(scopes, counted, usd)
+            if over is not None:
+                return over
+            n = len(found.calls) + 1
+            record = new_call(
+                order_id, n, attempt=attempt, tool=tool, arguments=copy.deepcopy(arguments),
+                pass_jti=pass_jti, started_at=started_at,
+            )
+            found.calls[n] = _Call(record, True, usd, timestamp(started_at))
+            return record
+
+    def record_call(self, record_fields: dict[str, Any]) -> CallRecord:
+        """Number and store a call that does not count (a refusal)."""
+        fields = copy.deepcopy(record_fields)
+        order_id = fields.get("order_id")
+        if not isinstance(order_id, str):
+            raise BadRequest("a call record needs an 'order_id' string")
+        with self._lock:
+            found = self._get(order_id)
+            n = len(found.calls) + 1
+            record = make_call(fields, n)
+            found.calls[n] = _Call(record, False, 0.0, timestamp(record.started_at))
+            return record
+
+    def finish_call(
+        self, order_id: str, ref: str, *, outcome: str, result: dict[str, Any] | None,
+        error: str | None, ended_at: str,
+    ) -> CallRecord:
+        """Set the outcome of a reserved call."""
+        with self._lock:
+            _, call = self._call(order_id, ref)
+            call.record = finished_call(
+                call.record, ref, outcome=outcome, result=copy.deepcopy(result), error=error,
+                ended_at=ended_at,
+            )
+            return call.record
+
+    def _call(self, order_id: str, ref: str) -> tuple[int, _Call]:
+        n, tool = call_number(order_id, ref)
+        call = self._get(order_id).calls.get(n)
+        if call is None or call.record.tool != tool:
+            raise call_not_found(order_id, ref)
+        return n, call
+
+    def calls(self, order_id: str, *, attempt: int | None = None) -> list[CallRecord]:
+        """The order's call records by N."""
+        with self._lock:
+            return [
+                c.record for _, c in sorted(self._get(order_id).calls.items())
+                if attempt is None or c.record.attempt == attempt
+            ]
+
+    def usage(self, order_id: str, jtis: frozenset[str] | None = None) -> Usage:
+        """Counted calls and USD so far (for the calls under ``jtis`` if given)."""
+        with self._lock:
+            mine = [
+                c for c in self._get(order_id).calls.values()
+                if jtis is None or c.record.pass_jti in jtis
+            ]
+        counted = [c for c in mine if c.counted]
+        first = min(mine, key=lambda c: c.started, default=None)
+        return Usage(
+            tool_calls=len(counted), usd=sum(c.usd for c in counted),
+            first_call_at=None if first is None else first.record.started_at,
+        )
+
+    # Effects ---------------------------------------------------------------------------
+    def effects(self, order_id: str) -> list[EffectState]:
+        """Every effect state of the order, by N."""
+        with self._lock:
+            return [e for _, e in sorted(self._get(order_id).effects.items())]
+
+    def set_effect(
+        self, order_id: str, ref: str, *, expect: Sequence[str] | None, state: str,
+        attempt: int | None = None, result: dict[str, Any] | None = None,
+        error: str | None = None, settlement: Settlement | None = None,
+        count_dispatch: bool = False, at: str,
+    ) -> EffectState:
+        """Move an effect to ``state`` if it is in one of ``expect``; Conflict otherwise."""
+        with self._lock:
+            n, call = self._call(order_id, ref)
+            effects = self._orders[order_id].effects
+            new = next_effect(
+                effects.get(n), call.record, expect=expect, state=state, attempt=attempt,
+                result=copy.deepcopy(result), error=error, settlement=settlement,
+                count_dispatch=count_dispatch, at=at,
+            )
+            effects[n] = new
+            return new
+
+    # Locks ----------------------------------------------------------------------------
+    def acquire_lock(self, info: LockInfo, *, replace: LockInfo | None = None) -> bool:
+        """Take the named lock if free, or if it is still exactly ``replace``."""
+        check_takeover(info, replace)
+        with self._lock:
+            current = self._locks.get(info.name)
+            if current is not None and (replace is None or current != replace):
+                return False
+            self._locks[info.name] = copy.deepcopy(info)
+            return True
+
+    def get_lock(self, name: str) -> LockInfo | None:
+        """The current holder of the named lock, if any."""
+        with self._lock:
+            return copy.deepcopy(self._locks.get(name))
+
+    def release_lock(self, name: str, holder: str) -> None:
+        """Release the lock if ``holder`` holds it."""
+        with self._lock:
+            current = self._locks.get(name)
+            if current is not None and current.holder == holder:
+                del self._locks[name]
+
+    # Passes and tokens -------------------------------------------------------------------
+    def revoke(self, jti: str, *, reason: str, at: str) -> None:
+        """Record that a pass is revoked (idempotent: the first reason is kept)."""
+        with self._lock:
+            self._revoked.setdefault(jti, reason)
+
+    def revoked(self) -> dict[str, str]:
+        """Every revoked jti with its reason."""
+        with self._lock:
+            return dict(self._revoked)
+
+    def save_token(self, token_hash: str, principal: str, *, created_at: str) -> None:
+        """Remember a desk access token by its hash."""
+        with self._lock:
+            self._tokens[token_hash] = principal
+
+    def principal_for(self, token_hash: str) -> str | None:
+        """The principal a token hash was issued to."""
+        with self._lock:
+            return self._tokens.get(token_hash)
+
+    def close(self) -> None:
+        """Nothing to release; present for the interface."""

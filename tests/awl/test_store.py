@@ -1,0 +1,424 @@
+"""The Store contract, run against every implementation."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from awl._errors import BadRequest, Conflict, NotFound
+from awl._memory import MemoryStore
+from awl._models import Event, Review, WorkOrder, WorkReport
+from awl._store import LockInfo, Scope, Settlement, Store
+
+T0 = "2030-01-01T00:00:00Z"
+
+
+def _open(kind: str, path: Path) -> Store:
+    if kind == "memory":
+        return MemoryStore()
+    from awl._sqlite import SQLiteStore
+
+    return SQLiteStore(path / "desk.sqlite3")
+
+
+STORES = ["memory"]
+
+
+@pytest.fixture(params=STORES)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    opened = _open(request.param, tmp_path)
+    yield opened
+    opened.close()
+
+
+def make_order(order_id: str = "o1", *, to: str = "agent:w", manager: str = "human:m",
+               parent_id: str | None = None) -> WorkOrder:
+    data: dict[str, Any] = {
+        "spec": "awl/work-order@0.3", "id": order_id, "created_at": T0, "from": manager,
+        "to": to, "goal": "do it", "criteria": [{"id": "c1", "text": "it is done"}],
+        "budget": {"tool_calls": 10}, "deadline": "2030-01-02T00:00:00Z",
+        "tools": ["srv/*"], "staged": ["srv/send"],
+    }
+    if parent_id is not None:
+        data["parent_id"] = parent_id
+    return WorkOrder.model_validate(data)
+
+
+def ev(seq: int, action: str, frm: str | None, to: str, at: str = T0) -> Event:
+    return Event.model_validate(
+        {"seq": seq, "at": at, "actor": "agent:w", "action": action, "from": frm, "to": to}
+    )
+
+
+def create(store: Store, order_id: str = "o1", **kw: Any) -> WorkOrder:
+    order = make_order(order_id, **kw)
+    store.create_order(order, ev(1, "create", None, "offered"))
+    return order
+
+
+def report(order_id: str = "o1", attempt: int = 1) -> WorkReport:
+    return WorkReport.model_validate({
+        "spec": "awl/work-report@0.3", "order_id": order_id, "from": "agent:w",
+        "status": "done", "result": {"summary": "done"}, "evidence": [],
+        "cost": {"tool_calls": 1}, "finished_at": T0, "tools_used": [], "attempt": attempt,
+    })
+
+
+def reserve(store: Store, order_id: str = "o1", *, tool: str = "srv/read",
+            jti: str | None = None, usd: float = 0.0, scopes: list[Scope] | None = None,
+            at: str = T0, attempt: int = 1) -> Any:
+    return store.reserve_call(
+        order_id, attempt=attempt, tool=tool, arguments={"x": [1, 2]}, pass_jti=jti, usd=usd,
+        started_at=at, scopes=scopes or [],
+    )
+
+
+def refusal(order_id: str = "o1", at: str = T0) -> dict[str, Any]:
+    return {"order_id": order_id, "attempt": 1, "tool": "srv/write", "arguments": {},
+            "outcome": "refused", "error": "AWL_FORBIDDEN: no", "started_at": at,
+            "ended_at": at}
+
+
+# Orders and logs -----------------------------------------------------------------------
+
+
+def test_create_and_load_round_trip(store: Store) -> None:
+    """A created order loads back with its state, seq and document unchanged."""
+    order = create(store)
+    got = store.load("o1")
+    assert got.order.to_json() == order.to_json()
+    assert (got.state, got.seq, got.reports, got.reviews) == ("offered", 1, (), ())
+    assert got.updated_at == T0
+    assert store.events("o1") == [ev(1, "create", None, "offered")]
+
+
+def test_create_twice_is_a_conflict(store: Store) -> None:
+    """Creating an order whose id exists is a Conflict and changes nothing."""
+    create(store)
+    with pytest.raises(Conflict) as info:
+        create(store)
+    assert info.value.actual_seq == 1
+    assert store.load("o1").seq == 1
+
+
+def test_first_event_must_be_seq_one(store: Store) -> None:
+    """A first event with another seq is refused."""
+    with pytest.raises(BadRequest):
+        store.create_order(make_order(), ev(2, "create", None, "offered"))
+    with pytest.raises(NotFound):
+        store.load("o1")
+
+
+def test_absent_order_is_not_found(store: Store) -> None:
+    """Every per-order read and write names an absent order as NotFound."""
+    with pytest.raises(NotFound):
+        store.load("nope")
+    with pytest.raises(NotFound):
+        store.events("nope")
+    with pytest.raises(NotFound):
+        store.append("nope", ev(2, "accept", "offered", "accepted"), state="accepted")
+    with pytest.raises(NotFound):
+        reserve(store, "nope")
+    with pytest.raises(NotFound):
+        store.record_call(refusal("nope"))
+    with pytest.raises(NotFound):
+        store.calls("nope")
+    with pytest.raises(NotFound):
+        store.usage("nope")
+    with pytest.raises(NotFound):
+        store.effects("nope")
+
+
+def test_append_stores_event_state_report_and_review(store: Store) -> None:
+    """An append stores the event, the new state and the report or review with it."""
+    create(store)
+    store.append("o1", ev(2, "accept", "offered", "accepted", "2030-01-01T00:01:00Z"),
+                 state="accepted")
+    store.append("o1", ev(3, "start", "accepted", "working"), state="working")
+    store.append("o1", ev(4, "report", "working", "submitted"), state="submitted",
+                 report=report())
+    review = Review(order_id="o1", attempt=1, actor="human:m", decision="rework",
+                    reason="more", at=T0)
+    store.append("o1", ev(5, "rework", "submitted", "working"), state="working",
+                 review=review)
+    store.append("o1", ev(6, "report", "working", "submitted"), state="submitted",
+                 report=report(attempt=2))
+    got = store.load("o1")
+    assert (got.state, got.seq) == ("submitted", 6)
+    assert [r.attempt for r in got.reports] == [1, 2]
+    assert got.reports[0].to_json() == report().to_json()
+    assert got.reviews == (review,)
+    assert [e.seq for e in store.events("o1")] == [1, 2, 3, 4, 5, 6]
+    assert [e.seq for e in store.events("o1", after=2, limit=2)] == [3, 4]
+    assert store.events("o1", after=6) == []
+
+
+def test_append_with_a_stale_seq_is_a_conflict(store: Store) -> None:
+    """An append whose seq does not follow the stored one writes nothing."""
+    create(store)
+    store.append("o1", ev(2, "accept", "offered", "accepted"), state="accepted")
+    for seq in (2, 4, 1):
+        with pytest.raises(Conflict) as info:
+            store.append("o1", ev(seq, "decline", "offered", "declined"), state="declined",
+                         report=report())
+        assert (info.value.expected_seq, info.value.actual_seq) == (seq - 1, 2)
+    got = store.load("o1")
+    assert (got.state, got.seq, got.reports) == ("accepted", 2, ())
+
+
+def test_list_orders_filters_newest_first(store: Store) -> None:
+    """Listing applies every filter and returns the most recently created first."""
+    create(store, "a", to="agent:x")
+    create(store, "b", to="agent:y", manager="human:n")
+    create(store, "c", to="agent:x", parent_id="a")
+    store.append("b", ev(2, "accept", "offered", "accepted"), state="accepted")
+
+    def ids(**kw: Any) -> list[str]:
+        return [r.order.id for r in store.list_orders(**kw)]
+
+    assert ids() == ["c", "b", "a"]
+    assert ids(worker="agent:x") == ["c", "a"]
+    assert ids(manager="human:n") == ["b"]
+    assert ids(state="accepted") == ["b"]
+    assert ids(state=["offered", "accepted"]) == ["c", "b", "a"]
+    assert ids(state=[]) == []
+    assert ids(parent_id="a") == ["c"]
+    assert ids(worker="agent:x", state="offered", manager="human:m") == ["c", "a"]
+    assert ids(limit=1, offset=1) == ["b"]
+    assert ids(limit=None, offset=2) == ["a"]
+    assert store.list_orders(state="accepted")[0].seq == 2
+
+
+# Call records ----------------------------------------------------------------------------
+
+
+def test_calls_are_numbered_per_order_across_attempts(store: Store) -> None:
+    """N runs from 1 per order over reserved and refused calls of every attempt."""
+    create(store, "a")
+    create(store, "b")
+    first = reserve(store, "a")
+    assert first.ref == "srv/read#1" and first.outcome == "pending"
+    assert first.ended_at == first.started_at and first.arguments == {"x": [1, 2]}
+    assert store.record_call(refusal("a")).ref == "srv/write#2"
+    assert reserve(store, "b").ref == "srv/read#1"
+    assert reserve(store, "a", tool="srv/send", attempt=2).ref == "srv/send#3"
+    assert [c.ref for c in store.calls("a")] == ["srv/read#1", "srv/write#2", "srv/send#3"]
+    assert [c.ref for c in store.calls("a", attempt=2)] == ["srv/send#3"]
+
+
+def test_finish_call_sets_the_outcome_once(store: Store) -> None:
+    """A reserved call gets one final outcome; a second one is a Conflict."""
+    create(store)
+    reserve(store)
+    done = store.finish_call("o1", "srv/read#1", outcome="ok", result={"r": 1}, error=None,
+                             ended_at="2030-01-01T00:00:01Z")
+    assert (done.outcome, done.result, done.ended_at) == ("ok", {"r": 1}, "2030-01-01T00:00:01Z")
+    assert store.calls("o1") == [done]
+    with pytest.raises(Conflict):
+        store.finish_call("o1", "srv/read#1", outcome="error", result=None, error="x",
+                          ended_at=T0)
+    with pytest.raises(NotFound):
+        store.finish_call("o1", "srv/read#2", outcome="ok", result=None, error=None,
+                          ended_at=T0)
+    with pytest.raises(NotFound):
+        store.finish_call("o1", "srv/other#1", outcome="ok", result=None, error=None,
+                          ended_at=T0)
+    reserve(store)
+    with pytest.raises(BadRequest):
+        store.finish_call("o1", "srv/read#2", outcome="pending", result=None, error=None,
+                          ended_at=T0)
+    held = store.finish_call("o1", "srv/read#call-2", outcome="held", result=None,
+                             error=None, ended_at=T0)
+    assert held.ref == "srv/read#2"
+
+
+def test_bad_call_records_are_refused(store: Store) -> None:
+    """A call record that would not validate is refused and takes no number."""
+    create(store)
+    with pytest.raises(BadRequest):
+        store.record_call({**refusal(), "ref": "srv/write#9"})
+    with pytest.raises(BadRequest):
+        store.record_call({**refusal(), "tool": "not a tool"})
+    with pytest.raises(BadRequest):
+        store.record_call({**refusal(), "started_at": "yesterday"})
+    with pytest.raises(BadRequest):
+        reserve(store, tool="bad")
+    assert reserve(store).ref == "srv/read#1"
+
+
+def test_usage_counts_reserved_calls_only(store: Store) -> None:
+    """Usage counts reserved calls of every outcome and their usd, never refusals."""
+    create(store)
+    assert store.usage("o1").tool_calls == 0 and store.usage("o1").first_call_at is None
+    store.record_call(refusal(at="2029-12-31T23:00:00+00:00"))
+    reserve(store, jti="p1", usd=0.5, at="2030-01-01T01:00:00+02:00")
+    reserve(store, jti="p2", usd=0.25)
+    reserve(store, usd=1.0)
+    store.finish_call("o1", "srv/read#2", outcome="error", result=None, error="x",
+                      ended_at="2030-01-01T00:00:00Z")
+    store.finish_call("o1", "srv/read#3", outcome="held", result=None, error=None,
+                      ended_at=T0)
+    total = store.usage("o1")
+    assert (total.tool_calls, total.usd) == (3, 1.75)
+    assert total.first_call_at == "2029-12-31T23:00:00+00:00"
+    mine = store.usage("o1", frozenset({"p1", "p2"}))
+    assert (mine.tool_calls, mine.usd) == (2, 0.75)
+    # 01:00+02:00 is 23:00Z the day before: earlier than T0 though it sorts later as text.
+    assert mine.first_call_at == "2030-01-01T01:00:00+02:00"
+    assert store.usage("o1", frozenset()).tool_calls == 0
+
+
+def test_reserve_call_refuses_the_first_exceeded_scope(store: Store) -> None:
+    """A reservation over any scope's limit names that scope and writes nothing."""
+    create(store)
+    order = Scope(jtis=None, max_calls=3, max_usd=1.0, name="order")
+    child = Scope(jtis=frozenset({"p2"}), max_calls=1, name="pass")
+    # The caller passes the scopes the new call falls under: the order's and its pass's.
+    assert reserve(store, jti="p1", usd=0.3, scopes=[order]).ref == "srv/read#1"
+    assert reserve(store, jti="p2", usd=0.3, scopes=[order, child]).ref == "srv/read#2"
+    assert reserve(store, jti="p2", usd=0.1, scopes=[order, child]) == "pass"
+    assert reserve(store, jti="p2", usd=0.5, scopes=[order, child]) == "order"
+    assert reserve(store, jti="p1", usd=0.4, scopes=[order]).ref == "srv/read#3"
+    assert reserve(store, jti="p1", usd=0.0, scopes=[order]) == "order"
+    assert store.usage("o1").tool_calls == 3
+    assert [c.ref for c in store.calls("o1")] == ["srv/read#1", "srv/read#2", "srv/read#3"]
+
+
+def test_reserve_call_is_exact_under_racing_threads(store: Store) -> None:
+    """Fifty threads racing for ten calls reserve exactly ten, numbered 1 to 10."""
+    create(store)
+    scope = [Scope(jtis=None, max_calls=10)]
+    barrier = threading.Barrier(50)
+    results: list[Any] = []
+    guard = threading.Lock()
+
+    def run() -> None:
+        barrier.wait()
+        got = reserve(store, scopes=scope)
+        with guard:
+            results.append(got)
+
+    threads = [threading.Thread(target=run) for _ in range(50)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    won = sorted(r.ref for r in results if not isinstance(r, str))
+    assert len(won) == 10 and results.count("order") == 40
+    assert [c.ref for c in store.calls("o1")] == [f"srv/read#{n}" for n in range(1, 11)]
+    assert store.usage("o1").tool_calls == 10
+
+
+# Effects ----------------------------------------------------------------------------------
+
+
+def _held(store: Store) -> str:
+    create(store)
+    reserve(store, tool="srv/send", attempt=2)
+    return "srv/send#1"
+
+
+def test_effect_moves_only_from_the_expected_state(store: Store) -> None:
+    """set_effect is a compare-and-set on the effect's state."""
+    ref = _held(store)
+    made = store.set_effect("o1", ref, expect=None, state="held", at=T0)
+    assert (made.ref, made.attempt, made.state, made.dispatches) == (ref, 2, "held", 0)
+    with pytest.raises(Conflict):
+        store.set_effect("o1", ref, expect=None, state="held", at=T0)
+    going = store.set_effect("o1", ref, expect=["held"], state="dispatching",
+                             count_dispatch=True, at="2030-01-01T00:00:05Z")
+    assert (going.state, going.dispatches, going.updated_at) == (
+        "dispatching", 1, "2030-01-01T00:00:05Z")
+    with pytest.raises(Conflict):
+        store.set_effect("o1", ref, expect=["held"], state="dispatching", at=T0)
+    done = store.set_effect("o1", ref, expect=["dispatching", "unknown"], state="committed",
+                            result={"id": 7}, at=T0)
+    assert (done.state, done.result, done.dispatches) == ("committed", {"id": 7}, 1)
+    assert store.effects("o1") == [done]
+
+
+def test_effect_settlement_and_retry_keep_history(store: Store) -> None:
+    """A settlement stays through a retry, and each dispatch is counted."""
+    ref = _held(store)
+    store.set_effect("o1", ref, expect=None, state="dispatching", count_dispatch=True, at=T0)
+    store.set_effect("o1", ref, expect=["dispatching"], state="unknown", error="lost", at=T0)
+    settled = Settlement(verdict="did_not_happen", evidence="no mail", by="human:m", at=T0)
+    got = store.set_effect("o1", ref, expect=["unknown"], state="unknown", error="lost",
+                           settlement=settled, at=T0)
+    assert got.settlement == settled and got.error == "lost"
+    again = store.set_effect("o1", ref, expect=["unknown"], state="dispatching",
+                             count_dispatch=True, at=T0)
+    assert (again.dispatches, again.settlement, again.error) == (2, settled, None)
+    assert store.effects("o1") == [again]
+
+
+def test_effect_errors(store: Store) -> None:
+    """Effects need a recorded call, an existing state to move, and a known state name."""
+    ref = _held(store)
+    with pytest.raises(NotFound):
+        store.set_effect("o1", "srv/send#9", expect=None, state="held", at=T0)
+    with pytest.raises(NotFound):
+        store.set_effect("o1", "srv/read#1", expect=None, state="held", at=T0)
+    with pytest.raises(NotFound):
+        store.set_effect("o1", ref, expect=["held"], state="dropped", at=T0)
+    with pytest.raises(BadRequest):
+        store.set_effect("o1", ref, expect=None, state="sent", at=T0)
+    assert store.effects("o1") == []
+
+
+def test_effects_are_listed_by_n(store: Store) -> None:
+    """Effects come back by call number whatever order they were made in."""
+    create(store)
+    for _ in range(11):
+        reserve(store, tool="srv/send")
+    for n in (11, 2, 10, 1):
+        store.set_effect("o1", f"srv/send#{n}", expect=None, state="held", at=T0)
+    assert [e.ref for e in store.effects("o1")] == [
+        "srv/send#1", "srv/send#2", "srv/send#10", "srv/send#11"]
+
+
+# Locks, revocations, tokens ------------------------------------------------------------
+
+
+def test_lock_is_exclusive_and_taken_over_only_exactly(store: Store) -> None:
+    """A held lock is taken only by a takeover naming the holder exactly."""
+    first = LockInfo(name="commit:o1", holder="a", pid=1, host="h", lease_until=100.5,
+                     data={"k": [1]})
+    second = LockInfo(name="commit:o1", holder="b", pid=2, host="h", lease_until=200.0)
+    third = LockInfo(name="commit:o1", holder="c", pid=3, host="h", lease_until=300.0)
+    assert store.get_lock("commit:o1") is None
+    assert store.acquire_lock(first)
+    assert store.get_lock("commit:o1") == first
+    assert not store.acquire_lock(second)
+    import dataclasses
+
+    stale = dataclasses.replace(first, lease_until=100.25)
+    assert not store.acquire_lock(second, replace=stale)
+    assert not store.acquire_lock(second, replace=dataclasses.replace(first, data={}))
+    assert store.acquire_lock(second, replace=first)
+    # The loser of a takeover race holds an outdated view and fails.
+    assert not store.acquire_lock(third, replace=first)
+    assert store.get_lock("commit:o1") == second
+    store.release_lock("commit:o1", "a")
+    assert store.get_lock("commit:o1") == second
+    store.release_lock("commit:o1", "b")
+    assert store.get_lock("commit:o1") is None
+    assert store.acquire_lock(third, replace=second)
+    with pytest.raises(BadRequest):
+        store.acquire_lock(first, replace=dataclasses.replace(third, name="other"))
+
+
+def test_revocations_and_tokens(store: Store) -> None:
+    """Revocations are idempotent and tokens map back to their principal."""
+    assert store.revoked() == {}
+    store.revoke("j1", reason="lost", at=T0)
+    store.revoke("j1", reason="again", at=T0)
+    store.revoke("j2", reason="done", at=T0)
+    assert store.revoked() == {"j1": "lost", "j2": "done"}
+    assert store.principal_for("h") is None
+    store.save_token("h", "human:m", created_at=T0)
+    assert store.principal_for("h") == "human:m"

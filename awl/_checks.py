@@ -1,0 +1,864 @@
+"""The numbered checks of SPEC.md, as findings.
+
+Shaped like python-jsonschema: ``iter_*_findings`` yields every :class:`~awl.Finding`,
+``is_valid_*`` says whether none is ``invalid``, and ``validate_*`` raises
+:class:`~awl.ValidationFailed` carrying the findings (``limit`` findings never raise).
+
+Every check first reads its input as plain JSON data, whatever it was given (a dict, a model,
+or anything else): data that cannot be a JSON document at all (bytes, NaN, non-string keys,
+nesting deeper than the limit) raises one :class:`~awl.DocumentError`; everything else yields
+findings. Then the version (V1) and the schema rule run; when either fails, nothing else runs
+for that document, because the later rules assume its structure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeVar, cast
+
+# jsonschema ships no type hints (types-jsonschema is not a dependency).
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
+from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
+from pydantic import BaseModel, ValidationError
+from referencing import Registry
+from referencing.exceptions import Unresolvable
+
+from awl._errors import BadRequest, DocumentError, ValidationFailed
+from awl._findings import Finding, pointer
+from awl._lifecycle import is_row
+from awl._models import CallRecord, Event, PassClaims, Review, WorkOrder, WorkReport, parse_time
+from awl._patterns import covered_by_any, matches_any, overlap, parse_ref
+from awl._schemas import schema_findings
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_DEPTH",
+    "KNOWN_VERSIONS",
+    "DocType",
+    "check",
+    "check_structure",
+    "detect_type",
+    "is_valid_call",
+    "is_valid_event",
+    "is_valid_order",
+    "is_valid_report",
+    "is_valid_review",
+    "is_valid_suborder",
+    "iter_call_findings",
+    "iter_event_findings",
+    "iter_order_findings",
+    "iter_report_findings",
+    "iter_review_findings",
+    "iter_suborder_findings",
+    "json_equal",
+    "load_document",
+    "to_plain",
+    "validate_call",
+    "validate_event",
+    "validate_order",
+    "validate_report",
+    "validate_review",
+    "validate_suborder",
+    "version_findings",
+]
+
+DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+"""Largest document :func:`load_document` reads, in bytes."""
+DEFAULT_MAX_DEPTH = 64
+"""Deepest nesting of arrays and objects a document may have."""
+_DEPTH_CEILING = 512  # beyond this the recursive walk itself would be at risk
+_MAX_INT_BITS = 13_000  # about 3900 digits: Python refuses to print much longer ints
+
+KNOWN_VERSIONS = ("0.1", "0.2", "0.3")
+"""Versions of every document format this implementation reads."""
+
+DocType = Literal["order", "report", "pass", "call", "event", "review"]
+
+# The ``spec`` prefix of each versioned document, and its schema-rule id.
+_SPEC_PREFIX: Mapping[str, str] = {
+    "order": "awl/work-order@",
+    "report": "awl/work-report@",
+    "pass": "awl/delegation-pass@",
+}
+_SCHEMA_RULE: Mapping[str, str] = {
+    "order": "O1", "report": "R1", "pass": "P1", "call": "K1", "event": "E1", "review": "W1",
+}
+_MODELS: Mapping[str, type[BaseModel]] = {
+    "order": WorkOrder, "report": WorkReport, "pass": PassClaims,
+    "call": CallRecord, "event": Event, "review": Review,
+}
+_VERSION_RE = re.compile(r"^awl/[a-z-]+@(?P<v>[0-9]+\.[0-9]+)$")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_M = TypeVar("_M", bound=BaseModel)
+
+
+# --------------------------------------------------------------------------- reading input
+
+def load_document(source: bytes | bytearray | str | os.PathLike[str], *,
+                  max_bytes: int = DEFAULT_MAX_BYTES,
+                  max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
+    """Read one JSON document strictly.
+
+    Args:
+        source: the document as UTF-8 bytes, as text, or a path to a file holding it.
+        max_bytes: the largest document accepted.
+        max_depth: the deepest nesting of arrays and objects accepted.
+
+    Returns:
+        The JSON data (dicts, lists, str, int, float, bool, None).
+
+    Raises:
+        DocumentError: the input is not one UTF-8 JSON document within the limits, or it has
+            duplicate keys, NaN or Infinity.
+    """
+    if isinstance(source, os.PathLike):
+        source = _read_file(Path(source), max_bytes)
+    if isinstance(source, bytes | bytearray):
+        if len(source) > max_bytes:
+            raise DocumentError(f"document is larger than {_size(max_bytes)}; "
+                                "split it or raise the limit")
+        try:
+            text = bytes(source).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DocumentError(f"document is not UTF-8 text (bad byte at offset {exc.start}); "
+                                "save it as UTF-8 JSON") from None
+    elif isinstance(source, str):
+        text = source
+        if len(text) > max_bytes:  # every character is at least one UTF-8 byte
+            raise DocumentError(f"document is larger than {_size(max_bytes)}; "
+                                "split it or raise the limit")
+    else:
+        raise DocumentError(f"cannot read a document from {type(source).__name__}; "
+                            "give bytes, text or a path")
+    text = text.removeprefix("\ufeff")  # editors add a byte-order mark; it carries nothing
+    try:
+        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise DocumentError(f"not valid JSON: {exc.msg} at line {exc.lineno} column "
+                            f"{exc.colno}") from None
+    except RecursionError:
+        raise DocumentError(f"document nests deeper than {max_depth} levels") from None
+    except ValueError as exc:  # raised by the hooks below, or for an absurdly long number
+        raise DocumentError(str(exc).splitlines()[0]) from None
+    return to_plain(data, max_depth=max_depth, max_bytes=max_bytes)
+
+
+def _read_file(path: Path, max_bytes: int) -> bytes:
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(max_bytes + 1)
+    except OSError as exc:
+        raise DocumentError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return data
+
+
+def _size(n: int) -> str:
+    return f"{n // (1024 * 1024)} MiB" if n % (1024 * 1024) == 0 else f"{n} bytes"
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {_show(key)} in an object; keep only one")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number; write a finite number or null")
+
+
+def _show(value: str, limit: int = 60) -> str:
+    return repr(value if len(value) <= limit else value[:limit] + "…")
+
+
+def to_plain(value: Any, *, max_depth: int = DEFAULT_MAX_DEPTH,
+             max_bytes: int = DEFAULT_MAX_BYTES) -> Any:
+    """A plain-JSON copy of ``value``: models dumped, tuples as lists, everything checked.
+
+    Raises:
+        DocumentError: ``value`` holds something JSON cannot (bytes, NaN, non-string keys,
+            lone surrogates, other objects), nests deeper than ``max_depth``, or is larger
+            than about ``max_bytes``.
+    """
+    if not 1 <= max_depth <= _DEPTH_CEILING:
+        raise ValueError(f"max_depth must be between 1 and {_DEPTH_CEILING}")
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    walker = _Walker(max_depth, max_bytes)
+    return walker.copy(value, 1, ())
+
+
+class _Walker:
+    """Copies JSON-like data while counting depth and approximate size."""
+
+    def __init__(self, max_depth: int, max_bytes: int) -> None:
+        self.max_depth = max_depth
+        self.max_bytes = max_bytes
+        self.size = 0
+
+    def _grow(self, n: int) -> None:
+        self.size += n
+        if self.size > self.max_bytes:
+            raise DocumentError(f"document is larger than {_size(self.max_bytes)}; "
+                                "split it or raise the limit")
+
+    def _refuse(self, what: str, path: tuple[str | int, ...]) -> DocumentError:
+        return DocumentError(f"not a JSON document: {what} at {pointer(*path) or '/'}")
+
+    def copy(self, value: Any, depth: int, path: tuple[str | int, ...]) -> Any:
+        if value is None or isinstance(value, bool):
+            self._grow(5)
+            return value
+        if isinstance(value, str):
+            self._grow(len(value) + 2)
+            if _SURROGATE.search(value):
+                raise self._refuse("a string with a lone surrogate", path)
+            return value
+        if isinstance(value, int):
+            if value.bit_length() > _MAX_INT_BITS:
+                raise self._refuse("an integer too large to print", path)
+            self._grow(8)
+            return int(value)
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise self._refuse(f"{value!r} (not a JSON number)", path)
+            self._grow(8)
+            return float(value)
+        if isinstance(value, Mapping | list | tuple):
+            if depth > self.max_depth:
+                raise DocumentError(f"document nests deeper than {self.max_depth} levels")
+            self._grow(2)
+            if isinstance(value, Mapping):
+                out: dict[str, Any] = {}
+                for key, item in value.items():
+                    if not isinstance(key, str):
+                        raise self._refuse(f"a {type(key).__name__} key", path)
+                    if _SURROGATE.search(key):
+                        raise self._refuse("a key with a lone surrogate", path)
+                    self._grow(len(key) + 3)
+                    out[key] = self.copy(item, depth + 1, (*path, key))
+                return out
+            return [self.copy(item, depth + 1, (*path, i)) for i, item in enumerate(value)]
+        raise self._refuse(f"a {type(value).__name__} value", path)
+
+
+# --------------------------------------------------------------------------- structure
+
+def version_findings(data: Any, doc_type: str) -> list[Finding]:
+    """Rule V1: a versioned document names a version this implementation reads.
+
+    A ``spec`` that is not even of the form ``awl/<format>@X.Y`` is left to the schema rule.
+    """
+    prefix = _SPEC_PREFIX.get(doc_type)
+    if prefix is None or not isinstance(data, dict):
+        return []
+    spec = data.get("spec")
+    if not isinstance(spec, str) or not spec.startswith(prefix):
+        return []
+    m = _VERSION_RE.match(spec)
+    if m is None or m.group("v") in KNOWN_VERSIONS:
+        return []
+    return [Finding("V1", "invalid", "/spec",
+                    f"version {m.group('v')} of {prefix[:-1]} is not one this reader knows "
+                    f"({', '.join(KNOWN_VERSIONS)})")]
+
+
+def check_structure(doc: Any, doc_type: DocType) -> tuple[Any, BaseModel | None, list[Finding]]:
+    """Read a document and run its version rule and schema rule.
+
+    The building block of every ``iter_*_findings``; the pass checks use it too.
+
+    Returns:
+        ``(data, model, findings)``: the plain JSON data, the model (None when a finding
+        stopped the checks), and the V1 / schema findings.
+
+    Raises:
+        DocumentError: ``doc`` cannot be a JSON document at all.
+    """
+    data = to_plain(doc)
+    found = version_findings(data, doc_type)
+    if found:
+        return data, None, found
+    rule = _SCHEMA_RULE[doc_type]
+    found = list(schema_findings(doc_type, data, rule))
+    if found:
+        return data, None, found
+    model_cls = _MODELS[doc_type]
+    try:
+        model = model_cls.model_validate(data, by_alias=True, by_name=False)
+    except ValidationError as exc:
+        # The schema is normative; the models agree with it on every conformance case. If
+        # they ever differ, say so as a schema finding rather than fail.
+        return data, None, [
+            Finding(rule, "invalid", pointer(*err["loc"]), err["msg"])
+            for err in exc.errors(include_url=False, include_input=False)
+        ]
+    return data, model, []
+
+
+def _context(doc: Any, doc_type: DocType, model_cls: type[_M], role: str) -> _M:
+    """A document given as context (a report's order, a parent), which must be valid."""
+    _, model, found = check_structure(doc, doc_type)
+    if model is None:
+        first = found[0]
+        raise DocumentError(f"the {role} given is not a valid {doc_type}: {first.rule} "
+                            f"{first.path or '/'}: {first.message}")
+    return cast(_M, model)
+
+
+# --------------------------------------------------------------------------- order
+
+def iter_order_findings(doc: Any) -> Iterator[Finding]:
+    """Every finding of a Work Order on its own (V1, O1-O6).
+
+    Raises:
+        DocumentError: ``doc`` cannot be a JSON document at all.
+    """
+    _, model, found = check_structure(doc, "order")
+    yield from found
+    if model is not None:
+        yield from _order_rules(cast(WorkOrder, model))
+
+
+def _order_rules(order: WorkOrder) -> Iterator[Finding]:
+    seen: set[str] = set()
+    for i, criterion in enumerate(order.criteria):
+        if criterion.id in seen:
+            yield Finding("O2", "invalid", pointer("criteria", i, "id"),
+                          f"criterion id {_show(criterion.id)} is used twice")
+        seen.add(criterion.id)
+    if parse_time(order.deadline) <= parse_time(order.created_at):
+        yield Finding("O3", "invalid", "/deadline", "deadline is not after created_at")
+    if order.output_schema is not None:
+        problem = _schema_problem(order.output_schema)
+        if problem is not None:
+            yield Finding("O4", "invalid", "/output_schema",
+                          f"output_schema is not a valid JSON Schema 2020-12: {problem}")
+    for i, pattern in enumerate(order.staged):
+        if not covered_by_any(order.tools, pattern):
+            yield Finding("O5", "invalid", pointer("staged", i),
+                          f"staged pattern {_show(pattern)} is not covered by tools")
+    if order.parent_id is not None and order.parent_id == order.id:
+        yield Finding("O6", "invalid", "/parent_id", "parent_id is the order's own id")
+    if order.continues is not None and order.continues == order.id:
+        yield Finding("O6", "invalid", "/continues", "continues is the order's own id")
+
+
+_META_VALIDATOR = Draft202012Validator(Draft202012Validator.META_SCHEMA,
+                                       format_checker=Draft202012Validator.FORMAT_CHECKER)
+
+
+def _schema_problem(schema: Any) -> str | None:
+    try:
+        errors = sorted(_META_VALIDATOR.iter_errors(schema), key=lambda e: e.path)
+    except RecursionError:
+        return "nested too deeply"
+    if not errors:
+        return None
+    error = errors[0]
+    where = pointer(*error.absolute_path) or "/"
+    return f"at {where}: {error.message[:200]}"
+
+
+def is_valid_order(doc: Any) -> bool:
+    """Whether the order has no ``invalid`` finding."""
+    return _no_invalid(iter_order_findings(doc))
+
+
+def validate_order(doc: Any) -> WorkOrder:
+    """The order as a model, when it has no ``invalid`` finding.
+
+    Raises:
+        ValidationFailed: with every finding, when one is ``invalid``.
+        DocumentError: ``doc`` cannot be a JSON document at all.
+    """
+    _raise_if_invalid("work order", list(iter_order_findings(doc)))
+    return WorkOrder.model_validate(to_plain(doc), by_alias=True, by_name=False)
+
+
+# --------------------------------------------------------------------------- sub-order
+
+def iter_suborder_findings(child: Any, parent: Any) -> Iterator[Finding]:
+    """Every finding of a sub-order: its own order findings, then C1-C5 against ``parent``.
+
+    Authority only shrinks: budget, tools and deadline stay within the parent's, and a tool
+    the parent stages stays staged.
+
+    Raises:
+        DocumentError: ``child`` cannot be a JSON document, or ``parent`` is not a valid order.
+    """
+    parent_order = _context(parent, "order", WorkOrder, "parent")
+    _, model, found = check_structure(child, "order")
+    yield from found
+    if model is None:
+        return
+    order = cast(WorkOrder, model)
+    yield from _order_rules(order)
+    yield from _suborder_rules(order, parent_order)
+
+
+def _suborder_rules(child: WorkOrder, parent: WorkOrder) -> Iterator[Finding]:
+    child_budget = child.budget.units()
+    for unit, limit in parent.budget.units().items():
+        value = child_budget.get(unit)
+        if value is None:
+            yield Finding("C1", "invalid", pointer("budget", unit),
+                          f"the parent budgets {unit}; the sub-order must too")
+        elif value > limit:
+            yield Finding("C1", "invalid", pointer("budget", unit),
+                          f"{unit} {value} is more than the parent's {limit}")
+    for i, pattern in enumerate(child.tools):
+        if not covered_by_any(parent.tools, pattern):
+            yield Finding("C2", "invalid", pointer("tools", i),
+                          f"tool pattern {_show(pattern)} is not covered by the parent's tools")
+    if parse_time(child.deadline) > parse_time(parent.deadline):
+        yield Finding("C3", "invalid", "/deadline", "deadline is after the parent's deadline")
+    for i, pattern in enumerate(child.tools):
+        for staged in parent.staged:
+            shared = overlap(pattern, staged)
+            if shared is not None and not covered_by_any(child.staged, shared):
+                yield Finding("C4", "invalid", pointer("tools", i),
+                              f"the parent stages {_show(staged)}; the sub-order must stage "
+                              f"{_show(shared)} too")
+                break
+    if child.parent_id != parent.id:
+        yield Finding("C5", "invalid", "/parent_id",
+                      f"parent_id must be the parent's id {_show(parent.id)}")
+
+
+def is_valid_suborder(child: Any, parent: Any) -> bool:
+    """Whether the sub-order has no ``invalid`` finding against its parent."""
+    return _no_invalid(iter_suborder_findings(child, parent))
+
+
+def validate_suborder(child: Any, parent: Any) -> WorkOrder:
+    """The sub-order as a model, when it has no ``invalid`` finding against its parent.
+
+    Raises:
+        ValidationFailed: with every finding, when one is ``invalid``.
+        DocumentError: ``child`` cannot be a JSON document, or ``parent`` is not a valid order.
+    """
+    _raise_if_invalid("sub-order", list(iter_suborder_findings(child, parent)))
+    return WorkOrder.model_validate(to_plain(child), by_alias=True, by_name=False)
+
+
+# --------------------------------------------------------------------------- report
+
+def iter_report_findings(doc: Any, order: Any = None,
+                         calls: Iterable[Any] | None = None) -> Iterator[Finding]:
+    """Every finding of a Work Report (V1, R1-R18).
+
+    Args:
+        doc: the report.
+        order: the order it answers. Without it only the rules that need no order run
+            (R1, R9, R10, R12, R14, R15).
+        calls: the order's call records. With them R16-R18 run too.
+
+    Raises:
+        DocumentError: ``doc`` cannot be a JSON document, or ``order`` / a call record is not
+            a valid one.
+    """
+    order_model = None if order is None else _context(order, "order", WorkOrder, "order")
+    call_models = None if calls is None else _calls(calls)
+    data, model, found = check_structure(doc, "report")
+    yield from found
+    if model is None:
+        return
+    report = cast(WorkReport, model)
+    yield from _report_own_rules(report)
+    if order_model is not None:
+        yield from _report_order_rules(report, data, order_model)
+    if call_models is not None:
+        yield from _report_call_rules(report, order_model, call_models)
+
+
+def _calls(calls: Iterable[Any]) -> list[CallRecord]:
+    if isinstance(calls, str | bytes | Mapping) or not isinstance(calls, Iterable):
+        raise DocumentError("calls must be a list of call records")
+    return [_context(c, "call", CallRecord, f"call record #{i}") for i, c in enumerate(calls)]
+
+
+def _report_own_rules(report: WorkReport) -> Iterator[Finding]:
+    if report.status == "blocked" and not report.questions:
+        yield Finding("R9", "invalid", "/questions", "a blocked report asks its questions")
+    if report.status == "failed" and not report.error:
+        yield Finding("R10", "invalid", "/error", "a failed report says what went wrong")
+    started = report.started_at
+    if started is not None and parse_time(started) > parse_time(report.finished_at):
+        yield Finding("R12", "invalid", "/started_at", "started_at is after finished_at")
+    for i, evidence in enumerate(report.evidence):
+        if evidence.type == "tool_call" and (evidence.ref is None or parse_ref(evidence.ref)
+                                             is None):
+            yield Finding("R14", "invalid", pointer("evidence", i, "ref"),
+                          "tool_call evidence needs a ref of the form server/tool#N")
+    seen: set[str] = set()
+    for i, effect in enumerate(report.effects or ()):
+        ref = parse_ref(effect.ref)
+        if ref is None:
+            yield Finding("R14", "invalid", pointer("effects", i, "ref"),
+                          f"effect ref {_show(effect.ref)} is not of the form server/tool#N")
+        elif ref.tool != effect.tool:
+            yield Finding("R14", "invalid", pointer("effects", i, "ref"),
+                          f"effect ref {_show(effect.ref)} names another tool than "
+                          f"{_show(effect.tool)}")
+        key = effect.ref if ref is None else str(ref)
+        if key in seen:
+            yield Finding("R15", "invalid", pointer("effects", i, "ref"),
+                          f"effect {_show(key)} is listed twice")
+        seen.add(key)
+
+
+def _report_order_rules(report: WorkReport, data: Mapping[str, Any],
+                        order: WorkOrder) -> Iterator[Finding]:
+    if report.order_id != order.id:
+        yield Finding("R2", "invalid", "/order_id",
+                      f"order_id must be the order's id {_show(order.id)}")
+    criteria = {c.id for c in order.criteria}
+    for i, evidence in enumerate(report.evidence):
+        if evidence.criterion not in criteria:
+            yield Finding("R3", "invalid", pointer("evidence", i, "criterion"),
+                          f"the order has no criterion {_show(evidence.criterion)}")
+    if report.status == "done":
+        proven = {e.criterion for e in report.evidence}
+        for criterion in order.criteria:
+            if criterion.id not in proven:
+                yield Finding("R4", "invalid", "/evidence",
+                              f"criterion {_show(criterion.id)} has no evidence")
+                proven.add(criterion.id)  # a repeated criterion id needs saying only once
+    for i, tool in enumerate(report.tools_used):
+        if not matches_any(order.tools, tool):
+            yield Finding("R5", "invalid", pointer("tools_used", i),
+                          f"tool {_show(tool)} is not among the order's tools")
+    cost = report.cost.units()
+    for unit, limit in order.budget.units().items():
+        spent = cost.get(unit)
+        if spent is None:
+            yield Finding("R6", "invalid", pointer("cost", unit),
+                          f"the order budgets {unit}; the report's cost must state it")
+        elif spent > limit:
+            yield Finding("R7", "limit", pointer("cost", unit),
+                          f"{unit} spent {spent} is over the budget of {limit}")
+    if parse_time(report.finished_at) > parse_time(order.deadline):
+        yield Finding("R8", "limit", "/finished_at", "finished after the deadline")
+    if report.status == "done" and order.output_schema is not None:
+        result = data.get("result", {})
+        if "output" not in result:
+            yield Finding("R11", "invalid", "/result/output",
+                          "the order has an output_schema; a done report gives result.output")
+        else:
+            problem = _output_problem(order.output_schema, result["output"])
+            if problem is not None:
+                yield Finding("R11", "invalid", "/result/output",
+                              f"result.output does not match the output_schema: {problem}")
+    for i, effect in enumerate(report.effects or ()):
+        if not matches_any(order.staged, effect.tool):
+            yield Finding("R13", "invalid", pointer("effects", i, "tool"),
+                          f"tool {_show(effect.tool)} is not staged by the order")
+
+
+def _output_problem(schema: Mapping[str, Any], output: Any) -> str | None:
+    # An empty registry: refs stay inside the schema and nothing is fetched from the network.
+    try:
+        checker = Draft202012Validator(schema, registry=Registry())
+        errors = sorted(checker.iter_errors(output), key=lambda e: e.path)
+    except (SchemaError, Unresolvable, re.error) as exc:
+        return f"the schema cannot be applied ({str(exc).splitlines()[0][:200]})"
+    except RecursionError:
+        return "the schema recurses without end"
+    if not errors:
+        return None
+    error = errors[0]
+    return f"at {pointer(*error.absolute_path) or '/'}: {error.message[:200]}"
+
+
+def _report_call_rules(report: WorkReport, order: WorkOrder | None,
+                       calls: Sequence[CallRecord]) -> Iterator[Finding]:
+    order_id = order.id if order is not None else report.order_id
+    recorded = {}
+    for call in calls:
+        ref = parse_ref(call.ref)
+        if call.order_id == order_id and ref is not None:
+            recorded[str(ref)] = call
+    for i, evidence in enumerate(report.evidence):
+        ref = parse_ref(evidence.ref) if evidence.type == "tool_call" and evidence.ref else None
+        if ref is not None and str(ref) not in recorded:
+            yield Finding("R16", "invalid", pointer("evidence", i, "ref"),
+                          f"no call {str(ref)!r} is recorded for this order")
+    attempt = report.attempt or 1
+    for i, effect in enumerate(report.effects or ()):
+        ref = parse_ref(effect.ref)
+        if ref is None:
+            continue  # R14 has said it
+        recorded_call = recorded.get(str(ref))
+        if recorded_call is None:
+            yield Finding("R16", "invalid", pointer("effects", i, "ref"),
+                          f"no call {str(ref)!r} is recorded for this order")
+            continue
+        call = recorded_call
+        problems = []
+        if call.outcome != "held":
+            problems.append(f"the call's outcome is {call.outcome}, not held")
+        if call.tool != effect.tool:
+            problems.append(f"the call was to {call.tool}")
+        if not json_equal(call.arguments, effect.arguments):
+            problems.append("the arguments differ from the held call's")
+        if call.attempt != attempt:
+            problems.append(f"the call was made in attempt {call.attempt}")
+        if problems:
+            yield Finding("R17", "invalid", pointer("effects", i), "; ".join(problems))
+    called = {c.tool for c in recorded.values()
+              if c.attempt == attempt and c.outcome in ("ok", "error", "held")}
+    if set(report.tools_used) != called:
+        missing = sorted(called - set(report.tools_used))
+        extra = sorted(set(report.tools_used) - called)
+        parts = ([f"called but not listed: {', '.join(missing)}"] if missing else []) + (
+            [f"listed but not called: {', '.join(extra)}"] if extra else [])
+        yield Finding("R18", "invalid", "/tools_used",
+                      f"tools_used differs from the recorded calls ({'; '.join(parts)})")
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """JSON equality: numbers by value (1 equals 1.0), booleans never equal numbers."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, str) or isinstance(b, str):
+        return isinstance(a, str) and isinstance(b, str) and a == b
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    return a is None and b is None
+
+
+def is_valid_report(doc: Any, order: Any = None, calls: Iterable[Any] | None = None) -> bool:
+    """Whether the report has no ``invalid`` finding (``limit`` findings are allowed)."""
+    return _no_invalid(iter_report_findings(doc, order, calls))
+
+
+def validate_report(doc: Any, order: Any = None,
+                    calls: Iterable[Any] | None = None) -> WorkReport:
+    """The report as a model, when it has no ``invalid`` finding.
+
+    Raises:
+        ValidationFailed: with every finding, when one is ``invalid``.
+        DocumentError: ``doc`` cannot be a JSON document, or a context document is invalid.
+    """
+    _raise_if_invalid("work report", list(iter_report_findings(doc, order, calls)))
+    return WorkReport.model_validate(to_plain(doc), by_alias=True, by_name=False)
+
+
+# --------------------------------------------------------------------------- call, event, review
+
+def iter_call_findings(doc: Any) -> Iterator[Finding]:
+    """Every finding of a gateway call record (K1-K3).
+
+    Raises:
+        DocumentError: ``doc`` cannot be a JSON document at all.
+    """
+    _, model, found = check_structure(doc, "call")
+    yield from found
+    if model is None:
+        return
+    call = cast(CallRecord, model)
+    ref = parse_ref(call.ref)
+    if ref is None:
+        yield Finding("K2", "invalid", "/ref", f"ref {_show(call.ref)} is not server/tool#N")
+    elif ref.tool != call.tool:
+        yield Finding("K2", "invalid", "/ref",
+                      f"ref {_show(call.ref)} names another tool than {_show(call.tool)}")
+    if parse_time(call.ended_at) < parse_time(call.started_at):
+        yield Finding("K3", "invalid", "/ended_at", "ended_at is before started_at")
+
+
+def iter_event_findings(doc: Any) -> Iterator[Finding]:
+    """Every finding of one lifecycle event (E1-E2).
+
+    Raises:
+        DocumentError: ``doc`` cannot be a JSON document at all.
+    """
+    _, model, found = check_structure(doc, "event")
+    yield from found
+    if model is None:
+        return
+    event = cast(Event, model)
+    if not is_row(event.from_, event.action, event.to):
+        yield Finding("E2", "invalid", "/action",
+                      f"{_show(event.action)} from {_show(str(event.from_))} to "
+                      f"{_show(event.to)} is not a row of the lifecycle table")
+
+
+def iter_review_findings(doc: Any) -> Iterator[Finding]:
+    """Every finding of a manager's review (W1-W3).
+
+    Raises:
+        DocumentError: ``doc`` cannot be a JSON document at all.
+    """
+    _, model, found = check_structure(doc, "review")
+    yield from found
+    if model is None:
+        return
+    review = cast(Review, model)
+    if review.decision == "rework" and not (review.reason or "").strip():
+        yield Finding("W2", "invalid", "/reason", "a rework says why")
+    for i, ref in enumerate(review.effects or ()):
+        if review.decision != "approve":
+            yield Finding("W3", "invalid", pointer("effects", i),
+                          "only an approval names effects to run")
+        elif parse_ref(ref) is None:
+            yield Finding("W3", "invalid", pointer("effects", i),
+                          f"{_show(ref)} is not an effect ref server/tool#N")
+
+
+def is_valid_call(doc: Any) -> bool:
+    """Whether the call record has no ``invalid`` finding."""
+    return _no_invalid(iter_call_findings(doc))
+
+
+def is_valid_event(doc: Any) -> bool:
+    """Whether the event has no ``invalid`` finding."""
+    return _no_invalid(iter_event_findings(doc))
+
+
+def is_valid_review(doc: Any) -> bool:
+    """Whether the review has no ``invalid`` finding."""
+    return _no_invalid(iter_review_findings(doc))
+
+
+def validate_call(doc: Any) -> CallRecord:
+    """The call record as a model, when it has no ``invalid`` finding.
+
+    Raises:
+        ValidationFailed: with every finding, when one is ``invalid``.
+        DocumentError: ``doc`` cannot be a JSON document at all.
+    """
+    _raise_if_invalid("call record", list(iter_call_findings(doc)))
+    return CallRecord.model_validate(to_plain(doc), by_alias=True, by_name=False)
+
+
+def validate_event(doc: Any) -> Event:
+    """The event as a model, when it has no ``invalid`` finding.
+
+    Raises:
+        ValidationFailed: with every finding, when one is ``invalid``.
+        DocumentError: ``doc`` cannot be a JSON document at all.
+    """
+    _raise_if_invalid("event", list(iter_event_findings(doc)))
+    return Event.model_validate(to_plain(doc), by_alias=True, by_name=False)
+
+
+def validate_review(doc: Any) -> Review:
+    """The review as a model, when it has no ``invalid`` finding.
+
+    Raises:
+        ValidationFailed: with every finding, when one is ``invalid``.
+        DocumentError: ``doc`` cannot be a JSON document at all.
+    """
+    _raise_if_invalid("review", list(iter_review_findings(doc)))
+    return Review.model_validate(to_plain(doc), by_alias=True, by_name=False)
+
+
+# --------------------------------------------------------------------------- any document
+
+def detect_type(doc: Any) -> DocType:
+    """The document type: from ``spec`` for orders, reports and passes, else from its fields.
+
+    Raises:
+        DocumentError: the type cannot be told; name it explicitly.
+    """
+    if isinstance(doc, BaseModel):
+        for name, model_cls in _MODELS.items():
+            if isinstance(doc, model_cls):
+                return cast(DocType, name)
+    if isinstance(doc, Mapping):
+        spec = doc.get("spec")
+        if isinstance(spec, str):
+            for name, prefix in _SPEC_PREFIX.items():
+                if spec.startswith(prefix):
+                    return cast(DocType, name)
+        if "outcome" in doc and "ref" in doc:
+            return "call"
+        if "seq" in doc and "action" in doc:
+            return "event"
+        if "decision" in doc:
+            return "review"
+    raise DocumentError("cannot tell what kind of document this is (no known spec); "
+                        "name the type (order, report, pass, call, event, review)")
+
+
+def check(doc: Any, type: DocType | None = None, *, order: Any = None, parent: Any = None,
+          calls: Iterable[Any] | None = None, remaining: Any = None,
+          now: int | None = None) -> list[Finding]:
+    """Every finding of any document, its type detected from ``spec`` unless given.
+
+    Args:
+        doc: the document (JSON data or a model).
+        type: ``order``, ``report``, ``pass``, ``call``, ``event`` or ``review``.
+        order: for a report, the order it answers; for a pass, the order it grants.
+        parent: for an order, the parent order (runs the sub-order rules); for a pass, the
+            parent pass's claims.
+        calls: for a report, the order's call records.
+        remaining: for a pass, the budget that remains for it.
+        now: for a pass, the time to check against (seconds since the epoch).
+
+    Raises:
+        DocumentError: the input cannot be read, its type cannot be told, or a context
+            document is invalid.
+        BadRequest: the pass checks are not installed.
+    """
+    doc_type = type or detect_type(doc)
+    if doc_type == "order":
+        if parent is not None:
+            return list(iter_suborder_findings(doc, parent))
+        return list(iter_order_findings(doc))
+    if doc_type == "report":
+        return list(iter_report_findings(doc, order, calls))
+    if doc_type == "pass":
+        return list(_pass_checks()(doc, order=order, parent=parent, remaining=remaining,
+                                   now=now))
+    singles: Mapping[str, Callable[[Any], Iterator[Finding]]] = {
+        "call": iter_call_findings, "event": iter_event_findings,
+        "review": iter_review_findings,
+    }
+    if doc_type not in singles:
+        raise BadRequest(f"unknown document type {doc_type!r}; use order, report, pass, call, "
+                         "event or review")
+    return list(singles[doc_type](doc))
+
+
+def _pass_checks() -> Callable[..., Iterator[Finding]]:
+    # The pass checks live with the pass code; imported late so the core works without them.
+    try:
+        from awl import _passes  # type: ignore[attr-defined,unused-ignore]
+    except ModuleNotFoundError as exc:
+        if exc.name != "awl._passes":
+            raise
+        raise BadRequest("pass checks not installed") from None
+    found: Callable[..., Iterator[Finding]] | None = getattr(_passes, "iter_pass_findings", None)
+    if found is None:
+        raise BadRequest("pass checks not installed")
+    return found
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _no_invalid(findings: Iterable[Finding]) -> bool:
+    return not any(f.kind == "invalid" for f in findings)
+
+
+def _raise_if_invalid(what: str, findings: list[Finding]) -> None:
+    invalid = [f for f in findings if f.kind == "invalid"]
+    if invalid:
+        first = invalid[0]
+        more = f" (and {len(invalid) - 1} more)" if len(invalid) > 1 else ""
+        raise ValidationFailed(f"invalid {what}: {first.rule} {first.path or '/'}: "
+                               f"{first.message}{more}", findings=findings)
+

@@ -1,0 +1,155 @@
+"""The normative JSON Schemas and the conformance folder, wherever they are installed.
+
+A wheel carries ``schemas/`` and ``conformance/`` as package data under ``awl/_data/``; an
+editable install reads them from the repository's top level. Compiled validators are cached:
+building one costs far more than running it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+# jsonschema ships no type hints (types-jsonschema is not a dependency).
+from jsonschema import Draft202012Validator, FormatChecker  # type: ignore[import-untyped]
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+from awl._errors import AWLError
+from awl._findings import Finding, pointer
+from awl._models import parse_time
+
+__all__ = [
+    "SCHEMA_NAMES",
+    "conformance_dir",
+    "format_checker",
+    "load_schema",
+    "schema_dir",
+    "schema_findings",
+    "validator",
+]
+
+SCHEMA_NAMES = ("order", "report", "pass", "call", "event", "review")
+"""The documents that have a normative schema, by the short name the checks use."""
+
+# File stems each short name may carry; the first one found wins.
+_STEMS: Mapping[str, tuple[str, ...]] = {
+    "order": ("order", "work-order"),
+    "report": ("report", "work-report"),
+    "pass": ("pass", "delegation-pass", "pass-claims"),
+    "call": ("call", "call-record"),
+    "event": ("event",),
+    "review": ("review",),
+}
+
+_PACKAGE = Path(__file__).resolve().parent
+_MESSAGE_LIMIT = 300
+
+
+def _data_folder(name: str) -> Path | None:
+    # Installed wheels first; in an editable install the package sits in the repository.
+    for candidate in (_PACKAGE / "_data" / name, _PACKAGE.parent / name):
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def schema_dir() -> Path:
+    """The folder holding the normative ``*.schema.json`` files.
+
+    Raises:
+        AWLError: when neither the package data nor a repository checkout has them.
+    """
+    folder = _data_folder("schemas")
+    if folder is None:
+        raise AWLError("the AWL schemas are not installed: reinstall agent-work-layer")
+    return folder
+
+
+def conformance_dir() -> Path | None:
+    """The shipped conformance folder, or None when this install has none."""
+    return _data_folder("conformance")
+
+
+def load_schema(name: str) -> dict[str, Any]:
+    """The schema of one document type as JSON data (a fresh copy).
+
+    Args:
+        name: one of :data:`SCHEMA_NAMES`.
+
+    Raises:
+        KeyError: for a name that is not a document type.
+        AWLError: when the schema file is missing.
+    """
+    return json.loads(json.dumps(_schema(name)))  # type: ignore[no-any-return]
+
+
+@cache
+def _schema(name: str) -> dict[str, Any]:
+    stems = _STEMS[name]
+    folder = schema_dir()
+    for stem in stems:
+        path = folder / f"{stem}.schema.json"
+        if path.is_file():
+            data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+            return data
+    raise AWLError(f"schema {stems[0]}.schema.json is missing from {folder}")
+
+
+@cache
+def _registry() -> Registry[Any]:
+    # Every schema is registered under its $id so one may $ref another.
+    resources = []
+    for path in sorted(schema_dir().glob("*.schema.json")):
+        contents = json.loads(path.read_text(encoding="utf-8"))
+        uri = contents.get("$id") if isinstance(contents, dict) else None
+        if isinstance(uri, str):
+            resources.append((uri, Resource.from_contents(contents, DRAFT202012)))
+    return Registry().with_resources(resources)
+
+
+def _is_timestamp(value: object) -> bool:
+    if not isinstance(value, str):
+        return True  # format applies to strings only
+    try:
+        parse_time(value)
+    except ValueError:
+        return False
+    return True
+
+
+@cache
+def format_checker() -> FormatChecker:
+    """The format checker the normative schemas run with.
+
+    ``date-time`` is checked by the same parser the models use, so the schema and the models
+    agree on what a timestamp is (jsonschema alone would skip it without an extra package).
+    """
+    checker = FormatChecker()
+    checker.checks("date-time")(_is_timestamp)
+    return checker
+
+
+@cache
+def validator(name: str) -> Draft202012Validator:
+    """The compiled, cached validator for one document type (with format checks on)."""
+    return Draft202012Validator(_schema(name), registry=_registry(),
+                                format_checker=format_checker())
+
+
+def _short(message: str) -> str:
+    return message if len(message) <= _MESSAGE_LIMIT else message[:_MESSAGE_LIMIT] + "…"
+
+
+def schema_findings(name: str, data: Any, rule: str) -> Iterator[Finding]:
+    """Findings for every place ``data`` breaks the schema ``name``, under rule id ``rule``.
+
+    ``data`` must already be plain JSON data (see :func:`awl.load_document`).
+    """
+    errors = sorted(validator(name).iter_errors(data),
+                    key=lambda e: [str(p) for p in e.absolute_path])
+    for error in errors:
+        yield Finding(rule, "invalid", pointer(*error.absolute_path), _short(error.message))

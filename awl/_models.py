@@ -352,9 +352,20 @@ class Grant(_Model):
     """What a Delegation Pass allows."""
 
     order_id: Text
+    """The order the authority comes from."""
     tools: tuple[ToolPattern, ...]
+    """Tool patterns the holder may call."""
     budget: Budget
+    """Upper limits the holder may spend."""
     parent_jti: Text | None = None
+    """The pass this one was derived from (absent on a worker's pass)."""
+    manager: Principal | None = None
+    """The order's manager; a worker's pass states it."""
+    deadline: Timestamp | None = None
+    """The order's deadline; a worker's pass states it."""
+    staged: tuple[ToolPattern, ...] | None = None
+    """The order's staged patterns; a worker's pass states them so a verifier without the
+    desk knows which calls are held and that no derived pass may grant them."""
 
 
 class PassClaims(_Document):

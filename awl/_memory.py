@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast, get_args
 
@@ -90,20 +90,28 @@ def call_not_found(order_id: str, ref: str) -> NotFound:
 
 
 def exceeded_scope(
-    scopes: Sequence[Scope], counted: Iterable[tuple[str | None, float]], usd: float
+    scopes: Sequence[Scope], spent: Callable[[frozenset[str] | None], tuple[int, float]],
+    usd: float,
 ) -> str | None:
     """The name of the first scope one more call costing ``usd`` would exceed.
 
-    ``counted`` holds (pass_jti, usd) of every counted call of the order so far.
+    ``spent(jtis)`` gives the counted calls and their summed usd so far under ``jtis``
+    (all of the order's when None); it is asked only for scopes that set a limit.
     """
-    rows = list(counted)
     for scope in scopes:
-        mine = [u for jti, u in rows if scope.jtis is None or jti in scope.jtis]
-        if scope.max_calls is not None and len(mine) + 1 > scope.max_calls:
+        if scope.max_calls is None and scope.max_usd is None:
+            continue
+        calls, used = spent(scope.jtis)
+        if scope.max_calls is not None and calls + 1 > scope.max_calls:
             return scope.name
-        if scope.max_usd is not None and sum(mine) + usd > scope.max_usd + USD_TOLERANCE:
+        if scope.max_usd is not None and used + usd > scope.max_usd + USD_TOLERANCE:
             return scope.name
     return None
+
+
+def may_take(current: LockInfo | None, replace_: LockInfo | None) -> bool:
+    """Whether a lock now held as ``current`` may be taken by one expecting ``replace_``."""
+    return current is None or (replace_ is not None and current == replace_)
 
 
 def new_call(
@@ -116,6 +124,14 @@ def new_call(
         "pass_jti": pass_jti, "outcome": "pending", "started_at": started_at,
         "ended_at": started_at,
     }, n)
+
+
+def record_order_id(fields: dict[str, Any]) -> str:
+    """The order a call record to store belongs to; BadRequest when it names none."""
+    order_id = fields.get("order_id")
+    if not isinstance(order_id, str):
+        raise BadRequest("a call record needs an 'order_id' string")
+    return order_id
 
 
 def make_call(fields: dict[str, Any], n: int) -> CallRecord:
@@ -339,8 +355,12 @@ class MemoryStore:
         """Atomically number and record a call that counts, or name the scope it exceeds."""
         with self._lock:
             found = self._get(order_id)
-            counted = ((c.record.pass_jti, c.usd) for c in found.calls.values() if c.counted)
-            over = exceeded_scope(scopes, counted, usd)
+            def spent(jtis: frozenset[str] | None) -> tuple[int, float]:
+                mine = [c.usd for c in found.calls.values()
+                        if c.counted and (jtis is None or c.record.pass_jti in jtis)]
+                return len(mine), sum(mine)
+
+            over = exceeded_scope(scopes, spent, usd)
             if over is not None:
                 return over
             n = len(found.calls) + 1
@@ -354,9 +374,7 @@ class MemoryStore:
     def record_call(self, record_fields: dict[str, Any]) -> CallRecord:
         """Number and store a call that does not count (a refusal)."""
         fields = copy.deepcopy(record_fields)
-        order_id = fields.get("order_id")
-        if not isinstance(order_id, str):
-            raise BadRequest("a call record needs an 'order_id' string")
+        order_id = record_order_id(fields)
         with self._lock:
             found = self._get(order_id)
             n = len(found.calls) + 1
@@ -435,8 +453,7 @@ class MemoryStore:
         """Take the named lock if free, or if it is still exactly ``replace``."""
         check_takeover(info, replace)
         with self._lock:
-            current = self._locks.get(info.name)
-            if current is not None and (replace is None or current != replace):
+            if not may_take(self._locks.get(info.name), replace):
                 return False
             self._locks[info.name] = copy.deepcopy(info)
             return True

@@ -25,7 +25,7 @@ def _open(kind: str, path: Path) -> Store:
     return SQLiteStore(path / "desk.sqlite3")
 
 
-STORES = ["memory"]
+STORES = ["memory", "sqlite"]
 
 
 @pytest.fixture(params=STORES)

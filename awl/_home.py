@@ -1,0 +1,63 @@
+"""The home folder: where a desk keeps its SQLite file and keys.
+
+``AWL_HOME`` names it, else ``./.awl`` in the working directory. A folder this module
+creates is private to its owner and ignores itself in git, so a desk never ends up in a
+commit by accident.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from awl._errors import BadRequest
+from awl._sqlite import SQLiteStore
+
+__all__ = ["DESK_FILE", "ENV_VAR", "default_store", "home_dir"]
+
+ENV_VAR = "AWL_HOME"
+DESK_FILE = "desk.sqlite3"
+
+
+def home_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """The home folder, created if absent.
+
+    Args:
+        explicit: A folder to use instead of ``AWL_HOME`` and ``./.awl``.
+
+    Returns:
+        The folder. When this call creates it, it is made with mode 0700 and given a
+        ``.gitignore`` holding ``*``; an existing folder is left as it is.
+
+    Raises:
+        BadRequest: The path exists and is not a folder, or cannot be created.
+    """
+    if explicit is not None:
+        path = Path(explicit)
+    elif os.environ.get(ENV_VAR):
+        path = Path(os.environ[ENV_VAR])
+    else:
+        path = Path.cwd() / ".awl"
+    path = path.expanduser()
+    if path.is_dir():
+        return path
+    try:
+        path.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        if not path.is_dir():
+            raise BadRequest(
+                f"the AWL home {path} exists and is not a folder; set {ENV_VAR} to a folder"
+            ) from None
+        return path  # another process created it first; it writes the .gitignore
+    except OSError as exc:
+        raise BadRequest(
+            f"cannot create the AWL home {path} ({exc.strerror}); set {ENV_VAR} to a "
+            "writable folder"
+        ) from None
+    (path / ".gitignore").write_text("*\n", encoding="utf-8")
+    return path
+
+
+def default_store(explicit: str | os.PathLike[str] | None = None) -> SQLiteStore:
+    """The SQLite store in ``desk.sqlite3`` under :func:`home_dir`."""
+    return SQLiteStore(home_dir(explicit) / DESK_FILE)

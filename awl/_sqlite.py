@@ -1,0 +1,622 @@
+"""The SQLite store: the embedded default, one file shared safely by several processes.
+
+The file is in WAL mode, so readers never wait for the writer, with ``synchronous=FULL``, so
+a committed write (an effect marked ``dispatching`` above all) is on disk before the call
+returns: that fsync is what makes committing effects at most once survive a power cut.
+Every write is one ``BEGIN IMMEDIATE`` transaction: it takes the write lock before reading
+what it checks (the seq, an effect's state, a lock's holder, the calls counted so far), so
+the check and the write can never be split by another process. Reads that touch several
+tables run in one read transaction and so see one snapshot.
+
+Connections come from a small pool rather than one per thread: a thread may use any idle
+connection, and a pool never grows past the number of calls running at once (worker threads
+that come and go leave nothing behind).
+
+Documents are kept as JSON text exactly as their models dump them; the columns beside them
+exist only to filter, order and check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from awl._errors import AWLError, Conflict
+from awl._memory import (
+    call_not_found,
+    call_number,
+    check_first_event,
+    check_takeover,
+    exceeded_scope,
+    finished_call,
+    make_call,
+    may_take,
+    new_call,
+    next_effect,
+    order_exists_conflict,
+    order_not_found,
+    record_order_id,
+    seq_conflict,
+    timestamp,
+)
+from awl._models import CallRecord, Event, Review, WorkOrder, WorkReport
+from awl._store import EffectState, LockInfo, OrderRecord, Scope, Settlement, Usage
+
+__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+
+# Each entry moves the schema up one version; entries are never edited once released, a
+# change is a new entry. Statements run one by one inside the migrating transaction
+# (executescript would commit on its own).
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE orders (
+            pos INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            doc TEXT NOT NULL,
+            state TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            worker TEXT NOT NULL,
+            manager TEXT NOT NULL,
+            parent_id TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        )""",
+        # Every listing filter with the newest-first order, so a filtered page on a large
+        # desk reads only the rows it returns.
+        "CREATE INDEX orders_by_state ON orders (state, pos)",
+        "CREATE INDEX orders_by_worker ON orders (worker, pos)",
+        "CREATE INDEX orders_by_manager ON orders (manager, pos)",
+        "CREATE INDEX orders_by_parent ON orders (parent_id, pos)",
+        """CREATE TABLE events (
+            order_id TEXT NOT NULL REFERENCES orders (id),
+            seq INTEGER NOT NULL,
+            doc TEXT NOT NULL,
+            PRIMARY KEY (order_id, seq)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE reports (
+            order_id TEXT NOT NULL REFERENCES orders (id),
+            idx INTEGER NOT NULL,
+            doc TEXT NOT NULL,
+            PRIMARY KEY (order_id, idx)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE reviews (
+            order_id TEXT NOT NULL REFERENCES orders (id),
+            idx INTEGER NOT NULL,
+            doc TEXT NOT NULL,
+            PRIMARY KEY (order_id, idx)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE calls (
+            order_id TEXT NOT NULL REFERENCES orders (id),
+            n INTEGER NOT NULL,
+            pass_jti TEXT,
+            attempt INTEGER NOT NULL,
+            counted INTEGER NOT NULL,
+            usd REAL NOT NULL,
+            started REAL NOT NULL,
+            doc TEXT NOT NULL,
+            PRIMARY KEY (order_id, n)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE effects (
+            order_id TEXT NOT NULL REFERENCES orders (id),
+            n INTEGER NOT NULL,
+            doc TEXT NOT NULL,
+            PRIMARY KEY (order_id, n)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE locks (
+            name TEXT PRIMARY KEY,
+            doc TEXT NOT NULL
+        )""",
+        """CREATE TABLE revocations (
+            jti TEXT PRIMARY KEY,
+            reason TEXT NOT NULL,
+            at TEXT NOT NULL
+        )""",
+        """CREATE TABLE tokens (
+            token_hash TEXT PRIMARY KEY,
+            principal TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        )""",
+    ),
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)
+"""The schema version this code writes; a desk file is migrated up to it when opened."""
+
+
+def _dump(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+def _jti_filter(jtis: frozenset[str] | None) -> tuple[str, list[str]]:
+    if jtis is None:
+        return "", []
+    if not jtis:
+        return " AND 0", []
+    return f" AND pass_jti IN ({','.join('?' * len(jtis))})", sorted(jtis)
+
+
+def _effect_doc(effect: EffectState) -> str:
+    return _dump(asdict(effect))
+
+
+def _effect_from(doc: str) -> EffectState:
+    data = json.loads(doc)
+    settled = data.pop("settlement")
+    return EffectState(**data, settlement=None if settled is None else Settlement(**settled))
+
+
+def _lock_from(doc: str) -> LockInfo:
+    return LockInfo(**json.loads(doc))
+
+
+class SQLiteStore:
+    """A :class:`awl._store.Store` in one SQLite file, safe across threads and processes.
+
+    Args:
+        path: The desk file; created (with its schema) if absent.
+        timeout: Seconds a write waits for another writer before giving up with Conflict.
+
+    Raises:
+        AWLError: The file was written by a newer version of this library.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> with SQLiteStore(pathlib.Path(tempfile.mkdtemp()) / "desk.sqlite3") as store:
+        ...     store.list_orders()
+        []
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
+        self.path = Path(path)
+        self._timeout = timeout
+        self._idle: list[sqlite3.Connection] = []
+        self._guard = threading.Lock()
+        self._closed = False
+        with self._connection() as conn:
+            self._migrate(conn)
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # Connections and transactions -------------------------------------------------------
+    def _open(self) -> sqlite3.Connection:
+        # isolation_level=None: the module opens no transactions of its own; we say BEGIN.
+        conn = sqlite3.connect(
+            self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False
+        )
+        conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        return conn
+
+    @contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        with self._guard:
+            if self._closed:
+                raise AWLError(f"the desk store {self.path} is closed")
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = self._open()
+        try:
+            yield conn
+        finally:
+            with self._guard:
+                if self._closed:
+                    conn.close()
+                else:
+                    self._idle.append(conn)
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._connection() as conn:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise Conflict(
+                    f"the desk {self.path} stayed busy for {self._timeout:g} s ({exc}); "
+                    "nothing was written, retry"
+                ) from None
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._connection() as conn:
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("CREATE TABLE IF NOT EXISTS awl_schema (version INTEGER NOT NULL)")
+            row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
+            version = row[0] or 0
+            if version > SCHEMA_VERSION:
+                raise AWLError(
+                    f"the desk {self.path} has schema version {version}, newer than this "
+                    f"awl ({SCHEMA_VERSION}); upgrade agent-work-layer to open it"
+                )
+            for number in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[number]:
+                    conn.execute(statement)
+                conn.execute("INSERT INTO awl_schema (version) VALUES (?)", (number + 1,))
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def schema_version(self) -> int:
+        """The schema version of the open desk file."""
+        with self._read() as conn:
+            return int(conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()[0])
+
+    def close(self) -> None:
+        """Close every connection; calls after this raise."""
+        with self._guard:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    @staticmethod
+    def _seq(conn: sqlite3.Connection, order_id: str) -> int:
+        row = conn.execute("SELECT seq FROM orders WHERE id = ?", (order_id,)).fetchone()
+        if row is None:
+            raise order_not_found(order_id)
+        return int(row[0])
+
+    # Orders and their logs -----------------------------------------------------------
+    def create_order(self, order: WorkOrder, event: Event) -> None:
+        """Store a new order with its first event (seq 1); its state is ``event.to``."""
+        check_first_event(order, event)
+        with self._write() as conn:
+            row = conn.execute("SELECT seq FROM orders WHERE id = ?", (order.id,)).fetchone()
+            if row is not None:
+                raise order_exists_conflict(order.id, int(row[0]))
+            conn.execute(
+                "INSERT INTO orders (id, doc, state, seq, worker, manager, parent_id,"
+                " created_at, updated_at) VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?)",
+                (order.id, _dump(order.to_json()), event.to, order.to, order.manager,
+                 order.parent_id, order.created_at, event.at),
+            )
+            conn.execute(
+                "INSERT INTO events (order_id, seq, doc) VALUES (?, 1, ?)",
+                (order.id, _dump(event.to_json())),
+            )
+
+    def load(self, order_id: str) -> OrderRecord:
+        """The order and all it carries. NotFound if absent."""
+        found = self._records("WHERE id = ?", [order_id], None, 0)
+        if not found:
+            raise order_not_found(order_id)
+        return found[0]
+
+    def _records(self, where: str, params: list[Any], limit: int | None,
+                 offset: int) -> list[OrderRecord]:
+        page = f"SELECT id FROM orders {where} ORDER BY pos DESC LIMIT ? OFFSET ?"
+        page_params = [*params, -1 if limit is None else limit, offset]
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT id, doc, state, seq, updated_at FROM orders {where}"
+                " ORDER BY pos DESC LIMIT ? OFFSET ?", page_params,
+            ).fetchall()
+            extra: dict[str, dict[str, list[str]]] = {}
+            if rows:
+                for table in ("reports", "reviews"):
+                    for oid, doc in conn.execute(
+                        f"SELECT order_id, doc FROM {table} WHERE order_id IN ({page})"
+                        " ORDER BY order_id, idx", page_params,
+                    ):
+                        extra.setdefault(oid, {}).setdefault(table, []).append(doc)
+        records = []
+        for oid, doc, state, seq, updated_at in rows:
+            mine = extra.get(oid, {})
+            records.append(OrderRecord(
+                order=WorkOrder.model_validate_json(doc), state=state, seq=seq,
+                reports=tuple(WorkReport.model_validate_json(d) for d in mine.get("reports", ())),
+                reviews=tuple(Review.model_validate_json(d) for d in mine.get("reviews", ())),
+                updated_at=updated_at,
+            ))
+        return records
+
+    def append(
+        self,
+        order_id: str,
+        event: Event,
+        *,
+        state: str,
+        report: WorkReport | None = None,
+        review: Review | None = None,
+    ) -> None:
+        """Append ``event`` if its seq follows the stored one, else Conflict."""
+        with self._write() as conn:
+            seq = self._seq(conn, order_id)
+            if event.seq != seq + 1:
+                raise seq_conflict(order_id, event, seq)
+            conn.execute(
+                "INSERT INTO events (order_id, seq, doc) VALUES (?, ?, ?)",
+                (order_id, event.seq, _dump(event.to_json())),
+            )
+            conn.execute(
+                "UPDATE orders SET seq = ?, state = ?, updated_at = ? WHERE id = ?",
+                (event.seq, state, event.at, order_id),
+            )
+            for table, doc in (("reports", report), ("reviews", review)):
+                if doc is not None:
+                    conn.execute(
+                        f"INSERT INTO {table} (order_id, idx, doc) VALUES (?, (SELECT"
+                        f" COUNT(*) FROM {table} WHERE order_id = ?), ?)",
+                        (order_id, order_id, _dump(doc.to_json())),
+                    )
+
+    def events(self, order_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
+        """Events with seq > ``after``, in order (at most ``limit``)."""
+        with self._read() as conn:
+            self._seq(conn, order_id)
+            rows = conn.execute(
+                "SELECT doc FROM events WHERE order_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (order_id, after, -1 if limit is None else limit),
+            ).fetchall()
+        return [Event.model_validate_json(doc) for (doc,) in rows]
+
+    def list_orders(
+        self,
+        *,
+        state: str | Sequence[str] | None = None,
+        worker: str | None = None,
+        manager: str | None = None,
+        parent_id: str | None = None,
+        limit: int | None = 100,
+        offset: int = 0,
+    ) -> list[OrderRecord]:
+        """Orders matching every filter given, most recently created first."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        if state is not None:
+            states = [state] if isinstance(state, str) else list(state)
+            if not states:
+                return []
+            clauses.append(f"state IN ({','.join('?' * len(states))})")
+            params.extend(states)
+        for column, value in (("worker", worker), ("manager", manager),
+                              ("parent_id", parent_id)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        return self._records(where, params, limit, offset)
+
+    # Gateway call records --------------------------------------------------------------
+    @staticmethod
+    def _next_n(conn: sqlite3.Connection, order_id: str) -> int:
+        row = conn.execute(
+            "SELECT COALESCE(MAX(n), 0) + 1 FROM calls WHERE order_id = ?", (order_id,)
+        ).fetchone()
+        return int(row[0])
+
+    @staticmethod
+    def _insert_call(conn: sqlite3.Connection, record: CallRecord, n: int, *, counted: bool,
+                     usd: float) -> None:
+        conn.execute(
+            "INSERT INTO calls (order_id, n, pass_jti, attempt, counted, usd, started, doc)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (record.order_id, n, record.pass_jti, record.attempt, int(counted), usd,
+             timestamp(record.started_at), _dump(record.to_json())),
+        )
+
+    def reserve_call(
+        self,
+        order_id: str,
+        *,
+        attempt: int,
+        tool: str,
+        arguments: dict[str, Any],
+        pass_jti: str | None,
+        usd: float,
+        started_at: str,
+        scopes: Sequence[Scope],
+    ) -> CallRecord | str:
+        """Atomically number and record a call that counts, or name the scope it exceeds."""
+        with self._write() as conn:
+            self._seq(conn, order_id)
+
+            def spent(jtis: frozenset[str] | None) -> tuple[int, float]:
+                clause, params = _jti_filter(jtis)
+                row = conn.execute(
+                    "SELECT COUNT(*), TOTAL(usd) FROM calls WHERE order_id = ? AND counted = 1"
+                    + clause, (order_id, *params),
+                ).fetchone()
+                return int(row[0]), float(row[1])
+
+            over = exceeded_scope(scopes, spent, usd)
+            if over is not None:
+                return over
+            n = self._next_n(conn, order_id)
+            record = new_call(
+                order_id, n, attempt=attempt, tool=tool, arguments=arguments,
+                pass_jti=pass_jti, started_at=started_at,
+            )
+            self._insert_call(conn, record, n, counted=True, usd=usd)
+            return record
+
+    def record_call(self, record_fields: dict[str, Any]) -> CallRecord:
+        """Number and store a call that does not count (a refusal)."""
+        order_id = record_order_id(record_fields)
+        with self._write() as conn:
+            self._seq(conn, order_id)
+            n = self._next_n(conn, order_id)
+            record = make_call(record_fields, n)
+            self._insert_call(conn, record, n, counted=False, usd=0.0)
+            return record
+
+    @staticmethod
+    def _call(conn: sqlite3.Connection, order_id: str, ref: str) -> tuple[int, CallRecord]:
+        n, tool = call_number(order_id, ref)
+        row = conn.execute(
+            "SELECT doc FROM calls WHERE order_id = ? AND n = ?", (order_id, n)
+        ).fetchone()
+        record = None if row is None else CallRecord.model_validate_json(row[0])
+        if record is None or record.tool != tool:
+            SQLiteStore._seq(conn, order_id)
+            raise call_not_found(order_id, ref)
+        return n, record
+
+    def finish_call(
+        self, order_id: str, ref: str, *, outcome: str, result: dict[str, Any] | None,
+        error: str | None, ended_at: str,
+    ) -> CallRecord:
+        """Set the outcome of a reserved call."""
+        with self._write() as conn:
+            n, old = self._call(conn, order_id, ref)
+            record = finished_call(old, ref, outcome=outcome, result=result, error=error,
+                                   ended_at=ended_at)
+            conn.execute(
+                "UPDATE calls SET doc = ? WHERE order_id = ? AND n = ?",
+                (_dump(record.to_json()), order_id, n),
+            )
+            return record
+
+    def calls(self, order_id: str, *, attempt: int | None = None) -> list[CallRecord]:
+        """The order's call records by N."""
+        with self._read() as conn:
+            self._seq(conn, order_id)
+            rows = conn.execute(
+                "SELECT doc FROM calls WHERE order_id = ?"
+                + ("" if attempt is None else " AND attempt = ?") + " ORDER BY n",
+                (order_id,) if attempt is None else (order_id, attempt),
+            ).fetchall()
+        return [CallRecord.model_validate_json(doc) for (doc,) in rows]
+
+    def usage(self, order_id: str, jtis: frozenset[str] | None = None) -> Usage:
+        """Counted calls and USD so far (for the calls under ``jtis`` if given)."""
+        clause, params = _jti_filter(jtis)
+        with self._read() as conn:
+            self._seq(conn, order_id)
+            calls, usd = conn.execute(
+                "SELECT COALESCE(SUM(counted), 0), TOTAL(usd * counted) FROM calls"
+                " WHERE order_id = ?" + clause, (order_id, *params),
+            ).fetchone()
+            first = conn.execute(
+                "SELECT doc FROM calls WHERE order_id = ?" + clause
+                + " ORDER BY started, n LIMIT 1", (order_id, *params),
+            ).fetchone()
+        return Usage(
+            tool_calls=int(calls), usd=float(usd),
+            first_call_at=None if first is None
+            else CallRecord.model_validate_json(first[0]).started_at,
+        )
+
+    # Effects ---------------------------------------------------------------------------
+    def effects(self, order_id: str) -> list[EffectState]:
+        """Every effect state of the order, by N."""
+        with self._read() as conn:
+            self._seq(conn, order_id)
+            rows = conn.execute(
+                "SELECT doc FROM effects WHERE order_id = ? ORDER BY n", (order_id,)
+            ).fetchall()
+        return [_effect_from(doc) for (doc,) in rows]
+
+    def set_effect(
+        self, order_id: str, ref: str, *, expect: Sequence[str] | None, state: str,
+        attempt: int | None = None, result: dict[str, Any] | None = None,
+        error: str | None = None, settlement: Settlement | None = None,
+        count_dispatch: bool = False, at: str,
+    ) -> EffectState:
+        """Move an effect to ``state`` if it is in one of ``expect``; Conflict otherwise.
+
+        The transaction commits with ``synchronous=FULL``, so the new state is on disk
+        when this returns.
+        """
+        with self._write() as conn:
+            n, record = self._call(conn, order_id, ref)
+            row = conn.execute(
+                "SELECT doc FROM effects WHERE order_id = ? AND n = ?", (order_id, n)
+            ).fetchone()
+            new = next_effect(
+                None if row is None else _effect_from(row[0]), record, expect=expect,
+                state=state, attempt=attempt, result=result, error=error,
+                settlement=settlement, count_dispatch=count_dispatch, at=at,
+            )
+            conn.execute(
+                "INSERT OR REPLACE INTO effects (order_id, n, doc) VALUES (?, ?, ?)",
+                (order_id, n, _effect_doc(new)),
+            )
+            return new
+
+    # Locks ----------------------------------------------------------------------------
+    def acquire_lock(self, info: LockInfo, *, replace: LockInfo | None = None) -> bool:
+        """Take the named lock if free, or if it is still exactly ``replace``."""
+        check_takeover(info, replace)
+        with self._write() as conn:
+            row = conn.execute("SELECT doc FROM locks WHERE name = ?", (info.name,)).fetchone()
+            if not may_take(None if row is None else _lock_from(row[0]), replace):
+                return False
+            conn.execute(
+                "INSERT OR REPLACE INTO locks (name, doc) VALUES (?, ?)",
+                (info.name, _dump(asdict(info))),
+            )
+            return True
+
+    def get_lock(self, name: str) -> LockInfo | None:
+        """The current holder of the named lock, if any."""
+        with self._read() as conn:
+            row = conn.execute("SELECT doc FROM locks WHERE name = ?", (name,)).fetchone()
+        return None if row is None else _lock_from(row[0])
+
+    def release_lock(self, name: str, holder: str) -> None:
+        """Release the lock if ``holder`` holds it."""
+        with self._write() as conn:
+            row = conn.execute("SELECT doc FROM locks WHERE name = ?", (name,)).fetchone()
+            if row is not None and _lock_from(row[0]).holder == holder:
+                conn.execute("DELETE FROM locks WHERE name = ?", (name,))
+
+    # Passes and tokens -------------------------------------------------------------------
+    def revoke(self, jti: str, *, reason: str, at: str) -> None:
+        """Record that a pass is revoked (idempotent: the first reason is kept)."""
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO revocations (jti, reason, at) VALUES (?, ?, ?)"
+                " ON CONFLICT (jti) DO NOTHING", (jti, reason, at),
+            )
+
+    def revoked(self) -> dict[str, str]:
+        """Every revoked jti with its reason."""
+        with self._read() as conn:
+            return dict(conn.execute("SELECT jti, reason FROM revocations").fetchall())
+
+    def save_token(self, token_hash: str, principal: str, *, created_at: str) -> None:
+        """Remember a desk access token by its hash."""
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO tokens (token_hash, principal, created_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (token_hash) DO UPDATE SET principal = excluded.principal,"
+                " created_at = excluded.created_at", (token_hash, principal, created_at),
+            )
+
+    def principal_for(self, token_hash: str) -> str | None:
+        """The principal a token hash was issued to."""
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT principal FROM tokens WHERE token_hash = ?", (token_hash,)
+            ).fetchone()
+        return None if row is None else str(row[0])

@@ -13,6 +13,7 @@ for that document, because the later rules assume its structure.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -57,6 +58,7 @@ __all__ = [
     "iter_suborder_findings",
     "json_equal",
     "load_document",
+    "pass_checks",
     "to_plain",
     "validate_call",
     "validate_event",
@@ -139,8 +141,8 @@ def load_document(source: bytes | bytearray | str | os.PathLike[str], *,
     try:
         data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        raise DocumentError(f"not valid JSON: {exc.msg} at line {exc.lineno} column "
-                            f"{exc.colno}") from None
+        raise DocumentError(f"not valid JSON: {exc.msg} (line {exc.lineno}, column "
+                            f"{exc.colno})") from None
     except RecursionError:
         raise DocumentError(f"document nests deeper than {max_depth} levels") from None
     except ValueError as exc:  # raised by the hooks below, or for an absurdly long number
@@ -796,7 +798,7 @@ def detect_type(doc: Any) -> DocType:
 
 def check(doc: Any, type: DocType | None = None, *, order: Any = None, parent: Any = None,
           calls: Iterable[Any] | None = None, remaining: Any = None,
-          now: int | None = None) -> list[Finding]:
+          now: Any = None) -> list[Finding]:
     """Every finding of any document, its type detected from ``spec`` unless given.
 
     Args:
@@ -822,7 +824,7 @@ def check(doc: Any, type: DocType | None = None, *, order: Any = None, parent: A
     if doc_type == "report":
         return list(iter_report_findings(doc, order, calls))
     if doc_type == "pass":
-        return list(_pass_checks()(doc, order=order, parent=parent, remaining=remaining,
+        return list(pass_checks()(doc, order=order, parent=parent, remaining=remaining,
                                    now=now))
     singles: Mapping[str, Callable[[Any], Iterator[Finding]]] = {
         "call": iter_call_findings, "event": iter_event_findings,
@@ -834,15 +836,20 @@ def check(doc: Any, type: DocType | None = None, *, order: Any = None, parent: A
     return list(singles[doc_type](doc))
 
 
-def _pass_checks() -> Callable[..., Iterator[Finding]]:
+def pass_checks() -> Callable[..., Iterator[Finding]]:
+    """The pass-claims checks (``iter_pass_findings`` of the pass module).
+
+    Raises:
+        BadRequest: the pass checks are not installed.
+    """
     # The pass checks live with the pass code; imported late so the core works without them.
     try:
-        from awl import _passes  # type: ignore[attr-defined,unused-ignore]
+        module = importlib.import_module("awl._passes")
     except ModuleNotFoundError as exc:
         if exc.name != "awl._passes":
             raise
         raise BadRequest("pass checks not installed") from None
-    found: Callable[..., Iterator[Finding]] | None = getattr(_passes, "iter_pass_findings", None)
+    found: Callable[..., Iterator[Finding]] | None = getattr(module, "iter_pass_findings", None)
     if found is None:
         raise BadRequest("pass checks not installed")
     return found

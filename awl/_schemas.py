@@ -8,6 +8,7 @@ building one costs far more than running it.
 from __future__ import annotations
 
 import json
+import reprlib
 from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
@@ -140,7 +141,16 @@ def validator(name: str) -> Draft202012Validator:
                                 format_checker=format_checker())
 
 
-def _short(message: str) -> str:
+_REPR = reprlib.Repr()
+_REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict, _REPR.maxlevel = 40, 40, 4, 4, 2
+
+
+def _short(error: Any) -> str:
+    """The error's message, with a long instance cut down so the message stays one short line."""
+    message: str = error.message
+    if len(message) <= _MESSAGE_LIMIT:
+        return message
+    message = message.replace(repr(error.instance), _REPR.repr(error.instance))
     return message if len(message) <= _MESSAGE_LIMIT else message[:_MESSAGE_LIMIT] + "…"
 
 
@@ -152,4 +162,4 @@ def schema_findings(name: str, data: Any, rule: str) -> Iterator[Finding]:
     errors = sorted(validator(name).iter_errors(data),
                     key=lambda e: [str(p) for p in e.absolute_path])
     for error in errors:
-        yield Finding(rule, "invalid", pointer(*error.absolute_path), _short(error.message))
+        yield Finding(rule, "invalid", pointer(*error.absolute_path), _short(error))

@@ -1,0 +1,117 @@
+"""``awl validate`` and ``awl conformance``: check documents, and check this implementation."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, cast
+
+from awl._checks import DocType, check, load_document
+from awl._errors import AWLError
+from awl._findings import Finding
+
+_TYPES = ("order", "report", "pass", "call", "event", "review")
+
+
+def register(subparsers: Any) -> None:
+    """Add ``validate`` and ``conformance`` to the ``awl`` command."""
+    validate = subparsers.add_parser(
+        "validate", help="check documents and print their findings",
+        description="Check AWL documents against the schemas and every numbered rule. The type "
+                    "is read from `spec` unless given. Exit 1 when a document has an invalid "
+                    "finding or cannot be read; limit findings are printed but pass.")
+    validate.add_argument("files", nargs="+", metavar="FILE", help="JSON document, or - for stdin")
+    validate.add_argument("--type", choices=_TYPES, help="the document type (default: detect)")
+    validate.add_argument("--order", metavar="ORDER.json",
+                          help="the order a report answers or a pass grants")
+    validate.add_argument("--parent", metavar="PARENT.json",
+                          help="the parent order of a sub-order, or the parent pass claims")
+    validate.add_argument("--calls", metavar="CALLS.json",
+                          help="a JSON array of the order's call records (report rules R16-R18)")
+    validate.add_argument("--json", action="store_true", help="print one JSON array of results")
+    validate.set_defaults(func=_validate)
+
+    conformance = subparsers.add_parser(
+        "conformance", help="run a conformance folder against this implementation",
+        description="Run the language-neutral conformance cases and print every failure, then "
+                    "`N passed, N failed`. Exit 1 when any case fails.")
+    conformance.add_argument("path", nargs="?", metavar="DIR",
+                             help="a conformance folder or case file (default: the shipped one)")
+    conformance.add_argument("--json", action="store_true", help="print the results as JSON")
+    conformance.add_argument("-v", "--verbose", action="store_true",
+                             help="also list the tests that passed")
+    conformance.set_defaults(func=_conformance)
+
+
+def _read(name: str) -> Any:
+    if name == "-":
+        return load_document(sys.stdin.buffer.read())
+    return load_document(Path(name))
+
+
+def _context(name: str | None, what: str) -> Any:
+    from awl.cli import CLIError  # the dispatcher imports this module; import it late
+
+    if name is None:
+        return None
+    try:
+        return _read(name)
+    except AWLError as exc:
+        raise CLIError(f"{what} {_safe(name)}: {exc.message}") from None
+
+
+def _safe(text: str) -> str:
+    # File names and messages may hold characters the terminal cannot encode.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _validate(args: argparse.Namespace) -> int:
+    order = _context(args.order, "--order")
+    parent = _context(args.parent, "--parent")
+    calls = _context(args.calls, "--calls")
+    results: list[dict[str, Any]] = []
+    status = 0
+    for name in args.files:
+        try:
+            findings = check(_read(name), cast(DocType | None, args.type), order=order,
+                             parent=parent, calls=calls)
+        except AWLError as exc:
+            results.append({"file": name, "valid": False, "error": exc.message})
+            status = 1
+            if not args.json:
+                print(f"{_safe(name)}: cannot check: {_safe(exc.message)}", file=sys.stderr)
+            continue
+        valid = not any(f.kind == "invalid" for f in findings)
+        status = status if valid else 1
+        results.append({"file": name, "valid": valid,
+                        "findings": [f.to_dict() for f in findings]})
+        if not args.json:
+            _print_findings(name, findings)
+    if args.json:
+        print(json.dumps(results, indent=2, ensure_ascii=True))
+    return status
+
+
+def _print_findings(name: str, findings: list[Finding]) -> None:
+    if not findings:
+        print(f"{_safe(name)}: valid")
+    for f in findings:
+        print(_safe(f"{name}: {f.rule} {f.kind} {f.path or '(document)'}: {f.message}"))
+
+
+def _conformance(args: argparse.Namespace) -> int:
+    from awl._conformance import run_conformance
+
+    run = run_conformance(args.path)
+    if args.json:
+        print(json.dumps(run.to_json(), indent=2, ensure_ascii=True))
+        return 0 if run.failed == 0 else 1
+    for result in run.results:
+        if not result.passed:
+            print(_safe(f"FAIL {result.name}: {result.reason}"))
+        elif args.verbose:
+            print(_safe(f"ok   {result.name}"))
+    print(f"{run.passed} passed, {run.failed} failed")
+    return 0 if run.failed == 0 else 1

@@ -24,6 +24,7 @@ from awl._store import (
     EffectStateName,
     LockInfo,
     OrderRecord,
+    PassRecord,
     Scope,
     Settlement,
     Usage,
@@ -262,6 +263,7 @@ class MemoryStore:
         self._locks: dict[str, LockInfo] = {}
         self._revoked: dict[str, str] = {}
         self._tokens: dict[str, str] = {}
+        self._passes: dict[str, PassRecord] = {}
 
     def _get(self, order_id: str) -> _Order:
         found = self._orders.get(order_id)
@@ -480,6 +482,16 @@ class MemoryStore:
         """Every revoked jti with its reason."""
         with self._lock:
             return dict(self._revoked)
+
+    def save_pass(self, record: PassRecord) -> None:
+        """Remember an issued pass (saving a jti again replaces its record)."""
+        with self._lock:
+            self._passes[record.jti] = record
+
+    def passes(self, order_id: str) -> list[PassRecord]:
+        """The passes saved for an order, in the order they were first saved."""
+        with self._lock:
+            return [p for p in self._passes.values() if p.order_id == order_id]
 
     def save_token(self, token_hash: str, principal: str, *, created_at: str) -> None:
         """Remember a desk access token by its hash."""

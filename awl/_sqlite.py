@@ -47,7 +47,15 @@ from awl._memory import (
     timestamp,
 )
 from awl._models import CallRecord, Event, Review, WorkOrder, WorkReport
-from awl._store import EffectState, LockInfo, OrderRecord, Scope, Settlement, Usage
+from awl._store import (
+    EffectState,
+    LockInfo,
+    OrderRecord,
+    PassRecord,
+    Scope,
+    Settlement,
+    Usage,
+)
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -123,6 +131,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             principal TEXT NOT NULL,
             created_at TEXT NOT NULL
         )""",
+    ),
+    (
+        # Passes issued per order, so an order's end can revoke them all.
+        """CREATE TABLE passes (
+            pos INTEGER PRIMARY KEY AUTOINCREMENT,
+            jti TEXT NOT NULL UNIQUE,
+            order_id TEXT NOT NULL,
+            doc TEXT NOT NULL
+        )""",
+        "CREATE INDEX passes_by_order ON passes (order_id, pos)",
     ),
 )
 
@@ -603,6 +621,23 @@ class SQLiteStore:
         """Every revoked jti with its reason."""
         with self._read() as conn:
             return dict(conn.execute("SELECT jti, reason FROM revocations").fetchall())
+
+    def save_pass(self, record: PassRecord) -> None:
+        """Remember an issued pass (saving a jti again replaces its record)."""
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO passes (jti, order_id, doc) VALUES (?, ?, ?)"
+                " ON CONFLICT (jti) DO UPDATE SET order_id = excluded.order_id,"
+                " doc = excluded.doc", (record.jti, record.order_id, _dump(asdict(record))),
+            )
+
+    def passes(self, order_id: str) -> list[PassRecord]:
+        """The passes saved for an order, in the order they were first saved."""
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT doc FROM passes WHERE order_id = ? ORDER BY pos", (order_id,)
+            ).fetchall()
+        return [PassRecord(**json.loads(row[0])) for row in rows]
 
     def save_token(self, token_hash: str, principal: str, *, created_at: str) -> None:
         """Remember a desk access token by its hash."""

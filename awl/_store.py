@@ -83,6 +83,18 @@ class EffectState:
 
 
 @dataclass(frozen=True, slots=True)
+class PassRecord:
+    """A Delegation Pass the desk issued, remembered so the order's end can revoke it."""
+
+    jti: str
+    order_id: str
+    parent_jti: str | None
+    subject: str
+    exp: int
+    issued_at: str
+
+
+@dataclass(frozen=True, slots=True)
 class LockInfo:
     """Who holds a named lock, and until when."""
 
@@ -245,6 +257,14 @@ class Store(Protocol):
 
     def revoked(self) -> dict[str, str]:
         """Every revoked jti with its reason."""
+        ...
+
+    def save_pass(self, record: PassRecord) -> None:
+        """Remember an issued pass (saving a jti again replaces its record)."""
+        ...
+
+    def passes(self, order_id: str) -> list[PassRecord]:
+        """The passes saved for an order, in the order they were first saved."""
         ...
 
     def save_token(self, token_hash: str, principal: str, *, created_at: str) -> None:

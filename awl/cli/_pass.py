@@ -1,0 +1,276 @@
+"""``awl pass``: issue, show, revoke Delegation Passes and export the desk's public keys."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from awl._errors import PassError
+from awl._home import default_store, home_dir
+from awl._passes import (
+    DEFAULT_AUDIENCE,
+    KeyStore,
+    VerifiedPass,
+    issue_recorded_pass,
+    revoke,
+    unverified_claims,
+    verify_pass,
+)
+
+_UNITS = {"usd": float, "tokens": int, "tool_calls": int, "seconds": float}
+_DURATION = re.compile(r"^(?P<n>[0-9]+(?:\.[0-9]+)?)(?P<unit>[smhd]?)$")
+_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def register(subparsers: Any) -> None:
+    """Add ``pass`` and its subcommands to the ``awl`` command."""
+    group = subparsers.add_parser(
+        "pass", help="issue, show and revoke Delegation Passes",
+        description="Delegation Passes: signed grants that only narrow. A worker's pass comes "
+                    "from an order; a sub-agent's pass from a parent pass.")
+    sub = group.add_subparsers(dest="pass_command", metavar="SUBCOMMAND", required=True)
+
+    issue = sub.add_parser(
+        "issue", help="issue a pass and print the token",
+        description="Issue a pass for an order (the worker's) or from --parent (a sub-agent's). "
+                    "Defaults grant the most the rules allow; asking for more is refused with "
+                    "the rule it breaks.")
+    issue.add_argument("--order", metavar="ID", help="the order (default: the parent's)")
+    issue.add_argument("--to", required=True, metavar="SUBJECT", help="who will hold the pass")
+    issue.add_argument("--tools", metavar="P,...", help="tool patterns to grant, comma-separated")
+    issue.add_argument("--budget", metavar="UNIT=N,...",
+                       help="limits to grant, e.g. usd=1,tool_calls=5")
+    issue.add_argument("--expires", metavar="DURATION",
+                       help="lifetime such as 90s, 15m, 1h, 2d (default: the parent's expiry, "
+                            "else the order deadline)")
+    issue.add_argument("--parent", metavar="TOKEN", help="derive from this pass (- for stdin)")
+    issue.add_argument("--audience", metavar="A",
+                       help=f"who will accept it (default: the parent's, else {DEFAULT_AUDIENCE})")
+    _common(issue)
+    issue.set_defaults(func=_issue)
+
+    show = sub.add_parser("show", help="decode a pass and check it",
+                          description="Decode a pass, check it and its chain against this "
+                                      "desk's keys and revocations, and print the verdict. "
+                                      "Exit 1 when it is refused.")
+    show.add_argument("token", metavar="TOKEN", help="the pass (- for stdin)")
+    show.add_argument("--audience", metavar="A", help="check for this audience (default: its own)")
+    _common(show)
+    show.set_defaults(func=_show)
+
+    rev = sub.add_parser("revoke", help="revoke a pass and every pass derived from it")
+    rev.add_argument("jti", metavar="JTI")
+    rev.add_argument("--reason", default="revoked by hand", help="why (kept with the revocation)")
+    _common(rev)
+    rev.set_defaults(func=_revoke)
+
+    jwks = sub.add_parser("jwks", help="print the public key set (JWKS) verifiers need")
+    _common(jwks)
+    jwks.set_defaults(func=_jwks)
+
+    rotate = sub.add_parser("rotate", help="make a new signing key; old passes stay valid")
+    _common(rotate)
+    rotate.set_defaults(func=_rotate)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--home", metavar="DIR", help="the desk's home (default: $AWL_HOME, "
+                        "else ./.awl)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _fail(message: str) -> Exception:
+    from awl.cli import CLIError  # the dispatcher imports this module; import it late
+
+    return CLIError(message)
+
+
+def _token(text: str) -> str:
+    token = sys.stdin.read() if text == "-" else text
+    return token.strip()
+
+
+def _parse_budget(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        unit, sep, value = part.partition("=")
+        unit = unit.strip()
+        if not sep or unit not in _UNITS:
+            raise _fail(f"--budget {part!r}: write UNIT=N with UNIT one of "
+                        f"{', '.join(_UNITS)}")
+        try:
+            out[unit] = _UNITS[unit](value.strip())
+        except ValueError:
+            raise _fail(f"--budget {unit}: {value.strip()!r} is not a "
+                        f"{'whole ' if _UNITS[unit] is int else ''}number") from None
+        if out[unit] < 0:
+            raise _fail(f"--budget {unit}: a limit is never negative")
+        if out[unit] == int(out[unit]):
+            out[unit] = int(out[unit])  # usd=1 stays 1 in the claims, not 1.0
+    if not out:
+        raise _fail("--budget names no unit; e.g. usd=1,tool_calls=5")
+    return out
+
+
+def _parse_duration(text: str) -> float:
+    m = _DURATION.match(text.strip())
+    if m is None or float(m.group("n")) <= 0:
+        raise _fail(f"--expires {text!r}: write a positive duration such as 90s, 15m, 1h, 2d")
+    return float(m.group("n")) * _SECONDS[m.group("unit")]
+
+
+def _issue(args: argparse.Namespace) -> int:
+    parent = _token(args.parent) if args.parent is not None else None
+    order_id = args.order
+    if order_id is None:
+        if parent is None:
+            raise _fail("name the order with --order ID (or derive with --parent TOKEN)")
+        order_id = unverified_claims(parent)[1].get("grant", {}).get("order_id")
+        if not isinstance(order_id, str):
+            raise _fail("the parent pass names no order; give --order ID")
+    tools = [t.strip() for t in args.tools.split(",") if t.strip()] if args.tools else None
+    budget = _parse_budget(args.budget) if args.budget is not None else None
+    expires = _parse_duration(args.expires) if args.expires is not None else None
+    home = home_dir(args.home)
+    store = default_store(home)
+    try:
+        token = issue_recorded_pass(store, order_id, keys=KeyStore(home), subject=args.to,
+                                    audience=args.audience, tools=tools, budget=budget,
+                                    expires_in=expires, parent_token=parent)
+    finally:
+        store.close()
+    if args.json:
+        claims = unverified_claims(token)[1]
+        print(json.dumps({"token": token, "jti": claims["jti"], "exp": claims["exp"]}))
+    else:
+        print(token)
+    return 0
+
+
+def _links(token: str) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """Header and claims of every link, this pass first, read without verifying."""
+    current: str | None = token
+    while current is not None:
+        header, claims = unverified_claims(current)
+        yield header, claims
+        parent = header.get("parent")
+        current = parent if isinstance(parent, str) else None
+
+
+def _when(epoch: Any) -> str:
+    if not isinstance(epoch, int | float) or isinstance(epoch, bool):
+        return repr(epoch)
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _show(args: argparse.Namespace) -> int:
+    token = _token(args.token)
+    links = list(_links(token))
+    _, claims = links[0]
+    aud = claims.get("aud")
+    audience: str = args.audience or (aud if isinstance(aud, str) else DEFAULT_AUDIENCE)
+    home = home_dir(args.home)
+    store = default_store(home)
+    try:
+        revoked = store.revoked()
+    finally:
+        store.close()
+    verified: VerifiedPass | None = None
+    refusal: PassError | None = None
+    try:
+        verified = verify_pass(token, jwks=KeyStore(home).jwks(), revoked=revoked,
+                               audience=audience)
+    except PassError as exc:
+        refusal = exc
+    chain = [c for _, c in reversed(links)]
+    if args.json:
+        print(json.dumps({
+            "valid": verified is not None,
+            "reason": refusal.reason if refusal else None,
+            "message": refusal.message if refusal else None,
+            "header": {k: v for k, v in links[0][0].items() if k != "parent"},
+            "claims": claims,
+            "chain": [{"jti": c.get("jti"), "sub": c.get("sub")} for c in chain],
+        }, indent=2))
+    else:
+        for line in _describe(claims, chain, verified):
+            print(line)
+        verdict = "valid" if refusal is None else f"REFUSED ({refusal.reason}): {refusal.message}"
+        print(f"{'verdict':<9} {verdict}")
+    return 0 if refusal is None else 1
+
+
+def _describe(claims: dict[str, Any], chain: list[dict[str, Any]],
+              verified: VerifiedPass | None) -> Iterator[str]:
+    grant = _object(claims.get("grant"))
+    root = _object(chain[0].get("grant"))
+    budget = _object(grant.get("budget"))
+    exp = claims.get("exp")
+    left = ""
+    if isinstance(exp, int | float) and not isinstance(exp, bool):
+        seconds = int(exp - time.time())
+        left = (f" (expires in {_span(seconds)})" if seconds > 0
+                else f" (expired {_span(-seconds)} ago)")
+    rows = [
+        ("pass", claims.get("jti")),
+        ("subject", claims.get("sub")),
+        ("issuer", claims.get("iss")),
+        ("audience", claims.get("aud")),
+        ("order", f"{grant.get('order_id')} (manager {root.get('manager', '?')}, "
+                  f"deadline {root.get('deadline', '?')})"),
+        ("tools", ", ".join(map(str, grant.get("tools", []))) or "(none)"),
+        ("staged", ", ".join(map(str, root.get("staged", []))) or "(none)"),
+        ("budget", " ".join(f"{k}={v}" for k, v in budget.items()) or "(none)"),
+        ("valid", f"{_when(claims.get('nbf'))} to {_when(exp)}{left}"),
+        ("chain", " -> ".join(f"{c.get('jti')} ({c.get('sub')})" for c in chain)),
+    ]
+    if verified is not None:
+        rows.append(("key", verified.kid))
+    for name, value in rows:
+        yield f"{name:<9} {value}"
+
+
+def _object(value: Any) -> dict[str, Any]:
+    # `show` prints whatever a token holds, even claims that are not a valid pass.
+    return value if isinstance(value, dict) else {}
+
+
+def _span(seconds: int) -> str:
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "m")):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _revoke(args: argparse.Namespace) -> int:
+    store = default_store(home_dir(args.home))
+    try:
+        revoke(store, args.jti, args.reason)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps({"revoked": args.jti, "reason": args.reason}))
+    else:
+        print(f"revoked {args.jti}: passes derived from it are refused too")
+    return 0
+
+
+def _jwks(args: argparse.Namespace) -> int:
+    print(json.dumps(KeyStore(home_dir(args.home)).jwks(), indent=None if args.json else 2))
+    return 0
+
+
+def _rotate(args: argparse.Namespace) -> int:
+    keys = KeyStore(home_dir(args.home))
+    kid = keys.rotate()
+    if args.json:
+        print(json.dumps({"kid": kid, "kids": keys.kids()}))
+    else:
+        print(f"new signing key {kid}; {len(keys.kids()) - 1} older key(s) still verify")
+    return 0

@@ -1,0 +1,189 @@
+"""Track records: how a worker's orders turned out.
+
+Every order of the worker lands in exactly one outcome:
+
+``approved_first_time``
+    approved with no rework before it.
+``approved_after_rework``
+    approved after one or more reworks (``rework_rounds`` counts how often each number of
+    rounds happened).
+``failed``
+    ended (cancelled or expired) with a latest report whose status is ``failed``: the
+    worker said it could not do the job.
+``expired`` / ``cancelled``
+    ended that way otherwise.
+``declined``
+    turned down by the worker.
+``active``
+    not finished yet.
+
+Spend: an order's spend is the cost of its latest report (a report states what the whole
+order has cost so far, which is why it is checked against the whole budget). Per budget
+unit the record sums spend and budget over the orders that reported that unit, and gives
+the median of ``spend / budget`` per order.
+
+Timing: the median time from the worker's accept to the manager's approval, over approved
+orders.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from awl._models import parse_time
+from awl._store import OrderRecord, Store
+
+__all__ = ["OUTCOMES", "TrackRecord", "UnitSpend", "outcome_of", "track_record"]
+
+OUTCOMES = ("approved_first_time", "approved_after_rework", "failed", "expired",
+            "cancelled", "declined", "active")
+
+
+@dataclass(frozen=True, slots=True)
+class UnitSpend:
+    """Spend against budget in one unit (``usd``, ``tokens``, ``tool_calls``, ``seconds``)."""
+
+    orders: int
+    """Orders that reported this unit and budgeted it."""
+    spent: float
+    """Total reported spend."""
+    budget: float
+    """Total budget of those orders."""
+    median_ratio: float | None
+    """Median of spend / budget per order (None when no budget was above zero)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The figures as JSON-ready data."""
+        return {"orders": self.orders, "spent": self.spent, "budget": self.budget,
+                "median_ratio": self.median_ratio}
+
+
+@dataclass(frozen=True, slots=True)
+class TrackRecord:
+    """How one worker's orders turned out."""
+
+    worker: str
+    """The worker."""
+    orders: int = 0
+    """Every order addressed to the worker."""
+    approved_first_time: int = 0
+    approved_after_rework: int = 0
+    rework_rounds: dict[int, int] = field(default_factory=dict)
+    """For orders approved after rework: number of rework rounds → how many orders."""
+    failed: int = 0
+    expired: int = 0
+    cancelled: int = 0
+    declined: int = 0
+    active: int = 0
+    spend: dict[str, UnitSpend] = field(default_factory=dict)
+    """Per budget unit."""
+    median_seconds_to_approval: float | None = None
+    """Median time from accept to approval, over approved orders."""
+
+    @property
+    def approved(self) -> int:
+        """Approved orders, first time or not."""
+        return self.approved_first_time + self.approved_after_rework
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as JSON-ready data."""
+        return {
+            "worker": self.worker, "orders": self.orders,
+            "approved_first_time": self.approved_first_time,
+            "approved_after_rework": self.approved_after_rework,
+            "rework_rounds": {str(k): v for k, v in sorted(self.rework_rounds.items())},
+            "failed": self.failed, "expired": self.expired, "cancelled": self.cancelled,
+            "declined": self.declined, "active": self.active,
+            "spend": {unit: s.to_json() for unit, s in sorted(self.spend.items())},
+            "median_seconds_to_approval": self.median_seconds_to_approval,
+        }
+
+
+def outcome_of(record: OrderRecord) -> str:
+    """The outcome an order counts under (one of :data:`OUTCOMES`)."""
+    state = record.state
+    if state == "approved":
+        reworks = sum(1 for r in record.reviews if r.decision == "rework")
+        return "approved_after_rework" if reworks else "approved_first_time"
+    if state in ("cancelled", "expired"):
+        if record.reports and record.reports[-1].status == "failed":
+            return "failed"
+        return state
+    if state == "declined":
+        return "declined"
+    return "active"
+
+
+def track_record(store: Store, worker: str) -> TrackRecord:
+    """The track record of ``worker`` from every order addressed to it.
+
+    Reads the worker's orders in one filtered listing (the store's worker index) and, for
+    approved orders only, the accept event (always seq 2: accepting is the only way out of
+    ``offered`` that leads anywhere).
+    """
+    records = store.list_orders(worker=worker, limit=None)
+    return summarize(worker, records, _accept_times(store, records))
+
+
+def _accept_times(store: Store, records: Iterable[OrderRecord]) -> dict[str, str]:
+    bulk = getattr(store, "accept_times", None)
+    approved = [r.order.id for r in records if r.state == "approved"]
+    if bulk is not None:
+        found: dict[str, str] = bulk(approved)
+        return found
+    times: dict[str, str] = {}
+    for order_id in approved:
+        events = store.events(order_id, after=1, limit=1)
+        if events and events[0].action == "accept":
+            times[order_id] = events[0].at
+    return times
+
+
+def summarize(worker: str, records: Iterable[OrderRecord],
+              accepted_at: dict[str, str]) -> TrackRecord:
+    """Fold the worker's order records (and the accept time of approved ones) into a record."""
+    counts: Counter[str] = Counter()
+    rounds: Counter[int] = Counter()
+    spent: dict[str, list[float]] = {}
+    budget: dict[str, list[float]] = {}
+    ratios: dict[str, list[float]] = {}
+    durations: list[float] = []
+    total = 0
+    for record in records:
+        total += 1
+        outcome = outcome_of(record)
+        counts[outcome] += 1
+        if outcome == "approved_after_rework":
+            rounds[sum(1 for r in record.reviews if r.decision == "rework")] += 1
+        if record.reports:
+            limits = record.order.budget.units()
+            for unit, value in record.reports[-1].cost.units().items():
+                if unit not in limits:
+                    continue
+                spent.setdefault(unit, []).append(value)
+                budget.setdefault(unit, []).append(limits[unit])
+                if limits[unit] > 0:
+                    ratios.setdefault(unit, []).append(value / limits[unit])
+        if record.state == "approved" and record.order.id in accepted_at and record.reviews:
+            start = parse_time(accepted_at[record.order.id])
+            end = parse_time(record.reviews[-1].at)
+            durations.append((end - start).total_seconds())
+    spend = {
+        unit: UnitSpend(orders=len(values), spent=sum(values), budget=sum(budget[unit]),
+                        median_ratio=statistics.median(ratios[unit]) if ratios.get(unit)
+                        else None)
+        for unit, values in spent.items()
+    }
+    return TrackRecord(
+        worker=worker, orders=total,
+        approved_first_time=counts["approved_first_time"],
+        approved_after_rework=counts["approved_after_rework"],
+        rework_rounds=dict(sorted(rounds.items())),
+        failed=counts["failed"], expired=counts["expired"], cancelled=counts["cancelled"],
+        declined=counts["declined"], active=counts["active"], spend=spend,
+        median_seconds_to_approval=statistics.median(durations) if durations else None,
+    )

@@ -113,5 +113,5 @@ def _conformance(args: argparse.Namespace) -> int:
             print(_safe(f"FAIL {result.name}: {result.reason}"))
         elif args.verbose:
             print(_safe(f"ok   {result.name}"))
-    print(f"{run.passed} passed, {run.failed} failed")
+    print(run.summary())
     return 0 if run.failed == 0 else 1

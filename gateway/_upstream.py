@@ -1,0 +1,638 @@
+"""Connections to the real MCP servers behind the gateway.
+
+:class:`UpstreamPool` keeps one MCP client connection per configured server. Each
+connection lives in its own task inside the pool's task group, because the MCP SDK needs a
+client to be entered and exited in the same task; callers in any task share it (requests
+are multiplexed by JSON-RPC id). Enter and exit the pool itself in one task.
+
+What a call can end in, and what each means for someone who must not run a write twice:
+
+=========================  ====================================================================
+outcome                    meaning
+=========================  ====================================================================
+``CallToolResult``         the upstream answered (``is_error`` may still be true: a tool error)
+:class:`UpstreamRejected`  the upstream answered with a JSON-RPC error, or an answer the SDK
+                           cannot read; ``rpc_code`` is None for the latter
+:class:`UpstreamTimeout`   no answer within the timeout; the request **was** sent, the outcome
+                           is unknown; the pool never retries it
+:class:`UpstreamUnavailable` cannot connect, or the connection was lost; ``sent`` tells
+                           whether the request may have left (``False`` only when certain)
+=========================  ====================================================================
+
+A crashed server is noticed when its output ends and is restarted by the next call that
+needs it (never in a loop, never by a retry of the call that was lost). A server that
+cannot be started fails only its own calls; the other servers keep serving.
+
+Write-ahead for commits: pass ``before_send`` to :meth:`UpstreamPool.call`. It is awaited
+once the connection is known to be up and before the request is written; the request is
+written only after it returns. If it raises, nothing is sent and its exception propagates
+as is. So a committer can durably mark an effect ``dispatching`` in ``before_send`` and
+know that (a) no request left before the mark, (b) an :class:`UpstreamUnavailable` with
+``sent=False`` raised *before* ``before_send`` ran means nothing was marked and nothing
+sent, and (c) any failure after it (``sent=True``, :class:`UpstreamTimeout`) is an unknown
+outcome. If the connection drops while ``before_send`` runs, the call ends with
+``UpstreamUnavailable(sent=False)`` after the mark: marked, certainly not sent.
+
+Results larger than the server's ``max_result_bytes`` are *truncated*, not refused: a
+write that ran and answered at length must not look failed. See :func:`bound_result`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal, TextIO
+
+import anyio
+import anyio.abc
+import mcp_types as types
+from mcp import Client, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
+
+from awl._errors import AWLError, NotFound
+from awl._patterns import is_tool_name
+from gateway._config import GatewayConfig, HttpTransport, ServerConfig
+
+logger = logging.getLogger("awl.gateway.upstream")
+
+CLIENT_INFO = types.Implementation(name="awl-gateway", version="0.1.0")
+"""How the gateway introduces itself to upstream servers."""
+
+RESERVED_META_PREFIX = "io.modelcontextprotocol/"
+"""``_meta`` keys the protocol reserves for the connection they arrived on."""
+
+TRUNCATED_META_KEY = "awl/truncated"
+"""Set in a bounded result's ``_meta``: ``{"bytes": original size, "limit": the limit}``."""
+
+_LIST_PAGES = 100
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+class UpstreamError(AWLError):
+    """A call to an upstream server did not produce a result. ``server`` names it."""
+
+    code = "UPSTREAM_ERROR"
+
+    def __init__(self, message: str, *, server: str) -> None:
+        super().__init__(message)
+        self.server = server
+
+
+class UpstreamUnavailable(UpstreamError):
+    """The server cannot be reached, or the connection was lost during the call.
+
+    ``sent`` is False only when the request certainly did not leave the gateway; True
+    means it may have reached the server (treat the outcome as unknown).
+    """
+
+    code = "UPSTREAM_UNAVAILABLE"
+
+    def __init__(self, message: str, *, server: str, sent: bool) -> None:
+        super().__init__(message, server=server)
+        self.sent = sent
+
+
+class UpstreamTimeout(UpstreamError):
+    """The request was sent and no answer came within ``timeout`` seconds; outcome unknown."""
+
+    code = "UPSTREAM_TIMEOUT"
+
+    def __init__(self, message: str, *, server: str, timeout: float) -> None:
+        super().__init__(message, server=server)
+        self.timeout = timeout
+        self.sent = True
+
+
+class UpstreamRejected(UpstreamError):
+    """The server answered, but not with a tool result.
+
+    ``rpc_code`` is the JSON-RPC error code (for example -32602 for bad arguments), or None
+    when the answer could not be read as a tool result. Over HTTP, a 5xx response without a
+    JSON-RPC body arrives as -32603 made up by the SDK.
+    """
+
+    code = "UPSTREAM_REJECTED"
+
+    def __init__(self, message: str, *, server: str, rpc_code: int | None) -> None:
+        super().__init__(message, server=server)
+        self.rpc_code = rpc_code
+        self.sent = True
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def clean_meta(meta: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The ``_meta`` to forward: without protocol-reserved keys and progress tokens.
+
+    Reserved keys (``io.modelcontextprotocol/...``) describe the worker's connection, not
+    ours, and a handshake-era upstream refuses a request carrying them; a progress token
+    belongs to the worker's request id space.
+    """
+    if not meta:
+        return None
+    out = {
+        k: v
+        for k, v in meta.items()
+        if not k.startswith(RESERVED_META_PREFIX) and k not in ("progressToken", "progress_token")
+    }
+    return out or None
+
+
+def result_size(result: types.CallToolResult) -> int:
+    """Bytes of the result's JSON as the wire carries it."""
+    return len(result.model_dump_json(by_alias=True, exclude_none=True))
+
+
+def bound_result(
+    result: types.CallToolResult, limit: int, *, label: str = "tool"
+) -> types.CallToolResult:
+    """``result`` if its JSON fits in ``limit`` bytes, else a truncated copy that fits.
+
+    Truncation keeps ``is_error`` as the upstream said it and the text blocks in order,
+    shortening the longest ones; other blocks (images, audio, resources) become a short
+    text note; ``structuredContent`` is dropped when it takes more than half the limit;
+    one text block at the end says what was cut, and ``_meta["awl/truncated"]`` records
+    the original size. Truncation rather than refusal: the call did run, and its effect
+    must not look failed. Limits under about 1 KiB may not be met.
+    """
+    size = result_size(result)
+    if size <= limit:
+        return result
+    note = types.TextContent(
+        type="text",
+        text=f"[AWL: the {label} result was {size} bytes; it was cut to the gateway's limit "
+        f"of {limit} bytes]",
+    )
+    meta = dict(result.meta or {})
+    meta[TRUNCATED_META_KEY] = {"bytes": size, "limit": limit}
+    structured = result.structured_content
+    if structured is not None and len(json.dumps(structured)) > limit // 2:
+        structured = None
+    texts: list[str] = [
+        block.text if isinstance(block, types.TextContent) else f"[AWL: a {block.type} was cut]"
+        for block in result.content
+    ]
+
+    def build() -> types.CallToolResult:
+        content: list[types.ContentBlock] = [types.TextContent(type="text", text=t) for t in texts]
+        content.append(note)
+        return types.CallToolResult(
+            content=content, structured_content=structured, is_error=result.is_error, _meta=meta
+        )
+
+    bounded = build()
+    # Each round removes at least the excess (a character is at least one byte of JSON),
+    # so this ends after about one round per text block.
+    for _ in range(len(texts) + 4):
+        excess = result_size(bounded) - limit
+        if excess <= 0:
+            return bounded
+        longest = max(range(len(texts)), key=lambda i: len(texts[i]), default=None)
+        if longest is None or not texts[longest]:
+            break
+        text = texts[longest]
+        texts[longest] = text[: max(len(text) - excess - 8, 0)]
+        bounded = build()
+    return types.CallToolResult(content=[note], is_error=result.is_error, _meta=meta)
+
+
+def _without_reserved(result: types.CallToolResult) -> types.CallToolResult:
+    """Drop the upstream connection's protocol stamps from the result's ``_meta``."""
+    meta = result.meta
+    if not meta or not any(k.startswith(RESERVED_META_PREFIX) for k in meta):
+        return result
+    kept = {k: v for k, v in meta.items() if not k.startswith(RESERVED_META_PREFIX)}
+    return result.model_copy(update={"meta": kept or None})
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an exception, looking inside exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, MCPError):
+        return exc.error.message
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# ---------------------------------------------------------------------------- connections
+
+
+class _WatchedReadStream:
+    """The transport's read side, telling us when the server's output has ended.
+
+    Closing is the first sign of a crashed stdio server; noticing it lets the next call
+    restart the server instead of failing on a dead connection.
+    """
+
+    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_end = on_end
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> SessionMessage | Exception:
+        try:
+            item: SessionMessage | Exception = await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._on_end()
+            raise
+        return item
+
+    async def aclose(self) -> None:
+        self._on_end()
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+
+@dataclass(eq=False)
+class _Connection:
+    """One live (or dying) client connection to a server."""
+
+    client: Client | None = None
+    stop: anyio.Event = field(default_factory=anyio.Event)
+    """Set to end the connection: by the pool, or when the server's output ends."""
+
+    @property
+    def live(self) -> bool:
+        return self.client is not None and not self.stop.is_set()
+
+    def end(self) -> None:
+        self.stop.set()
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamStatus:
+    """How one upstream server is doing."""
+
+    server: str
+    """Its configured name."""
+    state: Literal["connected", "down"]
+    """``connected``: a live connection exists; ``down``: none (the next call tries to start it)."""
+    starts: int
+    """How many times a connection was made (1 on a healthy run; more after restarts)."""
+    tools: int
+    """How many tools it listed last time."""
+    error: str | None
+    """Why the last connection attempt failed or the last connection ended, if it did."""
+
+
+class _Upstream:
+    def __init__(self, config: ServerConfig, errlog: TextIO) -> None:
+        self.config = config
+        self.errlog = errlog
+        self.conn: _Connection | None = None
+        self.lock = anyio.Lock()
+        self.tools: dict[str, types.Tool] = {}
+        self.skipped: list[str] = []
+        self.starts = 0
+        self.error: str | None = None
+
+    def _transport(self, conn: _Connection) -> AbstractAsyncContextManager[Any]:
+        transport = self.config.transport
+
+        @asynccontextmanager
+        async def watched() -> AsyncIterator[Any]:
+            if isinstance(transport, HttpTransport):
+                http = create_mcp_http_client(headers=dict(transport.headers))
+                async with http, streamable_http_client(transport.url, http_client=http) as (r, w):
+                    yield _WatchedReadStream(r, conn.end), w
+            else:
+                params = StdioServerParameters(
+                    command=transport.command,
+                    args=list(transport.args),
+                    env=dict(transport.env),
+                    cwd=transport.cwd,
+                )
+                async with stdio_client(params, errlog=self.errlog) as (r, w):
+                    yield _WatchedReadStream(r, conn.end), w
+
+        return watched()
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[_Connection]) -> None:
+        """Own one connection from start to end, in this task (the SDK requires one task)."""
+        name = self.config.name
+        conn = _Connection()
+        started = False
+        try:
+            deadline = anyio.current_time() + self.config.connect_timeout
+            # The handshake is bounded by the connect timeout only; the scope's deadline is
+            # lifted once connected so calls are bounded by their own timeouts.
+            with anyio.CancelScope(deadline=deadline) as scope:
+                async with Client(
+                    self._transport(conn), mode="auto", cache=None, client_info=CLIENT_INFO
+                ) as client:
+                    self.tools, self.skipped = await self._list(client)
+                    scope.deadline = math.inf
+                    conn.client = client
+                    self.starts += 1
+                    self.error = None
+                    started = True
+                    task_status.started(conn)
+                    await conn.stop.wait()
+            if not started:
+                raise UpstreamUnavailable(
+                    f"upstream {name!r} did not finish starting within "
+                    f"{self.config.connect_timeout:g} s; check its command or URL",
+                    server=name, sent=False,
+                )
+        except UpstreamUnavailable as exc:
+            self.error = exc.message
+            raise
+        except Exception as exc:
+            self.error = _describe(exc)
+            if not started:
+                raise UpstreamUnavailable(
+                    f"cannot connect to upstream {name!r}: {self.error}", server=name, sent=False
+                ) from exc
+            logger.warning("upstream %s: connection ended: %s", name, self.error)
+        finally:
+            conn.end()
+            conn.client = None
+
+    async def _list(self, client: Client) -> tuple[dict[str, types.Tool], list[str]]:
+        tools: dict[str, types.Tool] = {}
+        skipped: list[str] = []
+        cursor: str | None = None
+        for _ in range(_LIST_PAGES):
+            page = await client.session.list_tools(
+                params=types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            )
+            for tool in page.tools:
+                canonical = f"{self.config.name}/{tool.name}"
+                if is_tool_name(canonical) and "\n" not in tool.name:
+                    tools[canonical] = tool
+                else:
+                    # AWL names tools server/tool with [A-Za-z0-9_.-] parts only.
+                    skipped.append(tool.name)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        for tool_name in skipped:
+            logger.warning("upstream %s: tool %r skipped: its name is not [A-Za-z0-9_.-]+",
+                           self.config.name, tool_name)
+        return tools, skipped
+
+    def status(self) -> UpstreamStatus:
+        live = self.conn is not None and self.conn.live
+        return UpstreamStatus(
+            server=self.config.name,
+            state="connected" if live else "down",
+            starts=self.starts,
+            tools=len(self.tools),
+            error=self.error,
+        )
+
+
+# ---------------------------------------------------------------------------- the pool
+
+
+class UpstreamPool:
+    """All upstream connections of one gateway. An async context manager.
+
+    Entering connects every server at once (a server that fails to start is reported by
+    :meth:`status` and retried by the next call to it, unless ``require_all``); exiting
+    closes them all and stops stdio servers.
+
+    Args:
+        config: The loaded upstream configuration.
+        errlog: Where stdio servers' stderr goes (default: the gateway's stderr). Never
+            stdout: in stdio mode that is the worker's protocol stream.
+        require_all: Fail on entry, with :class:`UpstreamUnavailable`, if any server cannot
+            be started.
+    """
+
+    def __init__(self, config: GatewayConfig, *, errlog: TextIO | None = None,
+                 require_all: bool = False) -> None:
+        self.config = config
+        log = errlog if errlog is not None else sys.stderr
+        self._upstreams = {name: _Upstream(cfg, log) for name, cfg in config.servers.items()}
+        self._require_all = require_all
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._closing = False
+
+    async def __aenter__(self) -> UpstreamPool:
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        try:
+            failures: list[UpstreamUnavailable] = []
+
+            async def first(up: _Upstream) -> None:
+                try:
+                    await self._connection(up)
+                except UpstreamUnavailable as exc:
+                    logger.warning("%s", exc.message)
+                    failures.append(exc)
+
+            async with anyio.create_task_group() as starting:
+                for up in self._upstreams.values():
+                    starting.start_soon(first, up)
+            if failures and self._require_all:
+                raise failures[0]
+        except BaseException:
+            await self._shutdown(*sys.exc_info())
+            raise
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self._shutdown(exc_type, exc, tb)
+
+    async def _shutdown(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self._closing = True
+        for up in self._upstreams.values():
+            if up.conn is not None:
+                up.conn.end()
+        tg, self._tg = self._tg, None
+        if tg is not None:
+            await tg.__aexit__(exc_type, exc, tb)
+
+    # -- tools
+
+    @property
+    def servers(self) -> tuple[str, ...]:
+        """Configured server names, in config order."""
+        return tuple(self._upstreams)
+
+    async def tools(self, *, refresh: bool = False) -> dict[str, types.Tool]:
+        """Every upstream tool, by canonical ``server/tool`` name.
+
+        Tools are listed when a server connects (and again after each restart). With
+        ``refresh``, servers that are down are started and every connected server is
+        listed again. A server that is down contributes the tools it listed last.
+        Tools whose names AWL cannot write as ``server/tool`` are left out (see
+        :meth:`skipped`).
+        """
+        if refresh:
+            async with anyio.create_task_group() as tg:
+                for up in self._upstreams.values():
+                    tg.start_soon(self._refresh, up)
+        out: dict[str, types.Tool] = {}
+        for up in self._upstreams.values():
+            out.update(up.tools)
+        return out
+
+    async def _refresh(self, up: _Upstream) -> None:
+        try:
+            conn = await self._connection(up)
+            assert conn.client is not None
+            with anyio.fail_after(up.config.timeout):
+                up.tools, up.skipped = await up._list(conn.client)
+        except (UpstreamUnavailable, TimeoutError, MCPError, ValidationError) as exc:
+            logger.warning("upstream %s: cannot list tools: %s", up.config.name, _describe(exc))
+
+    def skipped(self) -> dict[str, tuple[str, ...]]:
+        """Tool names each server listed that AWL cannot name (not ``[A-Za-z0-9_.-]+``)."""
+        return {name: tuple(up.skipped) for name, up in self._upstreams.items() if up.skipped}
+
+    def status(self) -> dict[str, UpstreamStatus]:
+        """How each server is doing, by name."""
+        return {name: up.status() for name, up in self._upstreams.items()}
+
+    def server_config(self, server: str) -> ServerConfig:
+        """The configuration of ``server``.
+
+        Raises:
+            NotFound: No such server.
+        """
+        return self._upstream(server).config
+
+    # -- calls
+
+    def _upstream(self, server: str) -> _Upstream:
+        try:
+            return self._upstreams[server]
+        except (KeyError, TypeError):
+            raise NotFound(f"no upstream server is called {server!r}") from None
+
+    async def _connection(self, up: _Upstream) -> _Connection:
+        conn = up.conn
+        if conn is not None and conn.live:
+            return conn
+        async with up.lock:
+            conn = up.conn
+            if conn is not None and conn.live:
+                return conn
+            if self._closing or self._tg is None:
+                raise UpstreamUnavailable(
+                    f"upstream {up.config.name!r} is not available: the gateway is shutting down",
+                    server=up.config.name, sent=False,
+                )
+            conn = await self._tg.start(up.run)
+            assert isinstance(conn, _Connection)
+            up.conn = conn
+            return conn
+
+    async def call(
+        self,
+        server: str,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        meta: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        before_send: Callable[[], Awaitable[None]] | None = None,
+    ) -> types.CallToolResult:
+        """Call ``tool`` on ``server`` once, never retrying.
+
+        Args:
+            server: The configured server name.
+            tool: The tool's name on that server (not the canonical name).
+            arguments: The tool arguments, sent as they are.
+            meta: ``_meta`` for the request, cleaned by :func:`clean_meta` first.
+            timeout: Seconds to wait for the answer once sent (default: the server's
+                ``timeout``). Starting a server that is down has its own
+                ``connect_timeout``.
+            before_send: Awaited after the connection is up and before the request is
+                written (see the module docstring on write-ahead).
+
+        Returns:
+            The upstream's result, without protocol-reserved ``_meta`` keys, bounded to the
+            server's ``max_result_bytes`` (see :func:`bound_result`).
+
+        Raises:
+            NotFound: ``server`` is not configured.
+            UpstreamUnavailable: Cannot connect, or the connection was lost (``sent``).
+            UpstreamTimeout: Sent, and no answer in time.
+            UpstreamRejected: The server answered with a protocol error.
+        """
+        up = self._upstream(server)
+        limit = timeout if timeout is not None else up.config.timeout
+        conn = await self._connection(up)
+        if before_send is not None:
+            await before_send()
+        client = conn.client
+        if client is None or not conn.live:
+            raise UpstreamUnavailable(
+                f"upstream {server!r} went away before the call to {tool!r} was sent; "
+                "it was not sent", server=server, sent=False,
+            )
+        request = types.CallToolRequest(
+            params=types.CallToolRequestParams(
+                name=tool,
+                arguments=dict(arguments) if arguments is not None else None,
+                _meta=clean_meta(meta),
+            )
+        )
+        result: types.CallToolResult | None = None
+        try:
+            with anyio.move_on_after(limit):
+                result = await client.session.send_request(request, types.CallToolResult)
+        except MCPError as exc:
+            if exc.code == types.CONNECTION_CLOSED:
+                conn.end()
+                up.error = f"connection lost during a call to {tool!r}"
+                raise UpstreamUnavailable(
+                    f"upstream {server!r} closed the connection during the call to {tool!r}; "
+                    "the call may have run (it will be restarted on the next call)",
+                    server=server, sent=True,
+                ) from None
+            raise UpstreamRejected(
+                f"upstream {server!r} refused the call to {tool!r}: {exc.error.message} "
+                f"(JSON-RPC {exc.code})", server=server, rpc_code=exc.code,
+            ) from None
+        except ValidationError:
+            raise UpstreamRejected(
+                f"upstream {server!r} answered the call to {tool!r} with something that is "
+                "not a tool result", server=server, rpc_code=None,
+            ) from None
+        if result is None:
+            raise UpstreamTimeout(
+                f"upstream {server!r} did not answer the call to {tool!r} within {limit:g} s; "
+                "it may still have run", server=server, timeout=limit,
+            )
+        return bound_result(
+            _without_reserved(result), up.config.max_result_bytes, label=f"{server}/{tool}"
+        )

@@ -12,7 +12,7 @@ import pytest
 from awl._errors import BadRequest, Conflict, NotFound
 from awl._memory import MemoryStore
 from awl._models import Event, Review, WorkOrder, WorkReport
-from awl._store import LockInfo, Scope, Settlement, Store
+from awl._store import LockInfo, PassRecord, Scope, Settlement, Store
 
 T0 = "2030-01-01T00:00:00Z"
 
@@ -191,6 +191,18 @@ def test_list_orders_filters_newest_first(store: Store) -> None:
     assert ids(limit=1, offset=1) == ["b"]
     assert ids(limit=None, offset=2) == ["a"]
     assert store.list_orders(state="accepted")[0].seq == 2
+
+
+def test_events_at_reads_one_event_of_many_orders(store: Store) -> None:
+    """events_at returns the event with that seq of each order that has one."""
+    for oid in ("a", "b", "c"):
+        create(store, oid)
+    store.append("a", ev(2, "accept", "offered", "accepted"), state="accepted")
+    store.append("c", ev(2, "decline", "offered", "declined"), state="declined")
+    got = store.events_at(["a", "b", "c", "nope", "a"], 2)
+    assert {k: v.action for k, v in got.items()} == {"a": "accept", "c": "decline"}
+    assert store.events_at([], 2) == {}
+    assert set(store.events_at([f"x{i}" for i in range(1200)] + ["b"], 1)) == {"b"}
 
 
 # Call records ----------------------------------------------------------------------------
@@ -422,3 +434,20 @@ def test_revocations_and_tokens(store: Store) -> None:
     assert store.principal_for("h") is None
     store.save_token("h", "human:m", created_at=T0)
     assert store.principal_for("h") == "human:m"
+
+
+def test_passes_are_kept_per_order(store: Store) -> None:
+    """Saved passes list per order in first-saved order; saving a jti again replaces it."""
+    first = PassRecord(jti="j1", order_id="o1", parent_jti=None, subject="agent:w", exp=10,
+                       issued_at=T0)
+    store.save_pass(first)
+    store.save_pass(PassRecord(jti="j2", order_id="o2", parent_jti=None, subject="agent:w",
+                               exp=10, issued_at=T0))
+    child = PassRecord(jti="j3", order_id="o1", parent_jti="j1", subject="agent:v", exp=5,
+                       issued_at=T0)
+    store.save_pass(child)
+    again = PassRecord(jti="j1", order_id="o1", parent_jti=None, subject="agent:w", exp=20,
+                       issued_at=T0)
+    store.save_pass(again)
+    assert store.passes("o1") == [again, child]
+    assert store.passes("none") == []

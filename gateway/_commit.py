@@ -1,0 +1,1133 @@
+"""Committing approved effects: each runs at most once, whatever crashes, whoever re-runs.
+
+After the manager approves a report, :func:`commit` sends the effects the manager chose
+(the report's held calls) to their upstream servers, once each, in the report's order.
+The promise is **at most once**, not completion: an effect that was sent but never
+answered is ``unknown`` and is never sent again unless the manager settles it as
+``did_not_happen`` and asks for a :func:`retry`.
+
+Effect states (kept in the store, one per held call)::
+
+    held ──► dispatching ──► committed   (answered, the result is kept)
+      │           │    └───► failed      (answered with an error)
+      │           └────────► unknown     (no answer: timeout, lost connection, crash)
+      ├──► skipped   (a ``$ref`` it needs did not commit)
+      └──► dropped   (not approved, not listed, or its attempt was sent back for rework)
+
+    unknown ──settle(did_not_happen)──► retry ──► dispatching ──► ...
+
+Write-ahead. Before a request is handed to the upstream, the effect moves
+``held → dispatching`` with a compare-and-set that is on disk when it returns (the SQLite
+store commits with ``synchronous=FULL``). Only the process whose compare-and-set won may
+send, so two committers can never both send one effect. After the answer the effect moves
+``dispatching → committed`` (with the result) or ``failed``. If there is no answer (the
+call timed out or the connection broke after the request was written) it moves to
+``unknown``. If the committer dies in between, the mark stays ``dispatching``; the next
+commit of the order, which can only run once it holds the order's lock (so the old holder
+is gone or its lease ran out), turns every ``dispatching`` it finds into ``unknown``. The
+mark cannot tell whether the request went out, so neither does the state: never sending a
+``dispatching`` effect again is what makes the promise hold.
+
+One exception is provable: when the upstream pool reports
+:class:`~gateway._upstream.UpstreamUnavailable` with ``sent=False``, the pool never wrote a
+byte of this request to any transport (the server could not be started or reached, or the
+handshake failed before the request existed on the wire), so nothing can have happened and
+the effect goes back to ``held`` for a later commit. Every other failure after the mark,
+including any exception we did not expect, leaves ``unknown``.
+
+Checks before anything runs. The latest report's effects are compared with the call log:
+each ref must name a call of this order, of the report's attempt (the latest), recorded
+with outcome ``held``, with the same tool and exactly the same arguments (JSON equality).
+Then authority is checked again: the order is ``approved``, each approved effect's tool is
+still allowed and staged by the order, and the Delegation Pass it was held under has not
+been revoked (the store keeps no revocation time we could compare with the hold, so any
+revocation counts). Any problem runs **nothing** and is named in
+:attr:`CommitSummary.mismatches`. Held calls the approved report does not list, the
+manager did not approve, or that belong to an earlier attempt are ``dropped`` and a
+``drop`` event is logged.
+
+``$ref`` values. A held call's arguments may contain ``{"$ref": "server/tool#M",
+"pointer": "/..."}``. At commit time the value is replaced by the part of effect M's
+recorded result that the JSON pointer (RFC 6901) names. Results are stored exactly as the
+wire carries them (``CallToolResult`` dumped by alias: ``structuredContent``, ``isError``,
+``content``), so pointers use the wire's camelCase names, e.g. ``/structuredContent/number``.
+If M is not ``committed``, or the pointer names nothing, the dependent effect is
+``skipped`` with the reason.
+
+Every forwarded call carries ``_meta`` ``{"awl/ref", "awl/order", "awl/attempt"}``; a
+retry sends the same three values, so a receiver can deduplicate.
+
+Settlement. :func:`settle` lets the order's manager record what they found out about an
+``unknown`` effect (``happened`` or ``did_not_happen``, with evidence) as a ``settle``
+event. A settlement stays valid until the effect is dispatched again (the event records
+the effect's dispatch count). :func:`retry` sends an effect whose valid settlement says
+``did_not_happen``, after checking the order's authority again (approved, deadline not
+passed, tool allowed and staged, pass not revoked), under the same write-ahead rules.
+
+Test hook: when the environment sets ``AWL_TEST_PAUSE_AFTER_DISPATCHING`` to a path, the
+committer writes that file (holding the ref) right after a ``dispatching`` mark is durable
+and then freezes, so a test can ``kill -9`` it at exactly that moment;
+``AWL_TEST_PAUSE_REF`` limits the pause to one ref.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any, Literal, Protocol
+
+import anyio
+import mcp_types as types
+
+from awl._desk import Desk
+from awl._errors import BadRequest, Conflict, Forbidden, InvalidTransition, NotFound
+from awl._models import CallRecord, Event, WorkOrder, WorkReport, parse_time
+from awl._patterns import matches_any, parse_ref
+from awl._store import EffectState, OrderRecord, Settlement, Store
+from gateway._lock import DEFAULT_LEASE, LockLost, OrderLock
+from gateway._policy import allowed
+from gateway._staging import Placeholder, placeholders
+
+__all__ = [
+    "COMMIT_ACTOR",
+    "CommitSummary",
+    "EffectOutcome",
+    "EffectView",
+    "Mismatch",
+    "Upstreams",
+    "commit",
+    "commit_sync",
+    "drop_attempt",
+    "list_effects",
+    "lock_name",
+    "retry",
+    "retry_sync",
+    "run_commit_cli",
+    "settle",
+]
+
+COMMIT_ACTOR = "awl:gateway"
+"""The actor of the ``drop`` events the commit path writes."""
+
+PAUSE_ENV = "AWL_TEST_PAUSE_AFTER_DISPATCHING"
+PAUSE_REF_ENV = "AWL_TEST_PAUSE_REF"
+
+Clock = Callable[[], datetime]
+Verdict = Literal["happened", "did_not_happen"]
+
+
+class Upstreams(Protocol):
+    """What the committer needs from an upstream pool: one tool call with ``_meta``."""
+
+    async def call(self, server: str, tool: str, arguments: Mapping[str, Any] | None = None,
+                   *, meta: Mapping[str, Any] | None = None, timeout: float | None = None,
+                   before_send: Callable[[], Awaitable[None]] | None = None,
+                   ) -> types.CallToolResult:
+        """Send one ``tools/call`` and return the answer, awaiting ``before_send`` after
+        the connection is up and before the request is written."""
+        ...
+
+
+UpstreamSource = Any
+"""An :class:`Upstreams` (used as is), a loaded ``GatewayConfig``, a config mapping, or
+the path of an upstream config file (a pool is opened and closed around the sends)."""
+
+
+# --------------------------------------------------------------------------- results
+
+@dataclass(frozen=True, slots=True)
+class Mismatch:
+    """One reason the pre-check refused to run anything.
+
+    ``problem`` is a stable code: ``bad_ref``, ``duplicate``, ``not_recorded``,
+    ``other_order``, ``tool``, ``arguments``, ``attempt``, ``not_held``, ``not_latest``,
+    ``not_in_report``, ``not_allowed``, ``not_staged``, ``pass_revoked``, ``no_report``,
+    ``no_approval``. ``path`` is a JSON pointer into the report (``/effects/2/arguments``)
+    or, for the manager's choice, into the approving review (``/review/effects/0``).
+    """
+
+    ref: str
+    path: str
+    problem: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        """JSON-ready data."""
+        return {"ref": self.ref, "path": self.path, "problem": self.problem,
+                "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class EffectOutcome:
+    """Where one approved effect stands after a commit (or retry)."""
+
+    ref: str
+    tool: str
+    state: str
+    """The effect's state now: ``committed``, ``failed``, ``unknown``, ``skipped``,
+    ``held`` (not run), ``dropped``."""
+    reason: str
+    """A short explanation, for people."""
+    sent: bool = False
+    """Whether this run marked it ``dispatching`` (and so may have sent it)."""
+    result: dict[str, Any] | None = None
+    """The recorded result (wire form), when there is one."""
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready data."""
+        out: dict[str, Any] = {"ref": self.ref, "tool": self.tool, "state": self.state,
+                               "reason": self.reason, "sent": self.sent}
+        if self.result is not None:
+            out["result"] = self.result
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class CommitSummary:
+    """What one commit did."""
+
+    order_id: str
+    attempt: int
+    effects: tuple[EffectOutcome, ...] = ()
+    """Every approved effect, in the report's order."""
+    dropped: tuple[str, ...] = ()
+    """Held calls this run dropped (not approved, not listed, or of an older attempt)."""
+    recovered: tuple[str, ...] = ()
+    """Effects this run found ``dispatching`` (their committer was gone) and made ``unknown``."""
+    mismatches: tuple[Mismatch, ...] = ()
+    """Why nothing ran, when the pre-check failed."""
+    took_over: str | None = None
+    """The stale lock holder this run replaced, if any."""
+
+    @property
+    def ok(self) -> bool:
+        """Whether every approved effect is committed (and the pre-check passed)."""
+        return not self.mismatches and all(e.state == "committed" for e in self.effects)
+
+    def lines(self) -> list[str]:
+        """The summary as lines for a terminal: one per effect, then totals."""
+        out = [f"mismatch {m.ref} {m.path}: {m.message}" for m in self.mismatches]
+        if self.mismatches:
+            out.append(f"order {self.order_id}: nothing ran; {len(self.mismatches)} "
+                       "mismatch(es) between the approved report and the call log")
+        width = max((len(e.ref) for e in self.effects), default=0)
+        tool_width = max((len(e.tool) for e in self.effects), default=0)
+        for e in self.effects:
+            out.append(f"{e.ref:<{width}}  {e.tool:<{tool_width}}  {e.state:<10}  {e.reason}")
+        if self.recovered:
+            out.append(f"found dispatching with no outcome (now unknown): "
+                       f"{', '.join(self.recovered)}")
+        if self.dropped:
+            out.append(f"dropped: {', '.join(self.dropped)}")
+        counts: dict[str, int] = {}
+        for e in self.effects:
+            counts[e.state] = counts.get(e.state, 0) + 1
+        tally = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no effects"
+        out.append(f"order {self.order_id} attempt {self.attempt}: {tally}")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready data."""
+        return {
+            "order_id": self.order_id, "attempt": self.attempt, "ok": self.ok,
+            "effects": [e.to_json() for e in self.effects],
+            "dropped": list(self.dropped), "recovered": list(self.recovered),
+            "mismatches": [m.to_json() for m in self.mismatches],
+            "took_over": self.took_over,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class EffectView:
+    """One held call of an order with its effect state, for listings."""
+
+    ref: str
+    tool: str
+    attempt: int
+    arguments: dict[str, Any]
+    state: str
+    """The effect state (``held`` when the gateway recorded none yet)."""
+    dispatches: int = 0
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    settlement: Settlement | None = None
+    """The manager's settlement, if one is still valid (the effect was not dispatched since)."""
+    updated_at: str = ""
+
+    @property
+    def retryable(self) -> bool:
+        """Whether :func:`retry` may send it: unknown, settled as did_not_happen."""
+        return (self.state == "unknown" and self.settlement is not None
+                and self.settlement.verdict == "did_not_happen")
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready data."""
+        out: dict[str, Any] = {
+            "ref": self.ref, "tool": self.tool, "attempt": self.attempt,
+            "arguments": self.arguments, "state": self.state, "dispatches": self.dispatches,
+            "updated_at": self.updated_at, "retryable": self.retryable,
+        }
+        if self.result is not None:
+            out["result"] = self.result
+        if self.error is not None:
+            out["error"] = self.error
+        if self.settlement is not None:
+            s = self.settlement
+            out["settlement"] = {"verdict": s.verdict, "evidence": s.evidence, "by": s.by,
+                                 "at": s.at}
+        return out
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _stamp(clock: Clock) -> str:
+    return clock().astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def lock_name(order_id: str) -> str:
+    """The name of the store lock one committer of ``order_id`` holds."""
+    return f"commit:{order_id}"
+
+
+def _canonical(ref: str) -> str:
+    parsed = parse_ref(ref)
+    return ref if parsed is None else str(parsed)
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """Equality of two JSON values: ``true`` is not ``1``, key order does not matter.
+
+    Numbers compare by value (``1`` equals ``1.0``, as JSON has one number type).
+    """
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and bool(a == b)
+
+
+_MISSING = object()
+
+
+def resolve_pointer(document: Any, pointer: str) -> Any:
+    """The value a JSON pointer (RFC 6901) names in ``document``.
+
+    Raises:
+        KeyError: The pointer is malformed or names nothing.
+    """
+    if pointer == "":
+        return document
+    if not pointer.startswith("/"):
+        raise KeyError(pointer)
+    here = document
+    for raw in pointer[1:].split("/"):
+        token = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(here, dict):
+            if token not in here:
+                raise KeyError(pointer)
+            here = here[token]
+        elif isinstance(here, list):
+            if not token.isdigit() or (len(token) > 1 and token[0] == "0"):
+                raise KeyError(pointer)
+            index = int(token)
+            if index >= len(here):
+                raise KeyError(pointer)
+            here = here[index]
+        else:
+            raise KeyError(pointer)
+    return here
+
+
+def _put(document: Any, path: Sequence[str | int], value: Any) -> Any:
+    if not path:
+        return value
+    here = document
+    for part in path[:-1]:
+        here = here[part]
+    here[path[-1]] = value
+    return document
+
+
+def fill_refs(arguments: dict[str, Any],
+              states: Mapping[str, EffectState]) -> tuple[dict[str, Any], str | None]:
+    """Replace every ``$ref`` placeholder in ``arguments`` from the recorded results.
+
+    Returns:
+        The filled arguments and None, or the untouched arguments and why it cannot be
+        filled (the reason the dependent effect is skipped).
+    """
+    found: list[Placeholder] = []
+    for item in placeholders(arguments):
+        if isinstance(item, str):
+            return arguments, item
+        found.append(item)
+    if not found:
+        return arguments, None
+    filled = copy.deepcopy(arguments)
+    for ph in found:
+        target = states.get(ph.ref)
+        state = target.state if target is not None else "held"
+        if target is None or target.state != "committed" or target.result is None:
+            return arguments, f"needs {ph.ref}, which is {state}, not committed"
+        try:
+            value = resolve_pointer(target.result, ph.pointer)
+        except KeyError:
+            return arguments, f"the result of {ph.ref} has nothing at {ph.pointer or '(root)'}"
+        filled = _put(filled, ph.path, copy.deepcopy(value))
+    return filled, None
+
+
+def _result_json(result: types.CallToolResult) -> dict[str, Any]:
+    data: dict[str, Any] = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return data
+
+
+def _error_text(result: types.CallToolResult, limit: int = 300) -> str:
+    for block in result.content:
+        text = getattr(block, "text", None)
+        if isinstance(text, str) and text.strip():
+            return text.strip()[:limit]
+    return "the upstream answered with an error"
+
+
+def _report_attempt(record: OrderRecord, report: WorkReport) -> int:
+    if report.attempt is not None:
+        return report.attempt
+    return 1 + sum(1 for r in record.reviews if r.decision == "rework")
+
+
+def _pause_if_asked(ref: str) -> None:
+    """Test hook: announce the durable dispatching mark, then freeze until killed."""
+    path = os.environ.get(PAUSE_ENV)
+    if not path:
+        return
+    only = os.environ.get(PAUSE_REF_ENV)
+    if only and _canonical(only) != ref:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, ref.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    while True:  # a real freeze: no awaits, no renewals; the test kills us here
+        time.sleep(3600)
+
+
+# --------------------------------------------------------------------------- upstreams
+
+class _Upstreams:
+    """Opens the upstream pool on first use, so a commit with nothing to send starts no
+    upstream server."""
+
+    def __init__(self, source: UpstreamSource, stack: AsyncExitStack) -> None:
+        self._source = source
+        self._stack = stack
+        self._pool: Upstreams | None = None
+
+    async def get(self) -> Upstreams:
+        if self._pool is None:
+            self._pool = await _open_pool(self._source, self._stack)
+        return self._pool
+
+
+async def _open_pool(source: UpstreamSource, stack: AsyncExitStack) -> Upstreams:
+    if hasattr(source, "call") and callable(source.call):
+        pool: Upstreams = source
+        return pool
+    from gateway._config import GatewayConfig, load_config
+    from gateway._upstream import UpstreamPool
+
+    config = source if isinstance(source, GatewayConfig) else load_config(source)
+    opened: Upstreams = await stack.enter_async_context(UpstreamPool(config))
+    return opened
+
+
+# --------------------------------------------------------------------------- the plan
+
+@dataclass
+class _Plan:
+    record: OrderRecord
+    report: WorkReport | None
+    attempt: int
+    approved: list[CallRecord] = field(default_factory=list)
+    drops: dict[str, str] = field(default_factory=dict)
+    mismatches: list[Mismatch] = field(default_factory=list)
+
+
+def _precheck(record: OrderRecord, calls: Sequence[CallRecord], revoked: Mapping[str, str],
+              ) -> _Plan:
+    """Compare the approved report with the call log and recheck authority."""
+    order = record.order
+    if not record.reports:
+        plan = _Plan(record, None, 0)
+        plan.mismatches.append(Mismatch("", "", "no_report",
+                                        f"order {order.id} has no report to commit"))
+        return plan
+    report = record.reports[-1]
+    attempt = _report_attempt(record, report)
+    plan = _Plan(record, report, attempt)
+    bad = plan.mismatches.append
+    review = next((r for r in reversed(record.reviews)
+                   if r.attempt == attempt and r.decision == "approve"), None)
+    if review is None:
+        bad(Mismatch("", "", "no_approval",
+                     f"attempt {attempt} of order {order.id} has no approving review"))
+        return plan
+    by_ref = {c.ref: c for c in calls}
+    latest = max((c.attempt for c in calls), default=attempt)
+    if latest > attempt:
+        bad(Mismatch("", "/attempt", "not_latest",
+                     f"the report is attempt {attempt} but the call log reaches attempt "
+                     f"{latest}"))
+    listed: dict[str, int] = {}
+    effects = report.effects or ()
+    for i, effect in enumerate(effects):
+        where = f"/effects/{i}"
+        parsed = parse_ref(effect.ref)
+        if parsed is None or parsed.tool != effect.tool:
+            bad(Mismatch(effect.ref, f"{where}/ref", "bad_ref",
+                         f"effect {i} ref {effect.ref!r} is not a ref of {effect.tool}"))
+            continue
+        ref = str(parsed)
+        if ref in listed:
+            bad(Mismatch(ref, f"{where}/ref", "duplicate",
+                         f"{ref} is listed twice (effects {listed[ref]} and {i})"))
+            continue
+        listed[ref] = i
+        call = by_ref.get(ref)
+        if call is None:
+            bad(Mismatch(ref, f"{where}/ref", "not_recorded",
+                         f"{ref} is not a recorded call of order {order.id}"))
+            continue
+        if call.order_id != order.id:
+            bad(Mismatch(ref, f"{where}/ref", "other_order",
+                         f"{ref} was recorded for order {call.order_id}, not {order.id}"))
+        if call.tool != effect.tool:
+            bad(Mismatch(ref, f"{where}/tool", "tool",
+                         f"{ref} called {call.tool}, but the report says {effect.tool}"))
+        if not json_equal(call.arguments, effect.arguments):
+            bad(Mismatch(ref, f"{where}/arguments", "arguments",
+                         f"{ref}: the report's arguments differ from the arguments held"))
+        if call.attempt != attempt:
+            bad(Mismatch(ref, where, "attempt",
+                         f"{ref} was held in attempt {call.attempt}, not the approved "
+                         f"attempt {attempt}"))
+        if call.outcome != "held":
+            bad(Mismatch(ref, where, "not_held",
+                         f"{ref} was not held (its outcome is {call.outcome})"))
+    if review.effects is None:
+        chosen = list(listed)
+    else:
+        chosen = []
+        for j, raw in enumerate(review.effects):
+            ref = _canonical(raw)
+            if ref not in listed:
+                bad(Mismatch(ref, f"/review/effects/{j}", "not_in_report",
+                             f"the manager approved {raw}, which the report does not list"))
+            elif ref not in chosen:
+                chosen.append(ref)
+        chosen.sort(key=lambda r: listed[r])  # run in the report's order
+    for ref in chosen:
+        call = by_ref.get(ref)
+        if call is None:
+            continue
+        where = f"/effects/{listed[ref]}"
+        if not allowed(call.tool, order):
+            bad(Mismatch(ref, f"{where}/tool", "not_allowed",
+                         f"order {order.id} does not allow {call.tool}"))
+        if not matches_any(order.staged, call.tool):
+            bad(Mismatch(ref, f"{where}/tool", "not_staged",
+                         f"order {order.id} does not stage {call.tool}"))
+        if call.pass_jti is not None and call.pass_jti in revoked:
+            bad(Mismatch(ref, where, "pass_revoked",
+                         f"{ref} was held under pass {call.pass_jti}, which is revoked "
+                         f"({revoked[call.pass_jti]})"))
+        plan.approved.append(call)
+    chosen_set = set(chosen)
+    for call in calls:
+        if call.outcome != "held" or call.ref in chosen_set:
+            continue
+        if call.attempt < attempt:
+            plan.drops[call.ref] = f"attempt {call.attempt} was sent back for rework"
+        elif call.attempt > attempt:
+            plan.drops[call.ref] = f"held in attempt {call.attempt}, after the approved one"
+        elif call.ref in listed:
+            plan.drops[call.ref] = "the manager did not approve it"
+        else:
+            plan.drops[call.ref] = "the approved report does not list it"
+    return plan
+
+
+# --------------------------------------------------------------------------- the committer
+
+class _Committer:
+    """One commit (or retry) of one order, holding its lock."""
+
+    def __init__(self, store: Store, order_id: str, desk: Desk, clock: Clock,
+                 upstreams: _Upstreams, lock: OrderLock, timeout: float | None) -> None:
+        self.store = store
+        self.order_id = order_id
+        self.desk = desk
+        self.clock = clock
+        self.upstreams = upstreams
+        self.lock = lock
+        self.timeout = timeout
+        self.states: dict[str, EffectState] = {}
+
+    def at(self) -> str:
+        return _stamp(self.clock)
+
+    def load_states(self) -> None:
+        self.states = {e.ref: e for e in self.store.effects(self.order_id)}
+
+    def recover(self) -> list[str]:
+        """Turn every ``dispatching`` mark into ``unknown``: its committer is gone, since
+        we hold the lock it held; whether it sent the request nobody can say."""
+        self.load_states()
+        found: list[str] = []
+        for ref, state in list(self.states.items()):
+            if state.state != "dispatching":
+                continue
+            try:
+                self.states[ref] = self.store.set_effect(
+                    self.order_id, ref, expect=["dispatching"], state="unknown",
+                    error="found dispatching by a later commit: its committer stopped "
+                          "before recording an answer, so it may or may not have run",
+                    at=self.at())
+                found.append(ref)
+            except Conflict:
+                self.load_states()
+        return found
+
+    def set(self, ref: str, *, expect: Sequence[str] | None, state: str,
+            **kwargs: Any) -> EffectState:
+        new = self.store.set_effect(self.order_id, ref, expect=expect, state=state,
+                                    at=self.at(), **kwargs)
+        self.states[ref] = new
+        return new
+
+    def drop(self, drops: Mapping[str, str], calls: Mapping[str, CallRecord]) -> list[str]:
+        done: list[str] = []
+        for ref, reason in drops.items():
+            current = self.states.get(ref)
+            if current is not None and current.state != "held":
+                continue
+            try:
+                self.set(ref, expect=None if current is None else ["held"], state="dropped",
+                         error=reason, attempt=calls[ref].attempt)
+            except Conflict:
+                continue
+            done.append(ref)
+        if done:
+            _log(self.desk, self.order_id, COMMIT_ACTOR, "drop",
+                 note=f"dropped {len(done)} held call(s) that will never run",
+                 data={"refs": done, "reasons": {r: drops[r] for r in done}})
+        return done
+
+    async def dispatch(self, call: CallRecord, arguments: dict[str, Any],
+                       expect: Sequence[str] | None) -> EffectOutcome:
+        """Mark, send, record: the write-ahead protocol for one effect.
+
+        The ``dispatching`` mark is made in the pool's ``before_send`` hook: after the
+        connection to the upstream is up, before the request is written. So a server that
+        cannot be started leaves the effect untouched, and the window in which a crash
+        leaves an unsent effect ``unknown`` is as short as it can be.
+        """
+        from gateway._upstream import UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
+
+        ref = call.ref
+        marked = False
+
+        async def mark() -> None:
+            nonlocal marked
+            self.lock.check()  # never start a send on a lock we may have lost
+            self.set(ref, expect=expect, state="dispatching", count_dispatch=True)
+            marked = True
+            _pause_if_asked(ref)
+
+        pool = await self.upstreams.get()
+        server, tool = call.tool.split("/", 1)
+        meta = {"awl/ref": ref, "awl/order": self.order_id, "awl/attempt": call.attempt}
+        back_to = "held" if expect is None or "held" in expect else "unknown"
+        try:
+            result = await pool.call(server, tool, arguments, meta=meta, timeout=self.timeout,
+                                     before_send=mark)
+        except UpstreamUnavailable as exc:
+            if not marked:
+                return self._outcome(call, reason=f"not sent: {exc.message}; commit again later")
+            if not exc.sent:
+                return self._not_sent(call, back_to, exc.message)
+            return self._unknown(call, f"connection lost after sending: {exc.message}")
+        except UpstreamTimeout as exc:
+            return self._unknown(call, f"no answer within {exc.timeout:g} s; it may have run")
+        except UpstreamRejected as exc:
+            if exc.rpc_code is None:  # it answered, but we cannot read whether it ran
+                return self._unknown(call, exc.message)
+            self._record(call, "failed", None, exc.message[:500])
+            return self._outcome(call, sent=True)
+        except NotFound as exc:  # no such server in the config: nothing was marked
+            return self._outcome(call, reason=f"not sent: {exc.message}")
+        except BaseException as exc:
+            if marked:
+                # A bug or a cancellation after the mark: record what we know (it may have
+                # been sent), never risk a second send.
+                with anyio.CancelScope(shield=True):
+                    self._unknown(call, f"interrupted after the mark: {type(exc).__name__}")
+            raise
+        if result.is_error:
+            self._record(call, "failed", _result_json(result), _error_text(result))
+        else:
+            self._record(call, "committed", _result_json(result), None)
+        return self._outcome(call, sent=True)
+
+    def _record(self, call: CallRecord, state: str, result: dict[str, Any] | None,
+                error: str | None) -> None:
+        try:
+            self.set(call.ref, expect=["dispatching"], state=state, result=result, error=error)
+        except Conflict:
+            # Our lease ran out and a later commit already made it unknown. It stays
+            # unknown: that commit may have reported it, and the manager settles it.
+            self.load_states()
+
+    def _unknown(self, call: CallRecord, reason: str) -> EffectOutcome:
+        self._record(call, "unknown", None, reason)
+        return self._outcome(call, sent=True)
+
+    def _not_sent(self, call: CallRecord, back_to: str, why: str) -> EffectOutcome:
+        reason = f"not sent: the upstream could not be reached ({why}); commit again later"
+        try:
+            self.set(call.ref, expect=["dispatching"], state=back_to, error=reason)
+        except Conflict:
+            self.load_states()
+        return self._outcome(call, sent=False)
+
+    def _outcome(self, call: CallRecord, *, sent: bool = False,
+                 reason: str | None = None) -> EffectOutcome:
+        state = self.states.get(call.ref)
+        name = state.state if state is not None else "held"
+        if reason is None:
+            reason = _reason(state)
+        return EffectOutcome(call.ref, call.tool, name, reason, sent=sent,
+                             result=state.result if state is not None else None)
+
+    async def run(self, call: CallRecord) -> EffectOutcome:
+        """Commit one approved effect unless it already ran (or is past running)."""
+        current = self.states.get(call.ref)
+        if current is not None and current.state != "held":
+            return self._outcome(call, reason=f"already {current.state} before this run"
+                                 + (f": {current.error}" if current.error else ""))
+        expect = None if current is None else ["held"]
+        arguments, problem = fill_refs(dict(call.arguments), self.states)
+        if problem is not None:
+            self.set(call.ref, expect=expect, state="skipped", error=problem)
+            return self._outcome(call)
+        try:
+            return await self.dispatch(call, arguments, expect)
+        except Conflict:
+            # Someone moved it first (only possible without the lock); whatever they did,
+            # it is theirs to report. We never send it.
+            self.load_states()
+            return self._outcome(call, reason="changed by another process; not sent")
+
+
+def _reason(state: EffectState | None) -> str:
+    if state is None or state.state == "held":
+        return (state.error if state is not None and state.error else "not run")
+    if state.state == "committed":
+        return "committed"
+    text = state.error or ""
+    return f"{text}" if text else state.state
+
+
+def _log(desk: Desk, order_id: str, actor: str, action: str, *, note: str | None,
+         data: Mapping[str, Any]) -> None:
+    """Append a non-transition event, deciding again after lost races."""
+    for round_ in range(20):
+        try:
+            desk.record(order_id, actor, action, note=note, data=data)
+            return
+        except Conflict:
+            if round_ == 19:
+                raise
+
+
+# --------------------------------------------------------------------------- commit
+
+async def commit(
+    order_id: str,
+    *,
+    store: Store,
+    pool_or_config: UpstreamSource,
+    desk: Desk | None = None,
+    now: Clock | None = None,
+    timeout: float | None = None,
+    lease: float = DEFAULT_LEASE,
+    lock_wait: float = 0.0,
+) -> CommitSummary:
+    """Run the approved effects of ``order_id`` at most once each, in the report's order.
+
+    Safe to run again at any time, from any process: effects that already ran (or may
+    have) are reported, never sent again.
+
+    Args:
+        order_id: An approved order.
+        store: The desk's store (the call log and the effect states).
+        pool_or_config: An upstream pool with ``call(server, tool, arguments, meta=,
+            timeout=)``, or a gateway config (loaded, a mapping, or a file path) to open one.
+        desk: The desk used to log ``drop`` events (default one over ``store``).
+        now: The clock for timestamps (default UTC now).
+        timeout: Seconds each call may take (default: the server's configured timeout).
+        lease: Seconds of the commit lock's lease, renewed while running.
+        lock_wait: Seconds to wait for another live committer of the order to finish.
+
+    Returns:
+        The summary; :attr:`CommitSummary.ok` is true when every approved effect is
+        committed. On a mismatch nothing ran and :attr:`CommitSummary.mismatches` says why.
+
+    Raises:
+        NotFound: No such order.
+        InvalidTransition: The order is not approved.
+        Conflict: Another live process is committing the order.
+    """
+    clock = now or _utc_now
+    desk = desk or Desk(store, clock=clock, conflict_retries=5)
+    store.load(order_id)  # NotFound before taking any lock
+    lock = OrderLock(store, lock_name(order_id), lease=lease, wait=lock_wait,
+                     purpose=f"commit {order_id}")
+    async with AsyncExitStack() as stack:
+        await stack.enter_async_context(lock)
+        committer = _Committer(store, order_id, desk, clock, _Upstreams(pool_or_config, stack),
+                               lock, timeout)
+        recovered = committer.recover()
+        record = store.load(order_id)
+        if record.state != "approved":
+            raise InvalidTransition(
+                f"cannot commit order {order_id!r}: it is {record.state}; only an approved "
+                "order's effects run", state=record.state, action="commit")
+        calls = store.calls(order_id)
+        plan = _precheck(record, calls, store.revoked())
+        took_over = None if lock.took_over is None else (
+            f"pid {lock.took_over.pid} on {lock.took_over.host}")
+        if plan.mismatches:
+            outcomes = tuple(committer._outcome(c, reason="not run: the pre-check failed")
+                             for c in plan.approved)
+            return CommitSummary(order_id, plan.attempt, outcomes, (), tuple(recovered),
+                                 tuple(plan.mismatches), took_over)
+        by_ref = {c.ref: c for c in calls}
+        dropped = committer.drop(plan.drops, by_ref)
+        outcomes_list: list[EffectOutcome] = []
+        pending = list(plan.approved)
+        try:
+            while pending:
+                outcomes_list.append(await committer.run(pending[0]))
+                pending.pop(0)
+        except LockLost:
+            outcomes_list.extend(
+                committer._outcome(c, reason="not run: this commit lost its lock; commit again")
+                for c in pending)
+        return CommitSummary(order_id, plan.attempt, tuple(outcomes_list), tuple(dropped),
+                             tuple(recovered), (), took_over)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def commit_sync(order_id: str, **kwargs: Any) -> CommitSummary:
+    """:func:`commit` for synchronous callers (runs its own event loop)."""
+    return anyio.run(partial(commit, order_id, **kwargs))
+
+
+# --------------------------------------------------------------------------- drops
+
+def drop_attempt(order_id: str, attempt: int, *, store: Store, desk: Desk | None = None,
+                 reason: str | None = None, actor: str = COMMIT_ACTOR,
+                 now: Clock | None = None) -> list[str]:
+    """Drop every still-held call of ``attempt`` (the desk or gateway calls this on rework).
+
+    Dropped calls never run. A ``drop`` event lists them. Calls already past ``held`` are
+    left alone. Returns the refs dropped.
+    """
+    clock = now or _utc_now
+    desk = desk or Desk(store, clock=clock, conflict_retries=5)
+    why = reason or f"attempt {attempt} was sent back for rework"
+    states = {e.ref: e for e in store.effects(order_id)}
+    done: list[str] = []
+    for call in store.calls(order_id, attempt=attempt):
+        if call.outcome != "held":
+            continue
+        current = states.get(call.ref)
+        if current is not None and current.state != "held":
+            continue
+        try:
+            store.set_effect(order_id, call.ref, expect=None if current is None else ["held"],
+                             state="dropped", error=why, at=_stamp(clock))
+        except Conflict:
+            continue
+        done.append(call.ref)
+    if done:
+        _log(desk, order_id, actor, "drop", note=why,
+             data={"refs": done, "attempt": attempt, "reasons": {r: why for r in done}})
+    return done
+
+
+# --------------------------------------------------------------------------- listing
+
+def _settle_events(events: Sequence[Event]) -> dict[str, Event]:
+    latest: dict[str, Event] = {}
+    for event in events:
+        if event.action == "settle" and event.data and isinstance(event.data.get("ref"), str):
+            latest[event.data["ref"]] = event
+    return latest
+
+
+def _valid_settlement(state: EffectState | None, event: Event | None) -> Settlement | None:
+    """The settlement that still describes the effect: made while it was unknown with the
+    dispatch count it has now (any later dispatch makes it stale)."""
+    if state is None or state.state != "unknown" or event is None or event.data is None:
+        return None
+    data = event.data
+    if data.get("dispatches") != state.dispatches:
+        return None
+    verdict = data.get("verdict")
+    if verdict not in ("happened", "did_not_happen"):
+        return None
+    return Settlement(verdict=verdict, evidence=str(data.get("evidence", "")),
+                      by=event.actor, at=event.at)
+
+
+def list_effects(order_id: str, *, store: Store) -> list[EffectView]:
+    """Every held call of the order with its effect state, by call number."""
+    states = {e.ref: e for e in store.effects(order_id)}
+    settles = _settle_events(store.events(order_id))
+    out: list[EffectView] = []
+    for call in store.calls(order_id):
+        state = states.get(call.ref)
+        if call.outcome != "held" and state is None:
+            continue
+        out.append(EffectView(
+            ref=call.ref, tool=call.tool, attempt=call.attempt,
+            arguments=call.arguments, state="held" if state is None else state.state,
+            dispatches=0 if state is None else state.dispatches,
+            result=None if state is None else state.result,
+            error=None if state is None else state.error,
+            settlement=_valid_settlement(state, settles.get(call.ref)),
+            updated_at="" if state is None else state.updated_at,
+        ))
+    return out
+
+
+def _find_call(store: Store, order_id: str, ref: str) -> CallRecord:
+    canonical = _canonical(ref)
+    for call in store.calls(order_id):
+        if call.ref == canonical:
+            return call
+    raise NotFound(f"order {order_id!r} has no recorded call {ref!r}; list its effects with "
+                   f"`awl effects list {order_id}`")
+
+
+def _manager_only(order: WorkOrder, by: str, action: str) -> None:
+    if by != order.manager:
+        raise Forbidden(f"{by} may not {action} effects of order {order.id!r}: only its "
+                        f"manager ({order.manager}) may", actor=by, action=action)
+
+
+# --------------------------------------------------------------------------- settle
+
+def settle(order_id: str, ref: str, verdict: Verdict, evidence: str, by: str, *,
+           store: Store, desk: Desk | None = None, now: Clock | None = None) -> EffectView:
+    """Record the manager's finding about an ``unknown`` effect, as a ``settle`` event.
+
+    Args:
+        order_id: The order.
+        ref: The unknown effect, ``server/tool#N``.
+        verdict: ``happened`` (it ran; it can never be retried) or ``did_not_happen``
+            (it did not run; :func:`retry` may send it).
+        evidence: What the finding rests on, for the record.
+        by: Who settles; must be the order's manager.
+
+    Raises:
+        Forbidden: ``by`` is not the order's manager.
+        InvalidTransition: The effect is not ``unknown``.
+        BadRequest: No evidence, or an unknown verdict.
+        NotFound: No such order or call.
+    """
+    if verdict not in ("happened", "did_not_happen"):
+        raise BadRequest(f"verdict must be happened or did_not_happen, not {verdict!r}")
+    if not evidence.strip():
+        raise BadRequest("a settlement says what it rests on; give --evidence")
+    clock = now or _utc_now
+    desk = desk or Desk(store, clock=clock, conflict_retries=5)
+    record = store.load(order_id)
+    _manager_only(record.order, by, "settle")
+    call = _find_call(store, order_id, ref)
+    state = next((e for e in store.effects(order_id) if e.ref == call.ref), None)
+    if state is None or state.state != "unknown":
+        name = "held" if state is None else state.state
+        raise InvalidTransition(f"effect {call.ref} of order {order_id!r} is {name}; only "
+                                "an unknown effect is settled", state=name, action="settle")
+    at = _stamp(clock)
+    # The event is the authority for a retry (it carries the dispatch count it describes);
+    # the copy on the effect is for readers of the store.
+    _log(desk, order_id, by, "settle", note=evidence,
+         data={"ref": call.ref, "verdict": verdict, "evidence": evidence,
+               "dispatches": state.dispatches})
+    settlement = Settlement(verdict=verdict, evidence=evidence, by=by, at=at)
+    # Conflict: it was retried meanwhile; the event's dispatch count makes it stale anyway.
+    with contextlib.suppress(Conflict):
+        store.set_effect(order_id, call.ref, expect=["unknown"], state="unknown",
+                         result=state.result, error=state.error, settlement=settlement, at=at)
+    return next(v for v in list_effects(order_id, store=store) if v.ref == call.ref)
+
+
+# --------------------------------------------------------------------------- retry
+
+async def retry(
+    order_id: str,
+    ref: str,
+    by: str,
+    *,
+    store: Store,
+    pool_or_config: UpstreamSource,
+    desk: Desk | None = None,
+    now: Clock | None = None,
+    timeout: float | None = None,
+    lease: float = DEFAULT_LEASE,
+    lock_wait: float = 0.0,
+) -> EffectOutcome:
+    """Send again an ``unknown`` effect the manager settled as ``did_not_happen``.
+
+    Authority is checked as it is now: the order is approved, its deadline has not passed,
+    the tool is still allowed and staged, and the pass it was held under is not revoked.
+    The call carries the same ``awl/ref``, ``awl/order`` and ``awl/attempt`` as before, and
+    follows the same write-ahead rules (it can end ``unknown`` again, needing a new
+    settlement). A ``retry`` event is logged before the send.
+
+    Raises:
+        Forbidden: ``by`` is not the order's manager.
+        InvalidTransition: The effect is not unknown, is not settled, was settled as
+            happened, or the order no longer gives the authority to send it.
+        Conflict: Another live process is committing the order.
+    """
+    clock = now or _utc_now
+    desk = desk or Desk(store, clock=clock, conflict_retries=5)
+    record = store.load(order_id)
+    _manager_only(record.order, by, "retry")
+    call = _find_call(store, order_id, ref)
+    lock = OrderLock(store, lock_name(order_id), lease=lease, wait=lock_wait,
+                     purpose=f"retry {call.ref}")
+    async with AsyncExitStack() as stack:
+        await stack.enter_async_context(lock)
+        committer = _Committer(store, order_id, desk, clock, _Upstreams(pool_or_config, stack),
+                               lock, timeout)
+        committer.recover()
+        record = store.load(order_id)
+        state = committer.states.get(call.ref)
+        name = "held" if state is None else state.state
+        if state is None or state.state != "unknown":
+            raise InvalidTransition(
+                f"effect {call.ref} is {name}; only an unknown effect settled as "
+                "did_not_happen can be retried", state=name, action="retry")
+        settlement = _valid_settlement(state, _settle_events(store.events(order_id))
+                                       .get(call.ref))
+        if settlement is None:
+            raise InvalidTransition(
+                f"effect {call.ref} is unknown and not settled; find out whether it ran, "
+                f"then `awl effects settle {order_id} {call.ref} --happened|--did-not-happen`",
+                state="unknown", action="retry")
+        if settlement.verdict == "happened":
+            raise InvalidTransition(
+                f"effect {call.ref} was settled as happened by {settlement.by}; it can "
+                "never be sent again", state="unknown", action="retry")
+        _check_authority(record, call, store.revoked(), clock())
+        arguments, problem = fill_refs(dict(call.arguments), committer.states)
+        if problem is not None:
+            raise InvalidTransition(f"cannot retry {call.ref}: it {problem}",
+                                    state="unknown", action="retry")
+        _log(desk, order_id, by, "retry", note=f"retry {call.ref}",
+             data={"ref": call.ref, "dispatches": state.dispatches})
+        try:
+            return await committer.dispatch(call, arguments, ["unknown"])
+        except LockLost:
+            raise Conflict(f"lost the commit lock of order {order_id!r} before sending "
+                           f"{call.ref}; nothing was sent, retry again") from None
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _check_authority(record: OrderRecord, call: CallRecord, revoked: Mapping[str, str],
+                     moment: datetime) -> None:
+    order = record.order
+    problems: list[str] = []
+    if record.state != "approved":
+        problems.append(f"the order is {record.state}, not approved")
+    if parse_time(order.deadline) <= moment:
+        problems.append(f"the order's deadline {order.deadline} has passed")
+    if not allowed(call.tool, order):
+        problems.append(f"the order does not allow {call.tool}")
+    if not matches_any(order.staged, call.tool):
+        problems.append(f"the order does not stage {call.tool}")
+    if call.pass_jti is not None and call.pass_jti in revoked:
+        problems.append(f"pass {call.pass_jti} it was held under is revoked")
+    if problems:
+        raise InvalidTransition(f"cannot retry {call.ref}: " + "; ".join(problems),
+                                state=record.state, action="retry")
+
+
+def retry_sync(order_id: str, ref: str, by: str, **kwargs: Any) -> EffectOutcome:
+    """:func:`retry` for synchronous callers (runs its own event loop)."""
+    return anyio.run(partial(retry, order_id, ref, by, **kwargs))
+
+
+# --------------------------------------------------------------------------- CLI
+
+def _open_store(args: argparse.Namespace) -> Store:
+    from awl._home import default_store
+
+    return default_store(getattr(args, "home", None))
+
+
+def run_commit_cli(args: argparse.Namespace) -> int:
+    """``awl gateway --order ID --config FILE --commit``: commit and print the summary.
+
+    Reads ``args.order``, ``args.config`` and, when present, ``args.home``, ``args.json``,
+    ``args.timeout`` and ``args.lock_wait``. Exit code 0 when every approved effect is
+    committed, 1 otherwise.
+    """
+    if not getattr(args, "order", None):
+        raise BadRequest("--commit needs --order ORDER_ID")
+    if not getattr(args, "config", None):
+        raise BadRequest("--commit needs --config FILE (the upstream servers to send to)")
+    from gateway._config import load_config
+
+    config = load_config(args.config)
+    store = _open_store(args)
+    try:
+        summary = commit_sync(
+            args.order, store=store, pool_or_config=config,
+            timeout=getattr(args, "timeout", None),
+            lock_wait=float(getattr(args, "lock_wait", 0.0) or 0.0))
+    finally:
+        store.close()
+    if getattr(args, "json", False):
+        print(json.dumps(summary.to_json(), indent=2, sort_keys=True))
+    else:
+        for line in summary.lines():
+            print(line)
+    sys.stdout.flush()
+    return 0 if summary.ok else 1

@@ -1,0 +1,92 @@
+"""Shared helpers for the desk tests: a settable clock, order and report fields, stores."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from awl._desk import Desk, OrderView
+from awl._memory import MemoryStore
+from awl._store import Store
+
+MANAGER = "human:ana"
+WORKER = "agent:writer"
+HELPER = "human:bo"
+T0 = datetime(2030, 1, 1, 9, 0, tzinfo=UTC)
+DEADLINE = "2030-01-02T09:00:00Z"
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, start: datetime = T0) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now += timedelta(**delta)
+
+
+def open_store(kind: str, folder: Path) -> Store:
+    """A fresh store of the given kind (``memory`` or ``sqlite``)."""
+    if kind == "memory":
+        return MemoryStore()
+    from awl._sqlite import SQLiteStore
+
+    return SQLiteStore(folder / "desk.sqlite3")
+
+
+def order_fields(**over: Any) -> dict[str, Any]:
+    """The fields of a small valid order (the desk fills spec, id, created_at, from)."""
+    fields: dict[str, Any] = {
+        "to": WORKER,
+        "goal": "Summarize the quarterly filings",
+        "criteria": [{"id": "c1", "text": "a one-page summary"},
+                     {"id": "c2", "text": "every figure cited"}],
+        "budget": {"usd": 10, "tool_calls": 40},
+        "deadline": DEADLINE,
+        "tools": ["filings/*", "mail/send"],
+        "staged": ["mail/send"],
+    }
+    fields.update(over)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def report_fields(status: str = "done", **over: Any) -> dict[str, Any]:
+    """The fields of a valid report of the given status (the desk fills the rest)."""
+    fields: dict[str, Any] = {
+        "status": status,
+        "result": {"summary": f"report ({status})"},
+        "evidence": [{"criterion": "c1", "type": "note", "note": "written"},
+                     {"criterion": "c2", "type": "note", "note": "cited"}]
+        if status == "done" else [],
+        "cost": {"usd": 2.5, "tool_calls": 7},
+        "tools_used": ["filings/search"],
+    }
+    if status == "blocked":
+        fields["questions"] = ["Which quarter?"]
+    if status == "failed":
+        fields["error"] = "the filings site is down"
+    fields.update(over)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def effect(n: int, **arguments: Any) -> dict[str, Any]:
+    """A held mail/send effect with ref number ``n``."""
+    return {"ref": f"mail/send#{n}", "tool": "mail/send", "arguments": arguments or {"n": n}}
+
+
+def working(desk: Desk, manager: str = MANAGER, **order: Any) -> OrderView:
+    """A new order from ``manager``, accepted and started."""
+    view = desk.create(order_fields(**order), manager)
+    desk.accept(view.id, WORKER)
+    return desk.start(view.id, WORKER)
+
+
+def submitted(desk: Desk, **report: Any) -> OrderView:
+    """A new order with a submitted done report."""
+    view = working(desk)
+    return desk.report(view.id, WORKER, report_fields(**report))

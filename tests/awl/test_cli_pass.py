@@ -1,0 +1,158 @@
+"""``awl pass``: issue, show, revoke, jwks and rotate from the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from awl._home import default_store
+from awl._models import Event, WorkOrder
+from awl._passes import unverified_claims, verify_pass
+from awl.cli import main
+
+ORDER = WorkOrder.model_validate({
+    "spec": "awl/work-order@0.3",
+    "id": "ord-1",
+    "created_at": "2026-01-01T00:00:00Z",
+    "from": "human:ana",
+    "to": "agent:worker",
+    "goal": "Answer the mail",
+    "criteria": [{"id": "c1", "text": "the mail is answered"}],
+    "budget": {"usd": 5, "tool_calls": 10},
+    "deadline": "2099-01-01T00:00:00Z",
+    "tools": ["fs/*", "mail/*"],
+    "staged": ["mail/send"],
+})
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    store = default_store(tmp_path)
+    store.create_order(ORDER, Event.model_validate(
+        {"seq": 1, "at": "2026-01-01T00:00:00Z", "actor": "human:ana", "action": "create",
+         "to": "offered"}))
+    store.close()
+    return tmp_path
+
+
+def _run(capsys: pytest.CaptureFixture[str], home: Path, *argv: str) -> tuple[int, str, str]:
+    code = main(["pass", *argv, "--home", str(home)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _issue(capsys: pytest.CaptureFixture[str], home: Path, *argv: str) -> str:
+    code, out, err = _run(capsys, home, "issue", *argv)
+    assert code == 0, err
+    return out.strip()
+
+
+def test_issue_prints_a_token_that_verifies(capsys: pytest.CaptureFixture[str], home: Path
+                                            ) -> None:
+    """`awl pass issue` prints one token that verifies against `awl pass jwks`."""
+    token = _issue(capsys, home, "--order", "ord-1", "--to", "agent:worker")
+    code, out, _ = _run(capsys, home, "jwks")
+    assert code == 0
+    verified = verify_pass(token, jwks=json.loads(out), revoked=(), audience="awl:gateway")
+    assert verified.subject == "agent:worker" and verified.staged == ("mail/send",)
+
+
+def test_issue_from_a_parent_with_narrower_terms(capsys: pytest.CaptureFixture[str],
+                                                 home: Path) -> None:
+    """--parent, --tools, --budget, --expires and --json make a narrower sub-agent pass."""
+    root = _issue(capsys, home, "--order", "ord-1", "--to", "agent:worker")
+    code, out, err = _run(capsys, home, "issue", "--parent", root, "--to", "agent:sub",
+                          "--tools", "fs/read, mail/read", "--budget", "usd=1,tool_calls=2",
+                          "--expires", "15m", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    claims = unverified_claims(result["token"])[1]
+    assert claims["jti"] == result["jti"] and claims["exp"] == result["exp"]
+    assert claims["exp"] - claims["iat"] == 900
+    assert claims["grant"]["tools"] == ["fs/read", "mail/read"]
+    assert claims["grant"]["budget"] == {"usd": 1, "tool_calls": 2}
+    assert claims["grant"]["order_id"] == "ord-1"
+
+
+def test_a_refused_issue_names_the_rule_on_one_line(capsys: pytest.CaptureFixture[str],
+                                                    home: Path) -> None:
+    """Delegating a staged tool fails with exit 1 and one line naming P7."""
+    root = _issue(capsys, home, "--order", "ord-1", "--to", "agent:worker")
+    code, out, err = _run(capsys, home, "issue", "--parent", root, "--to", "agent:sub",
+                          "--tools", "mail/send")
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and "P7" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["--budget", "gold=1"], ["--budget", "usd=lots"], ["--budget", "tool_calls=1.5"],
+    ["--expires", "soon"], ["--expires", "0s"],
+])
+def test_bad_arguments_are_one_line_errors(capsys: pytest.CaptureFixture[str], home: Path,
+                                           argv: list[str]) -> None:
+    """A malformed --budget or --expires is refused with exit 2 and one line."""
+    code, _, err = _run(capsys, home, "issue", "--order", "ord-1", "--to", "w", *argv)
+    assert code == 2 and err.count("\n") == 1
+
+
+def test_an_unknown_order_is_not_found(capsys: pytest.CaptureFixture[str], home: Path) -> None:
+    """Issuing for an order the desk does not have fails with NOT_FOUND."""
+    code, _, err = _run(capsys, home, "issue", "--order", "nope", "--to", "w")
+    assert code == 1 and "NOT_FOUND" in err
+
+
+def test_show_describes_a_valid_chain(capsys: pytest.CaptureFixture[str], home: Path) -> None:
+    """`awl pass show` prints subject, order, tools, budget, expiry, chain and a verdict."""
+    root = _issue(capsys, home, "--order", "ord-1", "--to", "agent:worker")
+    child = _issue(capsys, home, "--parent", root, "--to", "agent:sub", "--tools", "fs/read")
+    code, out, _ = _run(capsys, home, "show", child)
+    assert code == 0
+    fields = dict(line.split(None, 1) for line in out.splitlines())
+    assert fields["subject"] == "agent:sub"
+    assert fields["order"].startswith("ord-1 (manager human:ana")
+    assert fields["tools"] == "fs/read" and fields["staged"] == "mail/send"
+    assert fields["budget"] == "tool_calls=10 usd=5"
+    assert "agent:worker" in fields["chain"] and fields["chain"].endswith("(agent:sub)")
+    assert fields["verdict"] == "valid"
+
+
+def test_revoke_makes_show_refuse_the_chain(capsys: pytest.CaptureFixture[str], home: Path
+                                            ) -> None:
+    """After `awl pass revoke` of a parent, show refuses its child with exit 1."""
+    root = _issue(capsys, home, "--order", "ord-1", "--to", "agent:worker")
+    child = _issue(capsys, home, "--parent", root, "--to", "agent:sub", "--tools", "fs/read")
+    jti = unverified_claims(root)[1]["jti"]
+    code, _, _ = _run(capsys, home, "revoke", jti, "--reason", "leaked")
+    assert code == 0
+    code, out, _ = _run(capsys, home, "show", child, "--json")
+    assert code == 1
+    shown = json.loads(out)
+    assert shown["valid"] is False and shown["reason"] == "revoked"
+    assert [c["sub"] for c in shown["chain"]] == ["agent:worker", "agent:sub"]
+
+
+def test_rotate_keeps_issued_passes_valid(capsys: pytest.CaptureFixture[str], home: Path
+                                          ) -> None:
+    """`awl pass rotate` adds a key; passes signed before it still show as valid."""
+    token = _issue(capsys, home, "--order", "ord-1", "--to", "agent:worker")
+    code, out, _ = _run(capsys, home, "rotate", "--json")
+    assert code == 0 and len(json.loads(out)["kids"]) == 2
+    assert _run(capsys, home, "show", token)[0] == 0
+
+
+def test_show_of_garbage_is_one_line(capsys: pytest.CaptureFixture[str], home: Path) -> None:
+    """A token that cannot be read is refused with one line, never a traceback."""
+    code, _, err = _run(capsys, home, "show", "not-a-token")
+    assert code == 1 and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_the_installed_command_runs(home: Path) -> None:
+    """The `awl` entry point exports the JWKS in a real process."""
+    done = subprocess.run([sys.executable, "-m", "awl", "pass", "jwks", "--home", str(home)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["keys"][0]["kty"] == "OKP"

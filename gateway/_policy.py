@@ -1,0 +1,206 @@
+"""The gateway's decision for one tool call: forward it, hold it, or refuse it.
+
+:func:`decide` is pure: everything it needs (the order and its state, the clock, what has
+been spent, the pass grant, the operator's settings, the tool's annotations) is passed in,
+so every rule can be tested without a store or an upstream. The gateway re-reads those
+facts from the store on every call and then asks :func:`decide`; the tool-call and USD
+limits are enforced once more, atomically, when the store reserves the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from awl._models import Grant, WorkOrder, parse_time
+from awl._patterns import is_tool_name, matches_any
+from awl._store import Usage
+
+AWL_FORBIDDEN = "AWL_FORBIDDEN"
+"""The tool is not exposed, or neither the order nor the pass allows it."""
+AWL_NOT_ACTIVE = "AWL_NOT_ACTIVE"
+"""The order is not accepted or working."""
+AWL_EXPIRED = "AWL_EXPIRED"
+"""The order's deadline has passed."""
+AWL_PASS_INVALID = "AWL_PASS_INVALID"
+"""The Delegation Pass the worker runs under is revoked, expired or otherwise invalid."""
+AWL_BUDGET_EXHAUSTED = "AWL_BUDGET_EXHAUSTED"
+"""A budget unit (tool_calls, usd or seconds) of the order or of the pass is spent."""
+
+REFUSAL_CODES = (
+    AWL_BUDGET_EXHAUSTED,
+    AWL_EXPIRED,
+    AWL_FORBIDDEN,
+    AWL_NOT_ACTIVE,
+    AWL_PASS_INVALID,
+)
+"""Every code :func:`decide` can refuse with."""
+
+ACTIVE_STATES = frozenset({"accepted", "working"})
+"""States in which the worker's tool calls run."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the gateway does with one call.
+
+    ``action`` is ``forward`` (send it upstream now), ``hold`` (record it and wait for the
+    manager's approval) or ``refuse`` (answer with ``code: message`` and send nothing).
+    """
+
+    action: Literal["forward", "hold", "refuse"]
+    code: str | None = None
+    message: str = ""
+
+    @property
+    def text(self) -> str:
+        """The tool-error text a model reads: ``CODE: message``."""
+        return f"{self.code}: {self.message}" if self.code else self.message
+
+
+FORWARD = Decision("forward")
+HOLD = Decision("hold")
+
+
+def refuse(code: str, message: str) -> Decision:
+    """A refusal with its code and a message that says what to do next."""
+    return Decision("refuse", code, message)
+
+
+def is_staged(
+    tool: str,
+    order: WorkOrder,
+    *,
+    hold: Iterable[str] = (),
+    safe: bool = False,
+    read_only: bool | None = None,
+) -> bool:
+    """Whether calls to ``tool`` are held instead of forwarded.
+
+    A call is held when the order's ``staged`` patterns or the operator's ``hold`` patterns
+    match the tool, or, in safe mode, when the upstream does not mark the tool read-only
+    (a missing annotation counts as "may write", so a forgotten ``staged`` entry fails safe).
+    """
+    if matches_any(order.staged, tool) or matches_any(hold, tool):
+        return True
+    return safe and read_only is not True
+
+
+def allowed(tool: str, order: WorkOrder, grant: Grant | None = None) -> bool:
+    """Whether the order's patterns, and the pass's if there is one, admit ``tool``."""
+    if not is_tool_name(tool) or not matches_any(order.tools, tool):
+        return False
+    return grant is None or matches_any(grant.tools, tool)
+
+
+def _elapsed(usage: Usage, now: datetime) -> float:
+    if usage.first_call_at is None:
+        return 0.0
+    return (now - parse_time(usage.first_call_at)).total_seconds()
+
+
+def _budget_problem(
+    who: str,
+    limits: dict[str, float],
+    usage: Usage,
+    *,
+    now: datetime,
+    usd: float,
+) -> str | None:
+    calls = limits.get("tool_calls")
+    if calls is not None and usage.tool_calls + 1 > calls:
+        return f"{who} has used {usage.tool_calls} of {calls:g} tool_calls"
+    money = limits.get("usd")
+    if money is not None and usage.usd + usd > money + 1e-9:
+        return (f"{who} has spent {usage.usd:g} of {money:g} usd and this call costs {usd:g}")
+    seconds = limits.get("seconds")
+    if seconds is not None:
+        elapsed = _elapsed(usage, now)
+        if elapsed >= seconds:
+            return (f"{who} has run {elapsed:.0f} of {seconds:g} seconds since its first "
+                    "tool call")
+    return None
+
+
+def decide(
+    *,
+    order: WorkOrder,
+    state: str,
+    now: datetime,
+    tool: str | None,
+    requested: str | None = None,
+    usage: Usage | None = None,
+    usd: float = 0.0,
+    grant: Grant | None = None,
+    pass_usage: Usage | None = None,
+    pass_problem: str | None = None,
+    hold: Iterable[str] = (),
+    safe: bool = False,
+    read_only: bool | None = None,
+) -> Decision:
+    """Decide what happens to one call.
+
+    Checks run in this order, and the first that fails decides: the pass is still valid,
+    the order is active, its deadline has not passed, the tool is exposed and allowed,
+    budget is left (order, then pass). A call that passes them all is held if it is staged
+    (see :func:`is_staged`) and forwarded otherwise.
+
+    Args:
+        order: The order the call runs under.
+        state: The order's current state, as just read from the store.
+        now: The current time (timezone-aware).
+        tool: The canonical ``server/tool`` name, or None when the requested name does not
+            resolve to an exposed upstream tool.
+        requested: The name the worker asked for, quoted in a refusal.
+        usage: What the order has spent so far (calls, USD, time of its first call).
+        usd: What this call costs.
+        grant: The Delegation Pass grant the worker runs under, if any.
+        pass_usage: What has been spent under the pass (and passes derived from it).
+        pass_problem: Why the pass is no longer valid (revoked, expired), or None.
+        hold: The operator's always-held patterns.
+        safe: Safe mode: hold every tool not annotated read-only.
+        read_only: The upstream's ``readOnlyHint`` for the tool, if it gave one.
+
+    Returns:
+        The decision; a refusal carries a code from :data:`REFUSAL_CODES`.
+    """
+    if pass_problem is not None:
+        return refuse(AWL_PASS_INVALID,
+                      f"the Delegation Pass you run under is not valid any more ({pass_problem}); "
+                      "stop calling tools and ask whoever issued it for a new pass")
+    if state not in ACTIVE_STATES:
+        return refuse(AWL_NOT_ACTIVE,
+                      f"order {order.id} is {state}; tools run only while it is accepted or "
+                      "working")
+    deadline = parse_time(order.deadline)
+    if now >= deadline:
+        return refuse(AWL_EXPIRED,
+                      f"order {order.id} passed its deadline {order.deadline}; stop and "
+                      "submit your report")
+    name = tool if tool is not None else requested or ""
+    if tool is None or not allowed(tool, order, grant):
+        scope = "the order and your pass" if grant is not None else f"order {order.id}"
+        return refuse(AWL_FORBIDDEN,
+                      f"tool {name[:100]!r} is not allowed by {scope}; call only the tools "
+                      "listed by tools/list")
+    problem = _budget_problem(f"order {order.id}", order.budget.units(), usage or Usage(),
+                              now=now, usd=usd)
+    if problem is None and grant is not None:
+        problem = _budget_problem("your pass", grant.budget.units(), pass_usage or Usage(),
+                                  now=now, usd=usd)
+    if problem is not None:
+        return refuse(AWL_BUDGET_EXHAUSTED,
+                      f"{problem}; stop calling tools and submit your report")
+    if is_staged(tool, order, hold=hold, safe=safe, read_only=read_only):
+        return HOLD
+    return FORWARD
+
+
+def budget_refusal(scope: str, order_id: str) -> Decision:
+    """The refusal for a reservation the store turned down on ``scope``'s limits."""
+    who = f"order {order_id}" if scope == "order" else "your pass"
+    return refuse(AWL_BUDGET_EXHAUSTED,
+                  f"{who} has no tool_calls or usd left for this call; stop calling tools and "
+                  "submit your report")

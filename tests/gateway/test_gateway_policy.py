@@ -1,0 +1,166 @@
+"""The pure decision for one call, and the held call's argument checks."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from awl._models import Budget, CallRecord, Grant, WorkOrder
+from awl._store import Usage
+from gateway._policy import (
+    AWL_BUDGET_EXHAUSTED,
+    AWL_EXPIRED,
+    AWL_FORBIDDEN,
+    AWL_NOT_ACTIVE,
+    AWL_PASS_INVALID,
+    Decision,
+    decide,
+    is_staged,
+)
+from gateway._staging import check_arguments, placeholders
+
+NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+
+
+def _order(**changes: Any) -> WorkOrder:
+    data: dict[str, Any] = {
+        "spec": "awl/work-order@0.3",
+        "id": "wo_1",
+        "created_at": "2026-11-01T00:00:00Z",
+        "from": "human:ana",
+        "to": "agent:w",
+        "goal": "Do it",
+        "criteria": [{"id": "c1", "text": "done"}],
+        "budget": {"tool_calls": 10, "usd": 1.0, "seconds": 600},
+        "deadline": "2026-11-02T00:00:00Z",
+        "tools": ["notes/*", "time/get_current_time"],
+        "staged": ["notes/add"],
+    }
+    data.update(changes)
+    return WorkOrder.model_validate(data)
+
+
+def _decide(**changes: Any) -> Decision:
+    args: dict[str, Any] = {
+        "order": _order(), "state": "working", "now": NOW, "tool": "notes/search",
+        "usage": Usage(),
+    }
+    args.update(changes)
+    return decide(**args)
+
+
+def test_an_allowed_read_is_forwarded() -> None:
+    """A call the order allows, with budget left, is forwarded."""
+    assert _decide().action == "forward"
+
+
+def test_a_staged_tool_is_held() -> None:
+    """A call matched by the order's staged patterns is held."""
+    assert _decide(tool="notes/add").action == "hold"
+
+
+def test_the_operator_hold_list_holds() -> None:
+    """A call matched by the operator's hold list is held even if the order does not stage it."""
+    assert _decide(hold=["notes/search"]).action == "hold"
+
+
+def test_safe_mode_holds_unless_read_only() -> None:
+    """Safe mode holds a tool unless its upstream says it is read-only."""
+    assert _decide(safe=True).action == "hold"
+    assert _decide(safe=True, read_only=False).action == "hold"
+    assert _decide(safe=True, read_only=True).action == "forward"
+    assert is_staged("notes/add", _order(), safe=True, read_only=True)
+
+
+def test_refusals_carry_their_codes() -> None:
+    """Each failed check refuses with its own code and a CODE: message text."""
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"tool": "mail/send"}, AWL_FORBIDDEN),
+        ({"tool": None, "requested": "NOTES__search"}, AWL_FORBIDDEN),
+        ({"state": "submitted"}, AWL_NOT_ACTIVE),
+        ({"state": "offered"}, AWL_NOT_ACTIVE),
+        ({"now": NOW + timedelta(days=2)}, AWL_EXPIRED),
+        ({"pass_problem": "revoked"}, AWL_PASS_INVALID),
+        ({"usage": Usage(tool_calls=10)}, AWL_BUDGET_EXHAUSTED),
+        ({"usage": Usage(usd=0.9), "usd": 0.2}, AWL_BUDGET_EXHAUSTED),
+        ({"usage": Usage(first_call_at="2026-11-01T11:49:00Z")}, AWL_BUDGET_EXHAUSTED),
+    ]
+    for changes, code in cases:
+        decision = _decide(**changes)
+        assert (decision.action, decision.code) == ("refuse", code), changes
+        assert decision.text.startswith(f"{code}: ")
+
+
+def test_budget_allows_up_to_the_limit() -> None:
+    """The last call within each limit is still allowed."""
+    assert _decide(usage=Usage(tool_calls=9)).action == "forward"
+    assert _decide(usage=Usage(usd=0.8), usd=0.2).action == "forward"
+    assert _decide(usage=Usage(first_call_at="2026-11-01T11:51:00Z")).action == "forward"
+
+
+def test_a_pass_narrows_tools_and_budget() -> None:
+    """A pass grant refuses tools outside it and spends its own smaller budget."""
+    grant = Grant(order_id="wo_1", tools=("time/*",), budget=Budget(tool_calls=2))
+    assert _decide(grant=grant).code == AWL_FORBIDDEN
+    assert _decide(grant=grant, tool="time/get_current_time").action == "forward"
+    assert _decide(grant=grant, tool="time/get_current_time",
+                   pass_usage=Usage(tool_calls=2)).code == AWL_BUDGET_EXHAUSTED
+
+
+def test_the_first_failing_check_decides() -> None:
+    """An invalid pass is reported before an inactive order, which is reported before a bad tool."""
+    assert _decide(pass_problem="expired", state="approved").code == AWL_PASS_INVALID
+    assert _decide(state="approved", tool="mail/send").code == AWL_NOT_ACTIVE
+
+
+def _held(ref: str, tool: str) -> CallRecord:
+    return CallRecord(ref=ref, order_id="wo_1", attempt=1, tool=tool, arguments={},
+                      outcome="held", started_at="2026-11-01T00:00:00Z",
+                      ended_at="2026-11-01T00:00:00Z")
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"title": {"type": "string"}, "issue": {"type": "integer"}},
+    "required": ["title"],
+    "additionalProperties": False,
+}
+
+
+def test_held_arguments_are_checked_against_the_schema() -> None:
+    """Arguments that break the upstream's input schema keep a call from being held."""
+    assert check_arguments({"title": "x"}, SCHEMA, earlier={}) == []
+    assert check_arguments({"title": 3}, SCHEMA, earlier={})
+    assert check_arguments({}, SCHEMA, earlier={})
+    assert check_arguments({"title": "x", "other": 1}, SCHEMA, earlier={})
+
+
+def test_a_placeholder_skips_schema_checks_where_it_stands() -> None:
+    """A $ref value to an earlier held call is accepted wherever a value goes."""
+    earlier = {"gh/create_issue#3": _held("gh/create_issue#3", "gh/create_issue")}
+    ref = {"$ref": "gh/create_issue#3", "pointer": "/structuredContent/number"}
+    assert check_arguments({"title": "x", "issue": ref}, SCHEMA, earlier=earlier) == []
+    assert check_arguments({"title": ref}, SCHEMA, earlier=earlier) == []
+    draft = {"$ref": "gh/create_issue#call-3", "pointer": ""}
+    assert check_arguments({"title": "x", "issue": draft}, SCHEMA, earlier=earlier) == []
+
+
+def test_a_placeholder_must_name_an_earlier_held_call() -> None:
+    """A $ref to an unknown call, or a malformed one, is a problem."""
+    earlier = {"gh/create_issue#3": _held("gh/create_issue#3", "gh/create_issue")}
+    bad = [
+        {"$ref": "gh/create_issue#4"},
+        {"$ref": "not a ref"},
+        {"$ref": "gh/create_issue#3", "pointer": "no-slash"},
+        {"$ref": "gh/create_issue#3", "extra": 1},
+    ]
+    for value in bad:
+        assert check_arguments({"title": "x", "issue": value}, SCHEMA, earlier=earlier), value
+
+
+def test_placeholders_are_found_anywhere() -> None:
+    """Placeholders nested in lists and objects are all found, with their paths."""
+    args = {"a": [{"$ref": "s/t#1"}, {"b": {"$ref": "s/t#2", "pointer": "/x"}}]}
+    found = [p for p in placeholders(args) if not isinstance(p, str)]
+    assert [(p.path, p.ref, p.pointer) for p in found] == [
+        (("a", 0), "s/t#1", ""), (("a", 1, "b"), "s/t#2", "/x")]

@@ -212,7 +212,8 @@ class _Walker:
                                 "split it or raise the limit")
 
     def _refuse(self, what: str, path: tuple[str | int, ...]) -> DocumentError:
-        return DocumentError(f"not a JSON document: {what} at {pointer(*path) or '/'}")
+        where = _show(pointer(*path), 80) if path else "the top"
+        return DocumentError(f"not a JSON document: {what} at {where}")
 
     def copy(self, value: Any, depth: int, path: tuple[str | int, ...]) -> Any:
         if value is None or isinstance(value, bool):
@@ -230,7 +231,7 @@ class _Walker:
             return int(value)
         if isinstance(value, float):
             if not math.isfinite(value):
-                raise self._refuse(f"{value!r} (not a JSON number)", path)
+                raise self._refuse(f"{value!r}, which is not a JSON number,", path)
             self._grow(8)
             return float(value)
         if isinstance(value, Mapping | list | tuple):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any, cast
@@ -59,15 +61,29 @@ def _context(name: str | None, what: str) -> Any:
     try:
         return _read(name)
     except AWLError as exc:
-        raise CLIError(f"{what} {_safe(name)}: {exc.message}") from None
+        raise CLIError(_safe(f"{what} {name}: {exc.message}")) from None
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f\u2028\u2029]")
 
 
 def _safe(text: str) -> str:
-    # File names and messages may hold characters the terminal cannot encode.
+    # Names, paths and messages may hold characters the terminal cannot encode, or line
+    # breaks that would split a finding over two lines.
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
+                        else f"\\u{ord(m.group()):04x}", text)
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def _tolerant_output() -> None:
+    # A terminal that cannot show a character gets an escape instead of a crash.
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def _validate(args: argparse.Namespace) -> int:
+    _tolerant_output()
     order = _context(args.order, "--order")
     parent = _context(args.parent, "--parent")
     calls = _context(args.calls, "--calls")
@@ -102,6 +118,7 @@ def _print_findings(name: str, findings: list[Finding]) -> None:
 
 
 def _conformance(args: argparse.Namespace) -> int:
+    _tolerant_output()
     from awl._conformance import run_conformance
 
     run = run_conformance(args.path)

@@ -44,7 +44,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from awl._checks import _context, check_structure, load_document
 from awl._errors import BadRequest, DocumentError, InvalidTransition, PassError
 from awl._findings import Finding, pointer
-from awl._lifecycle import TERMINAL
 from awl._models import Budget, PassClaims, WorkOrder, parse_time
 from awl._patterns import covered_by_any, matches_any, overlap
 from awl._store import PassRecord, Store, Usage
@@ -90,6 +89,8 @@ MAX_TOKEN_BYTES = 64 * 1024
 
 _HEADER_FIELDS = frozenset({"alg", "typ", "kid", "parent"})
 _COUNT_UNITS = frozenset({"tokens", "tool_calls"})
+# A pass is only worth having while its holder may work (SPEC DP-7).
+_ISSUING_STATES = frozenset({"accepted", "working"})
 
 REASONS: Mapping[str, str] = {
     "malformed": "not a well-formed pass (token, header or claims)",
@@ -766,12 +767,17 @@ def issue_pass(
         now: the time of issue (default: the clock).
 
     Raises:
-        PassError: ``reason`` is the rule id the pass would break (``P4``, ``P7`` ...), or a
+        PassError: ``reason`` is the rule id the pass would break (``P4``, ``P7`` ...),
+            ``not_worker`` for a worker's pass to anyone but the order's worker, or a
             verification reason when ``parent_token`` does not verify.
         BadRequest: for contradictory arguments.
     """
     t = _epoch(now)
     parent: VerifiedPass | None = None
+    if parent_token is None and subject != order.to:
+        raise PassError(f"a worker's pass goes to the order's worker {order.to}, not {subject}; "
+                        "give a sub-agent a pass derived from the worker's",
+                        reason="not_worker")
     if parent_token is not None:
         if audience is None:
             aud = unverified_claims(parent_token)[1].get("aud")
@@ -918,13 +924,14 @@ def issue_recorded_pass(
 
     Raises:
         NotFound: no such order.
-        InvalidTransition: the order has ended (its passes are revoked then).
+        InvalidTransition: the order is not accepted or working.
         PassError: as :func:`issue_pass`.
     """
     record = store.load(order_id)
-    if record.state in TERMINAL:
-        raise InvalidTransition(f"order {order_id} is {record.state}; an ended order grants "
-                                "no passes", state=record.state, action="issue_pass")
+    if record.state not in _ISSUING_STATES:
+        raise InvalidTransition(f"order {order_id} is {record.state}; passes are issued while "
+                                "it is accepted or working", state=record.state,
+                                action="issue_pass")
     revoked = store.revoked()
     t = _epoch(now)
     parent = None

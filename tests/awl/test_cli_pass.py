@@ -35,6 +35,9 @@ def home(tmp_path: Path) -> Path:
     store.create_order(ORDER, Event.model_validate(
         {"seq": 1, "at": "2026-01-01T00:00:00Z", "actor": "human:ana", "action": "create",
          "to": "offered"}))
+    store.append("ord-1", Event.model_validate(
+        {"seq": 2, "at": "2026-01-01T00:01:00Z", "actor": "agent:worker", "action": "accept",
+         "from": "offered", "to": "accepted"}), state="accepted")
     store.close()
     return tmp_path
 

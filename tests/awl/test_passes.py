@@ -133,7 +133,8 @@ def test_a_key_file_open_to_others_is_refused(keys: KeyStore) -> None:
     """A key file group or others can read is never used."""
     kid = keys.current_kid
     os.chmod(keys.folder / f"{kid}.pem", 0o644)
-    assert _reason(lambda: issue_pass(ORDER, subject="w", keys=keys, now=NOW)) == "insecure_key"
+    assert _reason(lambda: issue_pass(ORDER, subject="agent:worker", keys=keys, now=NOW)
+                   ) == "insecure_key"
 
 
 def test_a_key_folder_open_to_others_is_refused(keys: KeyStore) -> None:
@@ -212,7 +213,7 @@ def test_a_derived_pass_defaults_to_the_delegable_tools(keys: KeyStore, root: st
 def test_a_workers_pass_never_exceeds_its_order(keys: KeyStore, kwargs: dict[str, Any],
                                                 rule: str) -> None:
     """Asking the order for more than it grants is refused with the rule broken."""
-    assert _reason(lambda: issue_pass(ORDER, subject="w", keys=keys, now=NOW,
+    assert _reason(lambda: issue_pass(ORDER, subject="agent:worker", keys=keys, now=NOW,
                                       **kwargs)) == rule
 
 
@@ -239,6 +240,12 @@ def test_a_grandchild_narrows_its_parent_not_the_root(keys: KeyStore, child: str
     assert [c.sub for c in _verify(token, keys).chain] == ["agent:worker", "agent:sub", "g"]
 
 
+def test_a_workers_pass_goes_to_the_worker_only(keys: KeyStore) -> None:
+    """A worker's pass for anyone but the order's worker is refused."""
+    assert _reason(lambda: issue_pass(ORDER, subject="agent:other", keys=keys, now=NOW)
+                   ) == "not_worker"
+
+
 def test_a_parent_of_another_order_is_refused(keys: KeyStore, root: str) -> None:
     """A pass is never derived from a pass of another order."""
     other = ORDER.model_copy(update={"id": "ord-2"})
@@ -249,7 +256,7 @@ def test_a_parent_of_another_order_is_refused(keys: KeyStore, root: str) -> None
 def test_only_staged_parent_tools_leave_nothing_to_delegate(keys: KeyStore) -> None:
     """A parent whose every tool reaches a staged tool has nothing to delegate by default."""
     order = ORDER.model_copy(update={"tools": ("mail/*",), "staged": ("mail/send",)})
-    token = issue_pass(order, subject="w", keys=keys, now=NOW)
+    token = issue_pass(order, subject="agent:worker", keys=keys, now=NOW)
     assert _reason(lambda: issue_pass(order, subject="s", keys=keys, parent_token=token,
                                       now=NOW)) == "P7"
 
@@ -281,15 +288,16 @@ def _edited_claims(keys: KeyStore, root: str, child: str) -> str:
 
 
 def _expired(keys: KeyStore, root: str, child: str) -> str:
-    return issue_pass(ORDER, subject="w", keys=keys, expires_in=60, now=NOW - 3600)
+    return issue_pass(ORDER, subject="agent:worker", keys=keys, expires_in=60, now=NOW - 3600)
 
 
 def _not_yet_valid(keys: KeyStore, root: str, child: str) -> str:
-    return issue_pass(ORDER, subject="w", keys=keys, now=NOW + 3600)
+    return issue_pass(ORDER, subject="agent:worker", keys=keys, now=NOW + 3600)
 
 
 def _wrong_audience(keys: KeyStore, root: str, child: str) -> str:
-    return issue_pass(ORDER, subject="w", keys=keys, audience="awl:other-gateway", now=NOW)
+    return issue_pass(ORDER, subject="agent:worker", keys=keys, audience="awl:other-gateway",
+                      now=NOW)
 
 
 def _derived(keys: KeyStore, root: str, **grant: Any) -> str:
@@ -320,7 +328,7 @@ def _revoked_parent(keys: KeyStore, root: str, child: str) -> str:
 
 def _unknown_kid(keys: KeyStore, root: str, child: str) -> str:
     other = KeyStore(keys.folder.parent / "elsewhere")
-    return issue_pass(ORDER, subject="w", keys=other, now=NOW)
+    return issue_pass(ORDER, subject="agent:worker", keys=other, now=NOW)
 
 
 FORGERIES: dict[str, tuple[Callable[[KeyStore, str, str], str], str]] = {
@@ -415,14 +423,14 @@ def test_a_foreign_header_field_or_type_is_malformed(keys: KeyStore, root: str) 
 def test_signed_claims_that_are_not_a_pass_are_malformed(keys: KeyStore) -> None:
     """A correctly signed token whose claims break the schema is refused as malformed."""
     assert _reason(lambda: _verify(keys.sign({"sub": "x"}), keys)) == "malformed"
-    claims = _claims(issue_pass(ORDER, subject="w", keys=keys, now=NOW))
+    claims = _claims(issue_pass(ORDER, subject="agent:worker", keys=keys, now=NOW))
     claims["spec"] = "awl/delegation-pass@9.0"
     assert _reason(lambda: _verify(keys.sign(claims), keys)) == "unsupported_version"
 
 
 def test_leeway_tolerates_small_skew(keys: KeyStore) -> None:
     """exp and nbf are honoured within the documented leeway and not beyond it."""
-    token = issue_pass(ORDER, subject="w", keys=keys, expires_in=600, now=NOW)
+    token = issue_pass(ORDER, subject="agent:worker", keys=keys, expires_in=600, now=NOW)
     assert _verify(token, keys, now=NOW - LEEWAY + 1)
     assert _verify(token, keys, now=NOW + 600 + LEEWAY - 1)
     assert _reason(lambda: _verify(token, keys, now=NOW + 600 + LEEWAY)) == "expired"
@@ -536,6 +544,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     made.create_order(ORDER, Event.model_validate(
         {"seq": 1, "at": "2026-01-01T00:00:00Z", "actor": "human:ana", "action": "create",
          "to": "offered"}))
+    made.append("ord-1", Event.model_validate(
+        {"seq": 2, "at": "2026-01-01T00:01:00Z", "actor": "agent:worker", "action": "accept",
+         "from": "offered", "to": "accepted"}), state="accepted")
     yield made
     made.close()
 
@@ -580,13 +591,23 @@ def test_spent_budget_is_not_granted_again(store: Store, keys: KeyStore) -> None
     assert _claims(token)["grant"]["budget"] == {"usd": 3.0, "tool_calls": 6}
 
 
+def test_an_offered_order_grants_no_pass(keys: KeyStore) -> None:
+    """No pass is issued before the worker accepts the order."""
+    store = MemoryStore()
+    store.create_order(ORDER, Event.model_validate(
+        {"seq": 1, "at": "2026-01-01T00:00:00Z", "actor": "human:ana", "action": "create",
+         "to": "offered"}))
+    with pytest.raises(InvalidTransition):
+        issue_recorded_pass(store, "ord-1", keys=keys, subject="agent:worker", now=NOW)
+
+
 def test_an_ended_order_grants_no_pass(store: Store, keys: KeyStore) -> None:
     """No pass is issued for an order that has ended."""
     store.append("ord-1", Event.model_validate(
-        {"seq": 2, "at": "2026-01-02T00:00:00Z", "actor": "human:ana", "action": "cancel",
-         "from": "offered", "to": "cancelled"}), state="cancelled")
+        {"seq": 3, "at": "2026-01-02T00:00:00Z", "actor": "human:ana", "action": "cancel",
+         "from": "accepted", "to": "cancelled"}), state="cancelled")
     with pytest.raises(InvalidTransition):
-        issue_recorded_pass(store, "ord-1", keys=keys, subject="w", now=NOW)
+        issue_recorded_pass(store, "ord-1", keys=keys, subject="agent:worker", now=NOW)
 
 
 def test_record_pass_reads_the_token(store: Store, keys: KeyStore, root: str) -> None:

@@ -81,6 +81,7 @@ def test_issue_from_a_parent_with_narrower_terms(capsys: pytest.CaptureFixture[s
     assert claims["grant"]["order_id"] == "ord-1"
 
 
+@pytest.mark.spec("SEC-4")
 def test_a_refused_issue_names_the_rule_on_one_line(capsys: pytest.CaptureFixture[str],
                                                     home: Path) -> None:
     """Delegating a staged tool fails with exit 1 and one line naming P7."""
@@ -147,6 +148,7 @@ def test_rotate_keeps_issued_passes_valid(capsys: pytest.CaptureFixture[str], ho
     assert _run(capsys, home, "show", token)[0] == 0
 
 
+@pytest.mark.spec("SEC-4")
 def test_show_of_garbage_is_one_line(capsys: pytest.CaptureFixture[str], home: Path) -> None:
     """A token that cannot be read is refused with one line, never a traceback."""
     code, _, err = _run(capsys, home, "show", "not-a-token")

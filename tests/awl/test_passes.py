@@ -104,6 +104,7 @@ def _claims(token: str) -> dict[str, Any]:
 # -- keys ---------------------------------------------------------------------------------
 
 
+@pytest.mark.spec("DP-4")
 def test_first_use_creates_an_owner_only_key(tmp_path: Path) -> None:
     """The first key is made on first use, in a 0700 folder as a 0600 file."""
     keys = KeyStore(tmp_path)
@@ -129,6 +130,7 @@ def test_jwks_holds_only_public_parts(keys: KeyStore) -> None:
         assert set(jwk) == {"kty", "crv", "x", "kid", "alg", "use"}
 
 
+@pytest.mark.spec("DP-4")
 def test_a_key_file_open_to_others_is_refused(keys: KeyStore) -> None:
     """A key file group or others can read is never used."""
     kid = keys.current_kid
@@ -137,6 +139,7 @@ def test_a_key_file_open_to_others_is_refused(keys: KeyStore) -> None:
                    ) == "insecure_key"
 
 
+@pytest.mark.spec("DP-4")
 def test_a_key_folder_open_to_others_is_refused(keys: KeyStore) -> None:
     """A key folder group or others can enter is never used."""
     assert keys.current_kid
@@ -161,6 +164,7 @@ def test_concurrent_first_use_agrees_on_one_key(tmp_path: Path) -> None:
     assert len(set(kids)) == 1
 
 
+@pytest.mark.spec("DP-4")
 def test_rotation_keeps_old_passes_valid(keys: KeyStore, root: str) -> None:
     """After a rotation, passes signed by the old key verify until they expire."""
     old = keys.current_kid
@@ -176,6 +180,7 @@ def test_rotation_keeps_old_passes_valid(keys: KeyStore, root: str) -> None:
 # -- issuing ------------------------------------------------------------------------------
 
 
+@pytest.mark.spec("DP-1")
 def test_a_workers_pass_states_the_order(keys: KeyStore, root: str) -> None:
     """By default the worker's pass grants the order's tools, budget and deadline."""
     claims = _claims(root)
@@ -191,6 +196,7 @@ def test_a_workers_pass_states_the_order(keys: KeyStore, root: str) -> None:
     assert header == {"alg": "EdDSA", "typ": PASS_TYPE, "kid": keys.current_kid}
 
 
+@pytest.mark.spec("DP-1", "DP-9")
 def test_a_derived_pass_defaults_to_the_delegable_tools(keys: KeyStore, root: str) -> None:
     """A sub-agent's pass gets the parent's tools minus any that reach a staged tool."""
     token = issue_pass(ORDER, subject="agent:sub", keys=keys, parent_token=root, now=NOW)
@@ -210,6 +216,7 @@ def test_a_derived_pass_defaults_to_the_delegable_tools(keys: KeyStore, root: st
     ({"exp": DEADLINE + 1}, "P6"),
     ({"expires_in": -10}, "P2"),
 ])
+@pytest.mark.spec("DP-7")
 def test_a_workers_pass_never_exceeds_its_order(keys: KeyStore, kwargs: dict[str, Any],
                                                 rule: str) -> None:
     """Asking the order for more than it grants is refused with the rule broken."""
@@ -225,6 +232,7 @@ def test_a_workers_pass_never_exceeds_its_order(keys: KeyStore, kwargs: dict[str
     ({"tools": ["mail/send"]}, "P7"),
     ({"tools": ["mail/*"]}, "P7"),
 ])
+@pytest.mark.spec("DP-7", "DP-9")
 def test_a_derived_pass_only_narrows(keys: KeyStore, root: str, kwargs: dict[str, Any],
                                      rule: str) -> None:
     """A sub-agent's pass asking for more than its parent is refused with the rule broken."""
@@ -240,6 +248,7 @@ def test_a_grandchild_narrows_its_parent_not_the_root(keys: KeyStore, child: str
     assert [c.sub for c in _verify(token, keys).chain] == ["agent:worker", "agent:sub", "g"]
 
 
+@pytest.mark.spec("DP-7")
 def test_a_workers_pass_goes_to_the_worker_only(keys: KeyStore) -> None:
     """A worker's pass for anyone but the order's worker is refused."""
     assert _reason(lambda: issue_pass(ORDER, subject="agent:other", keys=keys, now=NOW)
@@ -346,6 +355,7 @@ FORGERIES: dict[str, tuple[Callable[[KeyStore, str, str], str], str]] = {
 
 
 @pytest.mark.parametrize("name", sorted(FORGERIES))
+@pytest.mark.spec("DP-2", "DP-3", "DP-5", "DP-6", "DP-8", "DP-9")
 def test_every_forgery_is_refused_with_its_own_reason(keys: KeyStore, root: str, child: str,
                                                       name: str) -> None:
     """Each way an attacker forges a pass is refused, with a reason naming that way."""
@@ -355,12 +365,14 @@ def test_every_forgery_is_refused_with_its_own_reason(keys: KeyStore, root: str,
     assert _reason(lambda: _verify(token, keys, revoked=revoked)) == reason
 
 
+@pytest.mark.spec("DP-10")
 def test_forgery_reasons_are_all_distinct() -> None:
     """No two kinds of forgery share a refusal reason, except the two algorithm attacks."""
     reasons = [r for name, (_, r) in FORGERIES.items() if not name.startswith("HS256")]
     assert len(reasons) == len(set(reasons))
 
 
+@pytest.mark.spec("DP-2")
 def test_a_hmac_pass_signed_with_the_raw_public_key_is_refused(keys: KeyStore, root: str
                                                                ) -> None:
     """An HS256 pass keyed with the raw public key or its JWK text is refused too."""
@@ -375,6 +387,7 @@ def test_a_hmac_pass_signed_with_the_raw_public_key_is_refused(keys: KeyStore, r
 
 @pytest.mark.parametrize("alg", ["none", "None", "NONE", "HS256", "HS512", "RS256", "ES256",
                                  "PS256", "", None])
+@pytest.mark.spec("DP-2")
 def test_only_eddsa_is_accepted(keys: KeyStore, root: str, alg: str | None) -> None:
     """Any algorithm but EdDSA is refused before a key is looked at."""
     head = _segment({"alg": alg, "typ": PASS_TYPE, "kid": keys.current_kid})
@@ -382,6 +395,7 @@ def test_only_eddsa_is_accepted(keys: KeyStore, root: str, alg: str | None) -> N
     assert _reason(lambda: _verify(f"{head}.{body}.{sig}", keys)) == "bad_algorithm"
 
 
+@pytest.mark.spec("DP-2", "DP-3")
 def test_a_key_of_another_type_under_a_known_kid_is_ignored(keys: KeyStore, root: str
                                                             ) -> None:
     """A JWKS entry that is not an Ed25519 key never verifies a pass."""
@@ -428,6 +442,7 @@ def test_signed_claims_that_are_not_a_pass_are_malformed(keys: KeyStore) -> None
     assert _reason(lambda: _verify(keys.sign(claims), keys)) == "unsupported_version"
 
 
+@pytest.mark.spec("DP-5")
 def test_leeway_tolerates_small_skew(keys: KeyStore) -> None:
     """exp and nbf are honoured within the documented leeway and not beyond it."""
     token = issue_pass(ORDER, subject="agent:worker", keys=keys, expires_in=600, now=NOW)
@@ -446,6 +461,7 @@ def test_leeway_tolerates_small_skew(keys: KeyStore) -> None:
     ({"order_id": "ord-2"}, "chain_broken"),
     ({"parent_jti": "someone-else"}, "chain_broken"),
 ])
+@pytest.mark.spec("DP-6", "DP-9")
 def test_the_verifier_rechecks_every_link(keys: KeyStore, root: str, grant: dict[str, Any],
                                           reason: str) -> None:
     """A link the desk's key signed but that does not narrow its parent is refused."""
@@ -460,6 +476,7 @@ def test_a_swapped_parent_breaks_the_chain(keys: KeyStore, root: str) -> None:
     assert _reason(lambda: _verify(keys.sign(claims), keys)) == "chain_broken"
 
 
+@pytest.mark.spec("DP-6")
 def test_a_root_without_staged_tools_is_malformed(keys: KeyStore, root: str) -> None:
     """A worker's pass that does not state the staged tools cannot be checked, so is refused."""
     claims = _claims(root)
@@ -467,6 +484,7 @@ def test_a_root_without_staged_tools_is_malformed(keys: KeyStore, root: str) -> 
     assert _reason(lambda: _verify(keys.sign(claims), keys)) == "malformed"
 
 
+@pytest.mark.spec("DP-6")
 def test_a_chain_longer_than_the_limit_is_refused(keys: KeyStore, root: str) -> None:
     """Chains are bounded so a token cannot make the verifier walk forever."""
     token = root
@@ -478,6 +496,7 @@ def test_a_chain_longer_than_the_limit_is_refused(keys: KeyStore, root: str) -> 
     assert _reason(lambda: _verify(deeper, keys)) == "chain_too_long"
 
 
+@pytest.mark.spec("DP-6")
 def test_verification_needs_only_the_jwks_and_revocations(keys: KeyStore, root: str,
                                                           child: str) -> None:
     """A verifier with a copy of the JWKS document and a set of jtis checks the whole chain."""
@@ -490,6 +509,7 @@ def test_verification_needs_only_the_jwks_and_revocations(keys: KeyStore, root: 
     assert not verified.is_staged("fs/read") and verified.is_staged("mail/send")
 
 
+@pytest.mark.spec("DP-8")
 def test_revoking_a_child_leaves_its_parent_valid(keys: KeyStore, root: str, child: str
                                                   ) -> None:
     """Revocation reaches down a chain, never up."""
@@ -551,6 +571,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     made.close()
 
 
+@pytest.mark.spec("DP-8")
 def test_an_orders_passes_are_recorded_and_revoked_together(store: Store, keys: KeyStore
                                                             ) -> None:
     """Ending an order revokes every pass issued for it, derived ones included."""
@@ -591,6 +612,7 @@ def test_spent_budget_is_not_granted_again(store: Store, keys: KeyStore) -> None
     assert _claims(token)["grant"]["budget"] == {"usd": 3.0, "tool_calls": 6}
 
 
+@pytest.mark.spec("DP-7")
 def test_an_offered_order_grants_no_pass(keys: KeyStore) -> None:
     """No pass is issued before the worker accepts the order."""
     store = MemoryStore()
@@ -601,6 +623,7 @@ def test_an_offered_order_grants_no_pass(keys: KeyStore) -> None:
         issue_recorded_pass(store, "ord-1", keys=keys, subject="agent:worker", now=NOW)
 
 
+@pytest.mark.spec("DP-7")
 def test_an_ended_order_grants_no_pass(store: Store, keys: KeyStore) -> None:
     """No pass is issued for an order that has ended."""
     store.append("ord-1", Event.model_validate(

@@ -188,7 +188,8 @@ def test_o1_checks_timestamps_as_dates() -> None:
 
 def test_o1_non_object_document() -> None:
     """A document that is not an object is one O1 finding at the root."""
-    for doc in ([], "order", 3, None, True):
+    docs: list[Any] = [[], "order", 3, None, True]
+    for doc in docs:
         assert pairs(iter_order_findings(doc)) == {("O1", "")}
 
 

@@ -226,7 +226,8 @@ def mutate(doc: Any, data: st.DataObject) -> Any:
             else:
                 node[data.draw(st.text(max_size=8))] = data.draw(values)
         elif isinstance(node, list):
-            if node and data.draw(st.booleans()):
+            replace: bool = data.draw(st.booleans())
+            if node and replace:
                 node[data.draw(st.integers(0, len(node) - 1))] = data.draw(values)
             else:
                 node.append(data.draw(values))

@@ -31,6 +31,16 @@ from awl._models import (
     WorkReport,
     parse_time,
 )
+from awl._passes import (
+    KeyStore,
+    VerifiedPass,
+    issue_pass,
+    issue_recorded_pass,
+    iter_pass_findings,
+    revoke_order_passes,
+    revoke_pass,
+    verify_pass,
+)
 
 __version__ = "0.1.0"
 
@@ -51,13 +61,21 @@ __all__ = [
     "Grant",
     "Handoff",
     "InvalidTransition",
+    "KeyStore",
     "NotFound",
     "PassClaims",
     "PassError",
     "Review",
     "ValidationFailed",
+    "VerifiedPass",
     "WorkOrder",
     "WorkReport",
     "__version__",
+    "issue_pass",
+    "issue_recorded_pass",
+    "iter_pass_findings",
     "parse_time",
+    "revoke_order_passes",
+    "revoke_pass",
+    "verify_pass",
 ]

@@ -64,8 +64,8 @@ __all__ = [
     "iter_pass_findings",
     "record_pass",
     "remaining_budget",
-    "revoke",
     "revoke_order_passes",
+    "revoke_pass",
     "unverified_claims",
     "verify_pass",
 ]
@@ -848,8 +848,8 @@ def record_pass(store: Store, token: str) -> PassRecord:
     return record
 
 
-def revoke(store: Store, jti: str, reason: str, *,
-           now: datetime | str | float | None = None) -> None:
+def revoke_pass(store: Store, jti: str, reason: str, *,
+                now: datetime | str | float | None = None) -> None:
     """Revoke one pass; every pass derived from it stops verifying too (idempotent)."""
     if not jti:
         raise BadRequest("name the pass to revoke by its jti")

@@ -18,7 +18,7 @@ from awl._passes import (
     KeyStore,
     VerifiedPass,
     issue_recorded_pass,
-    revoke,
+    revoke_pass,
     unverified_claims,
     verify_pass,
 )
@@ -251,7 +251,7 @@ def _span(seconds: int) -> str:
 def _revoke(args: argparse.Namespace) -> int:
     store = default_store(home_dir(args.home))
     try:
-        revoke(store, args.jti, args.reason)
+        revoke_pass(store, args.jti, args.reason)
     finally:
         store.close()
     if args.json:

@@ -31,8 +31,8 @@ from awl._passes import (
     iter_pass_findings,
     record_pass,
     remaining_budget,
-    revoke,
     revoke_order_passes,
+    revoke_pass,
     unverified_claims,
     verify_pass,
 )
@@ -590,7 +590,7 @@ def test_an_orders_passes_are_recorded_and_revoked_together(store: Store, keys: 
 
 def test_revoke_by_hand_keeps_its_reason(store: Store) -> None:
     """A pass revoked on demand is listed with the reason given."""
-    revoke(store, "abc", "leaked in a log", now=NOW)
+    revoke_pass(store, "abc", "leaked in a log", now=NOW)
     assert store.revoked() == {"abc": "leaked in a log"}
 
 

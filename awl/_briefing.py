@@ -206,7 +206,7 @@ def _next_steps(sources: Sequence[Handoff], record: _Record,
         steps += listed
     single = _field(sources, "next_step")
     if isinstance(single, str) and all(s.text != single for s in steps):
-        steps.append(NextStep(text=single, priority="high"))
+        steps.insert(0, NextStep(text=single, priority="high"))
     state = record.state
     if state == "blocked":
         steps.insert(0, NextStep(text=f"Answer the open questions: awl answer {order.id} TEXT",

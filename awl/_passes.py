@@ -31,6 +31,7 @@ import time
 from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, cast
 
@@ -581,6 +582,24 @@ def _split(token: str) -> dict[str, Any]:
     return header
 
 
+@lru_cache(maxsize=1024)
+def _read_claims(payload: bytes) -> PassClaims:
+    """Claims from a signed payload, checked under V1 and P1.
+
+    Cached by the payload bytes alone (the result depends on nothing else), because a gateway
+    verifies the same passes on every call and the schema check is most of the cost.
+    """
+    try:
+        _, model, found = check_structure(_json_object(payload), "pass")
+    except (ValueError, DocumentError) as exc:
+        raise _refuse("malformed", f"the pass claims are not a JSON object: {exc}") from None
+    if model is None:
+        first = found[0]
+        raise _refuse("unsupported_version" if first.rule == "V1" else "malformed",
+                      f"bad pass claims: {first.rule} {first.path or '/'}: {first.message}")
+    return cast(PassClaims, model)
+
+
 @dataclass(frozen=True, slots=True)
 class _Check:
     keys: Mapping[str, Ed25519PublicKey]
@@ -602,15 +621,7 @@ class _Check:
             raise _refuse("bad_signature", "the pass signature does not verify") from None
         except jwt.PyJWTError as exc:
             raise _refuse("malformed", f"unreadable pass: {exc}") from None
-        try:
-            _, model, found = check_structure(_json_object(payload), "pass")
-        except (ValueError, DocumentError) as exc:
-            raise _refuse("malformed", f"the pass claims are not a JSON object: {exc}") from None
-        if model is None:
-            first = found[0]
-            raise _refuse("unsupported_version" if first.rule == "V1" else "malformed",
-                          f"bad pass claims: {first.rule} {first.path or '/'}: {first.message}")
-        claims = cast(PassClaims, model)
+        claims = _read_claims(payload)
         if claims.jti in self.revoked:
             raise _refuse("revoked", f"pass {claims.jti} is revoked")
         if self.now >= claims.exp + self.leeway:

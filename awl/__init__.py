@@ -3,6 +3,29 @@
 The public surface is re-exported here; everything else is private.
 """
 
+from awl._checks import (
+    check,
+    is_valid_call,
+    is_valid_event,
+    is_valid_order,
+    is_valid_report,
+    is_valid_review,
+    is_valid_suborder,
+    iter_call_findings,
+    iter_event_findings,
+    iter_order_findings,
+    iter_report_findings,
+    iter_review_findings,
+    iter_suborder_findings,
+    load_document,
+    validate_call,
+    validate_event,
+    validate_order,
+    validate_report,
+    validate_review,
+    validate_suborder,
+)
+from awl._conformance import ConformanceResult, ConformanceRun, run_conformance
 from awl._errors import (
     AWLError,
     BadRequest,
@@ -41,6 +64,7 @@ from awl._passes import (
     revoke_pass,
     verify_pass,
 )
+from awl._schemas import load_schema
 
 __version__ = "0.1.0"
 
@@ -50,6 +74,8 @@ __all__ = [
     "Budget",
     "CallRecord",
     "Conflict",
+    "ConformanceResult",
+    "ConformanceRun",
     "Cost",
     "Criterion",
     "DocumentError",
@@ -71,11 +97,33 @@ __all__ = [
     "WorkOrder",
     "WorkReport",
     "__version__",
+    "check",
+    "is_valid_call",
+    "is_valid_event",
+    "is_valid_order",
+    "is_valid_report",
+    "is_valid_review",
+    "is_valid_suborder",
     "issue_pass",
     "issue_recorded_pass",
+    "iter_call_findings",
+    "iter_event_findings",
+    "iter_order_findings",
     "iter_pass_findings",
+    "iter_report_findings",
+    "iter_review_findings",
+    "iter_suborder_findings",
+    "load_document",
+    "load_schema",
     "parse_time",
     "revoke_order_passes",
     "revoke_pass",
+    "run_conformance",
+    "validate_call",
+    "validate_event",
+    "validate_order",
+    "validate_report",
+    "validate_review",
+    "validate_suborder",
     "verify_pass",
 ]

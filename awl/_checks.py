@@ -382,8 +382,7 @@ def validate_order(doc: Any) -> WorkOrder:
         ValidationFailed: with every finding, when one is ``invalid``.
         DocumentError: ``doc`` cannot be a JSON document at all.
     """
-    _raise_if_invalid("work order", list(iter_order_findings(doc)))
-    return WorkOrder.model_validate(to_plain(doc), by_alias=True, by_name=False)
+    return _validated(WorkOrder, "work order", iter_order_findings(doc), doc)
 
 
 # --------------------------------------------------------------------------- sub-order
@@ -448,8 +447,7 @@ def validate_suborder(child: Any, parent: Any) -> WorkOrder:
         ValidationFailed: with every finding, when one is ``invalid``.
         DocumentError: ``child`` cannot be a JSON document, or ``parent`` is not a valid order.
     """
-    _raise_if_invalid("sub-order", list(iter_suborder_findings(child, parent)))
-    return WorkOrder.model_validate(to_plain(child), by_alias=True, by_name=False)
+    return _validated(WorkOrder, "sub-order", iter_suborder_findings(child, parent), child)
 
 
 # --------------------------------------------------------------------------- report
@@ -584,10 +582,11 @@ def _output_problem(schema: Mapping[str, Any], output: Any) -> str | None:
 def _report_call_rules(report: WorkReport, order: WorkOrder | None,
                        calls: Sequence[CallRecord]) -> Iterator[Finding]:
     order_id = order.id if order is not None else report.order_id
+    ours = [c for c in calls if c.order_id == order_id]
     recorded = {}
-    for call in calls:
+    for call in ours:
         ref = parse_ref(call.ref)
-        if call.order_id == order_id and ref is not None:
+        if ref is not None:
             recorded[str(ref)] = call
     for i, evidence in enumerate(report.evidence):
         ref = parse_ref(evidence.ref) if evidence.type == "tool_call" and evidence.ref else None
@@ -616,7 +615,7 @@ def _report_call_rules(report: WorkReport, order: WorkOrder | None,
             problems.append(f"the call was made in attempt {call.attempt}")
         if problems:
             yield Finding("R17", "invalid", pointer("effects", i), "; ".join(problems))
-    called = {c.tool for c in recorded.values()
+    called = {c.tool for c in ours
               if c.attempt == attempt and c.outcome in ("ok", "error", "held")}
     if set(report.tools_used) != called:
         missing = sorted(called - set(report.tools_used))
@@ -655,8 +654,7 @@ def validate_report(doc: Any, order: Any = None,
         ValidationFailed: with every finding, when one is ``invalid``.
         DocumentError: ``doc`` cannot be a JSON document, or a context document is invalid.
     """
-    _raise_if_invalid("work report", list(iter_report_findings(doc, order, calls)))
-    return WorkReport.model_validate(to_plain(doc), by_alias=True, by_name=False)
+    return _validated(WorkReport, "work report", iter_report_findings(doc, order, calls), doc)
 
 
 # --------------------------------------------------------------------------- call, event, review
@@ -743,8 +741,7 @@ def validate_call(doc: Any) -> CallRecord:
         ValidationFailed: with every finding, when one is ``invalid``.
         DocumentError: ``doc`` cannot be a JSON document at all.
     """
-    _raise_if_invalid("call record", list(iter_call_findings(doc)))
-    return CallRecord.model_validate(to_plain(doc), by_alias=True, by_name=False)
+    return _validated(CallRecord, "call record", iter_call_findings(doc), doc)
 
 
 def validate_event(doc: Any) -> Event:
@@ -754,8 +751,7 @@ def validate_event(doc: Any) -> Event:
         ValidationFailed: with every finding, when one is ``invalid``.
         DocumentError: ``doc`` cannot be a JSON document at all.
     """
-    _raise_if_invalid("event", list(iter_event_findings(doc)))
-    return Event.model_validate(to_plain(doc), by_alias=True, by_name=False)
+    return _validated(Event, "event", iter_event_findings(doc), doc)
 
 
 def validate_review(doc: Any) -> Review:
@@ -765,8 +761,7 @@ def validate_review(doc: Any) -> Review:
         ValidationFailed: with every finding, when one is ``invalid``.
         DocumentError: ``doc`` cannot be a JSON document at all.
     """
-    _raise_if_invalid("review", list(iter_review_findings(doc)))
-    return Review.model_validate(to_plain(doc), by_alias=True, by_name=False)
+    return _validated(Review, "review", iter_review_findings(doc), doc)
 
 
 # --------------------------------------------------------------------------- any document
@@ -862,11 +857,14 @@ def _no_invalid(findings: Iterable[Finding]) -> bool:
     return not any(f.kind == "invalid" for f in findings)
 
 
-def _raise_if_invalid(what: str, findings: list[Finding]) -> None:
-    invalid = [f for f in findings if f.kind == "invalid"]
+def _validated(model_cls: type[_M], what: str, findings: Iterable[Finding], doc: Any) -> _M:
+    """The document as a model, or ValidationFailed carrying every finding."""
+    found = list(findings)
+    invalid = [f for f in found if f.kind == "invalid"]
     if invalid:
         first = invalid[0]
         more = f" (and {len(invalid) - 1} more)" if len(invalid) > 1 else ""
         raise ValidationFailed(f"invalid {what}: {first.rule} {first.path or '/'}: "
-                               f"{first.message}{more}", findings=findings)
+                               f"{first.message}{more}", findings=found)
+    return model_cls.model_validate(to_plain(doc), by_alias=True, by_name=False)
 

@@ -25,6 +25,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import secrets
 import stat
 import time
@@ -47,7 +48,7 @@ from awl._errors import BadRequest, DocumentError, InvalidTransition, PassError
 from awl._findings import Finding, pointer
 from awl._models import Budget, PassClaims, WorkOrder, parse_time
 from awl._patterns import covered_by_any, matches_any, overlap
-from awl._store import PassRecord, Store, Usage
+from awl._store import PassRecord, Scope, Store, Usage
 
 __all__ = [
     "ALGORITHM",
@@ -63,6 +64,7 @@ __all__ = [
     "issue_pass",
     "issue_recorded_pass",
     "iter_pass_findings",
+    "pass_scopes",
     "record_pass",
     "remaining_budget",
     "revoke_order_passes",
@@ -90,6 +92,7 @@ MAX_TOKEN_BYTES = 64 * 1024
 
 _HEADER_FIELDS = frozenset({"alg", "typ", "kid", "parent"})
 _COUNT_UNITS = frozenset({"tokens", "tool_calls"})
+_KID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 # A pass is only worth having while its holder may work (SPEC DP-7).
 _ISSUING_STATES = frozenset({"accepted", "working"})
 
@@ -107,7 +110,7 @@ REASONS: Mapping[str, str] = {
     "chain_too_long": f"more than {MAX_CHAIN} links",
     "widened": "a link grants more than its parent or its order (P4, P5, P6)",
     "staged_delegated": "a derived link grants a staged tool (P7)",
-    "insecure_key": "a signing key file or folder is open to group or others",
+    "insecure_key": "a signing key file or folder is open to others, or unreadable",
 }
 """Every reason code :func:`verify_pass` (and :class:`KeyStore`) may refuse with."""
 
@@ -259,11 +262,17 @@ class KeyStore:
                 file is open to others.
         """
         self._ensure_folder()
-        if not (self.folder / f"{kid}.pem").is_file() or "/" in kid:
+        # A kid is a base64url thumbprint; anything else never names a file here.
+        if _KID.match(kid) is None or not (self.folder / f"{kid}.pem").is_file():
             raise PassError(f"no signing key {kid!r} in {self.folder}", reason="unknown_kid")
-        key = serialization.load_pem_private_key(self._read(f"{kid}.pem"), password=None)
+        try:
+            key = serialization.load_pem_private_key(self._read(f"{kid}.pem"), password=None)
+        except (ValueError, TypeError):
+            key = None
         if not isinstance(key, Ed25519PrivateKey):
-            raise PassError(f"key file {kid}.pem is not an Ed25519 key", reason="malformed")
+            raise PassError(f"key file {self.folder / kid}.pem is not an unencrypted Ed25519 "
+                            "PEM key; remove it or restore it from a backup",
+                            reason="insecure_key")
         return key
 
     def rotate(self) -> str:
@@ -891,15 +900,42 @@ def remaining_budget(store: Store, order: WorkOrder,
     """
     left = _minus(order.budget.units(), store.usage(order.id))
     if parent is not None:
-        children: dict[str, list[str]] = {}
-        for record in store.passes(order.id):
-            if record.parent_jti is not None:
-                children.setdefault(record.parent_jti, []).append(record.jti)
+        children = _children(store, order.id)
         for link in parent.chain:
             spent = store.usage(order.id, frozenset(_subtree(link.jti, children)))
             for unit, value in _minus(link.grant.budget.units(), spent).items():
                 left[unit] = min(left.get(unit, value), value)
     return left
+
+
+def pass_scopes(store: Store, verified: VerifiedPass) -> list[Scope]:
+    """Budget scopes for a call made under ``verified``: one per link, the worker's first.
+
+    A link's scope counts the calls made under it and under every pass derived from it (the
+    ones the store has recorded, plus the links below it in this chain), against that link's
+    ``tool_calls`` and ``usd`` limits. Give them to :meth:`awl.Store.reserve_call` with the
+    order's own scope.
+    """
+    children = _children(store, verified.order_id)
+    scopes = []
+    for i, link in enumerate(verified.chain):
+        below = {c.jti for c in verified.chain[i:]}
+        units = link.grant.budget.units()
+        tool_calls = units.get("tool_calls")
+        scopes.append(Scope(
+            jtis=frozenset(_subtree(link.jti, children) | below),
+            max_calls=None if tool_calls is None else int(tool_calls),
+            max_usd=units.get("usd"),
+            name=f"pass {link.jti}"))
+    return scopes
+
+
+def _children(store: Store, order_id: str) -> dict[str, list[str]]:
+    children: dict[str, list[str]] = {}
+    for record in store.passes(order_id):
+        if record.parent_jti is not None:
+            children.setdefault(record.parent_jti, []).append(record.jti)
+    return children
 
 
 def _minus(budget: Mapping[str, float], spent: Usage) -> dict[str, float]:

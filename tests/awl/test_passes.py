@@ -29,6 +29,7 @@ from awl._passes import (
     issue_pass,
     issue_recorded_pass,
     iter_pass_findings,
+    pass_scopes,
     record_pass,
     remaining_budget,
     revoke_order_passes,
@@ -137,6 +138,12 @@ def test_a_key_file_open_to_others_is_refused(keys: KeyStore) -> None:
     os.chmod(keys.folder / f"{kid}.pem", 0o644)
     assert _reason(lambda: issue_pass(ORDER, subject="agent:worker", keys=keys, now=NOW)
                    ) == "insecure_key"
+
+
+def test_a_damaged_key_file_is_one_clear_error(keys: KeyStore) -> None:
+    """A key file that is not an Ed25519 PEM key is refused, not a crash."""
+    (keys.folder / f"{keys.current_kid}.pem").write_bytes(b"not a key")
+    assert _reason(keys.jwks) == "insecure_key"
 
 
 @pytest.mark.spec("DP-4")
@@ -638,3 +645,29 @@ def test_record_pass_reads_the_token(store: Store, keys: KeyStore, root: str) ->
     record = record_pass(store, root)
     assert record.order_id == "ord-1" and record.exp == DEADLINE and record.parent_jti is None
     assert store.passes("ord-1") == [record]
+
+
+def test_every_link_of_a_chain_limits_the_call(store: Store, keys: KeyStore) -> None:
+    """A call under a sub-agent's pass counts against that pass and every pass above it."""
+    root = issue_recorded_pass(store, "ord-1", keys=keys, subject="agent:worker", now=NOW)
+    child = issue_recorded_pass(store, "ord-1", keys=keys, subject="agent:sub",
+                                parent_token=root, tools=["fs/read"],
+                                budget={"usd": 1, "tool_calls": 2}, now=NOW)
+    sibling = issue_recorded_pass(store, "ord-1", keys=keys, subject="agent:sib",
+                                  parent_token=root, tools=["fs/read"],
+                                  budget={"usd": 1, "tool_calls": 2}, now=NOW)
+    verified = _verify(child, keys)
+    scopes = pass_scopes(store, verified)
+    jtis = {name: _claims(t)["jti"] for name, t in
+            (("root", root), ("child", child), ("sibling", sibling))}
+    assert [s.max_calls for s in scopes] == [10, 2]
+    assert scopes[0].jtis == frozenset(jtis.values())
+    assert scopes[1].jtis == frozenset({jtis["child"]})
+
+    def call() -> object:
+        return store.reserve_call("ord-1", attempt=1, tool="fs/read", arguments={},
+                                  pass_jti=verified.jti, usd=0.25,
+                                  started_at="2027-01-15T08:00:00Z", scopes=scopes)
+
+    assert not isinstance(call(), str) and not isinstance(call(), str)
+    assert call() == scopes[1].name

@@ -51,7 +51,7 @@ from typing import Any
 
 from awl._errors import BadRequest
 
-SERVER_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
+SERVER_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,40}")
 """Server names become the ``server`` part of canonical ``server/tool`` names.
 
 Capped at 40 characters so an exposed name always keeps its ``__`` separator (see
@@ -180,7 +180,7 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> GatewayCo
         ConfigError: The file cannot be read, is not JSON, or breaks a rule above. The
             message names the key and its location and says what is allowed.
     """
-    if isinstance(source, Mapping):
+    if not isinstance(source, str | os.PathLike):
         return _parse(source, base=Path.cwd(), origin=None)
     path = Path(source)
     try:
@@ -306,7 +306,7 @@ def _parse(document: Any, *, base: Path, origin: str | None) -> GatewayConfig:
 
 def _server(p: _Parser, name: str, entry: Any, base: Path) -> ServerConfig:
     where = ("mcpServers", name)
-    if not SERVER_NAME_RE.match(name):
+    if not SERVER_NAME_RE.fullmatch(name):
         raise p.fail(
             where,
             f"server name {name!r} is not allowed; use 1 to 40 of A-Z a-z 0-9 _ . - "

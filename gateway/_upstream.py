@@ -461,7 +461,8 @@ class UpstreamPool:
             if failures and self._require_all:
                 raise failures[0]
         except BaseException:
-            await self._shutdown(*sys.exc_info())
+            # Close the connections already made, then report the original error alone.
+            await self._shutdown(None, None, None)
             raise
         return self
 
@@ -477,7 +478,9 @@ class UpstreamPool:
                 up.conn.end()
         tg, self._tg = self._tg, None
         if tg is not None:
-            await tg.__aexit__(exc_type, exc, tb)
+            # The body's own exception is not the connections' business: passing it in would
+            # wrap it in an exception group. The connection tasks end because of `end()`.
+            await tg.__aexit__(None, None, None)
 
     # -- tools
 

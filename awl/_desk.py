@@ -902,9 +902,15 @@ class Desk:
     @staticmethod
     def _wrong_state(order: WorkOrder, state: str, action: str) -> InvalidTransition:
         allowed = _ALLOWED_IN.get(action, ())
+        if set(allowed) == ACTIVE:
+            needed = "active (not yet approved, declined, expired or cancelled)"
+        elif len(allowed) > 1:
+            needed = f"{', '.join(allowed[:-1])} or {allowed[-1]}"
+        else:
+            needed = allowed[0] if allowed else "in another state"
         return InvalidTransition(
-            f"cannot {action} order {order.id!r}: it is {state}; {action} needs it "
-            f"{' or '.join(allowed) or 'in another state'}", state=state, action=action)
+            f"cannot {action} order {order.id!r}: it is {state}; {action} needs it {needed}",
+            state=state, action=action)
 
 
 def _latest_handoff(view: OrderView) -> Handoff | None:

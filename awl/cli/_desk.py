@@ -1,0 +1,490 @@
+"""The manager's commands on the desk, and the worker's for scripts.
+
+Manager: ``awl order create|list|show|follow|questions``, ``awl review``, ``awl answer``,
+``awl cancel``, ``awl track``, ``awl handoff``. Worker: ``awl work
+accept|decline|start|progress|report``.
+
+Every command takes ``--home DIR`` (else ``$AWL_HOME``, else ``./.awl``) and ``--json``;
+commands that write take ``--as PRINCIPAL`` (else ``$AWL_ACTOR``) and refuse to run
+without one. Output is for people unless ``--json`` is given; errors are one line on
+stderr with a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from awl._checks import load_document
+from awl._desk import Desk, OrderView, Question
+from awl._errors import ValidationFailed
+from awl._home import default_store, home_dir
+from awl._lifecycle import ACTIVE, TERMINAL
+from awl._models import Event
+from awl._track import TrackRecord
+
+__all__ = ["register"]
+
+ACTOR_ENV = "AWL_ACTOR"
+FOLLOW_TIMED_OUT = 3
+"""Exit code of ``awl order follow`` when ``--timeout`` ran out before the order ended."""
+
+_STATES = sorted(ACTIVE | TERMINAL)
+_CONTROL = re.compile("[\x00-\x1f\x7f\u2028\u2029]")
+
+
+# --------------------------------------------------------------------------- plumbing
+
+def _fail(message: str) -> Exception:
+    from awl.cli import CLIError  # the dispatcher imports this module; import it late
+
+    return CLIError(message)
+
+
+def _clean(text: str) -> str:
+    """One line, whatever the text holds (a goal or a note may have line breaks)."""
+    return _CONTROL.sub(" ", text)
+
+
+def _short(text: str, limit: int) -> str:
+    line = " ".join(_clean(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _common(parser: argparse.ArgumentParser, *, writes: bool) -> None:
+    parser.add_argument("--home", metavar="DIR",
+                        help="the desk's home (default: $AWL_HOME, else ./.awl)")
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+    what = "required: who is acting" if writes else "whose view"
+    parser.add_argument("--as", dest="actor", metavar="PRINCIPAL",
+                        help=f"{what} (default: ${ACTOR_ENV})")
+
+
+def _actor(args: argparse.Namespace) -> str:
+    actor: str | None = args.actor or os.environ.get(ACTOR_ENV) or None
+    if actor is None:
+        raise _fail(f"who is acting? pass --as PRINCIPAL (for example --as human:ana) or set "
+                    f"{ACTOR_ENV}")
+    return actor
+
+
+@contextmanager
+def _desk(args: argparse.Namespace) -> Iterator[Desk]:
+    store = default_store(home_dir(args.home))
+    try:
+        yield Desk(store)
+    except ValidationFailed as exc:
+        if args.json:  # scripts get the findings; the one-line error still goes to stderr
+            print(json.dumps({"error": exc.code, "message": exc.message,
+                              "findings": [f.to_dict() for f in exc.findings]}, indent=2))
+        raise
+    finally:
+        store.close()
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def _read(name: str) -> Any:
+    if name == "-":
+        return load_document(sys.stdin.buffer.read())
+    return load_document(Path(name))
+
+
+def _object(name: str, what: str) -> dict[str, Any]:
+    doc = _read(name)
+    if not isinstance(doc, dict):
+        raise _fail(f"{name}: a {what} is a JSON object")
+    return doc
+
+
+# --------------------------------------------------------------------------- registering
+
+def register(subparsers: Any) -> None:
+    """Add the desk commands to the ``awl`` command."""
+    order = subparsers.add_parser(
+        "order", help="create, list, show and follow work orders",
+        description="Work orders on the desk.")
+    sub = order.add_subparsers(dest="order_command", metavar="COMMAND", required=True)
+
+    create = sub.add_parser(
+        "create", help="issue an order from a JSON file",
+        description="Issue a work order. The file holds a full order or its fields: spec, "
+                    "id, created_at and from are filled in when absent (from is --as).")
+    create.add_argument("file", metavar="FILE", help="the order as JSON, or - for stdin")
+    create.add_argument("--copy-handoff", action="store_true",
+                        help="copy the handoff of the order this one continues")
+    _common(create, writes=True)
+    create.set_defaults(func=_create)
+
+    listing = sub.add_parser("list", help="list orders, newest first")
+    listing.add_argument("--state", action="append", choices=_STATES,
+                         help="only this state (repeat for several)")
+    listing.add_argument("--worker", metavar="W", help="only orders to this worker")
+    listing.add_argument("--manager", metavar="M", help="only orders from this manager")
+    listing.add_argument("--parent", metavar="ID", help="only sub-orders of this order")
+    listing.add_argument("--limit", type=int, default=50, metavar="N",
+                         help="at most N orders (default 50)")
+    _common(listing, writes=False)
+    listing.set_defaults(func=_list)
+
+    show = sub.add_parser("show", help="show an order with its reports, reviews and events")
+    show.add_argument("order_id", metavar="ID")
+    _common(show, writes=False)
+    show.set_defaults(func=_show)
+
+    follow = sub.add_parser(
+        "follow", help="print an order's events as they happen until it ends",
+        description="Print the order's events live until it reaches a terminal state or "
+                    "Ctrl-C. With --json, one JSON event per line. Exit 0 when the order "
+                    f"ended, {FOLLOW_TIMED_OUT} when --timeout ran out first.")
+    follow.add_argument("order_id", metavar="ID")
+    follow.add_argument("--after", type=int, default=0, metavar="SEQ",
+                        help="start after this seq (default: the whole log)")
+    follow.add_argument("--timeout", type=float, metavar="SECONDS",
+                        help="stop after this many seconds")
+    _common(follow, writes=False)
+    follow.set_defaults(func=_follow)
+
+    questions = sub.add_parser(
+        "questions", help="open questions of blocked orders, most blocking first",
+        description="The questions waiting for an answer. With --as (or $AWL_ACTOR), only "
+                    "those that principal may answer; with --all, every one.")
+    questions.add_argument("--all", action="store_true", help="every open question")
+    _common(questions, writes=False)
+    questions.set_defaults(func=_questions)
+
+    review = subparsers.add_parser("review", help="approve a submitted report or send it back")
+    review.add_argument("order_id", metavar="ID")
+    decision = review.add_mutually_exclusive_group(required=True)
+    decision.add_argument("--approve", action="store_true", help="approve the report")
+    decision.add_argument("--rework", metavar="REASON", help="send it back, saying why")
+    review.add_argument("--effects", metavar="REF,...",
+                        help="with --approve: run only these effects (default: all)")
+    review.add_argument("--reason", metavar="TEXT", help="with --approve: a note")
+    _common(review, writes=True)
+    review.set_defaults(func=_review)
+
+    answer = subparsers.add_parser("answer", help="answer a blocked order's questions")
+    answer.add_argument("order_id", metavar="ID")
+    answer.add_argument("text", metavar="TEXT", help="the answer")
+    _common(answer, writes=True)
+    answer.set_defaults(func=_answer)
+
+    cancel = subparsers.add_parser("cancel", help="cancel an active order")
+    cancel.add_argument("order_id", metavar="ID")
+    cancel.add_argument("reason", metavar="REASON", help="why")
+    _common(cancel, writes=True)
+    cancel.set_defaults(func=_cancel)
+
+    track = subparsers.add_parser("track", help="a worker's track record")
+    track.add_argument("worker", metavar="WORKER")
+    _common(track, writes=False)
+    track.set_defaults(func=_track)
+
+    handoff = subparsers.add_parser("handoff", help="a Markdown briefing for whoever continues")
+    handoff.add_argument("order_id", metavar="ID")
+    _common(handoff, writes=False)
+    handoff.set_defaults(func=_handoff)
+
+    _register_work(subparsers)
+
+
+def _register_work(subparsers: Any) -> None:
+    work = subparsers.add_parser("work", help="the worker's side: accept, start, report ...",
+                                 description="Worker operations, for scripts and tests.")
+    sub = work.add_subparsers(dest="work_command", metavar="COMMAND", required=True)
+    for name, help_ in (("accept", "take an offered order"), ("start", "start an accepted order")):
+        parser = sub.add_parser(name, help=help_)
+        parser.add_argument("order_id", metavar="ID")
+        _common(parser, writes=True)
+        parser.set_defaults(func=_worker_step, step=name)
+    decline = sub.add_parser("decline", help="turn an offered order down")
+    decline.add_argument("order_id", metavar="ID")
+    decline.add_argument("reason", metavar="REASON", nargs="?", help="why (optional)")
+    _common(decline, writes=True)
+    decline.set_defaults(func=_decline)
+    progress = sub.add_parser("progress", help="post a progress note")
+    progress.add_argument("order_id", metavar="ID")
+    progress.add_argument("note", metavar="NOTE")
+    progress.add_argument("--percent", type=float, metavar="P", help="0 to 100")
+    _common(progress, writes=True)
+    progress.set_defaults(func=_progress)
+    report = sub.add_parser(
+        "report", help="submit a work report from a JSON file",
+        description="Submit a work report. The file holds a full report or its fields: spec, "
+                    "order_id, from, finished_at and attempt are filled in when absent.")
+    report.add_argument("order_id", metavar="ID")
+    report.add_argument("file", metavar="FILE", help="the report as JSON, or - for stdin")
+    _common(report, writes=True)
+    report.set_defaults(func=_report)
+
+
+# --------------------------------------------------------------------------- rendering
+
+def _event_line(e: Event) -> str:
+    move = e.to if e.from_ is None or e.from_ == e.to else f"{e.from_} → {e.to}"
+    note = f": {_short(e.note, 200)}" if e.note else ""
+    pct = (e.data or {}).get("percent")
+    share = f" ({pct:g}%)" if isinstance(pct, int | float) else ""
+    return f"#{e.seq} {e.at} {_clean(e.actor)} {e.action} ({move}){share}{note}"
+
+
+def _write_result(args: argparse.Namespace, view: OrderView, verb: str,
+                  detail: str = "") -> int:
+    if args.json:
+        _print_json(view.to_json())
+    else:
+        print(f"{verb} {view.id}{detail}: now {view.state} (seq {view.seq})")
+    return 0
+
+
+def _amounts(units: dict[str, float]) -> str:
+    return ", ".join(f"{unit} {value:g}" for unit, value in units.items())
+
+
+def _show_text(view: OrderView, events: Sequence[Event]) -> list[str]:
+    o = view.order
+    out = [f"{o.id} · {view.state} · attempt {view.attempt}",
+           f"goal: {_short(o.goal, 300)}",
+           f"manager {o.manager} → worker {o.to}"
+           + (f" (escalate to {o.escalate_to})" if o.escalate_to else ""),
+           f"deadline {o.deadline} · budget {_amounts(o.budget.units())}",
+           f"tools {', '.join(o.tools) or '(none)'}"
+           + (f" · staged {', '.join(o.staged)}" if o.staged else "")]
+    if o.parent_id:
+        out.append(f"sub-order of {o.parent_id}")
+    if o.continues:
+        out.append(f"continues {o.continues}")
+    if view.reports:
+        out += ["", "reports:"]
+        for i, r in enumerate(view.reports, start=1):
+            out.append(f"  attempt {r.attempt or i} · {r.status} · {r.finished_at} · cost "
+                       f"{_amounts(r.cost.units()) or '-'}: {_short(r.result.summary, 160)}")
+            if r.error:
+                out.append(f"    error: {_short(r.error, 200)}")
+            for q in r.questions or ():
+                out.append(f"    question: {_short(q, 200)}")
+            for eff in r.effects or ():
+                out.append(f"    effect {eff.ref}: {_short(json.dumps(eff.arguments), 120)}")
+    if view.reviews:
+        out += ["", "reviews:"]
+        for rv in view.reviews:
+            chosen = f" effects {', '.join(rv.effects)}" if rv.effects is not None else ""
+            why = f": {_short(rv.reason, 200)}" if rv.reason else ""
+            out.append(f"  attempt {rv.attempt} · {rv.decision} by {rv.actor} at {rv.at}"
+                       f"{chosen}{why}")
+    out += ["", f"events ({len(events)}):"] + [f"  {_event_line(e)}" for e in events]
+    return out
+
+
+def _question_lines(q: Question) -> list[str]:
+    head = (f"{q.order_id} · blocks {q.blocking} · {q.worker} asked at {q.asked_at} "
+            f"(attempt {q.attempt}): {_short(q.goal, 80)}")
+    return [head] + [f"  - {_short(text, 300)}" for text in q.questions]
+
+
+def _track_lines(record: TrackRecord) -> list[str]:
+    out = [f"track record of {record.worker}: {record.orders} orders",
+           f"  approved first time    {record.approved_first_time}",
+           f"  approved after rework  {record.approved_after_rework}"
+           + (" (" + ", ".join(f"{v} after {k} round{'s' if k > 1 else ''}"
+                               for k, v in record.rework_rounds.items())
+              + ")" if record.rework_rounds else ""),
+           f"  failed                 {record.failed}",
+           f"  expired                {record.expired}",
+           f"  cancelled              {record.cancelled}",
+           f"  declined               {record.declined}",
+           f"  active                 {record.active}"]
+    for unit, s in sorted(record.spend.items()):
+        ratio = "-" if s.median_ratio is None else f"{s.median_ratio:.0%}"
+        out.append(f"  spend {unit}: {s.spent:g} of {s.budget:g} over {s.orders} orders, "
+                   f"median {ratio} of budget")
+    if record.median_seconds_to_approval is not None:
+        out.append(f"  median accept → approval: {_duration(record.median_seconds_to_approval)}")
+    return out
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+# --------------------------------------------------------------------------- commands
+
+def _create(args: argparse.Namespace) -> int:
+    actor = _actor(args)
+    doc = _object(args.file, "work order")
+    with _desk(args) as desk:
+        view = desk.create(doc, actor, copy_handoff=args.copy_handoff)
+    if args.json:
+        _print_json(view.to_json())
+    else:
+        print(f"created {view.id} for {view.order.to}: {_short(view.order.goal, 80)}")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise _fail("--limit must be at least 1")
+    with _desk(args) as desk:
+        views = desk.list(state=args.state, worker=args.worker, manager=args.manager,
+                          parent_id=args.parent, limit=args.limit)
+    if args.json:
+        _print_json([v.to_json() for v in views])
+        return 0
+    if not views:
+        print("no orders")
+        return 0
+    rows = [(v.id, v.state, _clean(v.order.to), _clean(v.order.manager), v.updated_at,
+             _short(v.order.goal, 50)) for v in views]
+    header = ("ID", "STATE", "WORKER", "MANAGER", "UPDATED", "GOAL")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths, strict=True))
+              + "  " + row[5])
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    with _desk(args) as desk:
+        view = desk.get(args.order_id)
+        events = desk.events(args.order_id)
+    if args.json:
+        _print_json({**view.to_json(), "events": [e.to_json() for e in events]})
+    else:
+        print("\n".join(_show_text(view, events)))
+    return 0
+
+
+def _follow(args: argparse.Namespace) -> int:
+    with _desk(args) as desk:
+        ended = False
+        for event in desk.follow(args.order_id, args.after, timeout=args.timeout):
+            if args.json:
+                print(json.dumps(event.to_json(), ensure_ascii=False), flush=True)
+            else:
+                print(_event_line(event), flush=True)
+            ended = event.to in TERMINAL and event.from_ != event.to
+        if ended or desk.get(args.order_id).state in TERMINAL:
+            return 0
+    print(f"awl: stopped following {args.order_id} after {args.timeout:g}s; it has not ended",
+          file=sys.stderr)
+    return FOLLOW_TIMED_OUT
+
+
+def _questions(args: argparse.Namespace) -> int:
+    actor = None if args.all else args.actor or os.environ.get(ACTOR_ENV) or None
+    if actor is None and not args.all:
+        raise _fail(f"whose questions? pass --as PRINCIPAL, set {ACTOR_ENV}, or use --all")
+    with _desk(args) as desk:
+        queue = desk.questions(actor)
+    if args.json:
+        _print_json([q.to_json() for q in queue])
+    elif not queue:
+        print("no open questions")
+    else:
+        for q in queue:
+            print("\n".join(_question_lines(q)))
+    return 0
+
+
+def _review(args: argparse.Namespace) -> int:
+    actor = _actor(args)
+    if args.rework is not None and (args.effects is not None or args.reason is not None):
+        raise _fail("--effects and --reason go with --approve; a rework's reason is its "
+                    "argument")
+    effects = None
+    if args.effects is not None:
+        effects = [ref.strip() for ref in args.effects.split(",") if ref.strip()]
+    with _desk(args) as desk:
+        if args.approve:
+            view = desk.review(args.order_id, actor, "approve", args.reason, effects=effects)
+        else:
+            view = desk.review(args.order_id, actor, "rework", args.rework)
+    detail = ""
+    if args.approve and effects is not None:
+        detail = f" (effects: {', '.join(view.reviews[-1].effects or ()) or 'none'})"
+    return _write_result(args, view, "approved" if args.approve else "sent back", detail)
+
+
+def _answer(args: argparse.Namespace) -> int:
+    actor = _actor(args)
+    with _desk(args) as desk:
+        view = desk.answer(args.order_id, actor, args.text)
+    return _write_result(args, view, "answered")
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    actor = _actor(args)
+    with _desk(args) as desk:
+        view = desk.cancel(args.order_id, actor, args.reason)
+    return _write_result(args, view, "cancelled")
+
+
+def _track(args: argparse.Namespace) -> int:
+    with _desk(args) as desk:
+        record = desk.track(args.worker)
+    if args.json:
+        _print_json(record.to_json())
+    else:
+        print("\n".join(_track_lines(record)))
+    return 0
+
+
+def _handoff(args: argparse.Namespace) -> int:
+    with _desk(args) as desk:
+        text = desk.handoff(args.order_id)
+    if args.json:
+        _print_json({"order_id": args.order_id, "markdown": text})
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+_STEPS: dict[str, tuple[Callable[[Desk, str, str], OrderView], str]] = {
+    "accept": (Desk.accept, "accepted"), "start": (Desk.start, "started"),
+}
+
+
+def _worker_step(args: argparse.Namespace) -> int:
+    actor = _actor(args)
+    with _desk(args) as desk:
+        step, verb = _STEPS[args.step]
+        view = step(desk, args.order_id, actor)
+    return _write_result(args, view, verb)
+
+
+def _decline(args: argparse.Namespace) -> int:
+    actor = _actor(args)
+    with _desk(args) as desk:
+        view = desk.decline(args.order_id, actor, args.reason)
+    return _write_result(args, view, "declined")
+
+
+def _progress(args: argparse.Namespace) -> int:
+    actor = _actor(args)
+    with _desk(args) as desk:
+        view = desk.progress(args.order_id, actor, args.note, args.percent)
+    return _write_result(args, view, "noted progress on")
+
+
+def _report(args: argparse.Namespace) -> int:
+    actor = _actor(args)
+    doc = _object(args.file, "work report")
+    with _desk(args) as desk:
+        view = desk.report(args.order_id, actor, doc)
+    return _write_result(args, view, "reported on")

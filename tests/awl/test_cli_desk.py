@@ -1,0 +1,206 @@
+"""The manager's and worker's desk commands, called as ``awl.cli.main`` and as a process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from desk_support import MANAGER, WORKER, effect, order_fields, report_fields
+
+from awl.cli import main
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv("AWL_ACTOR", raising=False)
+    monkeypatch.setenv("AWL_HOME", str(tmp_path / "home"))
+    return tmp_path
+
+
+def write(folder: Path, name: str, doc: Any) -> str:
+    path = folder / name
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return str(path)
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> Any:
+    code, out, err = run(capsys, *args, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def one_line_error(err: str) -> None:
+    assert err.startswith("awl: ")
+    assert err.count("\n") == 1, err
+
+
+def new_order(capsys: pytest.CaptureFixture[str], folder: Path, **fields: Any) -> str:
+    created = run_json(capsys, "order", "create", write(folder, "o.json", order_fields(**fields)),
+                       "--as", MANAGER)
+    order_id: str = created["order"]["id"]
+    return order_id
+
+
+def test_writes_need_an_actor(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --as or AWL_ACTOR a write is refused with a line saying how to name one."""
+    code, _, err = run(capsys, "order", "create", write(home, "o.json", order_fields()))
+    assert code != 0
+    one_line_error(err)
+    assert "--as" in err and "AWL_ACTOR" in err
+
+
+def test_an_order_runs_its_course_from_the_command_line(
+    home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Create, work, report, review and read an order with the commands alone."""
+    order_id = new_order(capsys, home)
+    monkeypatch.setenv("AWL_ACTOR", WORKER)  # the worker acts through the environment
+    assert run_json(capsys, "work", "accept", order_id)["state"] == "accepted"
+    assert run_json(capsys, "work", "start", order_id)["state"] == "working"
+    code, out, _ = run(capsys, "work", "progress", order_id, "read the filings",
+                       "--percent", "30")
+    assert (code, out) == (0, f"noted progress on {order_id}: now working (seq 4)\n")
+    report = write(home, "r.json", report_fields(effects=[effect(1), effect(2)],
+                                                 tools_used=[]))
+    assert run_json(capsys, "work", "report", order_id, report)["state"] == "submitted"
+    monkeypatch.delenv("AWL_ACTOR")
+
+    code, out, err = run(capsys, "review", order_id, "--approve", "--effects",
+                         "mail/send#2", "--as", MANAGER)
+    assert code == 0, err
+    assert out == f"approved {order_id} (effects: mail/send#2): now approved (seq 6)\n"
+
+    code, out, _ = run(capsys, "order", "show", order_id)
+    assert f"{order_id} · approved · attempt 1" in out
+    assert "#4 " in out and "(30%): read the filings" in out
+    shown = run_json(capsys, "order", "show", order_id)
+    assert [e["action"] for e in shown["events"]] == ["create", "accept", "start", "progress",
+                                                      "report", "approve"]
+    assert shown["reviews"][0]["effects"] == ["mail/send#2"]
+
+    code, out, _ = run(capsys, "order", "list")
+    assert out.splitlines()[0].split() == ["ID", "STATE", "WORKER", "MANAGER", "UPDATED",
+                                           "GOAL"]
+    assert order_id in out
+    assert run_json(capsys, "order", "list", "--state", "working") == []
+    assert [o["order"]["id"] for o in run_json(capsys, "order", "list", "--worker",
+                                                 WORKER)] == [order_id]
+
+    track = run_json(capsys, "track", WORKER)
+    assert track["approved_first_time"] == 1
+    code, out, _ = run(capsys, "track", WORKER)
+    assert "approved first time    1" in out
+
+    code, out, _ = run(capsys, "handoff", order_id)
+    assert out.startswith("# Handoff: Summarize the quarterly filings\n")
+
+
+def test_refusals_are_one_line_and_non_zero(home: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Wrong actor, wrong state, unknown order and unknown effect each fail in one line."""
+    order_id = new_order(capsys, home)
+    for args in (["work", "accept", order_id, "--as", "agent:mallory"],
+                 ["review", order_id, "--approve", "--as", MANAGER],
+                 ["order", "show", "wo_missing"],
+                 ["cancel", order_id, "done", "--as", WORKER]):
+        code, _, err = run(capsys, *args)
+        assert code == 1
+        one_line_error(err)
+    code, _, err = run(capsys, "review", order_id, "--rework", "why", "--effects", "a/b#1",
+                       "--as", MANAGER)
+    assert code == 2
+    one_line_error(err)
+
+
+def test_an_invalid_order_prints_its_findings_for_scripts(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With --json a refused document's findings go to stdout, the error line to stderr."""
+    bad = write(home, "bad.json", order_fields(criteria=[{"id": "c", "text": "a"},
+                                                         {"id": "c", "text": "b"}]))
+    code, out, err = run(capsys, "order", "create", bad, "--as", MANAGER, "--json")
+    assert code == 1
+    one_line_error(err)
+    assert "VALIDATION_FAILED" in err
+    findings = json.loads(out)["findings"]
+    assert [(f["rule"], f["path"]) for f in findings] == [("O2", "/criteria/1/id")]
+    code, _, err = run(capsys, "order", "create", str(home / "absent.json"), "--as", MANAGER)
+    assert code != 0
+    one_line_error(err)
+
+
+def test_questions_answers_and_cancel(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A blocked order's question is in the manager's queue until answered."""
+    order_id = new_order(capsys, home)
+    run_json(capsys, "work", "accept", order_id, "--as", WORKER)
+    run_json(capsys, "work", "start", order_id, "--as", WORKER)
+    run_json(capsys, "work", "report", order_id,
+             write(home, "b.json", report_fields("blocked")), "--as", WORKER)
+    code, out, _ = run(capsys, "order", "questions", "--as", MANAGER)
+    assert out.startswith(f"{order_id} · blocks 1 · {WORKER}")
+    assert "  - Which quarter?" in out
+    assert run_json(capsys, "order", "questions", "--all")[0]["questions"] == ["Which quarter?"]
+    code, _, err = run(capsys, "order", "questions")
+    assert code == 2
+    one_line_error(err)
+    assert run_json(capsys, "answer", order_id, "Q3", "--as", MANAGER)["state"] == "working"
+    code, out, _ = run(capsys, "order", "questions", "--as", MANAGER)
+    assert out == "no open questions\n"
+    code, out, _ = run(capsys, "cancel", order_id, "plans changed", "--as", MANAGER)
+    assert out == f"cancelled {order_id}: now cancelled (seq 6)\n"
+    code, out, _ = run(capsys, "work", "decline", new_order(capsys, home), "busy",
+                       "--as", WORKER)
+    assert code == 0 and "now declined" in out
+
+
+def test_follow_prints_events_until_the_order_ends(home: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Following an ended order prints its log and exits 0; an open one times out with 3."""
+    order_id = new_order(capsys, home)
+    code, out, _ = run(capsys, "order", "follow", order_id, "--timeout", "0.2")
+    assert code == 3
+    assert out.startswith("#1 ") and "create (offered)" in out
+    run(capsys, "cancel", order_id, "stop", "--as", MANAGER)
+    code, out, _ = run(capsys, "order", "follow", order_id, "--after", "1", "--json",
+                       "--timeout", "30")
+    assert code == 0
+    assert [json.loads(line)["action"] for line in out.splitlines()] == ["cancel"]
+
+
+def test_home_flag_picks_the_desk(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--home wins over AWL_HOME."""
+    other = home / "other"
+    run_json(capsys, "order", "create", write(home, "o.json", order_fields()), "--as", MANAGER,
+             "--home", str(other))
+    assert (other / "desk.sqlite3").exists()
+    assert run_json(capsys, "order", "list") == []
+    assert len(run_json(capsys, "order", "list", "--home", str(other))) == 1
+
+
+def test_the_installed_command_runs_as_a_process(tmp_path: Path) -> None:
+    """``python -m awl`` creates and lists an order in a real subprocess."""
+    env = {**os.environ, "AWL_HOME": str(tmp_path / "home"), "AWL_ACTOR": MANAGER}
+    order = write(tmp_path, "o.json", order_fields())
+    created = subprocess.run([sys.executable, "-m", "awl", "order", "create", order, "--json"],
+                             capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert created.returncode == 0, created.stderr
+    order_id = json.loads(created.stdout)["order"]["id"]
+    listed = subprocess.run([sys.executable, "-m", "awl", "order", "list"], capture_output=True,
+                            text=True, env=env, timeout=60, check=False)
+    assert listed.returncode == 0 and order_id in listed.stdout
+    refused = subprocess.run([sys.executable, "-m", "awl", "review", order_id, "--approve"],
+                             capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("awl: INVALID_TRANSITION: ")
+    assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr

@@ -32,6 +32,7 @@ from awl._checks import (
     validate_review,
     validate_suborder,
 )
+from awl._schemas import SCHEMA_NAMES, load_schema, schema_findings, validator
 
 
 def make_order(**changes: Any) -> dict[str, Any]:
@@ -641,3 +642,23 @@ def test_json_equal() -> None:
     assert not json_equal([1], [1, 2])
     assert not json_equal("1", 1)
     assert json_equal(None, None)
+
+
+# ----------------------------------------------------------------------------- schemas
+
+def test_every_schema_loads_and_is_cached() -> None:
+    """Each document type has a 2020-12 schema with an $id, compiled once."""
+    for name in SCHEMA_NAMES:
+        schema = load_schema(name)
+        assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+        assert schema["$id"].startswith("https://")
+        assert validator(name) is validator(name)
+    assert load_schema("order") is not load_schema("order")
+    with pytest.raises(KeyError):
+        load_schema("memo")
+
+
+def test_schema_findings_carry_pointers() -> None:
+    """Schema findings point at the member that broke the schema, under the given rule id."""
+    found = list(schema_findings("order", make_order(criteria=[{"id": "", "text": "x"}]), "O1"))
+    assert pairs(found) == {("O1", "/criteria/0/id")}

@@ -1,0 +1,159 @@
+"""``awl effects``: list an order's held calls, settle an unknown one, retry a settled one.
+
+The manager's side of committing (see :mod:`gateway._commit`): ``list`` shows every held
+call with its state, arguments and settlement; ``settle`` records whether an ``unknown``
+effect happened, with evidence; ``retry`` sends an effect settled as ``did_not_happen``
+again, with the same ``awl/ref``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from awl._home import default_store, home_dir
+
+if TYPE_CHECKING:
+    from gateway._commit import EffectOutcome, EffectView
+
+
+def register(subparsers: Any) -> None:
+    """Add ``effects`` and its subcommands to the ``awl`` command."""
+    group = subparsers.add_parser(
+        "effects", help="list, settle and retry an order's held calls",
+        description="The held calls of an order and what became of them after approval. "
+                    "An effect whose outcome is unknown is never sent again until its "
+                    "manager settles it.")
+    sub = group.add_subparsers(dest="effects_command", metavar="SUBCOMMAND", required=True)
+
+    listing = sub.add_parser("list", help="show every held call with its state",
+                             description="Show every held call of the order: state, tool, "
+                                         "arguments, result or error, and settlement.")
+    listing.add_argument("order", metavar="ORDER")
+    _common(listing)
+    listing.set_defaults(func=_list)
+
+    settle = sub.add_parser(
+        "settle", help="record whether an unknown effect happened",
+        description="Record, as the order's manager, whether an effect with an unknown "
+                    "outcome happened. Settling does not send anything; an effect settled "
+                    "as did-not-happen may then be retried.")
+    settle.add_argument("order", metavar="ORDER")
+    settle.add_argument("ref", metavar="REF", help="the effect, server/tool#N")
+    verdict = settle.add_mutually_exclusive_group(required=True)
+    verdict.add_argument("--happened", dest="verdict", action="store_const", const="happened",
+                         help="it ran (it will never be sent again)")
+    verdict.add_argument("--did-not-happen", dest="verdict", action="store_const",
+                         const="did_not_happen", help="it did not run (it may be retried)")
+    settle.add_argument("--evidence", required=True, metavar="TEXT",
+                        help="what the finding rests on (kept in the order's log)")
+    settle.add_argument("--as", dest="actor", required=True, metavar="MANAGER",
+                        help="who settles: the order's manager")
+    _common(settle)
+    settle.set_defaults(func=_settle)
+
+    retry = sub.add_parser(
+        "retry", help="send an effect settled as did-not-happen again",
+        description="Send an effect settled as did-not-happen again, with the same awl/ref, "
+                    "after checking the order still gives the authority (approved, before "
+                    "its deadline, tool allowed and staged). Exit 1 unless it commits.")
+    retry.add_argument("order", metavar="ORDER")
+    retry.add_argument("ref", metavar="REF", help="the effect, server/tool#N")
+    retry.add_argument("--config", required=True, metavar="FILE",
+                       help="the upstream config (mcpServers) to send it through")
+    retry.add_argument("--as", dest="actor", required=True, metavar="MANAGER",
+                       help="who retries: the order's manager")
+    retry.add_argument("--timeout", type=float, metavar="SECONDS",
+                       help="how long to wait for the answer (default: the server's timeout)")
+    retry.add_argument("--lock-wait", type=float, default=0.0, metavar="SECONDS",
+                       help="how long to wait for a commit of the order that is running")
+    _common(retry)
+    retry.set_defaults(func=_retry)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--home", metavar="DIR",
+                        help="the desk's home (default: $AWL_HOME, else ./.awl)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _view_lines(order_id: str, views: Sequence[EffectView]) -> Iterator[str]:
+    if not views:
+        yield "no held calls"
+        return
+    for v in views:
+        extra = " (retryable)" if v.retryable else ""
+        yield f"{v.ref}  {v.state}{extra}  attempt {v.attempt}  sent {v.dispatches}x"
+        yield f"  arguments: {json.dumps(v.arguments, sort_keys=True)}"
+        if v.result is not None and "structuredContent" in v.result:
+            yield f"  result: {json.dumps(v.result['structuredContent'], sort_keys=True)}"
+        if v.error:
+            yield f"  note: {v.error}"
+        if v.settlement is not None:
+            s = v.settlement
+            yield f"  settled {s.verdict.replace('_', ' ')} by {s.by} at {s.at}: {s.evidence}"
+        elif v.state == "unknown":
+            yield (f"  unsettled: find out whether it ran, then `awl effects settle "
+                   f"{order_id} {v.ref} --happened|--did-not-happen --evidence ...`")
+
+
+def _list(args: argparse.Namespace) -> int:
+    from gateway._commit import list_effects
+
+    store = default_store(home_dir(args.home))
+    try:
+        store.load(args.order)
+        views = list_effects(args.order, store=store)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps({"order_id": args.order, "effects": [v.to_json() for v in views]},
+                         indent=2, sort_keys=True))
+    else:
+        for line in _view_lines(args.order, views):
+            print(line)
+    return 0
+
+
+def _settle(args: argparse.Namespace) -> int:
+    from gateway._commit import settle
+
+    store = default_store(home_dir(args.home))
+    try:
+        view = settle(args.order, args.ref, args.verdict, args.evidence, args.actor,
+                      store=store)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps(view.to_json(), indent=2, sort_keys=True))
+    else:
+        verdict = args.verdict.replace("_", " ")
+        then = ("it may now be retried with `awl effects retry`" if view.retryable
+                else "it will never be sent again")
+        print(f"settled {view.ref} of order {args.order} as {verdict}; {then}")
+    return 0
+
+
+def _outcome_line(outcome: EffectOutcome) -> str:
+    return f"{outcome.ref}  {outcome.tool}  {outcome.state}  {outcome.reason}"
+
+
+def _retry(args: argparse.Namespace) -> int:
+    from gateway._commit import retry_sync
+    from gateway._config import load_config
+
+    config = load_config(args.config)
+    store = default_store(home_dir(args.home))
+    try:
+        outcome = retry_sync(args.order, args.ref, args.actor, store=store,
+                             pool_or_config=config, timeout=args.timeout,
+                             lock_wait=args.lock_wait)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps(outcome.to_json(), indent=2, sort_keys=True))
+    else:
+        print(_outcome_line(outcome))
+    return 0 if outcome.state == "committed" else 1

@@ -177,13 +177,15 @@ def register(subparsers: Any) -> None:
     answer.add_argument("order_id", metavar="ID")
     answer.add_argument("text", metavar="TEXT", help="the answer")
     _common(answer, writes=True)
-    answer.set_defaults(func=_answer)
+    answer.set_defaults(func=_write, verb="answered",
+                        op=lambda desk, a, actor: desk.answer(a.order_id, actor, a.text))
 
     cancel = subparsers.add_parser("cancel", help="cancel an active order")
     cancel.add_argument("order_id", metavar="ID")
     cancel.add_argument("reason", metavar="REASON", help="why")
     _common(cancel, writes=True)
-    cancel.set_defaults(func=_cancel)
+    cancel.set_defaults(func=_write, verb="cancelled",
+                        op=lambda desk, a, actor: desk.cancel(a.order_id, actor, a.reason))
 
     track = subparsers.add_parser("track", help="a worker's track record")
     track.add_argument("worker", metavar="WORKER")
@@ -202,22 +204,30 @@ def _register_work(subparsers: Any) -> None:
     work = subparsers.add_parser("work", help="the worker's side: accept, start, report ...",
                                  description="Worker operations, for scripts and tests.")
     sub = work.add_subparsers(dest="work_command", metavar="COMMAND", required=True)
-    for name, help_ in (("accept", "take an offered order"), ("start", "start an accepted order")):
-        parser = sub.add_parser(name, help=help_)
-        parser.add_argument("order_id", metavar="ID")
-        _common(parser, writes=True)
-        parser.set_defaults(func=_worker_step, step=name)
+    accept = sub.add_parser("accept", help="take an offered order")
+    accept.add_argument("order_id", metavar="ID")
+    _common(accept, writes=True)
+    accept.set_defaults(func=_write, verb="accepted",
+                        op=lambda desk, a, actor: desk.accept(a.order_id, actor))
+    start = sub.add_parser("start", help="start an accepted order")
+    start.add_argument("order_id", metavar="ID")
+    _common(start, writes=True)
+    start.set_defaults(func=_write, verb="started",
+                       op=lambda desk, a, actor: desk.start(a.order_id, actor))
     decline = sub.add_parser("decline", help="turn an offered order down")
     decline.add_argument("order_id", metavar="ID")
     decline.add_argument("reason", metavar="REASON", nargs="?", help="why (optional)")
     _common(decline, writes=True)
-    decline.set_defaults(func=_decline)
+    decline.set_defaults(func=_write, verb="declined",
+                         op=lambda desk, a, actor: desk.decline(a.order_id, actor, a.reason))
     progress = sub.add_parser("progress", help="post a progress note")
     progress.add_argument("order_id", metavar="ID")
     progress.add_argument("note", metavar="NOTE")
     progress.add_argument("--percent", type=float, metavar="P", help="0 to 100")
     _common(progress, writes=True)
-    progress.set_defaults(func=_progress)
+    progress.set_defaults(
+        func=_write, verb="noted progress on",
+        op=lambda desk, a, actor: desk.progress(a.order_id, actor, a.note, a.percent))
     report = sub.add_parser(
         "report", help="submit a work report from a JSON file",
         description="Submit a work report. The file holds a full report or its fields: spec, "
@@ -421,20 +431,6 @@ def _review(args: argparse.Namespace) -> int:
     return _write_result(args, view, "approved" if args.approve else "sent back", detail)
 
 
-def _answer(args: argparse.Namespace) -> int:
-    actor = _actor(args)
-    with _desk(args) as desk:
-        view = desk.answer(args.order_id, actor, args.text)
-    return _write_result(args, view, "answered")
-
-
-def _cancel(args: argparse.Namespace) -> int:
-    actor = _actor(args)
-    with _desk(args) as desk:
-        view = desk.cancel(args.order_id, actor, args.reason)
-    return _write_result(args, view, "cancelled")
-
-
 def _track(args: argparse.Namespace) -> int:
     with _desk(args) as desk:
         record = desk.track(args.worker)
@@ -455,31 +451,16 @@ def _handoff(args: argparse.Namespace) -> int:
     return 0
 
 
-_STEPS: dict[str, tuple[Callable[[Desk, str, str], OrderView], str]] = {
-    "accept": (Desk.accept, "accepted"), "start": (Desk.start, "started"),
-}
+Operation = Callable[[Desk, argparse.Namespace, str], OrderView]
 
 
-def _worker_step(args: argparse.Namespace) -> int:
+def _write(args: argparse.Namespace) -> int:
+    """Run a one-step write (``args.op``) as ``--as`` and say what it did (``args.verb``)."""
     actor = _actor(args)
+    op: Operation = args.op
     with _desk(args) as desk:
-        step, verb = _STEPS[args.step]
-        view = step(desk, args.order_id, actor)
-    return _write_result(args, view, verb)
-
-
-def _decline(args: argparse.Namespace) -> int:
-    actor = _actor(args)
-    with _desk(args) as desk:
-        view = desk.decline(args.order_id, actor, args.reason)
-    return _write_result(args, view, "declined")
-
-
-def _progress(args: argparse.Namespace) -> int:
-    actor = _actor(args)
-    with _desk(args) as desk:
-        view = desk.progress(args.order_id, actor, args.note, args.percent)
-    return _write_result(args, view, "noted progress on")
+        view = op(desk, args, actor)
+    return _write_result(args, view, args.verb)
 
 
 def _report(args: argparse.Namespace) -> int:

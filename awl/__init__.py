@@ -26,6 +26,7 @@ from awl._checks import (
     validate_suborder,
 )
 from awl._conformance import ConformanceResult, ConformanceRun, run_conformance
+from awl._desk import AsyncDesk, Desk, OrderView, Question, Subscription
 from awl._errors import (
     AWLError,
     BadRequest,
@@ -38,6 +39,7 @@ from awl._errors import (
     ValidationFailed,
 )
 from awl._findings import Finding
+from awl._memory import MemoryStore
 from awl._models import (
     Budget,
     CallRecord,
@@ -66,11 +68,14 @@ from awl._passes import (
     verify_pass,
 )
 from awl._schemas import load_schema
+from awl._sqlite import SQLiteStore
+from awl._track import TrackRecord, UnitSpend
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AWLError",
+    "AsyncDesk",
     "BadRequest",
     "Budget",
     "CallRecord",
@@ -79,6 +84,7 @@ __all__ = [
     "ConformanceRun",
     "Cost",
     "Criterion",
+    "Desk",
     "DocumentError",
     "Effect",
     "Event",
@@ -89,10 +95,17 @@ __all__ = [
     "Handoff",
     "InvalidTransition",
     "KeyStore",
+    "MemoryStore",
     "NotFound",
+    "OrderView",
     "PassClaims",
     "PassError",
+    "Question",
     "Review",
+    "SQLiteStore",
+    "Subscription",
+    "TrackRecord",
+    "UnitSpend",
     "ValidationFailed",
     "VerifiedPass",
     "WorkOrder",

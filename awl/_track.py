@@ -121,26 +121,18 @@ def outcome_of(record: OrderRecord) -> str:
 def track_record(store: Store, worker: str) -> TrackRecord:
     """The track record of ``worker`` from every order addressed to it.
 
-    Reads the worker's orders in one filtered listing (the store's worker index) and, for
-    approved orders only, the accept event (always seq 2: accepting is the only way out of
-    ``offered`` that leads anywhere).
+    Two reads: the worker's orders in one filtered listing (the store's worker index), and
+    the accept events of the approved ones in one bulk read (an accept is always seq 2:
+    accepting is the only way out of ``offered`` that leads anywhere).
     """
     records = store.list_orders(worker=worker, limit=None)
     return summarize(worker, records, _accept_times(store, records))
 
 
 def _accept_times(store: Store, records: Iterable[OrderRecord]) -> dict[str, str]:
-    bulk = getattr(store, "accept_times", None)
     approved = [r.order.id for r in records if r.state == "approved"]
-    if bulk is not None:
-        found: dict[str, str] = bulk(approved)
-        return found
-    times: dict[str, str] = {}
-    for order_id in approved:
-        events = store.events(order_id, after=1, limit=1)
-        if events and events[0].action == "accept":
-            times[order_id] = events[0].at
-    return times
+    return {order_id: event.at for order_id, event in store.events_at(approved, 2).items()
+            if event.action == "accept"}
 
 
 def summarize(worker: str, records: Iterable[OrderRecord],

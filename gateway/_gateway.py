@@ -1,0 +1,531 @@
+"""The gateway: one order's MCP server in front of the real upstream servers.
+
+A worker connects to :attr:`Gateway.server` as its only MCP server. ``tools/list`` shows
+the upstream tools the order (and the worker's Delegation Pass, if any) allows, under
+exposed names model APIs accept (:mod:`gateway._names`), plus the worker's desk tools
+(:mod:`gateway._worker_tools`). Every ``tools/call`` of an upstream tool goes through the
+same steps, and nothing is answered before its record is in the store:
+
+1. Read the facts again: the order and its state, the pass (verified again, so a revoked
+   or expired pass stops working at once), what has been spent.
+2. Ask :func:`gateway._policy.decide`. A refusal is stored with
+   :meth:`~awl.Store.record_call` (it never counts) and answered as a tool error
+   ``CODE: message``.
+3. Reserve the call with :meth:`~awl.Store.reserve_call`, which numbers it
+   (``server/tool#N``) and checks the order's and every pass link's ``tool_calls`` and
+   ``usd`` limits in one transaction: exact under concurrent calls, from any number of
+   gateway processes on the same store.
+4. A staged call is checked against the upstream's input schema, stored as ``held`` with
+   its exact arguments (and its effect state ``held``), never forwarded, and answered
+   ``pending:server/tool#N``. Any other call is forwarded with ``_meta`` ``awl/ref``,
+   ``awl/order`` and ``awl/attempt``; its result (or the upstream fault, as a tool error)
+   is stored with :meth:`~awl.Store.finish_call` and then returned.
+
+A name the table does not hold exactly (another case, whitespace, a look-alike letter, a
+server that is not configured) resolves to nothing and is refused ``AWL_FORBIDDEN``; it
+is recorded under :data:`UNRESOLVED_TOOL`, a name no configured server can have.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import mcp_types as types
+from mcp.server import Server
+from mcp.server.context import ServerRequestContext
+
+from awl._desk import Desk, format_time
+from awl._errors import PassError
+from awl._models import CallRecord, WorkOrder
+from awl._passes import DEFAULT_AUDIENCE, VerifiedPass, verify_pass
+from awl._patterns import parse_ref
+from awl._store import OrderRecord, Scope, Store
+from gateway._config import GatewayConfig
+from gateway._names import NameTable, split_canonical
+from gateway._policy import (
+    Decision,
+    allowed,
+    budget_refusal,
+    decide,
+    is_staged,
+    refuse,
+)
+from gateway._staging import check_arguments
+from gateway._upstream import RESERVED_META_PREFIX, UpstreamError, UpstreamPool
+from gateway._worker_tools import WORKER_TOOL_NAMES, WorkerTools
+
+__all__ = [
+    "AWL_INVALID_ARGUMENTS",
+    "AWL_UPSTREAM_ERROR",
+    "UNRESOLVED_TOOL",
+    "Gateway",
+]
+
+log = logging.getLogger("awl.gateway")
+
+AWL_INVALID_ARGUMENTS = "AWL_INVALID_ARGUMENTS"
+"""A held call's arguments do not fit the upstream's input schema, or a ``$ref`` is bad."""
+AWL_UPSTREAM_ERROR = "AWL_UPSTREAM_ERROR"
+"""Prefix of upstream faults: ``AWL_UPSTREAM_TIMEOUT``, ``AWL_UPSTREAM_UNAVAILABLE``, ..."""
+
+UNRESOLVED_TOOL = "awl-gateway.unresolved-name.not-an-upstream/unknown"
+"""The tool recorded for a refused call whose name resolves to no upstream tool.
+
+Its server part is longer than the 40 characters a configured server name may have, so it
+can never be mistaken for a real tool."""
+
+META_REF = "awl/ref"
+META_ORDER = "awl/order"
+META_ATTEMPT = "awl/attempt"
+
+Clock = Callable[[], datetime]
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _text_result(text: str, *, error: bool = False,
+                 structured: Any = None) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                structured_content=structured, is_error=error)
+
+
+def _wire(result: types.CallToolResult) -> dict[str, Any]:
+    """The result as the wire carries it (camelCase), which is how call records keep it."""
+    return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def forward_meta(meta: Mapping[str, Any] | None, *, ref: str, order_id: str,
+                 attempt: int) -> dict[str, Any]:
+    """The ``_meta`` sent upstream: the worker's own keys, then the gateway's ``awl/*``.
+
+    Protocol-reserved keys and progress tokens describe the worker's connection and are
+    dropped; ``awl/*`` keys the worker sent are dropped too, so a worker cannot pose as
+    another call.
+    """
+    out = {k: v for k, v in (meta or {}).items()
+           if not k.startswith((RESERVED_META_PREFIX, "awl/"))
+           and k not in ("progressToken", "progress_token")}
+    out.update({META_REF: ref, META_ORDER: order_id, META_ATTEMPT: attempt})
+    return out
+
+
+def attempt_of(record: OrderRecord) -> int:
+    """The report attempt in progress: 1 + the reworks so far."""
+    return 1 + sum(1 for r in record.reviews if r.decision == "rework")
+
+
+@dataclass(frozen=True, slots=True)
+class _Admission:
+    """What the store-side half of a call decided, and the record it wrote."""
+
+    decision: Decision
+    record: CallRecord | None = None
+    answer: types.CallToolResult | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Authority:
+    """Who a call runs as: the order's worker (no token), or a pass holder.
+
+    ``error`` says why a presented pass cannot be used (it stays None without a token).
+    """
+
+    token: str | None
+    verified: VerifiedPass | None = None
+    error: PassError | None = None
+
+    @property
+    def problem(self) -> str | None:
+        """Why the pass cannot be used, for a refusal; None when it can (or there is none)."""
+        return None if self.error is None else self.error.message
+
+
+class Gateway:
+    """One order's gateway: an MCP server that enforces the order on every call.
+
+    Build it inside an open :class:`~gateway._upstream.UpstreamPool`, call :meth:`start`,
+    then serve :attr:`server` (over stdio, streamable HTTP, or in-process with
+    ``mcp.Client(gateway.server)``). :func:`gateway.open_gateway` does all of this.
+
+    Args:
+        order_id: The order the worker works on.
+        store: Where the order lives and calls are recorded.
+        pool: The open upstream connections.
+        pass_token: The Delegation Pass the worker runs under (stdio and in-process); over
+            HTTP each request's Bearer pass is used instead. None: the order's worker.
+        jwks: The desk's public key set, needed to verify passes.
+        audience: The audience passes must name.
+        safe: Safe mode (hold every tool not marked read-only); default the config's.
+        clock: Returns the current time, timezone-aware (tests pass a fake one).
+    """
+
+    def __init__(
+        self,
+        order_id: str,
+        *,
+        store: Store,
+        pool: UpstreamPool,
+        pass_token: str | None = None,
+        jwks: Mapping[str, Any] | None = None,
+        audience: str = DEFAULT_AUDIENCE,
+        safe: bool | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.order_id = order_id
+        self.store = store
+        self.pool = pool
+        self.config: GatewayConfig = pool.config
+        self.safe = self.config.gateway.safe_mode if safe is None else safe
+        self.audience = audience
+        self._pass_token = pass_token
+        self._jwks = jwks
+        self._clock: Clock = clock or _utc_now
+        self._tools: dict[str, types.Tool] = {}
+        self._table = NameTable((), reserved=WORKER_TOOL_NAMES)
+        self._order: WorkOrder | None = None
+        self.desk = Desk(store, clock=self._clock)
+        self._worker = WorkerTools(self)
+        self.server: Server[Any] = Server(
+            "awl-gateway",
+            version="0.1.0",
+            title="AWL gateway",
+            instructions=None,
+            on_list_tools=self._on_list_tools,
+            on_call_tool=self._on_call_tool,
+        )
+
+    # ------------------------------------------------------------------ setup
+
+    @property
+    def order(self) -> WorkOrder:
+        """The order (read by :meth:`start`; an order never changes once issued)."""
+        if self._order is None:
+            raise RuntimeError("call Gateway.start() first")
+        return self._order
+
+    def now(self) -> datetime:
+        """The gateway's current time."""
+        return self._clock()
+
+    @property
+    def checks_passes(self) -> bool:
+        """Whether the gateway holds the desk's key set, so it can verify passes."""
+        return self._jwks is not None
+
+    async def start(self) -> None:
+        """Read the order, check the configured pass, and learn the upstream tools.
+
+        Raises:
+            NotFound: No such order.
+            PassError: The configured pass does not verify, or is for another order.
+        """
+        record = await anyio.to_thread.run_sync(self.store.load, self.order_id)
+        self._order = record.order
+        if self._pass_token is not None:
+            authority = await anyio.to_thread.run_sync(self.verify, self._pass_token)
+            if authority.error is not None:
+                raise authority.error
+        self.server.instructions = self._instructions()
+        await self._catalog()
+
+    def _instructions(self) -> str:
+        order = self.order
+        lines = [
+            f"You are working on order {order.id}: {order.goal}",
+            f"Deadline {order.deadline}; budget {json.dumps(order.budget.units())}.",
+            "Upstream tools are named server__tool; their descriptions start with the "
+            "canonical server/tool name that reports and evidence refs use.",
+            "Every tool call is recorded as server/tool#N; cite those refs as evidence.",
+        ]
+        if order.staged or self.safe or any(c.hold for c in self.config.servers.values()):
+            lines.append(
+                "Some tools are held for the manager's approval: they answer "
+                "pending:server/tool#N and run only after approval; list each in your "
+                "report's effects (awl_list_held_calls gives them ready to copy).")
+        lines.append("Desk tools awl_get_order, awl_post_progress, awl_list_held_calls and "
+                     "awl_submit_report cost nothing.")
+        return "\n".join(lines)
+
+    async def _catalog(self) -> NameTable:
+        """The name table, rebuilt when the upstreams' tool set changed (after a restart)."""
+        # Without refresh, pool.tools() only reads what the connections last listed.
+        tools = await self.pool.tools()
+        if tools.keys() != self._tools.keys():
+            self._table = NameTable(tools, reserved=WORKER_TOOL_NAMES)
+        self._tools = tools
+        return self._table
+
+    def _facts(self, canonical: str) -> tuple[float, bool, bool | None]:
+        """``(usd, operator hold, readOnlyHint)`` of one upstream tool."""
+        server, bare = split_canonical(canonical)
+        config = self.config.servers.get(server)
+        usd = config.cost_of(bare) if config is not None else 0.0
+        hold = config.holds(bare) if config is not None else False
+        tool = self._tools.get(canonical)
+        read_only = tool.annotations.read_only_hint if tool and tool.annotations else None
+        return usd, hold, read_only
+
+    # ------------------------------------------------------------------ authority
+
+    def _token_for(self, ctx: ServerRequestContext[Any] | None) -> str | None:
+        request = getattr(ctx, "request", None) if ctx is not None else None
+        headers = getattr(request, "headers", None)
+        if headers is not None:
+            value = str(headers.get("authorization", ""))
+            scheme, _, token = value.partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+        return self._pass_token
+
+    def verify(self, token: str | None) -> Authority:
+        """Who ``token`` makes the caller, checked now (revocation and expiry included).
+
+        Blocking (it reads the revocation list); call it from a worker thread.
+        """
+        if token is None:
+            return Authority(None)
+        if self._jwks is None:
+            return Authority(token, error=PassError(
+                "this gateway was started without the desk's key set, so it cannot check "
+                "passes", reason="unknown_kid"))
+        try:
+            verified = verify_pass(token, jwks=self._jwks, revoked=self.store.revoked(),
+                                   audience=self.audience, now=self.now())
+        except PassError as exc:
+            return Authority(token, error=exc)
+        if verified.order_id != self.order_id:
+            return Authority(token, error=PassError(
+                f"the pass is for order {verified.order_id}, not {self.order_id}",
+                reason="chain_broken"))
+        return Authority(token, verified)
+
+    def actor(self, authority: Authority) -> str:
+        """Who the desk tools act as: the pass holder, or the order's worker."""
+        if authority.verified is not None:
+            return authority.verified.subject
+        return self.order.to
+
+    # ------------------------------------------------------------------ tools/list
+
+    def staged(self, canonical: str) -> bool:
+        """Whether calls to ``canonical`` are held (order, operator's hold list, safe mode)."""
+        _usd, hold, read_only = self._facts(canonical)
+        return hold or is_staged(canonical, self.order, safe=self.safe, read_only=read_only)
+
+    def visible(self, authority: Authority) -> list[tuple[str, str]]:
+        """``(canonical, exposed)`` of every upstream tool this caller may call."""
+        if authority.token is not None and authority.verified is None:
+            return []
+        grant = authority.verified.claims.grant if authority.verified else None
+        return [(c, e) for c, e in self._table.items() if allowed(c, self.order, grant)]
+
+    def _exposed_tool(self, canonical: str, exposed: str) -> types.Tool:
+        tool = self._tools[canonical]
+        held = self.staged(canonical)
+        description = f"[{canonical}] {tool.description or ''}".rstrip()
+        if held:
+            description += ("\nHeld for the manager's approval: the call is recorded, not "
+                            "run, and answers pending:server/tool#N for your report's effects.")
+        update: dict[str, Any] = {"name": exposed, "description": description}
+        if held:
+            # A held call answers with a placeholder, which the upstream's output schema
+            # would reject on the worker's side.
+            update["output_schema"] = None
+        return tool.model_copy(update=update)
+
+    async def _on_list_tools(self, ctx: ServerRequestContext[Any],
+                             params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        authority = await anyio.to_thread.run_sync(self.verify, self._token_for(ctx))
+        await self._catalog()
+        tools = [self._exposed_tool(c, e) for c, e in self.visible(authority)]
+        tools.extend(self._worker.tools())
+        return types.ListToolsResult(tools=tools)
+
+    # ------------------------------------------------------------------ tools/call
+
+    async def _on_call_tool(self, ctx: ServerRequestContext[Any],
+                            params: types.CallToolRequestParams) -> types.CallToolResult:
+        token = self._token_for(ctx)
+        arguments = dict(params.arguments or {})
+        if params.name in WORKER_TOOL_NAMES:
+            authority = await anyio.to_thread.run_sync(self.verify, token)
+            return await self._worker.call(params.name, arguments, authority)
+        return await self.call(params.name, arguments, token=token,
+                               meta=dict(params.meta or {}))
+
+    async def call(self, name: str, arguments: Mapping[str, Any], *, token: str | None = None,
+                   meta: Mapping[str, Any] | None = None) -> types.CallToolResult:
+        """Handle one upstream tool call by its exposed ``name``; see the module docstring.
+
+        Args:
+            name: The exposed name the worker asked for, exactly.
+            arguments: The call's arguments.
+            token: The pass the call runs under (default: the gateway's configured pass).
+            meta: The request's ``_meta``; forwarded cleaned.
+
+        Returns:
+            The upstream's result, a ``pending:`` placeholder, or a tool error.
+        """
+        table = await self._catalog()
+        canonical = table.canonical(name) if name in table else None
+        args = dict(arguments)
+        admission = await anyio.to_thread.run_sync(
+            self._admit, name, canonical, args, token if token is not None else self._pass_token)
+        if admission.answer is not None:
+            return admission.answer
+        record = admission.record
+        assert record is not None and canonical is not None
+        server, tool = split_canonical(canonical)
+        outcome, result, error = "error", None, None
+        answer: types.CallToolResult
+        try:
+            answer = await self.pool.call(
+                server, tool, args,
+                meta=forward_meta(meta, ref=record.ref, order_id=self.order_id,
+                                  attempt=record.attempt))
+            outcome = "error" if answer.is_error else "ok"
+            result = _wire(answer)
+        except UpstreamError as exc:
+            error = f"AWL_{exc.code}: {exc.message}"
+            answer = _text_result(error, error=True)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await self._finish(record, "error", None,
+                                   "AWL_CANCELLED: the worker cancelled the call before the "
+                                   "upstream answered; it may have run")
+            raise
+        except Exception as exc:  # the gateway must outlive any upstream surprise
+            log.exception("call %s failed unexpectedly", record.ref)
+            error = f"{AWL_UPSTREAM_ERROR}: the call to {canonical} failed: {exc}"[:1000]
+            answer = _text_result(error, error=True)
+        await self._finish(record, outcome, result, error)
+        return answer
+
+    async def _finish(self, record: CallRecord, outcome: str, result: dict[str, Any] | None,
+                      error: str | None) -> None:
+        def finish() -> None:
+            self.store.finish_call(self.order_id, record.ref, outcome=outcome, result=result,
+                                   error=error, ended_at=format_time(self.now()))
+
+        await anyio.to_thread.run_sync(finish)
+
+    # ------------------------------------------------------------------ store side (thread)
+
+    def _refused(self, decision: Decision, *, tool: str, arguments: dict[str, Any],
+                 attempt: int, jti: str | None, started: str) -> _Admission:
+        record = self.store.record_call({
+            "order_id": self.order_id, "attempt": attempt, "pass_jti": jti, "tool": tool,
+            "arguments": arguments, "outcome": "refused", "error": decision.text,
+            "started_at": started, "ended_at": format_time(self.now()),
+        })
+        return _Admission(decision, record, _text_result(decision.text, error=True))
+
+    def _scopes(self, verified: VerifiedPass | None) -> list[Scope]:
+        """The budget scopes of a call: the order's, then each pass link's that sets limits.
+
+        A link's spending is every call made under it or under a pass derived from it (as
+        far as the store's pass records and the caller's own chain tell)."""
+        budget = self.order.budget
+        scopes = [Scope(None, max_calls=budget.tool_calls, max_usd=budget.usd, name="order")]
+        if verified is None:
+            return scopes
+        children: dict[str, list[str]] = {}
+        for saved in self.store.passes(self.order_id):
+            if saved.parent_jti is not None:
+                children.setdefault(saved.parent_jti, []).append(saved.jti)
+        for i, link in enumerate(verified.chain):
+            found: set[str] = set(verified.jtis[i:])
+            todo, seen = [link.jti], set()
+            while todo:
+                current = todo.pop()
+                if current not in seen:
+                    seen.add(current)
+                    found.add(current)
+                    todo.extend(children.get(current, ()))
+            units = link.grant.budget
+            scopes.append(Scope(frozenset(found), max_calls=units.tool_calls, max_usd=units.usd,
+                                name=f"pass {link.jti}"))
+        return scopes
+
+    def _admit(self, name: str, canonical: str | None, arguments: dict[str, Any],
+               token: str | None) -> _Admission:
+        """Decide, and write what was decided, for one call. Runs in a worker thread."""
+        started = format_time(self.now())
+        record = self.store.load(self.order_id)
+        attempt = attempt_of(record)
+        authority = self.verify(token)
+        verified = authority.verified
+        # A pass that did not verify names no one: its claims are not recorded.
+        jti = verified.jti if verified is not None else None
+        usd, hold, read_only = self._facts(canonical) if canonical else (0.0, False, None)
+        scopes = self._scopes(verified)
+        pass_usage = None
+        if verified is not None:
+            pass_usage = self.store.usage(self.order_id, scopes[-1].jtis)
+        decision = decide(
+            order=record.order, state=record.state, now=self.now(), tool=canonical,
+            requested=name, usage=self.store.usage(self.order_id), usd=usd,
+            grant=verified.claims.grant if verified is not None else None,
+            pass_usage=pass_usage, pass_problem=authority.problem,
+            hold=[canonical] if hold and canonical else (), safe=self.safe, read_only=read_only)
+        if decision.action == "refuse":
+            return self._refused(decision, tool=canonical or UNRESOLVED_TOOL,
+                                 arguments=arguments, attempt=attempt, jti=jti, started=started)
+        assert canonical is not None
+        reserved = self.store.reserve_call(
+            self.order_id, attempt=attempt, tool=canonical, arguments=arguments, pass_jti=jti,
+            usd=usd, started_at=started, scopes=scopes)
+        if isinstance(reserved, str):
+            return self._refused(budget_refusal(reserved, self.order_id), tool=canonical,
+                                 arguments=arguments, attempt=attempt, jti=jti, started=started)
+        if decision.action == "hold":
+            return self._hold(reserved, decision)
+        return _Admission(decision, reserved)
+
+    def _hold(self, record: CallRecord, decision: Decision) -> _Admission:
+        """Check and store a held call. Runs in a worker thread."""
+        mine = parse_ref(record.ref)
+        assert mine is not None
+        earlier: dict[str, CallRecord] = {}
+        for call in self.store.calls(self.order_id, attempt=record.attempt):
+            ref = parse_ref(call.ref)
+            if call.outcome == "held" and ref is not None and ref.n < mine.n:
+                earlier[str(ref)] = call
+        tool = self._tools.get(record.tool)
+        schema = tool.input_schema if tool is not None else None
+        problems = check_arguments(record.arguments, schema, earlier=earlier)
+        ended = format_time(self.now())
+        if problems:
+            text = (f"{AWL_INVALID_ARGUMENTS}: the call was not held because its arguments "
+                    f"do not fit {record.tool}: " + "; ".join(problems)
+                    + ". Fix them and call again.")
+            self.store.finish_call(self.order_id, record.ref, outcome="error", result=None,
+                                   error=text, ended_at=ended)
+            return _Admission(refuse(AWL_INVALID_ARGUMENTS, text), record,
+                              _text_result(text, error=True))
+        held = self.store.finish_call(self.order_id, record.ref, outcome="held", result=None,
+                                      error=None, ended_at=ended)
+        self.store.set_effect(self.order_id, record.ref, expect=None, state="held", at=ended)
+        answer = types.CallToolResult(
+            content=[
+                types.TextContent(type="text", text=f"pending:{record.ref}"),
+                types.TextContent(
+                    type="text",
+                    text=f"Held for the manager's approval, not run. List it in your report's "
+                         f"effects as {{\"ref\": \"{record.ref}\", \"tool\": \"{record.tool}\", "
+                         "\"arguments\": <exactly these arguments>}; a later held call may use "
+                         f"{{\"$ref\": \"{record.ref}\", \"pointer\": \"/structuredContent/...\"}} "
+                         "for a value from its future result."),
+            ],
+            structured_content={"pending": record.ref, "status": "held"},
+        )
+        return _Admission(decision, held, answer)

@@ -1,0 +1,176 @@
+"""The worker's side of the desk, offered by the gateway next to the upstream tools.
+
+So the worker needs one MCP connection only: it reads its order, posts progress, lists
+the calls the gateway held for it and submits its report through the gateway, acting as
+the order's worker (or as the pass holder when it runs under a Delegation Pass; the desk
+decides what that principal may do). These calls are neither recorded as tool calls nor
+counted against the budget. Their names have no ``__``, which every exposed upstream name
+has (:mod:`gateway._names`), so they can never collide with an upstream tool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import anyio.to_thread
+import mcp_types as types
+
+from awl._errors import AWLError, BadRequest, ValidationFailed
+
+if TYPE_CHECKING:
+    from gateway._gateway import Authority, Gateway
+
+GET_ORDER = "awl_get_order"
+POST_PROGRESS = "awl_post_progress"
+LIST_HELD_CALLS = "awl_list_held_calls"
+SUBMIT_REPORT = "awl_submit_report"
+
+WORKER_TOOL_NAMES = frozenset({GET_ORDER, LIST_HELD_CALLS, POST_PROGRESS, SUBMIT_REPORT})
+"""The gateway's own tool names; the name table refuses an upstream tool taking one."""
+
+_READ = types.ToolAnnotations(read_only_hint=True, destructive_hint=False,
+                              idempotent_hint=True, open_world_hint=False)
+_WRITE = types.ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                               idempotent_hint=False, open_world_hint=False)
+_NO_ARGS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+TOOLS = (
+    types.Tool(
+        name=GET_ORDER,
+        description="[awl desk] Read your work order: goal, criteria, budget, deadline, allowed "
+                    "and staged tools, its state, the report attempt in progress, the last "
+                    "review, and what the gateway has counted so far. Free.",
+        input_schema=_NO_ARGS,
+        annotations=_READ,
+    ),
+    types.Tool(
+        name=POST_PROGRESS,
+        description="[awl desk] Tell the manager how the work is going (a short note and an "
+                    "optional percentage). Free.",
+        input_schema={
+            "type": "object",
+            "properties": {
+                "note": {"type": "string", "minLength": 1, "description": "What happened."},
+                "percent": {"type": "number", "minimum": 0, "maximum": 100},
+            },
+            "required": ["note"],
+            "additionalProperties": False,
+        },
+        annotations=_WRITE,
+    ),
+    types.Tool(
+        name=LIST_HELD_CALLS,
+        description="[awl desk] The calls held for approval in this attempt, each as "
+                    "{ref, tool, arguments}: copy them into your report's effects. Free.",
+        input_schema=_NO_ARGS,
+        annotations=_READ,
+    ),
+    types.Tool(
+        name=SUBMIT_REPORT,
+        description="[awl desk] Submit your work report (status done, blocked or failed; "
+                    "result; evidence citing call refs server/tool#N; cost; tools_used as "
+                    "canonical server/tool names; effects for held calls). spec, order_id, "
+                    "from, attempt and finished_at are filled in when left out. Free.",
+        input_schema={
+            "type": "object",
+            "properties": {"report": {"type": "object", "description": "The Work Report."}},
+            "required": ["report"],
+            "additionalProperties": False,
+        },
+        annotations=_WRITE,
+    ),
+)
+
+
+def _ok(data: Any, text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                structured_content=data)
+
+
+def _error(exc: AWLError) -> types.CallToolResult:
+    data: dict[str, Any] = {"code": exc.code, "message": exc.message}
+    text = f"{exc.code}: {exc.message}"
+    if isinstance(exc, ValidationFailed):
+        data["findings"] = [f.to_dict() for f in exc.findings]
+        text += "".join(f"\n{f.rule} {f.path}: {f.message}" for f in exc.findings[:20])
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                structured_content=data, is_error=True)
+
+
+class WorkerTools:
+    """The desk tools of one gateway."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self._handlers: Mapping[str, Callable[[dict[str, Any], str], types.CallToolResult]] = {
+            GET_ORDER: self._get_order,
+            POST_PROGRESS: self._post_progress,
+            LIST_HELD_CALLS: self._list_held,
+            SUBMIT_REPORT: self._submit,
+        }
+
+    def tools(self) -> list[types.Tool]:
+        """The tool definitions, for ``tools/list``."""
+        return list(TOOLS)
+
+    async def call(self, name: str, arguments: dict[str, Any],
+                   authority: Authority) -> types.CallToolResult:
+        """Run one desk tool as the caller; errors come back as tool errors with their code."""
+        if authority.error is not None:
+            return _error(authority.error)
+        actor = self.gateway.actor(authority)
+        handler = self._handlers[name]
+        try:
+            return await anyio.to_thread.run_sync(handler, arguments, actor)
+        except AWLError as exc:
+            return _error(exc)
+
+    # Handlers run in a worker thread: the desk and the store are synchronous.
+
+    def _get_order(self, arguments: dict[str, Any], actor: str) -> types.CallToolResult:
+        gw = self.gateway
+        view = gw.desk.get(gw.order_id)
+        usage = gw.store.usage(gw.order_id)
+        review = view.latest_review
+        data = {
+            "order": view.order.to_json(),
+            "state": view.state,
+            "attempt": view.attempt,
+            "acting_as": actor,
+            "spent": {"tool_calls": usage.tool_calls, "usd": usage.usd,
+                      "first_call_at": usage.first_call_at},
+            "latest_review": review.to_json() if review is not None else None,
+        }
+        return _ok(data, f"order {view.id} is {view.state} (attempt {view.attempt}); "
+                         f"{usage.tool_calls} tool calls counted so far")
+
+    def _post_progress(self, arguments: dict[str, Any], actor: str) -> types.CallToolResult:
+        gw = self.gateway
+        note = arguments.get("note")
+        percent = arguments.get("percent")
+        if not isinstance(note, str):
+            raise BadRequest("note must be a string saying what happened")
+        if percent is not None and (isinstance(percent, bool)
+                                    or not isinstance(percent, int | float)):
+            raise BadRequest("percent must be a number from 0 to 100")
+        view = gw.desk.progress(gw.order_id, actor, note, percent)
+        return _ok({"state": view.state, "seq": view.seq}, f"progress posted (event {view.seq})")
+
+    def _list_held(self, arguments: dict[str, Any], actor: str) -> types.CallToolResult:
+        gw = self.gateway
+        view = gw.desk.get(gw.order_id)
+        held = [{"ref": c.ref, "tool": c.tool, "arguments": c.arguments}
+                for c in gw.store.calls(gw.order_id, attempt=view.attempt)
+                if c.outcome == "held"]
+        lines = [f"{h['ref']}" for h in held] or ["no held calls in this attempt"]
+        return _ok({"attempt": view.attempt, "effects": held}, "\n".join(lines))
+
+    def _submit(self, arguments: dict[str, Any], actor: str) -> types.CallToolResult:
+        gw = self.gateway
+        report = arguments.get("report")
+        if not isinstance(report, dict):
+            raise BadRequest("report must be a JSON object: the Work Report")
+        view = gw.desk.report(gw.order_id, actor, report)
+        return _ok({"state": view.state, "attempt": view.attempt, "seq": view.seq},
+                   f"report accepted; order {view.id} is now {view.state}")

@@ -1,0 +1,194 @@
+"""The gateway in-process, in front of real subprocess upstreams, driven by the SDK client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+
+from gateway._gateway import UNRESOLVED_TOOL
+from tests.gateway.gateway_support import WORKER, connect, make_env, text, time_entry
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_tools_list_shows_only_allowed_tools(tmp_path: Path) -> None:
+    """tools/list shows the allowed upstream tools under model-safe names, and the desk tools."""
+    env = make_env(tmp_path, tools=["notes/search_notes", "notes/send_email", "receiver/*"])
+    with anyio.fail_after(60):
+        async with connect(env) as (_gw, client):
+            listed = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(listed) == {
+        "notes__search_notes", "notes__send_email", "receiver__deliver",
+        "receiver__create_issue", "receiver__reject", "receiver__echo",
+        "awl_get_order", "awl_post_progress", "awl_list_held_calls", "awl_submit_report"}
+    search = listed["notes__search_notes"]
+    assert search.description is not None
+    assert search.description.startswith("[notes/search_notes] ")
+    assert search.input_schema["required"] == ["query"]
+    held = listed["notes__send_email"]
+    assert held.description is not None and "Held for the manager's approval" in held.description
+
+
+async def test_an_allowed_call_is_forwarded_and_recorded(tmp_path: Path) -> None:
+    """A forwarded call reaches the upstream with awl/ref and is recorded before the answer."""
+    env = make_env(tmp_path, staged=[])
+    with anyio.fail_after(60):
+        async with connect(env) as (_gw, client):
+            result = await client.call_tool("receiver__deliver", {"to": "ops"})
+            records = env.calls()
+    assert not result.is_error
+    assert result.structured_content == {"number": 1, "delivered": True}
+    [record] = records
+    assert (record.ref, record.outcome, record.attempt, record.pass_jti) == (
+        "receiver/deliver#1", "ok", 1, None)
+    assert record.arguments == {"to": "ops"}
+    assert record.result is not None and record.result["structuredContent"]["number"] == 1
+    [delivery] = env.deliveries()
+    assert (delivery["ref"], delivery["order"], delivery["attempt"]) == (
+        "receiver/deliver#1", env.order_id, 1)
+
+
+async def test_name_tricks_never_reach_an_upstream(tmp_path: Path) -> None:
+    """Case, whitespace, look-alike letters, '..', canonical and unlisted names are refused."""
+    env = make_env(tmp_path, staged=[])
+    tricks = [
+        "NOTES__send_email", "notes__Send_email", "notes__send_email ", " notes__send_email",
+        "notes__send_email\n", "notes__\u0455end_email", "notes__send_emai\u031f",
+        "notes\u2017send_email", "notes__..__send_email", "../notes__send_email",
+        "notes/send_email", "notes.send_email", "mail__send_email", "notes__send_email__",
+        "notes____send_email", "", "awl_get_order ", "*",
+    ]
+    args = {"to": "x@example.com", "subject": "s", "body": "b"}
+    with anyio.fail_after(60):
+        async with connect(env) as (_gw, client):
+            answers = [await client.call_tool(name, args) for name in tricks]
+            assert env.outbox_lines() == []
+            real = await client.call_tool("notes__send_email", args)
+    for name, answer in zip(tricks, answers, strict=True):
+        assert answer.is_error, name
+        assert text(answer).startswith("AWL_FORBIDDEN: "), (name, text(answer))
+    assert not real.is_error
+    sent = [line["awl_ref"] for line in env.outbox_lines()]
+    assert sent == [f"notes/send_email#{len(tricks) + 1}"]
+    records = env.calls()
+    assert [r.outcome for r in records] == ["refused"] * len(tricks) + ["ok"]
+    assert {r.tool for r in records[:-1]} <= {UNRESOLVED_TOOL}
+    assert env.store.usage(env.order_id).tool_calls == 1
+
+
+async def test_a_staged_call_is_held_not_forwarded(tmp_path: Path) -> None:
+    """A staged call is validated, recorded as held with its arguments, and answered pending."""
+    env = make_env(tmp_path)
+    args = {"to": "cfo@example.com", "subject": "Q3", "body": "Three risks."}
+    with anyio.fail_after(60):
+        async with connect(env) as (_gw, client):
+            held = await client.call_tool("notes__send_email", args)
+            bad = await client.call_tool("notes__send_email", {"to": "cfo@example.com"})
+            listed = await client.call_tool("awl_list_held_calls", {})
+    assert not held.is_error
+    assert text(held) == "pending:notes/send_email#1"
+    assert held.structured_content == {"pending": "notes/send_email#1", "status": "held"}
+    assert bad.is_error and text(bad).startswith("AWL_INVALID_ARGUMENTS: ")
+    assert env.outbox_lines() == []
+    first, second = env.calls()
+    assert (first.outcome, first.arguments, first.tool) == ("held", args, "notes/send_email")
+    assert second.outcome == "error"
+    [effect] = env.store.effects(env.order_id)
+    assert (effect.ref, effect.state, effect.attempt) == ("notes/send_email#1", "held", 1)
+    assert listed.structured_content == {"attempt": 1, "effects": [
+        {"ref": "notes/send_email#1", "tool": "notes/send_email", "arguments": args}]}
+    assert env.store.usage(env.order_id).tool_calls == 2
+
+
+async def test_a_held_call_may_reference_an_earlier_held_call(tmp_path: Path) -> None:
+    """A $ref value to an earlier held call is accepted; one to anything else is refused."""
+    env = make_env(tmp_path, staged=["receiver/*"])
+    with anyio.fail_after(60):
+        async with connect(env) as (_gw, client):
+            issue = await client.call_tool("receiver__create_issue", {"title": "Outage"})
+            ref = {"$ref": "receiver/create_issue#1", "pointer": "/structuredContent/number"}
+            note = await client.call_tool("receiver__deliver", {"to": "ops", "body": ref})
+            typed = await client.call_tool("receiver__create_issue", {"title": ref})
+            dangling = await client.call_tool(
+                "receiver__deliver", {"to": {"$ref": "receiver/create_issue#9"}})
+            not_held = await client.call_tool(
+                "receiver__deliver", {"to": {"$ref": "receiver/deliver#4"}})
+    assert text(issue) == "pending:receiver/create_issue#1"
+    assert text(note) == "pending:receiver/deliver#2"
+    assert text(typed) == "pending:receiver/create_issue#3"
+    assert dangling.is_error and "receiver/create_issue#9" in text(dangling)
+    assert not_held.is_error and text(not_held).startswith("AWL_INVALID_ARGUMENTS")
+    assert env.deliveries() == []
+    assert [r.outcome for r in env.calls()] == ["held", "held", "held", "error", "error"]
+
+
+async def test_safe_mode_holds_tools_not_marked_read_only(tmp_path: Path) -> None:
+    """In safe mode a tool without readOnlyHint is held; a read-only tool still runs."""
+    env = make_env(tmp_path, staged=[])
+    with anyio.fail_after(60):
+        async with connect(env, safe=True) as (_gw, client):
+            write = await client.call_tool("receiver__deliver", {"to": "ops"})
+            read = await client.call_tool("receiver__echo", {"text": "hi"})
+    assert text(write) == "pending:receiver/deliver#1"
+    assert not read.is_error and read.structured_content == {"text": "hi"}
+    assert env.deliveries() == []
+
+
+async def test_the_operator_hold_list_holds(tmp_path: Path) -> None:
+    """A tool in the config's hold list is held even when the order does not stage it."""
+    from tests.gateway.gateway_support import server_entry
+
+    log = tmp_path / "receiver.jsonl"
+    servers = {"receiver": server_entry("receiver", env={"RECEIVER_LOG": str(log)},
+                                        hold=["deliver"], costs={"deliver": 0.25})}
+    env = make_env(tmp_path, servers=servers, staged=[])
+    with anyio.fail_after(60):
+        async with connect(env) as (_gw, client):
+            held = await client.call_tool("receiver__deliver", {"to": "ops"})
+    assert text(held) == "pending:receiver/deliver#1"
+    assert env.deliveries() == []
+    assert env.store.usage(env.order_id).usd == pytest.approx(0.25)
+
+
+async def test_the_published_time_server_works_through_the_gateway(tmp_path: Path) -> None:
+    """The published mcp-server-time is listed, called and recorded through the gateway."""
+    env = make_env(tmp_path, servers={"time": time_entry()}, tools=["time/get_current_time"],
+                   staged=[])
+    with anyio.fail_after(60):
+        async with connect(env) as (_gw, client):
+            names = [t.name for t in (await client.list_tools()).tools]
+            now = await client.call_tool("time__get_current_time", {"timezone": "UTC"})
+            convert = await client.call_tool(
+                "time__convert_time",
+                {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"})
+    assert "time__get_current_time" in names and "time__convert_time" not in names
+    assert not now.is_error and "UTC" in str(now.structured_content)
+    assert convert.is_error and text(convert).startswith("AWL_FORBIDDEN")
+    assert [(r.tool, r.outcome) for r in env.calls()] == [
+        ("time/get_current_time", "ok"), ("time/convert_time", "refused")]
+
+
+async def test_desk_tools_act_as_the_worker_and_cost_nothing(tmp_path: Path) -> None:
+    """The worker reads its order and posts progress through the gateway, uncounted."""
+    env = make_env(tmp_path)
+    with anyio.fail_after(60):
+        async with connect(env) as (_gw, client):
+            order = await client.call_tool("awl_get_order", {})
+            progress = await client.call_tool("awl_post_progress",
+                                              {"note": "drafted", "percent": 40})
+            bad = await client.call_tool("awl_post_progress", {"note": " "})
+    data: Any = order.structured_content
+    assert data["order"]["id"] == env.order_id and data["state"] == "working"
+    assert data["acting_as"] == WORKER and data["attempt"] == 1
+    assert not progress.is_error
+    assert bad.is_error and text(bad).startswith("BAD_REQUEST: ")
+    assert env.calls() == []
+    assert env.desk.events(env.order_id)[-1].action == "progress"
+
+
+def _tool_names(result: types.ListToolsResult) -> set[str]:
+    return {t.name for t in result.tools}

@@ -301,6 +301,8 @@ class UpstreamStatus:
     """``connected``: a live connection exists; ``down``: none (the next call tries to start it)."""
     starts: int
     """How many times a connection was made (1 on a healthy run; more after restarts)."""
+    attempts: int
+    """How many times a connection was tried (failed tries count; waiting callers share one)."""
     tools: int
     """How many tools it listed last time."""
     error: str | None
@@ -316,6 +318,8 @@ class _Upstream:
         self.tools: dict[str, types.Tool] = {}
         self.skipped: list[str] = []
         self.starts = 0
+        self.attempts = 0
+        self.last_start_failed = False
         self.error: str | None = None
 
     def _transport(self, conn: _Connection) -> AbstractAsyncContextManager[Any]:
@@ -357,6 +361,7 @@ class _Upstream:
                     conn.client = client
                     self.starts += 1
                     self.error = None
+                    self.last_start_failed = False
                     started = True
                     task_status.started(conn)
                     await conn.stop.wait()
@@ -368,14 +373,15 @@ class _Upstream:
                 )
         except UpstreamUnavailable as exc:
             self.error = exc.message
+            self.last_start_failed = True
             raise
         except Exception as exc:
-            self.error = _describe(exc)
             if not started:
-                raise UpstreamUnavailable(
-                    f"cannot connect to upstream {name!r}: {self.error}", server=name, sent=False
-                ) from exc
-            logger.warning("upstream %s: connection ended: %s", name, self.error)
+                self.error = f"cannot connect to upstream {name!r}: {_describe(exc)}"
+                self.last_start_failed = True
+                raise UpstreamUnavailable(self.error, server=name, sent=False) from exc
+            self.error = f"the connection to upstream {name!r} ended: {_describe(exc)}"
+            logger.warning("%s", self.error)
         finally:
             conn.end()
             conn.client = None
@@ -409,6 +415,7 @@ class _Upstream:
             server=self.config.name,
             state="connected" if live else "down",
             starts=self.starts,
+            attempts=self.attempts,
             tools=len(self.tools),
             error=self.error,
         )
@@ -544,15 +551,22 @@ class UpstreamPool:
         conn = up.conn
         if conn is not None and conn.live:
             return conn
+        attempts = up.attempts
         async with up.lock:
             conn = up.conn
             if conn is not None and conn.live:
                 return conn
+            name = up.config.name
             if self._closing or self._tg is None:
                 raise UpstreamUnavailable(
-                    f"upstream {up.config.name!r} is not available: the gateway is shutting down",
-                    server=up.config.name, sent=False,
+                    f"upstream {name!r} is not available: the gateway is shutting down",
+                    server=name, sent=False,
                 )
+            if up.attempts != attempts and up.last_start_failed and up.error is not None:
+                # Someone else tried while we waited, and failed: share that answer rather
+                # than start the server again once per waiting caller.
+                raise UpstreamUnavailable(up.error, server=name, sent=False)
+            up.attempts += 1
             conn = await self._tg.start(up.run)
             assert isinstance(conn, _Connection)
             up.conn = conn
@@ -616,7 +630,7 @@ class UpstreamPool:
         except MCPError as exc:
             if exc.code == types.CONNECTION_CLOSED:
                 conn.end()
-                up.error = f"connection lost during a call to {tool!r}"
+                up.error = f"upstream {server!r} closed the connection during a call to {tool!r}"
                 raise UpstreamUnavailable(
                     f"upstream {server!r} closed the connection during the call to {tool!r}; "
                     "the call may have run (it will be restarted on the next call)",

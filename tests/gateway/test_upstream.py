@@ -283,6 +283,30 @@ async def test_require_all_refuses_to_start_without_every_server(tmp_path: Path)
     assert info.value.server == "broken" and info.value.sent is False
 
 
+async def test_server_that_never_answers_fails_its_start_once_for_all_waiting_callers() -> None:
+    """A start that times out fails every caller waiting on it, with one attempt, never sent."""
+    # Reads its stdin and never answers; leaves as soon as the stdin closes.
+    silent = {"command": "sh", "args": ["-c", "cat > /dev/null"], "connect_timeout": 0.5}
+    failures: list[UpstreamUnavailable] = []
+
+    async def one() -> None:
+        try:
+            await pool.call("silent", "anything")
+        except UpstreamUnavailable as exc:
+            failures.append(exc)
+
+    with anyio.fail_after(30):
+        async with UpstreamPool(config(silent=silent)) as pool:
+            assert pool.status()["silent"].attempts == 1
+            async with anyio.create_task_group() as tg:
+                for _ in range(8):
+                    tg.start_soon(one)
+            status = pool.status()["silent"]
+    assert len(failures) == 8 and not any(f.sent for f in failures)
+    assert status.attempts == 2 and status.starts == 0
+    assert status.error is not None and "0.5 s" in status.error
+
+
 async def test_exit_stops_stdio_servers() -> None:
     """Leaving the pool ends every server process it started."""
     with anyio.fail_after(30):

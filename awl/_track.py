@@ -30,14 +30,15 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from awl._models import parse_time
+from awl._models import Event, parse_time
 from awl._store import OrderRecord, Store
 
-__all__ = ["OUTCOMES", "TrackRecord", "UnitSpend", "outcome_of", "track_record"]
+__all__ = ["OUTCOMES", "TrackRecord", "TrackRow", "UnitSpend", "outcome_of", "summarize",
+           "track_record", "track_rows"]
 
 OUTCOMES = ("approved_first_time", "approved_after_rework", "failed", "expired",
             "cancelled", "declined", "active")
@@ -103,41 +104,73 @@ class TrackRecord:
         }
 
 
-def outcome_of(record: OrderRecord) -> str:
+@dataclass(frozen=True, slots=True)
+class TrackRow:
+    """What a track record needs of one order."""
+
+    order_id: str
+    state: str
+    budget: dict[str, float]
+    """The order's budget units."""
+    cost: dict[str, float] | None = None
+    """The latest report's cost (None without a report)."""
+    status: str | None = None
+    """The latest report's status."""
+    reworks: int = 0
+    """How many reviews sent the work back."""
+    accepted_at: str | None = None
+    """When the worker accepted (the seq 2 event, when it is an accept)."""
+    approved_at: str | None = None
+    """When the manager approved (the latest approving review)."""
+
+    @classmethod
+    def of(cls, record: OrderRecord, accept: Event | None = None) -> TrackRow:
+        """The row of a full record, given its seq 2 event (if any)."""
+        latest = record.reports[-1] if record.reports else None
+        approvals = [r.at for r in record.reviews if r.decision == "approve"]
+        return cls(
+            order_id=record.order.id, state=record.state, budget=record.order.budget.units(),
+            cost=latest.cost.units() if latest is not None else None,
+            status=latest.status if latest is not None else None,
+            reworks=sum(1 for r in record.reviews if r.decision == "rework"),
+            accepted_at=accept.at if accept is not None and accept.action == "accept" else None,
+            approved_at=approvals[-1] if approvals else None,
+        )
+
+
+def outcome_of(row: TrackRow | OrderRecord) -> str:
     """The outcome an order counts under (one of :data:`OUTCOMES`)."""
-    state = record.state
-    if state == "approved":
-        reworks = sum(1 for r in record.reviews if r.decision == "rework")
-        return "approved_after_rework" if reworks else "approved_first_time"
-    if state in ("cancelled", "expired"):
-        if record.reports and record.reports[-1].status == "failed":
-            return "failed"
-        return state
-    if state == "declined":
+    if isinstance(row, OrderRecord):
+        row = TrackRow.of(row)
+    if row.state == "approved":
+        return "approved_after_rework" if row.reworks else "approved_first_time"
+    if row.state in ("cancelled", "expired"):
+        return "failed" if row.status == "failed" else row.state
+    if row.state == "declined":
         return "declined"
     return "active"
 
 
-def track_record(store: Store, worker: str) -> TrackRecord:
-    """The track record of ``worker`` from every order addressed to it.
-
-    Two reads: the worker's orders in one filtered listing (the store's worker index), and
-    the accept events of the approved ones in one bulk read (an accept is always seq 2:
-    accepting is the only way out of ``offered`` that leads anywhere).
-    """
+def track_rows(store: Store, worker: str) -> list[TrackRow]:
+    """The worker's rows: from the store's own bulk read when it has one (``track_rows``),
+    else from two reads: the worker's orders (one filtered listing on the worker index) and
+    the accept events of the approved ones (:meth:`Store.events_at`; an accept is always
+    seq 2, accepting being the only way out of ``offered`` that leads anywhere)."""
+    bulk: Callable[[str], list[TrackRow]] | None = getattr(store, "track_rows", None)
+    if bulk is not None:
+        return bulk(worker)
     records = store.list_orders(worker=worker, limit=None)
-    return summarize(worker, records, _accept_times(store, records))
+    accepts = store.events_at([r.order.id for r in records if r.state == "approved"], 2)
+    return [TrackRow.of(r, accepts.get(r.order.id)) for r in records]
 
 
-def _accept_times(store: Store, records: Iterable[OrderRecord]) -> dict[str, str]:
-    approved = [r.order.id for r in records if r.state == "approved"]
-    return {order_id: event.at for order_id, event in store.events_at(approved, 2).items()
-            if event.action == "accept"}
+def track_record(store: Store, worker: str) -> TrackRecord:
+    """The track record of ``worker`` from every order addressed to it."""
+    return summarize(worker, track_rows(store, worker))
 
 
-def summarize(worker: str, records: Iterable[OrderRecord],
-              accepted_at: dict[str, str]) -> TrackRecord:
-    """Fold the worker's order records (and the accept time of approved ones) into a record."""
+def summarize(worker: str, rows: Iterable[TrackRow]) -> TrackRecord:
+    """Fold the worker's rows into a track record."""
     counts: Counter[str] = Counter()
     rounds: Counter[int] = Counter()
     spent: dict[str, list[float]] = {}
@@ -145,24 +178,22 @@ def summarize(worker: str, records: Iterable[OrderRecord],
     ratios: dict[str, list[float]] = {}
     durations: list[float] = []
     total = 0
-    for record in records:
+    for row in rows:
         total += 1
-        outcome = outcome_of(record)
+        outcome = outcome_of(row)
         counts[outcome] += 1
         if outcome == "approved_after_rework":
-            rounds[sum(1 for r in record.reviews if r.decision == "rework")] += 1
-        if record.reports:
-            limits = record.order.budget.units()
-            for unit, value in record.reports[-1].cost.units().items():
-                if unit not in limits:
-                    continue
-                spent.setdefault(unit, []).append(value)
-                budget.setdefault(unit, []).append(limits[unit])
-                if limits[unit] > 0:
-                    ratios.setdefault(unit, []).append(value / limits[unit])
-        if record.state == "approved" and record.order.id in accepted_at and record.reviews:
-            start = parse_time(accepted_at[record.order.id])
-            end = parse_time(record.reviews[-1].at)
+            rounds[row.reworks] += 1
+        for unit, value in (row.cost or {}).items():
+            limit = row.budget.get(unit)
+            if limit is None:
+                continue
+            spent.setdefault(unit, []).append(value)
+            budget.setdefault(unit, []).append(limit)
+            if limit > 0:
+                ratios.setdefault(unit, []).append(value / limit)
+        if row.state == "approved" and row.accepted_at and row.approved_at:
+            start, end = parse_time(row.accepted_at), parse_time(row.approved_at)
             durations.append((end - start).total_seconds())
     spend = {
         unit: UnitSpend(orders=len(values), spent=sum(values), budget=sum(budget[unit]),

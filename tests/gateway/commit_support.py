@@ -33,15 +33,6 @@ MANAGER = "human:ana"
 WORKER = "agent:mailer"
 SERVER = "receiver"
 
-COMMIT_SCRIPT = """
-import argparse, sys
-from gateway._commit import run_commit_cli
-home, order, config = sys.argv[1:4]
-sys.exit(run_commit_cli(argparse.Namespace(home=home, order=order, config=config, json=False,
-                                           timeout=None, lock_wait=float(sys.argv[4]))))
-"""
-
-
 @dataclass
 class Setup:
     """One approved order in a fresh home, with a receiver config."""
@@ -198,11 +189,12 @@ def make_setup(
 
 def start_committer(setup: Setup, *, env: dict[str, str] | None = None,
                     lock_wait: float = 0.0) -> subprocess.Popen[str]:
-    """Run ``run_commit_cli`` for the order in a child process."""
+    """Run ``awl gateway --order ID --config FILE --commit`` in a child process."""
     full = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.Popen(
-        [sys.executable, "-c", COMMIT_SCRIPT, str(setup.home), setup.order_id,
-         str(setup.config), str(lock_wait)],
+        [sys.executable, "-m", "awl", "gateway", "--order", setup.order_id,
+         "--config", str(setup.config), "--commit", "--home", str(setup.home),
+         "--lock-wait", str(lock_wait)],
         cwd=str(ROOT), env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

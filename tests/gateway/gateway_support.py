@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import mcp_types as types
-from mcp import Client, StdioServerParameters
+from mcp import Client, StdioServerParameters, stdio_client
 
 from awl._desk import Desk, OrderView
 from awl._models import CallRecord
@@ -155,6 +155,17 @@ def gateway_params(env: Env, *extra: str) -> StdioServerParameters:
         env={"PYTHONPATH": str(ROOT), "PATH": os.environ.get("PATH", "")},
         cwd=str(env.home),
     )
+
+
+@asynccontextmanager
+async def gateway_client(env: Env, *extra: str) -> AsyncIterator[Client]:
+    """An SDK client connected to ``awl gateway`` running as a stdio subprocess.
+
+    The gateway's stderr goes to ``gateway.err`` in the home folder.
+    """
+    with open(env.home / "gateway.err", "a") as errlog:
+        async with Client(stdio_client(gateway_params(env, *extra), errlog=errlog)) as client:
+            yield client
 
 
 def text(result: types.CallToolResult) -> str:

@@ -1,0 +1,118 @@
+"""Budgets are exact: under concurrent calls, across gateway processes, in every unit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp import Client
+
+from awl._patterns import Ref, parse_ref
+from tests.gateway.gateway_support import (
+    Clock,
+    connect,
+    gateway_client,
+    make_env,
+    server_entry,
+    text,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_hundred_concurrent_calls_spend_exactly_ten(tmp_path: Path) -> None:
+    """100 concurrent calls against tool_calls 10 count exactly 10, held ones included."""
+    env = make_env(tmp_path, staged=["receiver/create_issue"], budget={"tool_calls": 10})
+    results: list[types.CallToolResult] = []
+
+    async def one(i: int, client: Client) -> None:
+        if i % 3 == 0:
+            results.append(await client.call_tool("receiver__create_issue", {"title": f"t{i}"}))
+        else:
+            results.append(await client.call_tool("receiver__deliver", {"to": f"r{i}"}))
+
+    with anyio.fail_after(90):
+        async with connect(env) as (_gw, client), anyio.create_task_group() as tg:
+            for i in range(100):
+                tg.start_soon(one, i, client)
+    records = env.calls()
+    counted = [r for r in records if r.outcome in ("ok", "held")]
+    refused = [r for r in records if r.outcome == "refused"]
+    assert len(records) == 100
+    assert len(counted) == 10 and len(refused) == 90
+    assert env.store.usage(env.order_id).tool_calls == 10
+    assert sorted(r.n for r in (_ref(x.ref) for x in records)) == list(range(1, 101))
+    delivered = sorted(d["ref"] for d in env.deliveries())
+    assert delivered == sorted(r.ref for r in counted if r.outcome == "ok")
+    assert sum(1 for r in results if r.is_error) == 90
+    assert all(text(r).startswith("AWL_BUDGET_EXHAUSTED: ") for r in results if r.is_error)
+
+
+async def test_two_gateway_processes_share_one_budget(tmp_path: Path) -> None:
+    """Two awl gateway processes on one SQLite order forward exactly the budget between them."""
+    env = make_env(tmp_path, staged=[], budget={"tool_calls": 10})
+    answers: list[types.CallToolResult] = []
+
+    async def hammer(client: Client, tag: str) -> None:
+        async with anyio.create_task_group() as tg:
+            for i in range(30):
+                tg.start_soon(_deliver, client, f"{tag}{i}", answers)
+
+    with anyio.fail_after(90):
+        async with (gateway_client(env) as first, gateway_client(env) as second,
+                    anyio.create_task_group() as tg):
+            tg.start_soon(hammer, first, "a")
+            tg.start_soon(hammer, second, "b")
+    assert len(answers) == 60
+    assert sum(1 for a in answers if not a.is_error) == 10
+    assert len(env.deliveries()) == 10
+    assert env.store.usage(env.order_id).tool_calls == 10
+    assert [r.outcome for r in env.calls()].count("ok") == 10
+
+
+async def _deliver(client: Client, to: str, answers: list[types.CallToolResult]) -> None:
+    answers.append(await client.call_tool("receiver__deliver", {"to": to}))
+
+
+async def test_usd_costs_come_from_the_config(tmp_path: Path) -> None:
+    """Each call spends its configured price; the call that would pass the usd limit is refused."""
+    log = tmp_path / "receiver.jsonl"
+    servers = {"receiver": server_entry("receiver", env={"RECEIVER_LOG": str(log)},
+                                        costs={"deliver": 0.4, "*": 0.05})}
+    env = make_env(tmp_path, servers=servers, staged=[], budget={"usd": 1})
+    with anyio.fail_after(60):
+        async with connect(env) as (_gw, client):
+            first = await client.call_tool("receiver__deliver", {"to": "a"})
+            second = await client.call_tool("receiver__deliver", {"to": "b"})
+            third = await client.call_tool("receiver__deliver", {"to": "c"})
+            cheap = await client.call_tool("receiver__echo", {"text": "x"})
+    assert not first.is_error and not second.is_error and not cheap.is_error
+    assert third.is_error and text(third).startswith("AWL_BUDGET_EXHAUSTED: ")
+    assert env.store.usage(env.order_id).usd == pytest.approx(0.85)
+    assert len(env.deliveries()) == 2
+
+
+async def test_seconds_count_from_the_first_call(tmp_path: Path) -> None:
+    """The seconds budget starts at the first call and refuses once it has run out."""
+    clock = Clock()
+    env = make_env(tmp_path, staged=[], budget={"seconds": 60}, clock=clock)
+    with anyio.fail_after(60):
+        async with connect(env, clock=clock) as (_gw, client):
+            clock.advance(minutes=30)  # idle time before the first call does not count
+            assert not (await client.call_tool("receiver__echo", {"text": "1"})).is_error
+            clock.advance(seconds=59)
+            assert not (await client.call_tool("receiver__echo", {"text": "2"})).is_error
+            clock.advance(seconds=1)
+            late = await client.call_tool("receiver__echo", {"text": "3"})
+            free = await client.call_tool("awl_get_order", {})
+    assert late.is_error and text(late).startswith("AWL_BUDGET_EXHAUSTED: ")
+    assert "seconds" in text(late)
+    assert not free.is_error
+
+
+def _ref(ref: str) -> Ref:
+    parsed = parse_ref(ref)
+    assert parsed is not None
+    return parsed

@@ -11,8 +11,9 @@ example outbox server, and a client calls its read-only ``get_note`` tool:
   is checked against the order, reserved against the budget, recorded, and forwarded.
 
 For each it measures the median and p99 latency of sequential calls, then calls per
-second with ``--callers`` concurrent callers. The ratio line compares the gateway with the
-bare proxy (target: within 1.25x).
+second with ``--callers`` concurrent callers. The three run side by side and are called
+in turns, a block of calls at a time, so background load on the machine hits them alike.
+The ratio line compares the gateway with the bare proxy (target: within 1.25x).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -33,6 +35,7 @@ from mcp import Client, StdioServerParameters
 ROOT = Path(__file__).resolve().parents[1]
 OUTBOX_SERVER = ROOT / "examples" / "outbox_server.py"
 TARGET_RATIO = 1.25
+ROUNDS = 4
 
 
 @dataclass(frozen=True)
@@ -50,36 +53,65 @@ def _p99(samples: list[float]) -> float:
     return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
 
 
-async def measure(name: str, params: StdioServerParameters, tool: str, *, calls: int,
-                  callers: int, per_caller: int) -> Figures:
-    """Latency of ``calls`` sequential calls, then throughput of ``callers`` concurrent ones."""
-    arguments = {"id": "n1"}
-    async with Client(params) as client:
+@dataclass
+class _Target:
+    name: str
+    client: Client
+    tool: str
+    samples: list[float] = field(default_factory=list)
+    loaded_calls: int = 0
+    loaded_seconds: float = 0.0
 
-        async def once() -> None:
-            result = await client.call_tool(tool, arguments)
-            if result.is_error:
-                raise RuntimeError(f"{name}: {tool} failed: {result.content}")
+    async def once(self) -> None:
+        result = await self.client.call_tool(self.tool, {"id": "n1"})
+        if result.is_error:
+            raise RuntimeError(f"{self.name}: {self.tool} failed: {result.content}")
 
-        for _ in range(max(calls // 10, 5)):  # warm up imports, caches and the store
-            await once()
-        samples: list[float] = []
+    async def sequential(self, calls: int) -> None:
         for _ in range(calls):
             start = time.perf_counter()
-            await once()
-            samples.append(time.perf_counter() - start)
+            await self.once()
+            self.samples.append(time.perf_counter() - start)
 
+    async def concurrent(self, callers: int, per_caller: int) -> None:
         async def caller() -> None:
             for _ in range(per_caller):
-                await once()
+                await self.once()
 
         start = time.perf_counter()
         async with anyio.create_task_group() as tg:
             for _ in range(callers):
                 tg.start_soon(caller)
-        elapsed = time.perf_counter() - start
-    return Figures(name, statistics.median(samples) * 1000, _p99(samples) * 1000,
-                   callers * per_caller / elapsed)
+        self.loaded_seconds += time.perf_counter() - start
+        self.loaded_calls += callers * per_caller
+
+    def figures(self) -> Figures:
+        return Figures(self.name, statistics.median(self.samples) * 1000,
+                       _p99(self.samples) * 1000, self.loaded_calls / self.loaded_seconds)
+
+
+async def measure(targets: list[tuple[str, StdioServerParameters, str]], *, calls: int,
+                  callers: int, per_caller: int) -> list[Figures]:
+    """Sequential latency, then throughput with ``callers`` concurrent callers, per target.
+
+    All targets run at once but are called in turns, a block at a time, so a change in
+    the machine's background load affects them alike.
+    """
+    async with AsyncExitStack() as stack:
+        running: list[_Target] = []
+        for name, params, tool in targets:
+            client = await stack.enter_async_context(Client(params))
+            running.append(_Target(name, client, tool))
+        for target in running:  # warm up imports, caches and the store
+            for _ in range(max(calls // 10, 5)):
+                await target.once()
+        for _ in range(ROUNDS):
+            for target in running:
+                await target.sequential(max(calls // ROUNDS, 1))
+        for _ in range(ROUNDS):
+            for target in running:
+                await target.concurrent(callers, max(per_caller // ROUNDS, 1))
+        return [target.figures() for target in running]
 
 
 def _working_order(home: Path, calls: int) -> str:
@@ -109,7 +141,7 @@ def _working_order(home: Path, calls: int) -> str:
 
 
 async def run(calls: int, callers: int, per_caller: int) -> list[Figures]:
-    """Measure the three targets one after another, so they never compete for the CPU."""
+    """Measure the three targets in a fresh temporary folder."""
     with tempfile.TemporaryDirectory(prefix="awl-bench-") as tmp:
         folder = Path(tmp)
         home = folder / "home"
@@ -132,12 +164,8 @@ async def run(calls: int, callers: int, per_caller: int) -> list[Figures]:
                       "--home", str(home)],
                 env=env, cwd=ROOT), "notes__get_note"),
         ]
-        out: list[Figures] = []
-        for name, params, tool in targets:
-            with anyio.fail_after(300):
-                out.append(await measure(name, params, tool, calls=calls, callers=callers,
-                                         per_caller=per_caller))
-        return out
+        with anyio.fail_after(300):
+            return await measure(targets, calls=calls, callers=callers, per_caller=per_caller)
 
 
 def report(figures: list[Figures], *, callers: int) -> str:

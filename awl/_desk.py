@@ -759,9 +759,10 @@ class Desk:
                 of them); every ref must be one of the report's effects.
 
         Raises:
-            ValidationFailed: a rework without a reason, or a malformed effect ref.
-            BadRequest: an effect ref the report does not list, effects on a rework, or an
-                approval of a failed report.
+            ValidationFailed: a rework without a reason (W2), effects named on a rework or
+                a malformed effect ref (W3).
+            BadRequest: an effect ref the report does not list, or an approval of a failed
+                report.
         """
         from awl._checks import iter_review_findings
 

@@ -677,3 +677,74 @@ async def test_async_errors_are_the_desk_s_errors(store: Store, clock: Clock) ->
         await adesk.accept(view.id, MANAGER)
     with pytest.raises(NotFound):
         await adesk.get("wo_missing")
+
+
+# ----------------------------------------------------------------------------- processes
+
+_HAMMER = """
+import json, sys
+from awl import Conflict, Desk, InvalidTransition, SQLiteStore
+path, who, order_ids = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+out = {"notes": [], "conflicts": 0, "accepted": [], "refused": 0}
+with SQLiteStore(path, timeout=60) as store:
+    desk = Desk(store, conflict_retries=0)
+    print("ready", flush=True)
+    sys.stdin.readline()  # start together, so the writes really race
+    for oid in order_ids:
+        try:
+            desk.accept(oid, "agent:writer")
+            out["accepted"].append(oid)
+        except (Conflict, InvalidTransition):
+            out["refused"] += 1
+    for i in range(40):
+        oid = order_ids[i % len(order_ids)]
+        note = f"{who}-{i}"
+        try:
+            desk.progress(oid, "agent:writer", note)
+            out["notes"].append(note)
+        except Conflict:
+            out["conflicts"] += 1
+print(json.dumps(out))
+"""
+
+
+def test_processes_racing_on_one_desk_lose_nothing(tmp_path: Path) -> None:
+    """Three processes racing on the same orders: every write lands or is a Conflict."""
+    import json
+    import subprocess
+    import sys
+
+    from awl._sqlite import SQLiteStore
+
+    path = tmp_path / "desk.sqlite3"
+    with SQLiteStore(path) as store:
+        desk = Desk(store)
+        ids = [desk.create(order_fields(deadline="2099-01-01T00:00:00Z"), MANAGER).id
+               for _ in range(3)]
+    procs = [subprocess.Popen([sys.executable, "-c", _HAMMER, str(path), f"p{n}", ",".join(ids)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for n in range(3)]
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    results = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=100)
+        assert proc.returncode == 0
+        results.append(json.loads(out))
+    with SQLiteStore(path) as store:
+        logs = {oid: store.events(oid) for oid in ids}
+        for oid, events in logs.items():
+            assert fold(events) == store.load(oid).state == "accepted"
+    # Each order was accepted exactly once; the other attempts were refused.
+    assert sorted(oid for r in results for oid in r["accepted"]) == sorted(ids)
+    assert sum(r["refused"] for r in results) == 2 * len(ids)
+    # Every note that was reported written is in a log exactly once, and nothing else is.
+    written = sorted(n for r in results for n in r["notes"])
+    logged = sorted(e.note or "" for events in logs.values() for e in events
+                    if e.action == "progress")
+    assert written == logged
+    assert len(written) + sum(r["conflicts"] for r in results) == 3 * 40

@@ -1,0 +1,109 @@
+"""``awl serve``: the desk as an MCP server; ``awl token issue``: desk tokens for HTTP.
+
+Over stdio (``--as PRINCIPAL``) stdout is the protocol stream, so this command prints
+nothing else there; notices go to stderr. Over HTTP (``--http HOST:PORT``) the address is
+announced on stderr once requests are accepted, and the server runs until interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from functools import partial
+from typing import Any
+
+import anyio
+
+from awl.cli import CLIError
+
+
+def register(subparsers: Any) -> None:
+    """Add ``serve`` and ``token`` to the ``awl`` command."""
+    serve = subparsers.add_parser(
+        "serve", help="serve the desk's tools over MCP (stdio or streamable HTTP)",
+        description="Serve the work-order desk over MCP. With --as every call acts as that "
+                    "principal (stdio, one agent). With --http each request acts as the "
+                    "principal whose desk token it sends as 'Authorization: Bearer <token>' "
+                    "(make one with `awl token issue PRINCIPAL`).")
+    bind = serve.add_mutually_exclusive_group(required=True)
+    bind.add_argument("--as", dest="principal", metavar="PRINCIPAL",
+                      help="serve over stdio, acting as this principal (e.g. human:ana)")
+    bind.add_argument("--http", metavar="HOST:PORT",
+                      help="serve streamable HTTP at http://HOST:PORT/mcp (port 0 picks one)")
+    serve.add_argument("--allow-remote", action="store_true",
+                       help="with --http, allow a non-loopback address")
+    serve.add_argument("--home", metavar="DIR",
+                       help="the desk's home folder (default: $AWL_HOME, else ./.awl)")
+    serve.set_defaults(func=_serve)
+
+    token = subparsers.add_parser(
+        "token", help="desk access tokens for `awl serve --http`",
+        description="Desk access tokens. The desk keeps only a token's hash: the token is "
+                    "shown once, when it is issued.")
+    sub = token.add_subparsers(dest="token_command", metavar="SUBCOMMAND", required=True)
+    issue = sub.add_parser("issue", help="issue a new token for a principal and print it once")
+    issue.add_argument("principal", metavar="PRINCIPAL", help="who the token acts as")
+    issue.add_argument("--home", metavar="DIR",
+                       help="the desk's home folder (default: $AWL_HOME, else ./.awl)")
+    issue.add_argument("--json", action="store_true", help="print JSON")
+    issue.set_defaults(func=_issue_token)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from awl._desk import AsyncDesk
+    from awl._home import default_store, home_dir
+    from awl._passes import KeyStore
+    from awl.server import DeskServer, parse_address, serve_stdio
+    from awl.server._tokens import check_principal
+    from awl.server._transport import is_loopback
+
+    if args.principal is not None:
+        if args.allow_remote:
+            raise CLIError("--allow-remote goes with --http")
+        check_principal(args.principal)
+        address = None
+    else:
+        address = parse_address(args.http)
+        if not is_loopback(address[0]) and not args.allow_remote:
+            raise CLIError(f"refusing to serve on {address[0]}: it is not a loopback address; "
+                           "add --allow-remote to accept other machines")
+    home = home_dir(args.home)
+    store = default_store(home)
+    try:
+        server = DeskServer(AsyncDesk(store), principal=args.principal, keys=KeyStore(home))
+        if address is None:
+            anyio.run(serve_stdio, server)
+        else:
+            anyio.run(_serve_http, server, address, args.allow_remote)
+    finally:
+        store.close()
+    return 0
+
+
+async def _serve_http(server: Any, address: tuple[str, int], allow_remote: bool) -> None:
+    from awl.server import serve_desk_http
+
+    async with anyio.create_task_group() as tg:
+        url = await tg.start(partial(serve_desk_http, server, address[0], address[1],
+                                     allow_remote=allow_remote))
+        print(f"awl serve: serving the desk on {url}; each request sends "
+              "'Authorization: Bearer <desk token>'", file=sys.stderr, flush=True)
+
+
+def _issue_token(args: argparse.Namespace) -> int:
+    from awl._home import default_store, home_dir
+    from awl.server import issue_token
+
+    store = default_store(home_dir(args.home))
+    try:
+        token = issue_token(store, args.principal)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps({"principal": args.principal, "token": token}))
+    else:
+        print(token)
+    print(f"awl token: issued for {args.principal}; the desk keeps only its hash, so store "
+          "it now", file=sys.stderr)
+    return 0

@@ -1,0 +1,59 @@
+"""The desk as an MCP server, each connection bound to one principal.
+
+``awl serve --as PRINCIPAL`` serves it over stdio; ``awl serve --http HOST:PORT`` over
+streamable HTTP, where each request acts as the principal whose desk token it sends
+(``awl token issue PRINCIPAL``). In code::
+
+    from awl.server import DeskServer
+    server = DeskServer(store, principal="human:ana", keys=KeyStore(home))
+    async with mcp.Client(server.server) as client: ...
+
+:func:`serve_http` is the transport alone (any low-level MCP server, any Bearer check), for
+other servers that need the same.
+"""
+
+from awl.server._server import (
+    WAIT_LIMIT,
+    DeskServer,
+    serve_desk_http,
+    serve_stdio,
+    tool_error,
+)
+from awl.server._tokens import TOKEN_PREFIX, issue_token, principal_for_token, token_hash
+from awl.server._tools import INSTRUCTIONS, TOOL_NAMES, TOOLS, ToolSpec
+from awl.server._transport import (
+    MCP_PATH,
+    Authenticate,
+    BearerAuth,
+    Unauthorized,
+    bearer_token,
+    identity_of,
+    is_loopback,
+    parse_address,
+    serve_http,
+)
+
+__all__ = [
+    "INSTRUCTIONS",
+    "MCP_PATH",
+    "TOKEN_PREFIX",
+    "TOOLS",
+    "TOOL_NAMES",
+    "WAIT_LIMIT",
+    "Authenticate",
+    "BearerAuth",
+    "DeskServer",
+    "ToolSpec",
+    "Unauthorized",
+    "bearer_token",
+    "identity_of",
+    "is_loopback",
+    "issue_token",
+    "parse_address",
+    "principal_for_token",
+    "serve_desk_http",
+    "serve_http",
+    "serve_stdio",
+    "token_hash",
+    "tool_error",
+]

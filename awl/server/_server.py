@@ -1,0 +1,532 @@
+"""The desk served over MCP, each connection bound to one principal.
+
+:class:`DeskServer` wraps an :class:`~awl._desk.AsyncDesk` in a low-level MCP server whose
+tools (:mod:`awl.server._tools`) act as the connection's principal: the one given at start
+(stdio, in-process) or the one whose desk token authenticated the HTTP request. No tool
+takes an actor argument, so an agent can neither approve its own work nor answer its own
+questions by naming someone else (BIND-3, SEC-1). The desk decides what that principal may
+do on each order; its refusals come back as tool errors with their code (BIND-4)::
+
+    FORBIDDEN: agent:writer may not approve order 'wo_1': only its manager (human:ana) may
+
+Reads are limited to the orders the principal is part of: as manager, worker or escalation
+contact of the order or of an order it was split from.
+
+After a write that ends an attempt or the order, the server also does what the end calls
+for, so nothing stays runnable that should not: a rework drops the held calls of the
+attempt it ends, an order that ends unapproved drops all its held calls (CM-4), and an
+order that ends in any way revokes its Delegation Passes (DP-8).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from functools import cache
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+import mcp_types as types
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
+from mcp.server import Server
+from mcp.server.context import ServerRequestContext
+
+from awl._desk import AsyncDesk, Desk, OrderView
+from awl._errors import (
+    AWLError,
+    BadRequest,
+    Forbidden,
+    InvalidTransition,
+    PassError,
+    ValidationFailed,
+)
+from awl._lifecycle import TABLE, TERMINAL
+from awl._models import WorkOrder, parse_time
+from awl._passes import KeyStore, issue_recorded_pass, revoke_order_passes, unverified_claims
+from awl._store import Store
+from awl.server._tokens import check_principal, principal_for_token
+from awl.server._tools import (
+    INSTRUCTIONS,
+    ORDER_TOOLS,
+    TOOL_NAMES,
+    TOOLS,
+    argument_schema,
+)
+from awl.server._transport import Unauthorized, identity_of, serve_http
+
+__all__ = ["WAIT_LIMIT", "DeskServer", "serve_desk_http", "serve_stdio", "tool_error"]
+
+log = logging.getLogger("awl.server")
+
+WAIT_LIMIT = 55.0
+"""The longest ``wait_for_update`` holds a request, in seconds (BIND-2)."""
+
+_MAX_ANCESTORS = 16
+_MAX_FINDINGS_IN_TEXT = 20
+
+Data = dict[str, Any]
+Handler = Callable[[str, Data], Awaitable[tuple[Data, str]]]
+
+
+def tool_error(exc: AWLError) -> types.CallToolResult:
+    """A refusal as the tool error a model reads: ``CODE: message`` plus structured data.
+
+    The structured content is ``{code, message}`` and, where they apply, ``findings``
+    (VALIDATION_FAILED), ``reason`` (a refused Delegation Pass), ``state`` and ``action``
+    (INVALID_TRANSITION).
+    """
+    data: Data = {"code": exc.code, "message": exc.message}
+    text = f"{exc.code}: {exc.message}"
+    if isinstance(exc, ValidationFailed):
+        data["findings"] = [f.to_dict() for f in exc.findings]
+        text += "".join(f"\n{f.rule} {f.path or '/'}: {f.message}"
+                        for f in exc.findings[:_MAX_FINDINGS_IN_TEXT])
+    if isinstance(exc, PassError):
+        data["reason"] = exc.reason
+    if isinstance(exc, InvalidTransition):
+        data.update(state=exc.state, action=exc.action)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                structured_content=data, is_error=True)
+
+
+def _internal_error(name: str, exc: Exception) -> types.CallToolResult:
+    log.exception("tool %s failed unexpectedly", name)
+    message = (f"the desk failed unexpectedly ({type(exc).__name__}); nothing is known to be "
+               "written: read the order again before retrying")
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=f"INTERNAL: {message}")],
+        structured_content={"code": "INTERNAL", "message": message}, is_error=True)
+
+
+@cache
+def _validator(name: str) -> Draft202012Validator:
+    return Draft202012Validator(argument_schema(name))
+
+
+def _check_arguments(name: str, arguments: Mapping[str, Any]) -> None:
+    errors = sorted(_validator(name).iter_errors(dict(arguments)),
+                    key=lambda e: [str(p) for p in e.absolute_path])
+    if errors:
+        parts = [f"{'/'.join(str(p) for p in e.absolute_path) or 'arguments'}: {e.message}"
+                 for e in errors[:5]]
+        raise BadRequest(f"bad arguments for {name}: {'; '.join(parts)}; see the tool's "
+                         "input schema")
+
+
+def _roles(order: WorkOrder, principal: str) -> list[str]:
+    roles = []
+    if principal == order.manager:
+        roles.append("manager")
+    if principal == order.to:
+        roles.append("worker")
+    if principal in order.answerers:
+        roles.append("answerer")
+    return roles
+
+
+def _next_tools(state: str, roles: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for (from_, action, _to), role in TABLE.items():
+        tool = ORDER_TOOLS.get(action)
+        if from_ == state and tool is not None and role in roles and tool not in out:
+            out.append(tool)
+    return out
+
+
+def _view(view: OrderView, principal: str) -> Data:
+    roles = _roles(view.order, principal)
+    data = view.to_json()
+    data.update(open_questions=list(view.open_questions), your_roles=roles,
+                next_tools=_next_tools(view.state, roles))
+    return data
+
+
+def _summary(view: OrderView, principal: str) -> Data:
+    order = view.order
+    roles = _roles(order, principal)
+    return {"id": order.id, "goal": order.goal, "from": order.manager, "to": order.to,
+            "state": view.state, "seq": view.seq, "attempt": view.attempt,
+            "deadline": order.deadline, "updated_at": view.updated_at,
+            "open_questions": list(view.open_questions), "your_roles": roles,
+            "next_tools": _next_tools(view.state, roles)}
+
+
+def _stamp(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat().replace("+00:00", "Z")
+
+
+class DeskServer:
+    """The desk's MCP server; serve :attr:`server` over stdio, HTTP or in-process.
+
+    Args:
+        desk: The desk (an :class:`~awl._desk.AsyncDesk`, a :class:`~awl._desk.Desk`, or
+            a store to open one on).
+        principal: Who every request acts as; None when each request brings its own
+            identity (HTTP with desk tokens, see :func:`awl.server.serve_desk_http`).
+        keys: The desk's signing keys, for ``issue_delegation_pass``; None refuses passes.
+
+    Raises:
+        BadRequest: ``principal`` cannot act on the desk (empty, or an ``awl:`` name).
+    """
+
+    def __init__(self, desk: AsyncDesk | Desk | Store, *, principal: str | None = None,
+                 keys: KeyStore | None = None) -> None:
+        if isinstance(desk, AsyncDesk):
+            self.desk = desk
+        elif isinstance(desk, Desk):
+            self.desk = AsyncDesk.of(desk)
+        else:
+            self.desk = AsyncDesk(desk)
+        self.principal = None if principal is None else check_principal(principal)
+        self.keys = keys
+        self._handlers: dict[str, Handler] = {
+            "create_work_order": self._create,
+            "list_work_orders": self._list,
+            "get_work_order": self._get,
+            "accept_work_order": self._accept,
+            "decline_work_order": self._decline,
+            "start_work_order": self._start,
+            "post_progress": self._progress,
+            "submit_work_report": self._report,
+            "answer_question": self._answer,
+            "review_work_report": self._review,
+            "cancel_work_order": self._cancel,
+            "wait_for_update": self._wait,
+            "issue_delegation_pass": self._issue_pass,
+            "get_track_record": self._track,
+            "get_handoff": self._handoff,
+            "list_effects": self._list_effects,
+            "settle_effect": self._settle,
+        }
+        assert tuple(self._handlers) == TOOL_NAMES, "every published tool has a handler"
+        self._tools = [spec.tool() for spec in TOOLS]
+        schemas = {spec.name: spec.input_schema for spec in TOOLS}
+        from awl import __version__
+
+        self.server: Server[Any] = Server(
+            "awl-desk", version=__version__, title="AWL work-order desk",
+            instructions=INSTRUCTIONS, on_list_tools=self._on_list_tools,
+            on_call_tool=self._on_call_tool, get_tool_input_schema=schemas.get)
+
+    @property
+    def store(self) -> Store:
+        """The desk's store."""
+        return self.desk.store
+
+    # ------------------------------------------------------------------ MCP handlers
+
+    async def _on_list_tools(self, ctx: ServerRequestContext[Any],
+                             params: types.PaginatedRequestParams | None
+                             ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=list(self._tools))
+
+    async def _on_call_tool(self, ctx: ServerRequestContext[Any],
+                            params: types.CallToolRequestParams) -> types.CallToolResult:
+        return await self.call(params.name, dict(params.arguments or {}),
+                               actor=self._actor(ctx))
+
+    def _actor(self, ctx: ServerRequestContext[Any]) -> str | None:
+        identity = identity_of(ctx)
+        return identity if isinstance(identity, str) else self.principal
+
+    async def call(self, name: str, arguments: Mapping[str, Any], *,
+                   actor: str | None) -> types.CallToolResult:
+        """Run one tool as ``actor``; refusals come back as tool errors with their code.
+
+        Args:
+            name: The tool.
+            arguments: Its arguments.
+            actor: The connection's principal (None: refused, nobody to act as).
+        """
+        handler = self._handlers.get(name)
+        try:
+            if handler is None:
+                raise BadRequest(f"the desk has no tool {name!r}; its tools are "
+                                 f"{', '.join(TOOL_NAMES)}")
+            if actor is None:
+                raise Forbidden("this connection is bound to no principal; start the server "
+                                "with --as PRINCIPAL or send a desk token",
+                                actor="", action=name)
+            _check_arguments(name, arguments)
+            data, summary = await handler(actor, dict(arguments))
+        except AWLError as exc:
+            return tool_error(exc)
+        except Exception as exc:  # a bug must reach the model as an error, not kill the server
+            return _internal_error(name, exc)
+        text = f"{summary}\n{json.dumps(data, ensure_ascii=False)}"
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                    structured_content=data)
+
+    # ------------------------------------------------------------------ helpers
+
+    async def _visible(self, order_id: str, actor: str) -> OrderView:
+        """The order, if ``actor`` is part of it or of an order it was split from."""
+        view = await self.desk.get(order_id)
+        current: OrderView | None = view
+        for _ in range(_MAX_ANCESTORS):
+            if current is None:
+                break
+            if _roles(current.order, actor):
+                return view
+            parent = current.order.parent_id
+            current = await self.desk.get(parent) if parent else None
+        raise Forbidden(f"{actor} is not part of order {order_id!r}: only its manager, worker "
+                        "and escalation contact (and those of the orders it was split from) "
+                        "may read it", actor=actor, action="read")
+
+    async def _written(self, view: OrderView, actor: str, *,
+                       ended_attempt: int | None = None) -> tuple[Data, str]:
+        """The answer to a write, after tidying what the write ended."""
+        if ended_attempt is not None or view.state in TERMINAL:
+            await anyio.to_thread.run_sync(self._tidy, view, ended_attempt)
+            view = await self.desk.get(view.id)
+        return _view(view, actor), f"order {view.id} is {view.state} (event {view.seq})"
+
+    def _tidy(self, view: OrderView, ended_attempt: int | None) -> None:
+        """Drop held calls and revoke passes that the order's new state leaves dangling."""
+        from gateway._commit import drop_attempt
+
+        order_id = view.id
+        try:
+            if ended_attempt is not None:
+                drop_attempt(order_id, ended_attempt, store=self.store, desk=self.desk.desk)
+            if view.state in TERMINAL:
+                if view.state != "approved":
+                    attempts = sorted({c.attempt for c in self.store.calls(order_id)
+                                       if c.outcome == "held"})
+                    for attempt in attempts:
+                        drop_attempt(order_id, attempt, store=self.store, desk=self.desk.desk,
+                                     reason=f"the order was {view.state}")
+                revoke_order_passes(self.store, order_id, reason=f"order {view.state}")
+        except AWLError as exc:
+            # The write itself succeeded; the commit path drops again before running anything.
+            log.warning("tidying order %s after it became %s: %s", order_id, view.state, exc)
+
+    # ------------------------------------------------------------------ tools
+
+    async def _create(self, actor: str, args: Data) -> tuple[Data, str]:
+        order: Data = args["order"]
+        for field in ("to", "escalate_to"):
+            if order.get(field) == actor:
+                raise BadRequest(f"you ({actor}) cannot be the order's {field}: you would "
+                                 "review your own work or answer your own questions; name "
+                                 "another principal")
+        view = await self.desk.create(order, actor,
+                                      copy_handoff=bool(args.get("copy_handoff", False)))
+        return _view(view, actor), f"order {view.id} offered to {view.order.to}"
+
+    async def _list(self, actor: str, args: Data) -> tuple[Data, str]:
+        role = args.get("role", "any")
+        state = args.get("state")
+        limit, offset = args.get("limit", 50), args.get("offset", 0)
+        wanted = None if state is None else {state} if isinstance(state, str) else set(state)
+        orders: list[Data]
+        if role == "answerer":
+            orders = []
+            questions = await self.desk.questions(actor)
+            for q in questions[offset:offset + limit]:
+                view = await self.desk.get(q.order_id)
+                if wanted is None or view.state in wanted:
+                    orders.append({**_summary(view, actor), "blocking": q.blocking})
+        else:
+            views: dict[str, OrderView] = {}
+            sides = ("manager", "worker") if role == "any" else (role,)
+            for side in sides:
+                found = await self.desk.list(
+                    state=state, limit=offset + limit,
+                    manager=actor if side == "manager" else None,
+                    worker=actor if side == "worker" else None)
+                views.update((v.id, v) for v in found)
+            ordered = sorted(views.values(), reverse=True,
+                             key=lambda v: (parse_time(v.order.created_at), v.id))
+            orders = [_summary(v, actor) for v in ordered[offset:offset + limit]]
+        return ({"role": role, "orders": orders, "count": len(orders)},
+                f"{len(orders)} order(s)")
+
+    async def _get(self, actor: str, args: Data) -> tuple[Data, str]:
+        view = await self._visible(args["order_id"], actor)
+        data = _view(view, actor)
+        if args.get("include_events"):
+            data["events"] = [e.to_json() for e in await self.desk.events(view.id)]
+        return data, f"order {view.id} is {view.state} (event {view.seq})"
+
+    async def _accept(self, actor: str, args: Data) -> tuple[Data, str]:
+        return await self._written(await self.desk.accept(args["order_id"], actor), actor)
+
+    async def _decline(self, actor: str, args: Data) -> tuple[Data, str]:
+        view = await self.desk.decline(args["order_id"], actor, args.get("reason"))
+        return await self._written(view, actor)
+
+    async def _start(self, actor: str, args: Data) -> tuple[Data, str]:
+        return await self._written(await self.desk.start(args["order_id"], actor), actor)
+
+    async def _progress(self, actor: str, args: Data) -> tuple[Data, str]:
+        view = await self.desk.progress(args["order_id"], actor, args["note"],
+                                        args.get("percent"))
+        return await self._written(view, actor)
+
+    async def _report(self, actor: str, args: Data) -> tuple[Data, str]:
+        view = await self.desk.report(args["order_id"], actor, args["report"])
+        return await self._written(view, actor)
+
+    async def _answer(self, actor: str, args: Data) -> tuple[Data, str]:
+        view = await self.desk.answer(args["order_id"], actor, args["answer"])
+        return await self._written(view, actor)
+
+    async def _review(self, actor: str, args: Data) -> tuple[Data, str]:
+        decision = args["decision"]
+        effects = args.get("effects")
+        if decision == "rework" and effects is not None:
+            raise BadRequest("a rework runs no effects; leave effects out, or approve instead")
+        view = await self.desk.review(args["order_id"], actor, decision, args.get("reason"),
+                                      effects=effects)
+        ended = view.attempt - 1 if decision == "rework" else None
+        return await self._written(view, actor, ended_attempt=ended)
+
+    async def _cancel(self, actor: str, args: Data) -> tuple[Data, str]:
+        view = await self.desk.cancel(args["order_id"], actor, args["reason"])
+        return await self._written(view, actor)
+
+    async def _wait(self, actor: str, args: Data) -> tuple[Data, str]:
+        order_id = args["order_id"]
+        after = args.get("after_seq", 0)
+        await self._visible(order_id, actor)
+        timeout = min(float(args.get("timeout_seconds", 25)), WAIT_LIMIT)
+        events = await self.desk.wait(order_id, after, timeout=timeout)
+        view = await self.desk.get(order_id)
+        if events and view.state in TERMINAL and view.state != "approved":
+            await anyio.to_thread.run_sync(self._tidy, view, None)  # e.g. it expired
+        data = {"order_id": order_id, "state": view.state, "seq": view.seq,
+                "events": [e.to_json() for e in events], "timed_out": not events}
+        summary = (f"{len(events)} new event(s); order {order_id} is {view.state}" if events
+                   else f"no news after event {after} within {timeout:g} s")
+        return data, summary
+
+    async def _issue_pass(self, actor: str, args: Data) -> tuple[Data, str]:
+        if self.keys is None:
+            raise BadRequest("this desk server has no signing keys; start it with a home "
+                             "folder (awl serve --home DIR) to issue passes")
+        view = await self._visible(args["order_id"], actor)
+        order = view.order
+        parent = args.get("parent_token")
+        subject = args.get("subject")
+        if parent is None:
+            if actor not in (order.to, order.manager):
+                raise Forbidden(f"{actor} may not issue the worker's pass of order {order.id!r}: "
+                                f"only its worker {order.to} or manager {order.manager} may",
+                                actor=actor, action="issue_pass")
+            subject = subject or order.to
+        else:
+            holder = unverified_claims(parent)[1].get("sub")
+            if holder != actor:
+                raise Forbidden(f"{actor} may derive passes only from a pass it holds; this "
+                                f"one is held by {holder}", actor=actor, action="issue_pass")
+            if subject is None:
+                raise BadRequest("name the sub-agent who will hold the derived pass (subject)")
+        keys = self.keys
+        token = await anyio.to_thread.run_sync(lambda: issue_recorded_pass(
+            self.store, order.id, keys=keys, subject=subject, audience=args.get("audience"),
+            tools=args.get("tools"), budget=args.get("budget"),
+            expires_in=args.get("expires_in_seconds"), parent_token=parent,
+            now=self.desk.desk.now()))
+        claims = unverified_claims(token)[1]
+        grant = claims["grant"]
+        data: Data = {
+            "token": token, "jti": claims["jti"], "order_id": grant["order_id"],
+            "subject": claims["sub"], "audience": claims["aud"], "issued_at": claims["iat"],
+            "expires_at": claims["exp"], "expires": _stamp(claims["exp"]),
+            "tools": list(grant["tools"]), "budget": dict(grant["budget"]),
+        }
+        if grant.get("parent_jti"):
+            data["parent_jti"] = grant["parent_jti"]
+        return data, f"pass {data['jti']} for {data['subject']}, until {data['expires']}"
+
+    async def _track(self, actor: str, args: Data) -> tuple[Data, str]:
+        worker = args.get("worker", actor)
+        record = await self.desk.track(worker)
+        data = record.to_json()
+        return data, f"{worker}: {record.orders} order(s), {record.approved} approved"
+
+    async def _handoff(self, actor: str, args: Data) -> tuple[Data, str]:
+        view = await self._visible(args["order_id"], actor)
+        markdown = await self.desk.handoff(view.id)
+        return ({"order_id": view.id, "state": view.state, "markdown": markdown},
+                f"handoff briefing of order {view.id}")
+
+    async def _list_effects(self, actor: str, args: Data) -> tuple[Data, str]:
+        from gateway._commit import list_effects
+
+        view = await self._visible(args["order_id"], actor)
+        effects = await anyio.to_thread.run_sync(
+            lambda: list_effects(view.id, store=self.store))
+        data = {"order_id": view.id, "effects": [e.to_json() for e in effects]}
+        return data, f"{len(effects)} effect(s) of order {view.id}"
+
+    async def _settle(self, actor: str, args: Data) -> tuple[Data, str]:
+        from gateway._commit import settle
+
+        order_id = args["order_id"]
+        effect = await anyio.to_thread.run_sync(lambda: settle(
+            order_id, args["ref"], args["verdict"], args["evidence"], actor,
+            store=self.store, desk=self.desk.desk))
+        return ({"order_id": order_id, "effect": effect.to_json()},
+                f"effect {effect.ref} settled as {args['verdict']}")
+
+
+# --------------------------------------------------------------------------- serving
+
+
+async def serve_stdio(desk_server: DeskServer) -> None:
+    """Serve the desk to one client over this process's stdin and stdout.
+
+    Stdout is then the protocol stream: nothing else may be printed there.
+    """
+    from mcp.server.stdio import stdio_server
+
+    server = desk_server.server
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+async def serve_desk_http(
+    desk_server: DeskServer,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    allow_remote: bool = False,
+    task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the desk over streamable HTTP until cancelled; each request acts as the
+    principal its desk token (``Authorization: Bearer awl_...``) was issued to.
+
+    Args:
+        desk_server: A server built without a fixed principal.
+        host: Loopback unless ``allow_remote``.
+        port: 0 picks a free one.
+        allow_remote: Allow a non-loopback address.
+        task_status: Started with the endpoint URL.
+
+    Raises:
+        BadRequest: The server has a fixed principal, or the address cannot be served.
+    """
+    if desk_server.principal is not None:
+        raise BadRequest("over HTTP each request acts as its token's principal; build the "
+                         "server without a principal")
+    store = desk_server.store
+
+    async def authenticate(token: str | None) -> str:
+        if token is None:
+            raise Unauthorized("send a desk token as 'Authorization: Bearer <token>'; "
+                               "`awl token issue PRINCIPAL` makes one")
+        principal = await anyio.to_thread.run_sync(principal_for_token, store, token)
+        if principal is None:
+            raise Unauthorized("this token was not issued by this desk; ask for a new one "
+                               "with `awl token issue PRINCIPAL`")
+        return principal
+
+    await serve_http(desk_server.server, host, port, authenticate, allow_remote=allow_remote,
+                     task_status=task_status)

@@ -1,0 +1,240 @@
+"""Serving a low-level MCP server over streamable HTTP, every request authenticated.
+
+:func:`serve_http` is transport only: it knows nothing of desks or gateways. The caller
+passes an ``authenticate`` coroutine that turns the request's Bearer token into an identity
+(any object: a principal, a verified pass) or raises :class:`Unauthorized`. A request that
+does not authenticate gets ``401`` before the MCP layer reads a byte of it; one that does
+carries its identity into the tool handlers, which read it back with :func:`identity_of`.
+Identity is decided per request, never per session, so a session id learned by someone
+else is worth nothing without the token.
+
+Loopback by default (SEC-2): a non-loopback host needs ``allow_remote=True``, and on
+loopback a request whose ``Host`` header is not a loopback name is refused (the SDK's
+DNS-rebinding check), so a web page cannot reach the server through a hostile DNS name.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import anyio.abc
+from mcp.server import Server
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from awl._errors import BadRequest
+
+__all__ = [
+    "IDENTITY_KEY",
+    "MCP_PATH",
+    "Authenticate",
+    "BearerAuth",
+    "Unauthorized",
+    "bearer_token",
+    "identity_of",
+    "is_loopback",
+    "parse_address",
+    "serve_http",
+]
+
+log = logging.getLogger("awl.server")
+
+MCP_PATH = "/mcp"
+"""Where the MCP endpoint is served."""
+
+IDENTITY_KEY = "awl.identity"
+"""The ASGI scope key under which an authenticated request carries its identity."""
+
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+class Unauthorized(Exception):
+    """The request's credentials are missing or wrong; the message says what to send."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+Authenticate = Callable[[str | None], Awaitable[Any]]
+"""``authenticate(token)``: the identity a Bearer token (None when absent) stands for.
+
+Raises :class:`Unauthorized` to refuse the request. Runs on the event loop: do blocking
+work (a store read) in a worker thread."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` as a pair; ``[::1]:PORT`` for IPv6, a bare ``PORT`` means 127.0.0.1.
+
+    Raises:
+        BadRequest: Not an address with a port from 0 to 65535.
+    """
+    host, colon, port_text = text.rpartition(":")
+    if not colon:
+        host, port_text = "127.0.0.1", text
+    host = host.strip("[]") or "127.0.0.1"
+    port = int(port_text) if port_text.isdigit() else -1
+    if not 0 <= port <= 65535:
+        raise BadRequest(f"{text!r} is not HOST:PORT with a port from 0 to 65535; write for "
+                         "example 127.0.0.1:8765 (port 0 picks a free one)")
+    return host, port
+
+
+def bearer_token(scope: Scope) -> str | None:
+    """The Bearer token of an HTTP request's ``Authorization`` header, if it has one."""
+    for key, value in scope.get("headers", ()):
+        if key.lower() == b"authorization":
+            scheme, _, rest = value.decode("latin-1").partition(" ")
+            token: str = rest.strip()
+            if scheme.lower() == "bearer" and token:
+                return token
+    return None
+
+
+def identity_of(ctx: Any) -> Any:
+    """The identity :class:`BearerAuth` attached to the request a handler is serving.
+
+    ``ctx`` is the handler's ``ServerRequestContext``. Returns None on transports without
+    HTTP requests (stdio, in-process).
+    """
+    request = getattr(ctx, "request", None)
+    scope = getattr(request, "scope", None)
+    return scope.get(IDENTITY_KEY) if isinstance(scope, dict) else None
+
+
+class BearerAuth:
+    """ASGI middleware: authenticate every HTTP request, answer ``401`` when it fails."""
+
+    def __init__(self, app: ASGIApp, authenticate: Authenticate) -> None:
+        self.app = app
+        self.authenticate = authenticate
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # lifespan messages carry no request
+            await self.app(scope, receive, send)
+            return
+        try:
+            identity = await self.authenticate(bearer_token(scope))
+        except Unauthorized as exc:
+            # Header values must stay one quoted line.
+            text = exc.message.replace('"', "'").replace("\n", " ")[:300]
+            response = JSONResponse(
+                {"error": "invalid_token", "error_description": text}, status_code=401,
+                headers={"WWW-Authenticate": f'Bearer error="invalid_token", '
+                                             f'error_description="{text}"'})
+            await response(scope, receive, send)
+            return
+        scope[IDENTITY_KEY] = identity
+        await self.app(scope, receive, send)
+
+
+def _security(host: str) -> TransportSecuritySettings:
+    if not is_loopback(host):
+        # Reached from other machines under names we cannot list; the token is the guard.
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    shown = f"[{host}]" if ":" in host else host
+    hosts = sorted({*_LOOPBACK_NAMES, shown})
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{h}:*" for h in hosts],
+        allowed_origins=[f"http://{h}:*" for h in hosts],
+    )
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise BadRequest(f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick "
+                         "another port, or 0 for a free one") from None
+    return sock
+
+
+async def serve_http(
+    server: Server[Any],
+    host: str,
+    port: int,
+    authenticate: Authenticate,
+    *,
+    allow_remote: bool = False,
+    task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``server`` over streamable HTTP at ``http://host:port/mcp`` until cancelled.
+
+    Args:
+        server: The low-level MCP server (one serve per server object: the SDK binds its
+            HTTP session manager to it).
+        host: The address to listen on; must be loopback unless ``allow_remote``.
+        port: The port; 0 picks a free one.
+        authenticate: Turns each request's Bearer token into an identity, or raises
+            :class:`Unauthorized` (the request then gets 401).
+        allow_remote: Allow a non-loopback address.
+        task_status: Started with the endpoint's URL, so ``await tg.start(serve_http, ...)``
+            returns once requests are being accepted.
+
+    Raises:
+        BadRequest: A non-loopback host without ``allow_remote``, or the port cannot be had.
+    """
+    import uvicorn
+
+    if not is_loopback(host) and not allow_remote:
+        raise BadRequest(f"refusing to serve on {host}: it is not a loopback address; pass "
+                         "--allow-remote to accept connections from other machines")
+    sock = _listen(host, port)
+    app = BearerAuth(server.streamable_http_app(streamable_http_path=MCP_PATH, host=host,
+                                                transport_security=_security(host)),
+                     authenticate)
+    # log_config=None leaves the process's logging alone (uvicorn would reconfigure it).
+    config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False,
+                            lifespan="on", timeout_graceful_shutdown=2)
+    http = uvicorn.Server(config)
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{sock.getsockname()[1]}{MCP_PATH}"
+    stopped = anyio.Event()
+
+    async def run() -> None:
+        # Shielded: a cancelled caller asks uvicorn to stop (below) and waits for it, so
+        # open requests end in order instead of being torn off mid-response.
+        try:
+            with anyio.CancelScope(shield=True):
+                await http.serve(sockets=[sock])
+        finally:
+            stopped.set()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            while not http.started and not stopped.is_set():
+                await anyio.sleep(0.01)
+            if not http.started:
+                raise BadRequest(f"the HTTP server on {url} failed to start; see the log above")
+            log.info("serving MCP on %s", url)
+            task_status.started(url)
+            try:
+                await stopped.wait()
+            finally:
+                http.should_exit = True
+                with anyio.CancelScope(shield=True):
+                    await stopped.wait()
+    finally:
+        sock.close()

@@ -48,11 +48,6 @@ class Figures:
     calls_per_s: float
 
 
-def _p99(samples: list[float]) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-
-
 @dataclass
 class _Target:
     name: str
@@ -86,8 +81,9 @@ class _Target:
         self.loaded_calls += callers * per_caller
 
     def figures(self) -> Figures:
-        return Figures(self.name, statistics.median(self.samples) * 1000,
-                       _p99(self.samples) * 1000, self.loaded_calls / self.loaded_seconds)
+        p99 = statistics.quantiles(self.samples, n=100, method="inclusive")[98]
+        return Figures(self.name, statistics.median(self.samples) * 1000, p99 * 1000,
+                       self.loaded_calls / self.loaded_seconds)
 
 
 async def measure(targets: list[tuple[str, StdioServerParameters, str]], *, calls: int,

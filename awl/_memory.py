@@ -8,7 +8,7 @@ here too, so the two stores cannot drift apart on what they accept.
 
 from __future__ import annotations
 
-import copy
+import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -29,6 +29,7 @@ from awl._store import (
     Settlement,
     Usage,
 )
+from awl._track import TrackRow
 
 __all__ = ["MemoryStore"]
 
@@ -110,9 +111,26 @@ def exceeded_scope(
     return None
 
 
+def json_copy(value: Any, what: str) -> Any:
+    """A fresh copy of ``value`` as JSON reads it back (tuples become lists, and so on).
+
+    Both stores hand back exactly this, so what a caller gets never depends on the store
+    (nor aliases what it passed in). BadRequest when ``value`` is not JSON data.
+    """
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"{what} must be JSON data: {exc}") from None
+
+
+def stored_lock(info: LockInfo) -> LockInfo:
+    """The lock as a store keeps it (its data as JSON reads it back)."""
+    return replace(info, data=json_copy(info.data, f"the data of lock {info.name!r}"))
+
+
 def may_take(current: LockInfo | None, replace_: LockInfo | None) -> bool:
     """Whether a lock now held as ``current`` may be taken by one expecting ``replace_``."""
-    return current is None or (replace_ is not None and current == replace_)
+    return current is None or (replace_ is not None and current == stored_lock(replace_))
 
 
 def new_call(
@@ -148,11 +166,13 @@ def make_call(fields: dict[str, Any], n: int) -> CallRecord:
     # Records leave out what is unknown (the models refuse null for optional fields).
     data = {k: v for k, v in fields.items() if v is not None}
     try:
-        return CallRecord.model_validate({**data, "ref": make_ref(tool, n)})
+        record = CallRecord.model_validate({**data, "ref": make_ref(tool, n)})
     except ValidationError as exc:
         first = exc.errors()[0]
         where = "/".join(str(p) for p in first["loc"])
         raise BadRequest(f"not a valid call record: {where}: {first['msg']}") from None
+    # Read back from its JSON form, as the SQLite store would hand it out.
+    return CallRecord.model_validate(json_copy(record.to_json(), "a call record"))
 
 
 def finished_call(record: CallRecord, ref: str, *, outcome: str,
@@ -190,6 +210,7 @@ def next_effect(
 ) -> EffectState:
     """The effect state ``set_effect`` writes, after its compare-and-set check."""
     name = check_effect_state(state)
+    result = json_copy(result, f"the result of effect {record.ref!r}")
     if expect is None:
         if old is not None:
             raise effect_conflict(record.order_id, record.ref, old.state, expect)
@@ -326,6 +347,14 @@ class MemoryStore:
                 if (found := self._orders.get(oid)) is not None and 1 <= seq <= len(found.events)
             }
 
+    def track_rows(self, worker: str) -> list[TrackRow]:
+        """One track row per order addressed to ``worker``, newest first."""
+        with self._lock:
+            return [
+                TrackRow.of(o.record(), o.events[1] if len(o.events) > 1 else None)
+                for o in reversed(self._orders.values()) if o.order.to == worker
+            ]
+
     def list_orders(
         self,
         *,
@@ -375,7 +404,7 @@ class MemoryStore:
                 return over
             n = len(found.calls) + 1
             record = new_call(
-                order_id, n, attempt=attempt, tool=tool, arguments=copy.deepcopy(arguments),
+                order_id, n, attempt=attempt, tool=tool, arguments=arguments,
                 pass_jti=pass_jti, started_at=started_at,
             )
             found.calls[n] = _Call(record, True, usd, timestamp(started_at))
@@ -383,12 +412,11 @@ class MemoryStore:
 
     def record_call(self, record_fields: dict[str, Any]) -> CallRecord:
         """Number and store a call that does not count (a refusal)."""
-        fields = copy.deepcopy(record_fields)
-        order_id = record_order_id(fields)
+        order_id = record_order_id(record_fields)
         with self._lock:
             found = self._get(order_id)
             n = len(found.calls) + 1
-            record = make_call(fields, n)
+            record = make_call(record_fields, n)
             found.calls[n] = _Call(record, False, 0.0, timestamp(record.started_at))
             return record
 
@@ -400,7 +428,7 @@ class MemoryStore:
         with self._lock:
             _, call = self._call(order_id, ref)
             call.record = finished_call(
-                call.record, ref, outcome=outcome, result=copy.deepcopy(result), error=error,
+                call.record, ref, outcome=outcome, result=result, error=error,
                 ended_at=ended_at,
             )
             return call.record
@@ -452,7 +480,7 @@ class MemoryStore:
             effects = self._orders[order_id].effects
             new = next_effect(
                 effects.get(n), call.record, expect=expect, state=state, attempt=attempt,
-                result=copy.deepcopy(result), error=error, settlement=settlement,
+                result=result, error=error, settlement=settlement,
                 count_dispatch=count_dispatch, at=at,
             )
             effects[n] = new
@@ -465,13 +493,14 @@ class MemoryStore:
         with self._lock:
             if not may_take(self._locks.get(info.name), replace):
                 return False
-            self._locks[info.name] = copy.deepcopy(info)
+            self._locks[info.name] = stored_lock(info)
             return True
 
     def get_lock(self, name: str) -> LockInfo | None:
         """The current holder of the named lock, if any."""
         with self._lock:
-            return copy.deepcopy(self._locks.get(name))
+            current = self._locks.get(name)
+        return None if current is None else stored_lock(current)
 
     def release_lock(self, name: str, holder: str) -> None:
         """Release the lock if ``holder`` holds it."""

@@ -44,6 +44,7 @@ from awl._memory import (
     order_not_found,
     record_order_id,
     seq_conflict,
+    stored_lock,
     timestamp,
 )
 from awl._models import CallRecord, Event, Review, WorkOrder, WorkReport
@@ -56,6 +57,7 @@ from awl._store import (
     Settlement,
     Usage,
 )
+from awl._track import TrackRow
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -229,11 +231,14 @@ class SQLiteStore:
         try:
             yield conn
         finally:
+            # A connection left inside a transaction (a failed COMMIT) is not reused.
+            broken = conn.in_transaction
             with self._guard:
-                if self._closed:
-                    conn.close()
-                else:
+                keep = not (self._closed or broken)
+                if keep:
                     self._idle.append(conn)
+            if not keep:
+                conn.close()
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -411,6 +416,37 @@ class SQLiteStore:
                 ):
                     found[oid] = Event.model_validate_json(doc)
         return found
+
+    def track_rows(self, worker: str) -> list[TrackRow]:
+        """One track row per order addressed to ``worker``, newest first, in one query.
+
+        json_extract picks the few fields a track record needs, so no document becomes a
+        model; the worker index finds the orders and each subquery reads by primary key.
+        """
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT o.id, o.state, json_extract(o.doc, '$.budget'),"
+                " (SELECT json_array(json_extract(r.doc, '$.cost'),"
+                "   json_extract(r.doc, '$.status')) FROM reports r"
+                "   WHERE r.order_id = o.id ORDER BY r.idx DESC LIMIT 1),"
+                " (SELECT COUNT(*) FROM reviews v WHERE v.order_id = o.id"
+                "   AND json_extract(v.doc, '$.decision') = 'rework'),"
+                " (SELECT json_extract(e.doc, '$.at') FROM events e WHERE e.order_id = o.id"
+                "   AND e.seq = 2 AND json_extract(e.doc, '$.action') = 'accept'),"
+                " (SELECT json_extract(v.doc, '$.at') FROM reviews v WHERE v.order_id = o.id"
+                "   AND json_extract(v.doc, '$.decision') = 'approve'"
+                "   ORDER BY v.idx DESC LIMIT 1)"
+                " FROM orders o WHERE o.worker = ? ORDER BY o.pos DESC", (worker,),
+            ).fetchall()
+        out = []
+        for oid, state, budget, latest, reworks, accepted_at, approved_at in rows:
+            cost, status = json.loads(latest) if latest is not None else (None, None)
+            out.append(TrackRow(
+                order_id=oid, state=state, budget=json.loads(budget), cost=cost,
+                status=status, reworks=reworks, accepted_at=accepted_at,
+                approved_at=approved_at,
+            ))
+        return out
 
     def list_orders(
         self,
@@ -606,7 +642,7 @@ class SQLiteStore:
                 return False
             conn.execute(
                 "INSERT OR REPLACE INTO locks (name, doc) VALUES (?, ?)",
-                (info.name, _dump(asdict(info))),
+                (info.name, _dump(asdict(stored_lock(info)))),
             )
             return True
 

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from awl._models import CallRecord, Event, Review, WorkOrder, WorkReport
+
+if TYPE_CHECKING:
+    from awl._track import TrackRow
 
 EffectStateName = Literal[
     "held", "dropped", "dispatching", "committed", "failed", "unknown", "skipped"
@@ -145,6 +148,14 @@ class Store(Protocol):
 
         For bulk reads such as track records (the accept event of many orders); orders that
         are absent or have fewer events are left out."""
+        ...
+
+    def track_rows(self, worker: str) -> list[TrackRow]:
+        """One :class:`awl._track.TrackRow` per order addressed to ``worker``, newest first.
+
+        Equal to ``TrackRow.of(record, seq 2 event)`` for each of the worker's records, but
+        read in bulk: a store may pick the few fields from its documents without parsing
+        them (the SQLite store does, in one query)."""
         ...
 
     def list_orders(

@@ -205,6 +205,37 @@ def test_events_at_reads_one_event_of_many_orders(store: Store) -> None:
     assert set(store.events_at([f"x{i}" for i in range(1200)] + ["b"], 1)) == {"b"}
 
 
+def test_track_rows_match_the_full_records(store: Store) -> None:
+    """track_rows gives, in bulk, exactly the rows built from full records and seq 2."""
+    from awl._track import TrackRow
+
+    for oid in ("a", "b", "c", "d"):
+        create(store, oid, to="agent:x" if oid != "d" else "agent:y")
+    store.append("a", ev(2, "accept", "offered", "accepted", "2030-01-01T00:00:01Z"),
+                 state="accepted")
+    store.append("a", ev(3, "start", "accepted", "working"), state="working")
+    for seq, attempt in ((4, 1), (6, 2)):
+        store.append("a", ev(seq, "report", "working", "submitted"), state="submitted",
+                     report=report("a", attempt))
+        decision = "rework" if attempt == 1 else "approve"
+        store.append("a", ev(seq + 1, decision, "submitted",
+                             "working" if attempt == 1 else "approved"),
+                     state="working" if attempt == 1 else "approved",
+                     review=Review(order_id="a", attempt=attempt, actor="human:m",
+                                   decision=decision, reason="r",
+                                   at=f"2030-01-01T00:0{attempt}:00Z"))
+    store.append("b", ev(2, "decline", "offered", "declined"), state="declined")
+    got = store.track_rows("agent:x")
+    records = store.list_orders(worker="agent:x", limit=None)
+    seconds = store.events_at([r.order.id for r in records], 2)
+    assert got == [TrackRow.of(r, seconds.get(r.order.id)) for r in records]
+    assert [r.order_id for r in got] == ["c", "b", "a"]
+    assert (got[2].reworks, got[2].accepted_at, got[2].approved_at, got[2].cost) == (
+        1, "2030-01-01T00:00:01Z", "2030-01-01T00:02:00Z", {"tool_calls": 1})
+    assert got[1].accepted_at is None and got[0].status is None
+    assert store.track_rows("agent:nobody") == []
+
+
 # Call records ----------------------------------------------------------------------------
 
 
@@ -323,6 +354,35 @@ def test_reserve_call_is_exact_under_racing_threads(store: Store) -> None:
     assert len(won) == 10 and results.count("order") == 40
     assert [c.ref for c in store.calls("o1")] == [f"srv/read#{n}" for n in range(1, 11)]
     assert store.usage("o1").tool_calls == 10
+
+
+def test_stores_hand_back_json_never_the_callers_objects(store: Store) -> None:
+    """Arguments, results and lock data come back as JSON reads them, never aliased."""
+    create(store)
+    arguments: dict[str, Any] = {"t": (1, 2), "d": {"k": [1]}}
+    record = store.reserve_call(
+        "o1", attempt=1, tool="srv/send", arguments=arguments, pass_jti=None, usd=0.0,
+        started_at=T0, scopes=[])
+    assert not isinstance(record, str)
+    arguments["d"]["k"].append(2)
+    assert record.arguments == {"t": [1, 2], "d": {"k": [1]}}
+    assert store.calls("o1")[0].arguments == {"t": [1, 2], "d": {"k": [1]}}
+    made = store.set_effect("o1", record.ref, expect=None, state="held",
+                            result={"t": (3,)}, at=T0)
+    assert made.result == {"t": [3]} and store.effects("o1") == [made]
+    with pytest.raises(BadRequest):
+        store.set_effect("o1", record.ref, expect=["held"], state="held",
+                         result={"x": {1, 2}}, at=T0)
+    mine = LockInfo(name="n", holder="a", pid=1, host="h", lease_until=1.0,
+                    data={"t": (1,)})
+    assert store.acquire_lock(mine)
+    # Renewing with the very object that took the lock works whatever the store keeps.
+    assert store.acquire_lock(mine, replace=mine)
+    assert store.get_lock("n") == LockInfo(name="n", holder="a", pid=1, host="h",
+                                           lease_until=1.0, data={"t": [1]})
+    with pytest.raises(BadRequest):
+        store.acquire_lock(LockInfo(name="m", holder="a", pid=1, host="h", lease_until=1.0,
+                                    data={"x": object()}))
 
 
 # Effects ----------------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 The file is in WAL mode, so readers never wait for the writer, with ``synchronous=FULL``, so
 a committed write (an effect marked ``dispatching`` above all) is on disk before the call
 returns: that fsync is what makes committing effects at most once survive a power cut.
+Call records are the one exception (see ``_write``): they skip the fsync, survive any process
+crash, and reach the disk with the next durable commit.
 Every write is one ``BEGIN IMMEDIATE`` transaction: it takes the write lock before reading
 what it checks (the seq, an effect's state, a lock's holder, the calls counted so far), so
 the check and the write can never be split by another process. Reads that touch several
@@ -241,22 +243,36 @@ class SQLiteStore:
                 conn.close()
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """One write transaction; ``durable=False`` skips the fsync at commit.
+
+        Call records are written twice per forwarded call, so they commit with
+        ``synchronous=NORMAL``: in WAL mode such a commit survives a crash of any process (it
+        is in the OS's hands) and only a power cut can lose it. The next durable commit
+        (an effect state, a lock, an order event) fsyncs the whole log, earlier records with it.
+        """
         with self._connection() as conn:
+            if not durable:
+                conn.execute("PRAGMA synchronous = NORMAL")
             try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                raise Conflict(
-                    f"the desk {self.path} stayed busy for {self._timeout:g} s ({exc}); "
-                    "nothing was written, retry"
-                ) from None
-            try:
-                yield conn
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                except sqlite3.OperationalError as exc:
+                    raise Conflict(
+                        f"the desk {self.path} stayed busy for {self._timeout:g} s ({exc}); "
+                        "nothing was written, retry"
+                    ) from None
+                try:
+                    yield conn
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+            finally:
+                # A pooled connection always goes back durable (a broken one is dropped).
+                if not durable and not conn.in_transaction:
+                    conn.execute("PRAGMA synchronous = FULL")
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -506,7 +522,7 @@ class SQLiteStore:
         scopes: Sequence[Scope],
     ) -> CallRecord | str:
         """Atomically number and record a call that counts, or name the scope it exceeds."""
-        with self._write() as conn:
+        with self._write(durable=False) as conn:
             self._seq(conn, order_id)
 
             def spent(jtis: frozenset[str] | None) -> tuple[int, float]:
@@ -531,7 +547,7 @@ class SQLiteStore:
     def record_call(self, record_fields: dict[str, Any]) -> CallRecord:
         """Number and store a call that does not count (a refusal)."""
         order_id = record_order_id(record_fields)
-        with self._write() as conn:
+        with self._write(durable=False) as conn:
             self._seq(conn, order_id)
             n = self._next_n(conn, order_id)
             record = make_call(record_fields, n)
@@ -555,7 +571,7 @@ class SQLiteStore:
         error: str | None, ended_at: str,
     ) -> CallRecord:
         """Set the outcome of a reserved call."""
-        with self._write() as conn:
+        with self._write(durable=False) as conn:
             n, old = self._call(conn, order_id, ref)
             record = finished_call(old, ref, outcome=outcome, result=result, error=error,
                                    ended_at=ended_at)

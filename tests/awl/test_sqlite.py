@@ -47,6 +47,42 @@ def test_connections_are_wal_and_fully_synchronous(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA synchronous").fetchone() == (2,)  # 2 is FULL
 
 
+def test_call_records_skip_the_fsync_and_the_connection_goes_back_durable(
+        tmp_path: Path) -> None:
+    """A call record commits with synchronous=NORMAL; the pooled connection returns to FULL."""
+    with SQLiteStore(tmp_path / "desk.sqlite3") as store:
+        _create(store, "o1")
+        seen: list[int] = []
+        real_write = store._write
+
+        def spy(*, durable: bool = True):  # type: ignore[no-untyped-def]
+            cm = real_write(durable=durable)
+            conn = cm.__enter__()
+            seen.append(conn.execute("PRAGMA synchronous").fetchone()[0])
+            return _Entered(cm, conn)
+
+        store._write = spy  # type: ignore[method-assign]
+        record = store.reserve_call("o1", attempt=1, tool="s/t", arguments={}, pass_jti=None,
+                                    usd=0.0, started_at=T0, scopes=())
+        assert not isinstance(record, str)
+        store.finish_call("o1", record.ref, outcome="ok", result=None, error=None, ended_at=T0)
+        store._write = real_write  # type: ignore[method-assign]
+        assert seen == [1, 1]  # 1 is NORMAL
+        with store._connection() as conn:
+            assert conn.execute("PRAGMA synchronous").fetchone() == (2,)
+
+
+class _Entered:
+    def __init__(self, cm: object, conn: sqlite3.Connection) -> None:
+        self.cm, self.conn = cm, conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        return self.conn
+
+    def __exit__(self, *exc: object) -> object:
+        return self.cm.__exit__(*exc)  # type: ignore[attr-defined]
+
+
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     """A desk written by a newer version is refused with a clear error, not changed."""
     path = tmp_path / "desk.sqlite3"

@@ -16,24 +16,27 @@ Effect states (kept in the store, one per held call)::
 
     unknown ──settle(did_not_happen)──► retry ──► dispatching ──► ...
 
-Write-ahead. Before a request is handed to the upstream, the effect moves
-``held → dispatching`` with a compare-and-set that is on disk when it returns (the SQLite
-store commits with ``synchronous=FULL``). Only the process whose compare-and-set won may
-send, so two committers can never both send one effect. After the answer the effect moves
-``dispatching → committed`` (with the result) or ``failed``. If there is no answer (the
-call timed out or the connection broke after the request was written) it moves to
-``unknown``. If the committer dies in between, the mark stays ``dispatching``; the next
-commit of the order, which can only run once it holds the order's lock (so the old holder
-is gone or its lease ran out), turns every ``dispatching`` it finds into ``unknown``. The
-mark cannot tell whether the request went out, so neither does the state: never sending a
-``dispatching`` effect again is what makes the promise hold.
+Write-ahead. The effect moves ``held → dispatching`` with a compare-and-set that is on
+disk when it returns (the SQLite store commits with ``synchronous=FULL``), inside the
+upstream pool's ``before_send`` hook: after the connection is up, before a byte of the
+request is written. Only the process whose compare-and-set won may send, so two
+committers can never both send one effect. After the answer the effect moves
+``dispatching → committed`` (with the result) or ``failed`` (the upstream answered with an
+error: ``isError`` or a JSON-RPC error). If no answer comes (timeout, the connection broke
+after the request was written, an answer that cannot be read) it moves to ``unknown``. If
+the committer dies in between, the mark stays ``dispatching``; the next commit of the
+order, which can only run once it holds the order's lock (so the old holder is gone or its
+lease ran out), turns every ``dispatching`` it finds into ``unknown``. The mark cannot say
+whether the request went out, so neither does the state: never sending a ``dispatching``
+effect again is what makes the promise hold.
 
-One exception is provable: when the upstream pool reports
-:class:`~gateway._upstream.UpstreamUnavailable` with ``sent=False``, the pool never wrote a
-byte of this request to any transport (the server could not be started or reached, or the
-handshake failed before the request existed on the wire), so nothing can have happened and
-the effect goes back to ``held`` for a later commit. Every other failure after the mark,
-including any exception we did not expect, leaves ``unknown``.
+Not sent, provably: when the pool cannot connect it raises
+:class:`~gateway._upstream.UpstreamUnavailable` before ``before_send`` runs, so nothing was
+marked and the effect stays ``held`` for a later commit. When the connection drops while
+the mark is being written, the pool raises it with ``sent=False`` after the mark: the pool
+writes the request only after ``before_send`` returns and found the connection gone, so
+the effect goes back to ``held`` (``unknown`` for a retry). Every other failure after the
+mark, including any exception we did not expect and a cancellation, leaves ``unknown``.
 
 Checks before anything runs. The latest report's effects are compared with the call log:
 each ref must name a call of this order, of the report's attempt (the latest), recorded
@@ -737,10 +740,10 @@ class _Committer:
                                  + (f": {current.error}" if current.error else ""))
         expect = None if current is None else ["held"]
         arguments, problem = fill_refs(dict(call.arguments), self.states)
-        if problem is not None:
-            self.set(call.ref, expect=expect, state="skipped", error=problem)
-            return self._outcome(call)
         try:
+            if problem is not None:
+                self.set(call.ref, expect=expect, state="skipped", error=problem)
+                return self._outcome(call)
             return await self.dispatch(call, arguments, expect)
         except Conflict:
             # Someone moved it first (only possible without the lock); whatever they did,
@@ -750,12 +753,11 @@ class _Committer:
 
 
 def _reason(state: EffectState | None) -> str:
-    if state is None or state.state == "held":
-        return (state.error if state is not None and state.error else "not run")
+    if state is None:
+        return "not run"
     if state.state == "committed":
         return "committed"
-    text = state.error or ""
-    return f"{text}" if text else state.state
+    return state.error or ("not run" if state.state == "held" else state.state)
 
 
 def _log(desk: Desk, order_id: str, actor: str, action: str, *, note: str | None,

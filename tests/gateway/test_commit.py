@@ -13,10 +13,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from awl._errors import Conflict, Forbidden, InvalidTransition
+from awl._errors import BadRequest, Conflict, Forbidden, InvalidTransition
 from awl._store import LockInfo
 from awl.cli import main
 from gateway._commit import (
+    CommitSummary,
     commit,
     commit_sync,
     drop_attempt,
@@ -37,15 +38,19 @@ ISSUE = "receiver/create_issue"
 REJECT = "receiver/reject"
 
 
-def run(setup: Setup, **kwargs: object) -> object:
+def run(setup: Setup) -> CommitSummary:
     return commit_sync(setup.order_id, store=setup.store,
-                       pool_or_config=load_config(setup.config), **kwargs)
+                       pool_or_config=load_config(setup.config))
 
 
 def three(tmp_path: Path, **kwargs: object) -> Setup:
     return make_setup(tmp_path, [(DELIVER, {"to": "cfo", "body": "q3"}),
                                  (DELIVER, {"to": "ceo", "body": "q3"}),
                                  (DELIVER, {"to": "board", "body": "q3"})], **kwargs)
+
+
+def one(tmp_path: Path) -> Setup:
+    return make_setup(tmp_path, [(DELIVER, {"to": "cfo", "body": "q3"})])
 
 
 def make_unknown(setup: Setup, ref: str) -> None:
@@ -80,11 +85,11 @@ def test_pointers_address_the_wire_form() -> None:
 
 # --------------------------------------------------------------------------- commit
 
-def test_commit_runs_each_approved_effect_once_in_report_order(tmp_path: Path) -> None:
-    """Every approved effect reaches the receiver once, in order, with its awl meta."""
+def test_commit_runs_each_approved_effect_once_in_order_and_never_again(tmp_path: Path) -> None:
+    """Every approved effect reaches the receiver once, in order, with its awl meta; later
+    commits only report the recorded results."""
     setup = three(tmp_path)
-    summary = run(setup)
-    assert summary.ok  # type: ignore[attr-defined]
+    assert run(setup).ok
     lines = setup.deliveries()
     assert [line["ref"] for line in lines] == setup.refs
     assert {line["order"] for line in lines} == {setup.order_id}
@@ -92,18 +97,12 @@ def test_commit_runs_each_approved_effect_once_in_report_order(tmp_path: Path) -
     assert [line["arguments"]["to"] for line in lines] == ["cfo", "ceo", "board"]
     states = setup.states()
     assert all(states[r].state == "committed" and states[r].dispatches == 1 for r in setup.refs)
-    assert states[setup.refs[0]].result is not None
-    assert states[setup.refs[0]].result["structuredContent"]["delivered"] is True
-
-
-def test_commit_again_and_again_sends_nothing(tmp_path: Path) -> None:
-    """Once results are recorded, further commits only report them."""
-    setup = three(tmp_path)
-    run(setup)
-    for _ in range(3):
-        summary = run(setup)
-        assert summary.ok  # type: ignore[attr-defined]
-        assert not any(e.sent for e in summary.effects)  # type: ignore[attr-defined]
+    result = states[setup.refs[0]].result
+    assert result is not None and result["structuredContent"]["delivered"] is True
+    for _ in range(2):
+        again = run(setup)
+        assert again.ok and not any(e.sent for e in again.effects)
+        assert {e.reason for e in again.effects} == {"already committed before this run"}
     assert setup.counts() == {r: 1 for r in setup.refs}
 
 
@@ -111,39 +110,35 @@ def test_tampered_arguments_run_nothing_and_name_the_mismatch(tmp_path: Path) ->
     """A report whose arguments differ from the held call runs no effect at all."""
     setup = three(tmp_path, tamper={1: {"to": "ceo", "body": "something else"}})
     summary = run(setup)
-    assert not summary.ok  # type: ignore[attr-defined]
-    found = [(m.problem, m.path) for m in summary.mismatches]  # type: ignore[attr-defined]
+    assert not summary.ok
+    found = [(m.problem, m.path) for m in summary.mismatches]
     assert found == [("arguments", "/effects/1/arguments")]
     assert setup.counts() == {}
     assert {s.state for s in setup.states().values()} == {"held"}
 
 
-def test_unapproved_and_unlisted_held_calls_are_dropped(tmp_path: Path) -> None:
-    """Held calls the manager did not approve or the report does not list never run."""
-    setup = three(tmp_path, approve=[0, 2], unlisted=[(DELIVER, {"to": "press"})])
-    summary = run(setup)
-    assert summary.ok  # type: ignore[attr-defined]
-    assert setup.counts() == {setup.refs[0]: 1, setup.refs[2]: 1}
-    states = setup.states()
-    assert states[setup.refs[1]].state == "dropped"
-    assert states[setup.extra[0]].state == "dropped"
-    drops = [e for e in setup.store.events(setup.order_id) if e.action == "drop"]
-    assert len(drops) == 1 and drops[0].from_ == drops[0].to == "approved"
-    assert drops[0].data is not None
-    assert sorted(drops[0].data["refs"]) == sorted([setup.refs[1], setup.extra[0]])
-    run(setup)  # dropping again logs nothing new
-    assert len([e for e in setup.store.events(setup.order_id) if e.action == "drop"]) == 1
-
-
-def test_rework_drops_the_earlier_attempts_held_calls(tmp_path: Path) -> None:
-    """Held calls of an attempt sent back for rework are dropped, never sent."""
-    setup = make_setup(tmp_path, [(DELIVER, {"to": "cfo", "body": "v2"})],
+def test_unapproved_unlisted_and_reworked_held_calls_are_dropped(tmp_path: Path) -> None:
+    """Held calls not approved, not listed, or of a reworked attempt never run."""
+    setup = make_setup(tmp_path, [(DELIVER, {"to": "cfo"}), (DELIVER, {"to": "ceo"}),
+                                  (DELIVER, {"to": "board"})],
+                       approve=[0, 2], unlisted=[(DELIVER, {"to": "press"})],
                        rework_first=[(DELIVER, {"to": "cfo", "body": "v1"})])
     old = "receiver/deliver#1"
     summary = run(setup)
-    assert summary.ok and summary.dropped == (old,)  # type: ignore[attr-defined]
-    assert setup.counts() == {setup.refs[0]: 1}
-    assert setup.states()[old].state == "dropped"
+    assert summary.ok
+    assert setup.counts() == {setup.refs[0]: 1, setup.refs[2]: 1}
+    dropped = [old, setup.refs[1], setup.extra[0]]
+    assert sorted(summary.dropped) == sorted(dropped)
+    states = setup.states()
+    assert all(states[r].state == "dropped" for r in dropped)
+    assert states[old].error == "attempt 1 was sent back for rework"
+    assert states[setup.refs[1]].error == "the manager did not approve it"
+    assert states[setup.extra[0]].error == "the approved report does not list it"
+    drops = [e for e in setup.store.events(setup.order_id) if e.action == "drop"]
+    assert len(drops) == 1 and drops[0].from_ == drops[0].to == "approved"
+    assert drops[0].data is not None and sorted(drops[0].data["refs"]) == sorted(dropped)
+    run(setup)  # dropping again logs nothing new
+    assert len([e for e in setup.store.events(setup.order_id) if e.action == "drop"]) == 1
 
 
 def test_drop_attempt_drops_only_that_attempts_held_calls(tmp_path: Path) -> None:
@@ -160,39 +155,31 @@ def test_drop_attempt_drops_only_that_attempts_held_calls(tmp_path: Path) -> Non
     assert len(drops) == 1 and drops[0].actor == "awl:gateway"
 
 
-def test_ref_values_are_filled_from_the_referenced_result(tmp_path: Path) -> None:
-    """A $ref takes the referenced effect's recorded result at the pointer."""
+def test_ref_values_are_filled_and_dependents_of_uncommitted_effects_skipped(
+        tmp_path: Path) -> None:
+    """A $ref takes the referenced result at the pointer; one that cannot is skipped."""
     setup = make_setup(tmp_path, [
         (ISSUE, {"title": "Q3 risks"}),
         (DELIVER, {"to": "cfo", "body": {"issue": {"$ref": "receiver/create_issue#1",
                                                     "pointer": "/structuredContent/number"}}}),
-    ])
-    assert run(setup).ok  # type: ignore[attr-defined]
-    issue, mail = setup.deliveries()
-    assert mail["arguments"]["body"] == {"issue": 1}
-    assert issue["ref"] == setup.refs[0]
-
-
-def test_a_dependent_of_an_uncommitted_effect_is_skipped(tmp_path: Path) -> None:
-    """A $ref to an effect that failed or did not run skips the dependent effect."""
-    setup = make_setup(tmp_path, [
         (REJECT, {"reason": "quota"}),
-        (DELIVER, {"to": "cfo", "body": {"$ref": "receiver/reject#1",
+        (DELIVER, {"to": "ceo", "body": {"$ref": "receiver/reject#3",
                                          "pointer": "/structuredContent/number"}}),
-        (ISSUE, {"title": "x"}),
-        (DELIVER, {"to": "ceo", "body": {"$ref": "receiver/create_issue#3",
-                                         "pointer": "/structuredContent/nothing"}}),
+        (DELIVER, {"to": "board", "body": {"$ref": "receiver/create_issue#1",
+                                           "pointer": "/structuredContent/nothing"}}),
     ])
     summary = run(setup)
-    got = {e.ref: (e.state, e.reason) for e in summary.effects}  # type: ignore[attr-defined]
-    assert got[setup.refs[0]][0] == "failed"
-    assert got[setup.refs[1]] == ("skipped", "needs receiver/reject#1, which is failed, "
-                                             "not committed")
-    assert got[setup.refs[3]][0] == "skipped"
-    assert "/structuredContent/nothing" in got[setup.refs[3]][1]
-    assert setup.counts() == {setup.refs[0]: 1, setup.refs[2]: 1}
-    states, _ = fill_refs({"x": {"$ref": "a/b#9", "pointer": ""}}, {})
-    assert states == {"x": {"$ref": "a/b#9", "pointer": ""}}
+    got = {e.ref: (e.state, e.reason) for e in summary.effects}
+    assert [got[r][0] for r in setup.refs] == [
+        "committed", "committed", "failed", "skipped", "skipped"]
+    assert got[setup.refs[3]][1] == "needs receiver/reject#3, which is failed, not committed"
+    assert "/structuredContent/nothing" in got[setup.refs[4]][1]
+    assert setup.counts() == {r: 1 for r in setup.refs[:3]}
+    issue, mail, _ = setup.deliveries()
+    assert issue["ref"] == setup.refs[0]  # the receiver numbered it 1
+    assert mail["arguments"]["body"] == {"issue": 1}
+    assert fill_refs({"x": {"$ref": "a/b#9", "pointer": ""}}, {})[1] == (
+        "needs a/b#9, which is held, not committed")
 
 
 def test_a_revoked_pass_runs_nothing(tmp_path: Path) -> None:
@@ -200,7 +187,7 @@ def test_a_revoked_pass_runs_nothing(tmp_path: Path) -> None:
     setup = three(tmp_path, pass_jti="pass-1")
     setup.store.revoke("pass-1", reason="leaked", at="2030-01-01T00:00:00Z")
     summary = run(setup)
-    assert [(m.problem, m.path) for m in summary.mismatches] == [  # type: ignore[attr-defined]
+    assert [(m.problem, m.path) for m in summary.mismatches] == [
         ("pass_revoked", f"/effects/{i}") for i in range(3)]
     assert setup.counts() == {}
 
@@ -218,28 +205,13 @@ def test_an_order_that_is_not_approved_is_not_committed(tmp_path: Path) -> None:
     assert setup.store.get_lock(lock_name(other.id)) is None
 
 
-def test_an_answer_lost_to_a_receiver_crash_is_unknown_and_never_resent(tmp_path: Path) -> None:
-    """The receiver logs the delivery then dies: the effect is unknown, counted once."""
-    setup = three(tmp_path)
-    setup.control_receiver(crash_after=[setup.refs[1]])
-    summary = run(setup)
-    states = setup.states()
-    assert [states[r].state for r in setup.refs] == ["committed", "unknown", "committed"]
-    assert not summary.ok  # type: ignore[attr-defined]
-    setup.control_receiver()
-    for _ in range(2):
-        again = run(setup)
-        assert not any(e.sent for e in again.effects)  # type: ignore[attr-defined]
-    assert setup.counts() == {r: 1 for r in setup.refs}
-
-
 def test_a_receiver_that_never_answers_makes_the_effect_unknown(tmp_path: Path) -> None:
     """No answer within the timeout leaves the effect unknown; a later commit skips it."""
     setup = make_setup(tmp_path, [(DELIVER, {"to": "cfo"})], timeout=0.5)
     setup.control_receiver(hang_after="*")
     summary = run(setup)
-    assert [e.state for e in summary.effects] == ["unknown"]  # type: ignore[attr-defined]
-    assert "0.5 s" in summary.effects[0].reason  # type: ignore[attr-defined]
+    assert [e.state for e in summary.effects] == ["unknown"]
+    assert "0.5 s" in summary.effects[0].reason
     setup.control_receiver()
     run(setup)
     assert setup.counts() == {setup.refs[0]: 1}
@@ -254,7 +226,7 @@ def test_an_upstream_that_cannot_start_leaves_effects_held(tmp_path: Path) -> No
     summary = commit_sync(setup.order_id, store=setup.store, pool_or_config=broken)
     assert [e.state for e in summary.effects] == ["held"]
     assert setup.states()[setup.refs[0]].dispatches == 0
-    assert run(setup).ok  # type: ignore[attr-defined]
+    assert run(setup).ok
     assert setup.counts() == {setup.refs[0]: 1}
 
 
@@ -262,14 +234,18 @@ def test_an_upstream_that_cannot_start_leaves_effects_held(tmp_path: Path) -> No
 
 def test_only_the_manager_settles_and_only_unknown_effects(tmp_path: Path) -> None:
     """Settling is the manager's, for unknown effects, with evidence."""
-    setup = three(tmp_path)
-    make_unknown(setup, setup.refs[0])
-    run(setup)
+    setup = one(tmp_path)
     ref = setup.refs[0]
+    with pytest.raises(InvalidTransition):  # held
+        settle(setup.order_id, ref, "happened", "saw it", MANAGER, store=setup.store)
+    make_unknown(setup, ref)
+    with pytest.raises(InvalidTransition):  # dispatching: only a commit may decide it
+        settle(setup.order_id, ref, "happened", "saw it", MANAGER, store=setup.store)
+    assert run(setup).recovered == (ref,)
     with pytest.raises(Forbidden):
         settle(setup.order_id, ref, "happened", "saw it", WORKER, store=setup.store)
-    with pytest.raises(InvalidTransition):
-        settle(setup.order_id, setup.refs[1], "happened", "saw it", MANAGER, store=setup.store)
+    with pytest.raises(BadRequest):
+        settle(setup.order_id, ref, "happened", " ", MANAGER, store=setup.store)
     view = settle(setup.order_id, ref, "happened", "in the CFO's inbox", MANAGER,
                   store=setup.store)
     assert view.state == "unknown" and not view.retryable
@@ -285,7 +261,7 @@ def test_only_the_manager_settles_and_only_unknown_effects(tmp_path: Path) -> No
 
 def test_an_unsettled_unknown_effect_is_never_retried(tmp_path: Path) -> None:
     """Retry refuses an unknown effect until the manager settles it did_not_happen."""
-    setup = three(tmp_path)
+    setup = one(tmp_path)
     make_unknown(setup, setup.refs[0])
     run(setup)
     with pytest.raises(InvalidTransition, match="not settled"):
@@ -299,8 +275,8 @@ def test_an_unsettled_unknown_effect_is_never_retried(tmp_path: Path) -> None:
 
 def test_retry_sends_with_the_same_ref_and_needs_a_new_settlement_after(tmp_path: Path) -> None:
     """A did_not_happen effect is retried once with its awl/ref; the settlement is used up."""
-    setup = three(tmp_path)
-    ref = setup.refs[1]
+    setup = one(tmp_path)
+    ref = setup.refs[0]
     make_unknown(setup, ref)
     run(setup)
     settle(setup.order_id, ref, "did_not_happen", "not in the outbox", MANAGER,
@@ -308,8 +284,8 @@ def test_retry_sends_with_the_same_ref_and_needs_a_new_settlement_after(tmp_path
     outcome = retry_sync(setup.order_id, ref, MANAGER, store=setup.store,
                          pool_or_config=load_config(setup.config))
     assert outcome.state == "committed" and outcome.sent
-    line = [x for x in setup.deliveries() if x["arguments"]["to"] == "ceo"]
-    assert [(x["ref"], x["order"], x["attempt"]) for x in line] == [(ref, setup.order_id, 1)]
+    assert [(x["ref"], x["order"], x["attempt"]) for x in setup.deliveries()] == [
+        (ref, setup.order_id, 1)]
     actions = [e.action for e in setup.store.events(setup.order_id)]
     assert actions[-2:] == ["settle", "retry"]
     with pytest.raises(InvalidTransition):
@@ -339,7 +315,7 @@ def test_a_retry_that_ends_unknown_needs_settling_again(tmp_path: Path) -> None:
 
 def test_retry_rechecks_the_deadline(tmp_path: Path) -> None:
     """A retry after the order's deadline is refused and sends nothing."""
-    setup = three(tmp_path)
+    setup = one(tmp_path)
     ref = setup.refs[0]
     make_unknown(setup, ref)
     run(setup)
@@ -395,7 +371,7 @@ async def test_a_live_committer_holds_off_another_and_a_dead_one_is_taken_over(
 @pytest.mark.anyio
 async def test_a_lease_that_ran_out_is_taken_over_and_its_holder_stops(tmp_path: Path) -> None:
     """A holder whose lease expired loses the lock to the next taker and learns it."""
-    setup = three(tmp_path)
+    setup = one(tmp_path)
     first = OrderLock(setup.store, "commit:y", lease=30)
     assert first.try_acquire()
     assert first.info is not None
@@ -413,8 +389,8 @@ async def test_a_lease_that_ran_out_is_taken_over_and_its_holder_stops(tmp_path:
 def test_the_effects_commands_list_settle_and_retry(tmp_path: Path,
                                                    capfd: pytest.CaptureFixture[str]) -> None:
     """awl effects list, settle and retry work from the command line, text and JSON."""
-    setup = three(tmp_path)
-    ref = setup.refs[2]
+    setup = one(tmp_path)
+    ref = setup.refs[0]
     make_unknown(setup, ref)
     run(setup)
     home = str(setup.home)
@@ -436,5 +412,52 @@ def test_the_effects_commands_list_settle_and_retry(tmp_path: Path,
     assert "committed" in capfd.readouterr().out
     assert main(["effects", "list", setup.order_id, "--home", home, "--json"]) == 0
     listed = json.loads(capfd.readouterr().out)["effects"]
-    assert [e["state"] for e in listed] == ["committed"] * 3
-    assert setup.counts() == {r: 1 for r in setup.refs}
+    assert [e["state"] for e in listed] == ["committed"]
+    assert setup.counts() == {ref: 1}
+
+
+# --------------------------------------------------------------------------- end to end
+
+@pytest.mark.anyio
+async def test_calls_held_by_the_gateway_commit_through_awl_gateway_commit(
+        tmp_path: Path) -> None:
+    """Held through the real gateway, reported, approved, then committed by the CLI."""
+    import subprocess
+    import sys
+
+    from tests.gateway.gateway_support import MANAGER as GW_MANAGER
+    from tests.gateway.gateway_support import ROOT, connect, make_env
+
+    env = make_env(tmp_path, staged=["receiver/create_issue", "receiver/deliver"])
+    ref = {"$ref": "receiver/create_issue#1", "pointer": "/structuredContent/number"}
+    with anyio.fail_after(60):
+        async with connect(env) as (_gw, client):
+            await client.call_tool("receiver__create_issue", {"title": "Outage"})
+            await client.call_tool("receiver__deliver", {"to": "ops", "body": ref})
+            await client.call_tool("receiver__deliver", {"to": "press", "body": "no"})
+            held = await client.call_tool("awl_list_held_calls", {})
+            assert held.structured_content is not None
+            effects = held.structured_content["effects"]
+            report = await client.call_tool("awl_submit_report", {"report": {
+                "status": "done", "result": {"summary": "filed and told ops"},
+                "evidence": [{"criterion": "c1", "type": "tool_call",
+                              "ref": "receiver/create_issue#1"}],
+                "cost": {"tool_calls": 3, "usd": 0},
+                "tools_used": ["receiver/create_issue", "receiver/deliver"],
+                "effects": effects}})
+            assert not report.is_error, report.content
+    env.desk.review(env.order_id, GW_MANAGER, "approve",
+                    effects=["receiver/create_issue#1", "receiver/deliver#2"])
+    assert env.deliveries() == []
+    command = [sys.executable, "-m", "awl", "gateway", "--order", env.order_id, "--config",
+               str(env.config), "--commit", "--home", str(env.home), "--json"]
+    done = await anyio.to_thread.run_sync(lambda: subprocess.run(
+        command, capture_output=True, text=True, cwd=str(ROOT), timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)}))
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert [e["state"] for e in summary["effects"]] == ["committed", "committed"]
+    assert summary["dropped"] == ["receiver/deliver#3"]
+    got = [(d["ref"], d["arguments"]) for d in env.deliveries()]
+    assert got == [("receiver/create_issue#1", {"title": "Outage"}),
+                   ("receiver/deliver#2", {"to": "ops", "body": 1})]

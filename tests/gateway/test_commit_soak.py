@@ -1,6 +1,6 @@
 """A seeded soak: kill -9 the committer at random moments of a 20-effect commit, recover.
 
-``AWL_SOAK_RUNS`` sets the number of runs (default 6, about 20 s) and ``AWL_SOAK_SEED``
+``AWL_SOAK_RUNS`` sets the number of runs (default 5, about 20 s) and ``AWL_SOAK_SEED``
 the seed. Each run picks one way to die:
 
 - ``mark``: right after a random effect's durable ``dispatching`` mark (test hook);
@@ -28,7 +28,7 @@ from gateway._config import load_config
 from tests.gateway.commit_support import Setup, kill9, make_setup, start_committer, wait_for
 
 DELIVER = "receiver/deliver"
-RUNS = int(os.environ.get("AWL_SOAK_RUNS", "6"))
+RUNS = int(os.environ.get("AWL_SOAK_RUNS", "5"))
 SEED = int(os.environ.get("AWL_SOAK_SEED", "20261130"))
 
 

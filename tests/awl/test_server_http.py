@@ -1,0 +1,206 @@
+"""The desk MCP server over streamable HTTP on 127.0.0.1: desk tokens, identity per request,
+loopback only, tokens kept as hashes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from awl._errors import BadRequest
+from awl._sqlite import SQLiteStore
+from awl.cli import main
+from awl.server import DeskServer, issue_token, serve_desk_http, token_hash
+from tests.awl.server_support import (
+    MANAGER,
+    MODES,
+    OUTSIDER,
+    ROOT,
+    WORKER,
+    Desk,
+    order_fields,
+)
+
+_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {},
+    "clientInfo": {"name": "probe", "version": "0"}}}
+_HEADERS = {"Accept": "application/json, text/event-stream",
+            "Content-Type": "application/json"}
+
+
+@asynccontextmanager
+async def desk_over_http(store: SQLiteStore) -> AsyncIterator[str]:
+    """A desk served over HTTP on 127.0.0.1 (a free port) for the block; yields its URL."""
+    server = DeskServer(store)
+    async with anyio.create_task_group() as tg:
+        url = await tg.start(partial(serve_desk_http, server, "127.0.0.1", 0))
+        yield url
+        tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def connect(url: str, token: str, mode: str) -> AsyncIterator[Desk]:
+    """An SDK client that sends ``token`` as its Bearer token on every request."""
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"},
+                                  timeout=30) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, mode=mode) as client:  # type: ignore[arg-type]
+            yield Desk(client)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.spec("BIND-3", "SEC-1")
+async def test_each_request_acts_as_the_principal_its_token_was_issued_to(
+        tmp_path: Path, mode: str) -> None:
+    """Over HTTP the manager's and the worker's tokens make them who they are: the worker
+    sees its order, may not review it, and an order it creates is from itself."""
+    store = SQLiteStore(tmp_path / "desk.sqlite3")
+    manager_token = issue_token(store, MANAGER)
+    worker_token = issue_token(store, WORKER)
+    try:
+        with anyio.fail_after(60):
+            async with desk_over_http(store) as url, \
+                    connect(url, manager_token, mode) as m, \
+                    connect(url, worker_token, mode) as w:
+                created = await m.call("create_work_order", order=order_fields())
+                oid = created["order"]["id"]
+                assert created["order"]["from"] == MANAGER
+                listed = await w.call("list_work_orders")
+                assert [(o["id"], o["your_roles"]) for o in listed["orders"]] == [
+                    (oid, ["worker"])]
+                assert (await w.call("accept_work_order", order_id=oid))["state"] == "accepted"
+                refused = await w.refused("cancel_work_order", order_id=oid, reason="mine")
+                assert refused["code"] == "FORBIDDEN"
+                own = await w.call("create_work_order", order=order_fields(to=OUTSIDER))
+                assert own["order"]["from"] == WORKER
+                assert own["your_roles"] == ["manager", "answerer"]
+    finally:
+        store.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.spec("BIND-3", "SEC-2")
+async def test_requests_without_a_desk_token_or_from_a_foreign_host_are_refused(
+        tmp_path: Path) -> None:
+    """No token, an unknown token or another scheme get 401 before any MCP is read; a
+    request naming a non-loopback Host is refused even with a good token."""
+    store = SQLiteStore(tmp_path / "desk.sqlite3")
+    token = issue_token(store, MANAGER)
+    try:
+        with anyio.fail_after(30):
+            async with desk_over_http(store) as url, httpx2.AsyncClient(timeout=10) as http:
+                for auth in (None, "Bearer awl_not-a-token", "Bearer " + token[:-1],
+                             f"Basic {token}", "Bearer"):
+                    headers = dict(_HEADERS)
+                    if auth is not None:
+                        headers["Authorization"] = auth
+                    answer = await http.post(url, json=_INITIALIZE, headers=headers)
+                    assert answer.status_code == 401, auth
+                    assert answer.headers["WWW-Authenticate"].startswith("Bearer ")
+                    assert answer.json()["error"] == "invalid_token"
+                good = {**_HEADERS, "Authorization": f"Bearer {token}"}
+                answer = await http.post(url, json=_INITIALIZE, headers=good)
+                assert answer.status_code == 200
+                rebound = {**good, "Host": "desk.attacker.example"}
+                answer = await http.post(url, json=_INITIALIZE, headers=rebound)
+                assert answer.status_code == 421
+                with pytest.raises(Exception):  # noqa: B017 - the SDK's own error types
+                    async with connect(url, "awl_forged", "legacy"):
+                        pass
+    finally:
+        store.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.spec("SEC-2")
+async def test_a_non_loopback_address_needs_allow_remote(tmp_path: Path) -> None:
+    """Serving on an address other machines can reach is refused unless asked for."""
+    store = SQLiteStore(tmp_path / "desk.sqlite3")
+    try:
+        with anyio.fail_after(10), pytest.raises(BadRequest, match="--allow-remote"):
+            await serve_desk_http(DeskServer(store), "0.0.0.0", 0)
+        with anyio.fail_after(10), pytest.raises(BadRequest, match="without a principal"):
+            await serve_desk_http(DeskServer(store, principal=MANAGER), "127.0.0.1", 0)
+    finally:
+        store.close()
+
+
+@pytest.mark.spec("SEC-3")
+def test_the_desk_keeps_only_a_hash_of_each_token(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """`awl token issue` prints a fresh token once; the desk file holds its hash, not the
+    token, and the hash names the principal."""
+    home = str(tmp_path / "home")
+    tokens = []
+    for _ in range(2):
+        assert main(["token", "issue", WORKER, "--home", home]) == 0
+        out, err = capsys.readouterr()
+        tokens.append(out.strip())
+        assert "keeps only its hash" in err
+    assert tokens[0] != tokens[1] and all(t.startswith("awl_") for t in tokens)
+    store = SQLiteStore(tmp_path / "home" / "desk.sqlite3")
+    try:
+        assert [store.principal_for(token_hash(t)) for t in tokens] == [WORKER, WORKER]
+    finally:
+        store.close()
+    stored = b"".join(p.read_bytes() for p in (tmp_path / "home").glob("desk.sqlite3*"))
+    assert token_hash(tokens[0]).encode() in stored
+    for token in tokens:
+        assert token.encode() not in stored
+        assert token[4:].encode() not in stored
+    assert main(["token", "issue", "awl:desk", "--home", home]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "reserved" in err
+
+
+@pytest.mark.anyio
+@pytest.mark.spec("BIND-3")
+async def test_awl_serve_http_announces_its_address_and_serves_token_holders(
+        tmp_path: Path) -> None:
+    """`awl serve --http 127.0.0.1:0` prints where it listens on stderr and serves a client
+    holding a desk token as that token's principal."""
+    home = tmp_path / "home"
+    home.mkdir()
+    store = SQLiteStore(home / "desk.sqlite3")
+    token = issue_token(store, WORKER)
+    store.close()
+    env = {"PYTHONPATH": str(ROOT), "PATH": os.environ.get("PATH", "")}
+    command = [sys.executable, "-m", "awl", "serve", "--http", "127.0.0.1:0",
+               "--home", str(home)]
+    with anyio.fail_after(60):
+        async with await anyio.open_process(command, env=env, cwd=str(home),
+                                            stderr=subprocess.PIPE) as process:
+            assert process.stderr is not None
+            stderr = BufferedByteReceiveStream(process.stderr)
+            announced = (await stderr.receive_until(b"\n", 4096)).decode()
+            assert announced.startswith("awl serve: serving the desk on http://127.0.0.1:")
+            url = announced.split(" on ", 1)[1].split(";", 1)[0]
+            try:
+                async with connect(url, token, "legacy") as w:
+                    listed = await w.call("list_work_orders")
+                    assert listed == {"role": "any", "orders": [], "count": 0}
+                    track = await w.call("get_track_record")
+                    assert track["worker"] == WORKER
+            finally:
+                process.terminate()
+            # uvicorn shuts down in order, then lets the signal end the process as usual.
+            assert await process.wait() == -signal.SIGTERM
+            rest = bytearray(stderr.buffer)
+            with contextlib.suppress(anyio.EndOfStream):
+                while True:
+                    rest += await stderr.receive()
+            assert b"Traceback" not in rest

@@ -14,8 +14,10 @@ contact of the order or of an order it was split from.
 
 After a write that ends an attempt or the order, the server also does what the end calls
 for, so nothing stays runnable that should not: a rework drops the held calls of the
-attempt it ends, an order that ends unapproved drops all its held calls (CM-4), and an
-order that ends in any way revokes its Delegation Passes (DP-8).
+attempt it ends, and an order that ends unapproved drops all its held calls (CM-4) and
+revokes its Delegation Passes (DP-8). An approved order keeps its passes for now: the
+commit path refuses effects held under a revoked pass, whatever the revocation's reason,
+so revoking them at approval would block the very effects the manager approved.
 """
 
 from __future__ import annotations
@@ -281,7 +283,7 @@ class DeskServer:
     async def _written(self, view: OrderView, actor: str, *,
                        ended_attempt: int | None = None) -> tuple[Data, str]:
         """The answer to a write, after tidying what the write ended."""
-        if ended_attempt is not None or view.state in TERMINAL:
+        if ended_attempt is not None or (view.state in TERMINAL and view.state != "approved"):
             await anyio.to_thread.run_sync(self._tidy, view, ended_attempt)
             view = await self.desk.get(view.id)
         return _view(view, actor), f"order {view.id} is {view.state} (event {view.seq})"
@@ -294,13 +296,12 @@ class DeskServer:
         try:
             if ended_attempt is not None:
                 drop_attempt(order_id, ended_attempt, store=self.store, desk=self.desk.desk)
-            if view.state in TERMINAL:
-                if view.state != "approved":
-                    attempts = sorted({c.attempt for c in self.store.calls(order_id)
-                                       if c.outcome == "held"})
-                    for attempt in attempts:
-                        drop_attempt(order_id, attempt, store=self.store, desk=self.desk.desk,
-                                     reason=f"the order was {view.state}")
+            if view.state in TERMINAL and view.state != "approved":
+                attempts = sorted({c.attempt for c in self.store.calls(order_id)
+                                   if c.outcome == "held"})
+                for attempt in attempts:
+                    drop_attempt(order_id, attempt, store=self.store, desk=self.desk.desk,
+                                 reason=f"the order was {view.state}")
                 revoke_order_passes(self.store, order_id, reason=f"order {view.state}")
         except AWLError as exc:
             # The write itself succeeded; the commit path drops again before running anything.

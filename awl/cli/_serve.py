@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from functools import partial
 from typing import Any
 
 import anyio
@@ -84,10 +83,17 @@ def _serve(args: argparse.Namespace) -> int:
 async def _serve_http(server: Any, address: tuple[str, int], allow_remote: bool) -> None:
     from awl.server import serve_desk_http
 
-    async with anyio.create_task_group() as tg:
-        url = await tg.start(partial(serve_desk_http, server, address[0], address[1],
-                                     allow_remote=allow_remote))
-        print(f"awl serve: serving the desk on {url}; each request sends "
+    # No task group here: an error before listening (a taken port) must reach the CLI as
+    # itself, one line, not wrapped in an exception group.
+    await serve_desk_http(server, address[0], address[1], allow_remote=allow_remote,
+                          task_status=_Announce())
+
+
+class _Announce:
+    """Says on stderr where the desk listens, once it does."""
+
+    def started(self, value: str | None = None) -> None:
+        print(f"awl serve: serving the desk on {value}; each request sends "
               "'Authorization: Bearer <desk token>'", file=sys.stderr, flush=True)
 
 

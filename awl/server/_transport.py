@@ -221,20 +221,24 @@ async def serve_http(
         finally:
             stopped.set()
 
+    started = False
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(run)
             while not http.started and not stopped.is_set():
                 await anyio.sleep(0.01)
-            if not http.started:
-                raise BadRequest(f"the HTTP server on {url} failed to start; see the log above")
-            log.info("serving MCP on %s", url)
-            task_status.started(url)
-            try:
-                await stopped.wait()
-            finally:
-                http.should_exit = True
-                with anyio.CancelScope(shield=True):
+            started = http.started
+            if started:
+                log.info("serving MCP on %s", url)
+                task_status.started(url)
+                try:
                     await stopped.wait()
+                finally:
+                    http.should_exit = True
+                    with anyio.CancelScope(shield=True):
+                        await stopped.wait()
     finally:
         sock.close()
+    if not started:
+        # Raised outside the task group, so callers get this error and not a group.
+        raise BadRequest(f"the HTTP server for {url} failed to start; see the log above")

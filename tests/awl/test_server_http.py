@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -137,6 +138,20 @@ async def test_a_non_loopback_address_needs_allow_remote(tmp_path: Path) -> None
             await serve_desk_http(DeskServer(store, principal=MANAGER), "127.0.0.1", 0)
     finally:
         store.close()
+
+
+@pytest.mark.spec("SEC-4")
+def test_a_taken_port_is_one_clear_line(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """`awl serve --http` on a port already in use says so in one line and exits 1."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["serve", "--http", f"127.0.0.1:{port}", "--home", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "")
+    assert err.count("\n") == 1 and f"cannot listen on 127.0.0.1:{port}" in err
 
 
 @pytest.mark.spec("SEC-3")

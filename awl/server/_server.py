@@ -47,7 +47,7 @@ from awl._errors import (
     ValidationFailed,
 )
 from awl._lifecycle import TABLE, TERMINAL
-from awl._models import WorkOrder, parse_time
+from awl._models import Event, WorkOrder, parse_time
 from awl._passes import KeyStore, issue_recorded_pass, revoke_order_passes, unverified_claims
 from awl._store import Store
 from awl.server._tokens import check_principal, principal_for_token
@@ -66,6 +66,10 @@ log = logging.getLogger("awl.server")
 
 WAIT_LIMIT = 55.0
 """The longest ``wait_for_update`` holds a request, in seconds (BIND-2)."""
+POLL_FIRST = 0.02
+"""The first pause between store reads while waiting for news, in seconds."""
+POLL_LIMIT = 0.25
+"""The longest pause between store reads while waiting for news, in seconds."""
 
 _MAX_ANCESTORS = 16
 _MAX_FINDINGS_IN_TEXT = 20
@@ -206,6 +210,7 @@ class DeskServer:
         }
         assert tuple(self._handlers) == TOOL_NAMES, "every published tool has a handler"
         self._tools = [spec.tool() for spec in TOOLS]
+        self._changed = anyio.Event()
         schemas = {spec.name: spec.input_schema for spec in TOOLS}
         from awl import __version__
 
@@ -259,6 +264,10 @@ class DeskServer:
             return tool_error(exc)
         except Exception as exc:  # a bug must reach the model as an error, not kill the server
             return _internal_error(name, exc)
+        finally:
+            # Reads may write too (an order found past its deadline expires), so every call
+            # wakes the waiters; a needless wake-up costs one store read.
+            self._notify()
         text = f"{summary}\n{json.dumps(data, ensure_ascii=False)}"
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
                                     structured_content=data)
@@ -398,7 +407,7 @@ class DeskServer:
         after = args.get("after_seq", 0)
         await self._visible(order_id, actor)
         timeout = min(float(args.get("timeout_seconds", 25)), WAIT_LIMIT)
-        events = await self.desk.wait(order_id, after, timeout=timeout)
+        events = await self._events_after(order_id, after, timeout)
         view = await self.desk.get(order_id)
         if events and view.state in TERMINAL and view.state != "approved":
             await anyio.to_thread.run_sync(self._tidy, view, None)  # e.g. it expired
@@ -407,6 +416,34 @@ class DeskServer:
         summary = (f"{len(events)} new event(s); order {order_id} is {view.state}" if events
                    else f"no news after event {after} within {timeout:g} s")
         return data, summary
+
+    async def _events_after(self, order_id: str, after: int, timeout: float) -> list[Event]:
+        """The order's events after ``after``, waiting up to ``timeout`` s for the first.
+
+        Writes through this server wake the wait at once; writes by other processes (the
+        other side's ``awl serve``, a gateway, the CLI) are found by polling the store with
+        a pause that grows to :data:`POLL_LIMIT`. No thread is held while waiting.
+        """
+        pause = POLL_FIRST
+        with anyio.move_on_after(timeout):
+            while True:
+                changed = self._changed  # taken before reading, so no wake-up is lost
+                view = await self.desk.get(order_id)
+                if view.seq > after:
+                    return await self.desk.events(order_id, after)
+                nap = pause
+                if view.active:  # wake at the deadline, when reading expires the order
+                    left = (parse_time(view.order.deadline) - self.desk.desk.now())
+                    nap = min(nap, max(left.total_seconds(), 0.0) + 0.001)
+                with anyio.move_on_after(nap):
+                    await changed.wait()
+                pause = min(pause * 2, POLL_LIMIT)
+        return []
+
+    def _notify(self) -> None:
+        """Wake every ``wait_for_update`` of this server: something was written."""
+        self._changed.set()
+        self._changed = anyio.Event()
 
     async def _issue_pass(self, actor: str, args: Data) -> tuple[Data, str]:
         if self.keys is None:

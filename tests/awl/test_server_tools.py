@@ -224,6 +224,44 @@ async def test_waiting_for_news_that_never_comes_times_out_empty() -> None:
                             "events": [], "timed_out": True}
 
 
+class _Counting(MemoryStore):
+    """A store that counts how often an order is read."""
+
+    loads = 0
+
+    def load(self, order_id: str) -> OrderRecord:
+        self.loads += 1
+        return super().load(order_id)
+
+
+@pytest.mark.anyio
+@pytest.mark.spec("BIND-2")
+async def test_a_long_poll_sleeps_between_reads_and_wakes_on_a_write() -> None:
+    """A waiting wait_for_update reads the store a few times a second, not in a busy loop,
+    and returns with the news once a write lands."""
+    store = _Counting()
+    server = DeskServer(store, principal=MANAGER)
+    with anyio.fail_after(20):
+        async with Client(server.server) as client:
+            m = Desk(client)
+            oid = (await m.call("create_work_order", order=order_fields()))["order"]["id"]
+            before = store.loads
+            quiet = await m.call("wait_for_update", order_id=oid, after_seq=1,
+                                 timeout_seconds=0.6)
+            assert quiet["timed_out"] and store.loads - before < 15
+            news: dict[str, Any] = {}
+
+            async def wait() -> None:
+                news.update(await m.call("wait_for_update", order_id=oid, after_seq=1,
+                                         timeout_seconds=55))
+
+            with anyio.fail_after(5):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(wait)
+                    await m.call("cancel_work_order", order_id=oid, reason="changed my mind")
+            assert [e["action"] for e in news["events"]] == ["cancel"]
+
+
 class _Racing(MemoryStore):
     """A store where another writer always got there first."""
 

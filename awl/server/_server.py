@@ -37,16 +37,18 @@ from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 
+from awl import __version__
 from awl._desk import AsyncDesk, Desk, OrderView
 from awl._errors import (
     AWLError,
     BadRequest,
     Forbidden,
     InvalidTransition,
+    NotFound,
     PassError,
     ValidationFailed,
 )
-from awl._lifecycle import TABLE, TERMINAL
+from awl._lifecycle import DESK_ACTOR, TABLE, TERMINAL
 from awl._models import Event, WorkOrder, parse_time
 from awl._passes import KeyStore, issue_recorded_pass, revoke_order_passes, unverified_claims
 from awl._store import Store
@@ -101,8 +103,8 @@ def tool_error(exc: AWLError) -> types.CallToolResult:
 
 def _internal_error(name: str, exc: Exception) -> types.CallToolResult:
     log.exception("tool %s failed unexpectedly", name)
-    message = (f"the desk failed unexpectedly ({type(exc).__name__}); nothing is known to be "
-               "written: read the order again before retrying")
+    message = (f"the desk failed unexpectedly ({type(exc).__name__}); the operation may or "
+               "may not have been written: read the order again before retrying")
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=f"INTERNAL: {message}")],
         structured_content={"code": "INTERNAL", "message": message}, is_error=True)
@@ -212,8 +214,6 @@ class DeskServer:
         self._tools = [spec.tool() for spec in TOOLS]
         self._changed = anyio.Event()
         schemas = {spec.name: spec.input_schema for spec in TOOLS}
-        from awl import __version__
-
         self.server: Server[Any] = Server(
             "awl-desk", version=__version__, title="AWL work-order desk",
             instructions=INSTRUCTIONS, on_list_tools=self._on_list_tools,
@@ -284,7 +284,10 @@ class DeskServer:
             if _roles(current.order, actor):
                 return view
             parent = current.order.parent_id
-            current = await self.desk.get(parent) if parent else None
+            try:
+                current = await self.desk.get(parent) if parent else None
+            except NotFound:
+                current = None
         raise Forbidden(f"{actor} is not part of order {order_id!r}: only its manager, worker "
                         "and escalation contact (and those of the orders it was split from) "
                         "may read it", actor=actor, action="read")
@@ -304,13 +307,14 @@ class DeskServer:
         order_id = view.id
         try:
             if ended_attempt is not None:
-                drop_attempt(order_id, ended_attempt, store=self.store, desk=self.desk.desk)
+                drop_attempt(order_id, ended_attempt, store=self.store, desk=self.desk.desk,
+                             actor=DESK_ACTOR)
             if view.state in TERMINAL and view.state != "approved":
                 attempts = sorted({c.attempt for c in self.store.calls(order_id)
                                    if c.outcome == "held"})
                 for attempt in attempts:
                     drop_attempt(order_id, attempt, store=self.store, desk=self.desk.desk,
-                                 reason=f"the order was {view.state}")
+                                 reason=f"the order was {view.state}", actor=DESK_ACTOR)
                 revoke_order_passes(self.store, order_id, reason=f"order {view.state}")
         except AWLError as exc:
             # The write itself succeeded; the commit path drops again before running anything.

@@ -191,6 +191,8 @@ async def _course(m: Desk, w: Desk, store: SQLiteStore) -> None:
     assert settled["effect"]["retryable"] is True
 
     full = await w.call("get_work_order", order_id=oid, include_events=True)
+    drop = next(e for e in full["events"] if e["action"] == "drop")
+    assert (drop["actor"], drop["data"]["refs"]) == ("awl:desk", [first.ref])
     assert [e["action"] for e in full["events"]] == [
         "create", "accept", "start", "progress", "report", "answer", "report", "rework",
         "drop", "report", "approve", "settle"]

@@ -96,15 +96,10 @@ def _ref(name: str) -> dict[str, Any]:
     return {"$ref": f"#/$defs/{name}"}
 
 
-def _object(properties: Mapping[str, Any], required: Iterable[str] = (), *,
-            closed: bool = True, description: str | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": "object", "properties": dict(properties),
-                           "required": list(required)}
-    if closed:
-        out["additionalProperties"] = False
-    if description is not None:
-        out["description"] = description
-    return out
+def _object(properties: Mapping[str, Any], required: Iterable[str] = ()) -> dict[str, Any]:
+    """A closed object: members other than ``properties`` are refused."""
+    return {"type": "object", "properties": dict(properties), "required": list(required),
+            "additionalProperties": False}
 
 
 def _with_defs(schema: dict[str, Any], *defs: Mapping[str, Any]) -> dict[str, Any]:

@@ -408,7 +408,8 @@ class Gateway:
             error = f"{AWL_UPSTREAM_ERROR}: the call to {canonical} failed: {exc}"[:1000]
             answer = _text_result(error, error=True)
         await self._finish(record, outcome, result, error)
-        return answer
+        # The worker cites this ref as evidence; the answer is its only way to learn it.
+        return answer.model_copy(update={"meta": {**(answer.meta or {}), META_REF: record.ref}})
 
     async def _finish(self, record: CallRecord, outcome: str, result: dict[str, Any] | None,
                       error: str | None) -> None:
@@ -527,5 +528,6 @@ class Gateway:
                          "for a value from its future result."),
             ],
             structured_content={"pending": record.ref, "status": "held"},
+            meta={META_REF: record.ref},
         )
         return _Admission(decision, held, answer)

@@ -192,3 +192,19 @@ async def test_desk_tools_act_as_the_worker_and_cost_nothing(tmp_path: Path) -> 
 
 def _tool_names(result: types.ListToolsResult) -> set[str]:
     return {t.name for t in result.tools}
+
+
+async def test_every_recorded_call_answers_with_its_ref(tmp_path: Path) -> None:
+    """A forwarded, failed or held call's answer names its call ref in _meta awl/ref."""
+    env = make_env(tmp_path)
+    with anyio.fail_after(60):
+        async with connect(env) as (_gw, client):
+            found = await client.call_tool("notes__search_notes", {"query": "offsite"})
+            missing = await client.call_tool("notes__get_note", {"id": "n404"})
+            held = await client.call_tool(
+                "notes__send_email", {"to": "a@example.com", "subject": "s", "body": "b"})
+    assert not found.is_error and missing.is_error and not held.is_error
+    assert [(r.meta or {}).get("awl/ref") for r in (found, missing, held)] == [
+        "notes/search_notes#1", "notes/get_note#2", "notes/send_email#3"]
+    assert [c.ref for c in env.calls()] == [
+        "notes/search_notes#1", "notes/get_note#2", "notes/send_email#3"]

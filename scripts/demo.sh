@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The main job, end to end: makes sure the project is installed in .venv (with
+# scripts/dev-install.sh), then runs examples/demo.py with any arguments given (e.g.
+# --home DIR). The demo itself needs no network and no API keys; it leaves its desk in
+# ./demo-desk/ under the folder you run this from.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PY=${PYTHON:-python3}
+STAMP="$ROOT/.venv/.demo-installed"
+# Install on the first run, and again whenever pyproject.toml changed since (the install is
+# editable, so code changes need none). AWL_DEMO_INSTALL=1 forces it.
+if [ "${AWL_DEMO_INSTALL:-}" = 1 ] || [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] \
+    || ! "$ROOT/.venv/bin/python" -c 'import awl, gateway, mcp' 2>/dev/null; then
+  if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    echo "demo: needs Python 3.11 or newer; $PY is not (set PYTHON=/path/to/python3.11)" >&2
+    exit 1
+  fi
+  echo "demo: installing the project into .venv (the first time takes a minute) ..." >&2
+  PYTHON="$PY" bash "$ROOT/scripts/dev-install.sh"
+  touch "$STAMP"
+fi
+exec "$ROOT/.venv/bin/python" "$ROOT/examples/demo.py" "$@"

@@ -25,6 +25,7 @@ from awl._store import (
     LockInfo,
     OrderRecord,
     PassRecord,
+    Revocation,
     Scope,
     Settlement,
     Usage,
@@ -282,7 +283,7 @@ class MemoryStore:
         self._lock = threading.Lock()
         self._orders: dict[str, _Order] = {}
         self._locks: dict[str, LockInfo] = {}
-        self._revoked: dict[str, str] = {}
+        self._revoked: dict[str, Revocation] = {}
         self._tokens: dict[str, str] = {}
         self._passes: dict[str, PassRecord] = {}
 
@@ -511,12 +512,17 @@ class MemoryStore:
 
     # Passes and tokens -------------------------------------------------------------------
     def revoke(self, jti: str, *, reason: str, at: str) -> None:
-        """Record that a pass is revoked (idempotent: the first reason is kept)."""
+        """Record that a pass is revoked (idempotent: the first reason and time are kept)."""
         with self._lock:
-            self._revoked.setdefault(jti, reason)
+            self._revoked.setdefault(jti, Revocation(reason=reason, at=at))
 
     def revoked(self) -> dict[str, str]:
         """Every revoked jti with its reason."""
+        with self._lock:
+            return {jti: r.reason for jti, r in self._revoked.items()}
+
+    def revocations(self) -> dict[str, Revocation]:
+        """Every revoked jti with its reason and time."""
         with self._lock:
             return dict(self._revoked)
 

@@ -55,6 +55,7 @@ from awl._store import (
     LockInfo,
     OrderRecord,
     PassRecord,
+    Revocation,
     Scope,
     Settlement,
     Usage,
@@ -677,7 +678,7 @@ class SQLiteStore:
 
     # Passes and tokens -------------------------------------------------------------------
     def revoke(self, jti: str, *, reason: str, at: str) -> None:
-        """Record that a pass is revoked (idempotent: the first reason is kept)."""
+        """Record that a pass is revoked (idempotent: the first reason and time are kept)."""
         with self._write() as conn:
             conn.execute(
                 "INSERT INTO revocations (jti, reason, at) VALUES (?, ?, ?)"
@@ -688,6 +689,12 @@ class SQLiteStore:
         """Every revoked jti with its reason."""
         with self._read() as conn:
             return dict(conn.execute("SELECT jti, reason FROM revocations").fetchall())
+
+    def revocations(self) -> dict[str, Revocation]:
+        """Every revoked jti with its reason and time."""
+        with self._read() as conn:
+            rows = conn.execute("SELECT jti, reason, at FROM revocations").fetchall()
+        return {jti: Revocation(reason=reason, at=at) for jti, reason, at in rows}
 
     def save_pass(self, record: PassRecord) -> None:
         """Remember an issued pass (saving a jti again replaces its record)."""

@@ -98,6 +98,15 @@ class PassRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class Revocation:
+    """Why and when a pass was revoked (the first revocation of its jti)."""
+
+    reason: str
+    at: str
+    """RFC 3339 time of the revocation: calls made under the pass before it stay valid."""
+
+
+@dataclass(frozen=True, slots=True)
 class LockInfo:
     """Who holds a named lock, and until when."""
 
@@ -270,11 +279,17 @@ class Store(Protocol):
 
     # Passes and tokens -------------------------------------------------------------------
     def revoke(self, jti: str, *, reason: str, at: str) -> None:
-        """Record that a pass is revoked (idempotent: the first reason is kept)."""
+        """Record that a pass is revoked at ``at`` (idempotent: the first reason and time
+        are kept)."""
         ...
 
     def revoked(self) -> dict[str, str]:
-        """Every revoked jti with its reason."""
+        """Every revoked jti with its reason (what :func:`awl.verify_pass` needs)."""
+        ...
+
+    def revocations(self) -> dict[str, Revocation]:
+        """Every revoked jti with its reason and time (what the commit path needs: an effect
+        held before its pass was revoked may still run)."""
         ...
 
     def save_pass(self, record: PassRecord) -> None:

@@ -42,9 +42,10 @@ Checks before anything runs. The latest report's effects are compared with the c
 each ref must name a call of this order, of the report's attempt (the latest), recorded
 with outcome ``held``, with the same tool and exactly the same arguments (JSON equality).
 Then authority is checked again: the order is ``approved``, each approved effect's tool is
-still allowed and staged by the order, and the Delegation Pass it was held under has not
-been revoked (the store keeps no revocation time we could compare with the hold, so any
-revocation counts). Any problem runs **nothing** and is named in
+still allowed and staged by the order, and the Delegation Pass it was held under was valid
+when the call was held: neither it nor a pass it derives from had been revoked by then. A
+revocation after the hold does not count, since every pass is revoked when its order ends,
+approval included (DP-8). Any problem runs **nothing** and is named in
 :attr:`CommitSummary.mismatches`. Held calls the approved report does not list, the
 manager did not approve, or that belong to an earlier attempt are ``dropped`` and a
 ``drop`` event is logged.
@@ -65,7 +66,8 @@ Settlement. :func:`settle` lets the order's manager record what they found out a
 event. A settlement stays valid until the effect is dispatched again (the event records
 the effect's dispatch count). :func:`retry` sends an effect whose valid settlement says
 ``did_not_happen``, after checking the order's authority again (approved, deadline not
-passed, tool allowed and staged, pass not revoked), under the same write-ahead rules.
+passed, tool allowed and staged, pass not revoked before the hold), under the same
+write-ahead rules.
 
 Test hook: when the environment sets ``AWL_TEST_PAUSE_AFTER_DISPATCHING`` to a path, the
 committer writes that file (holding the ref) right after a ``dispatching`` mark is durable
@@ -96,7 +98,7 @@ from awl._desk import Desk
 from awl._errors import BadRequest, Conflict, Forbidden, InvalidTransition, NotFound
 from awl._models import CallRecord, Event, WorkOrder, WorkReport, parse_time
 from awl._patterns import matches_any, parse_ref
-from awl._store import EffectState, OrderRecord, Settlement, Store
+from awl._store import EffectState, OrderRecord, Revocation, Settlement, Store
 from gateway._lock import DEFAULT_LEASE, LockLost, OrderLock
 from gateway._policy import allowed
 from gateway._staging import Placeholder, placeholders
@@ -466,6 +468,46 @@ async def _open_pool(source: UpstreamSource, stack: AsyncExitStack) -> Upstreams
 
 # --------------------------------------------------------------------------- the plan
 
+def _later(at: str, than: str) -> bool:
+    """Whether time ``at`` is after ``than``; an unreadable time is taken as not later."""
+    try:
+        return parse_time(at) > parse_time(than)
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class _Revocations:
+    """The desk's revocations and the order's pass lineage, to tell whether a held call's
+    pass was valid when the call was held."""
+
+    revocations: Mapping[str, Revocation]
+    parents: Mapping[str, str | None]
+
+    @classmethod
+    def of(cls, store: Store, order_id: str) -> _Revocations:
+        return cls(store.revocations(),
+                   {p.jti: p.parent_jti for p in store.passes(order_id)})
+
+    def problem(self, call: CallRecord) -> str | None:
+        """Why the call's pass was not valid when it was held, or None when it was.
+
+        A link of the chain revoked after the call started does not count: every pass is
+        revoked when its order ends (approval included), and the call was made with
+        authority in force. One revoked at the same moment or before does.
+        """
+        jti, seen = call.pass_jti, set()
+        while jti is not None and jti not in seen:
+            seen.add(jti)
+            found = self.revocations.get(jti)
+            if found is not None and not _later(found.at, call.started_at):
+                via = "" if jti == call.pass_jti else f", derived from pass {jti}"
+                return (f"pass {call.pass_jti}{via}, which was revoked at {found.at} "
+                        f"({found.reason}), before the call at {call.started_at}")
+            jti = self.parents.get(jti)
+        return None
+
+
 @dataclass
 class _Plan:
     record: OrderRecord
@@ -476,7 +518,7 @@ class _Plan:
     mismatches: list[Mismatch] = field(default_factory=list)
 
 
-def _precheck(record: OrderRecord, calls: Sequence[CallRecord], revoked: Mapping[str, str],
+def _precheck(record: OrderRecord, calls: Sequence[CallRecord], revoked: _Revocations,
               ) -> _Plan:
     """Compare the approved report with the call log and recheck authority."""
     order = record.order
@@ -560,10 +602,9 @@ def _precheck(record: OrderRecord, calls: Sequence[CallRecord], revoked: Mapping
         if not matches_any(order.staged, call.tool):
             bad(Mismatch(ref, f"{where}/tool", "not_staged",
                          f"order {order.id} does not stage {call.tool}"))
-        if call.pass_jti is not None and call.pass_jti in revoked:
-            bad(Mismatch(ref, where, "pass_revoked",
-                         f"{ref} was held under pass {call.pass_jti}, which is revoked "
-                         f"({revoked[call.pass_jti]})"))
+        problem = revoked.problem(call)
+        if problem is not None:
+            bad(Mismatch(ref, where, "pass_revoked", f"{ref} was held under {problem}"))
         plan.approved.append(call)
     chosen_set = set(chosen)
     for call in calls:
@@ -826,7 +867,7 @@ async def commit(
                 f"cannot commit order {order_id!r}: it is {record.state}; only an approved "
                 "order's effects run", state=record.state, action="commit")
         calls = store.calls(order_id)
-        plan = _precheck(record, calls, store.revoked())
+        plan = _precheck(record, calls, _Revocations.of(store, order_id))
         took_over = None if lock.took_over is None else (
             f"pid {lock.took_over.pid} on {lock.took_over.host}")
         if plan.mismatches:
@@ -1016,7 +1057,8 @@ async def retry(
     """Send again an ``unknown`` effect the manager settled as ``did_not_happen``.
 
     Authority is checked as it is now: the order is approved, its deadline has not passed,
-    the tool is still allowed and staged, and the pass it was held under is not revoked.
+    and the tool is still allowed and staged; and the pass it was held under was valid when
+    it was held (the revocation at the order's end comes later and does not count).
     The call carries the same ``awl/ref``, ``awl/order`` and ``awl/attempt`` as before, and
     follows the same write-ahead rules (it can end ``unknown`` again, needing a new
     settlement). A ``retry`` event is logged before the send.
@@ -1057,7 +1099,7 @@ async def retry(
             raise InvalidTransition(
                 f"effect {call.ref} was settled as happened by {settlement.by}; it can "
                 "never be sent again", state="unknown", action="retry")
-        _check_authority(record, call, store.revoked(), clock())
+        _check_authority(record, call, _Revocations.of(store, order_id), clock())
         arguments, problem = fill_refs(dict(call.arguments), committer.states)
         if problem is not None:
             raise InvalidTransition(f"cannot retry {call.ref}: it {problem}",
@@ -1072,7 +1114,7 @@ async def retry(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _check_authority(record: OrderRecord, call: CallRecord, revoked: Mapping[str, str],
+def _check_authority(record: OrderRecord, call: CallRecord, revoked: _Revocations,
                      moment: datetime) -> None:
     order = record.order
     problems: list[str] = []
@@ -1084,8 +1126,9 @@ def _check_authority(record: OrderRecord, call: CallRecord, revoked: Mapping[str
         problems.append(f"the order does not allow {call.tool}")
     if not matches_any(order.staged, call.tool):
         problems.append(f"the order does not stage {call.tool}")
-    if call.pass_jti is not None and call.pass_jti in revoked:
-        problems.append(f"pass {call.pass_jti} it was held under is revoked")
+    problem = revoked.problem(call)
+    if problem is not None:
+        problems.append(f"it was held under {problem}")
     if problems:
         raise InvalidTransition(f"cannot retry {call.ref}: " + "; ".join(problems),
                                 state=record.state, action="retry")

@@ -12,7 +12,7 @@ import pytest
 from awl._errors import BadRequest, Conflict, NotFound
 from awl._memory import MemoryStore
 from awl._models import Event, Review, WorkOrder, WorkReport
-from awl._store import LockInfo, PassRecord, Scope, Settlement, Store
+from awl._store import LockInfo, PassRecord, Revocation, Scope, Settlement, Store
 
 T0 = "2030-01-01T00:00:00Z"
 
@@ -484,13 +484,19 @@ def test_lock_is_exclusive_and_taken_over_only_exactly(store: Store) -> None:
         store.acquire_lock(first, replace=dataclasses.replace(third, name="other"))
 
 
+@pytest.mark.spec("DP-8")
 def test_revocations_and_tokens(store: Store) -> None:
-    """Revocations are idempotent and tokens map back to their principal."""
+    """Revocations keep their first reason and time, and tokens map back to their principal."""
     assert store.revoked() == {}
+    assert store.revocations() == {}
     store.revoke("j1", reason="lost", at=T0)
-    store.revoke("j1", reason="again", at=T0)
-    store.revoke("j2", reason="done", at=T0)
+    store.revoke("j1", reason="again", at="2030-01-05T00:00:00Z")
+    store.revoke("j2", reason="done", at="2030-01-02T10:30:00.125Z")
     assert store.revoked() == {"j1": "lost", "j2": "done"}
+    assert store.revocations() == {
+        "j1": Revocation(reason="lost", at=T0),
+        "j2": Revocation(reason="done", at="2030-01-02T10:30:00.125Z"),
+    }
     assert store.principal_for("h") is None
     store.save_token("h", "human:m", created_at=T0)
     assert store.principal_for("h") == "human:m"

@@ -9,12 +9,15 @@ import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
+from awl._desk import format_time
 from awl._errors import BadRequest, Conflict, Forbidden, InvalidTransition
-from awl._store import LockInfo
+from awl._models import parse_time
+from awl._store import LockInfo, PassRecord
 from awl.cli import main
 from gateway._commit import (
     CommitSummary,
@@ -43,14 +46,14 @@ def run(setup: Setup) -> CommitSummary:
                        pool_or_config=load_config(setup.config))
 
 
-def three(tmp_path: Path, **kwargs: object) -> Setup:
+def three(tmp_path: Path, **kwargs: Any) -> Setup:
     return make_setup(tmp_path, [(DELIVER, {"to": "cfo", "body": "q3"}),
                                  (DELIVER, {"to": "ceo", "body": "q3"}),
                                  (DELIVER, {"to": "board", "body": "q3"})], **kwargs)
 
 
-def one(tmp_path: Path) -> Setup:
-    return make_setup(tmp_path, [(DELIVER, {"to": "cfo", "body": "q3"})])
+def one(tmp_path: Path, **kwargs: Any) -> Setup:
+    return make_setup(tmp_path, [(DELIVER, {"to": "cfo", "body": "q3"})], **kwargs)
 
 
 def make_unknown(setup: Setup, ref: str) -> None:
@@ -182,14 +185,64 @@ def test_ref_values_are_filled_and_dependents_of_uncommitted_effects_skipped(
         "needs a/b#9, which is held, not committed")
 
 
-def test_a_revoked_pass_runs_nothing(tmp_path: Path) -> None:
-    """Effects held under a pass that is now revoked are refused before anything runs."""
-    setup = three(tmp_path, pass_jti="pass-1")
-    setup.store.revoke("pass-1", reason="leaked", at="2030-01-01T00:00:00Z")
+def _after_the_holds(setup: Setup) -> str:
+    """A moment just after the latest held call of the order started."""
+    latest = max(parse_time(c.started_at) for c in setup.store.calls(setup.order_id))
+    return format_time(latest + timedelta(milliseconds=1))
+
+
+@pytest.mark.spec("CM-3")
+def test_a_pass_revoked_before_the_hold_runs_nothing(tmp_path: Path) -> None:
+    """Effects held under a pass, or under one derived from a pass, that was already revoked
+    when they were held are refused before anything runs."""
+    setup = three(tmp_path / "own", pass_jti="pass-1")
+    setup.store.revoke("pass-1", reason="leaked", at="2000-01-01T00:00:00Z")
     summary = run(setup)
     assert [(m.problem, m.path) for m in summary.mismatches] == [
         ("pass_revoked", f"/effects/{i}") for i in range(3)]
     assert setup.counts() == {}
+    derived = one(tmp_path / "parent", pass_jti="pass-2")
+    derived.store.save_pass(PassRecord(jti="pass-2", order_id=derived.order_id,
+                                       parent_jti="pass-1", subject=WORKER, exp=2**31,
+                                       issued_at="2000-01-01T00:00:00Z"))
+    derived.store.revoke("pass-1", reason="leaked", at="2000-01-01T00:00:00Z")
+    summary = run(derived)
+    assert [(m.problem, m.path) for m in summary.mismatches] == [("pass_revoked", "/effects/0")]
+    assert derived.counts() == {}
+
+
+@pytest.mark.spec("CM-3")
+def test_a_pass_revoked_after_the_hold_still_commits(tmp_path: Path) -> None:
+    """A revocation after the calls were held (as when the order ends) leaves the approved
+    effects runnable: the pass was valid when they were held."""
+    setup = three(tmp_path, pass_jti="pass-1")
+    setup.store.revoke("pass-1", reason="order approved", at=_after_the_holds(setup))
+    summary = run(setup)
+    assert summary.ok and not summary.mismatches
+    assert setup.counts() == {r: 1 for r in setup.refs}
+
+
+@pytest.mark.spec("CM-3")
+def test_a_retry_rechecks_the_pass_as_of_the_hold(tmp_path: Path) -> None:
+    """A retry refuses a pass revoked before the hold and sends under one revoked after."""
+    for name, revoked_at, sends in (("before", "2000-01-01T00:00:00Z", False),
+                                    ("after", None, True)):
+        setup = one(tmp_path / name, pass_jti="pass-1")
+        ref = setup.refs[0]
+        make_unknown(setup, ref)
+        setup.store.revoke("pass-1", reason="leaked",
+                           at=revoked_at or _after_the_holds(setup))
+        run(setup)
+        settle(setup.order_id, ref, "did_not_happen", "no trace", MANAGER, store=setup.store)
+        if sends:
+            assert retry_sync(setup.order_id, ref, MANAGER, store=setup.store,
+                              pool_or_config=load_config(setup.config)).state == "committed"
+            assert setup.counts() == {ref: 1}
+        else:
+            with pytest.raises(InvalidTransition, match="revoked"):
+                retry_sync(setup.order_id, ref, MANAGER, store=setup.store,
+                           pool_or_config=load_config(setup.config))
+            assert setup.counts() == {}
 
 
 def test_an_order_that_is_not_approved_is_not_committed(tmp_path: Path) -> None:

@@ -118,7 +118,6 @@ class Demo:
 
     home: Path
     desk: Desk
-    store: SQLiteStore
     manager: str
     worker: str
     config: Path
@@ -409,20 +408,18 @@ def commit(demo: Demo, say: Transcript, *, again: bool, team: str) -> None:
 
 
 def show_effects(demo: Demo, say: Transcript, team: str, other: str) -> None:
-    """The desk's own account of the two held calls after both commits."""
-    from gateway._commit import list_effects
-
-    views = {v.ref: v for v in list_effects(demo.order_id, store=demo.store)}
-    say.line("the desk's effect log:")
+    """The desk's own account of the two held calls after both commits (the CLI)."""
+    say.line(f"$ awl effects list {demo.order_id} --json   (the desk's effect log)")
+    out = demo.awl("effects", "list", demo.order_id, "--json")
+    expect(out.returncode == 0, f"awl effects list failed: {one_line(out.stderr, 300)}")
+    views = {e["ref"]: e for e in json.loads(out.stdout)["effects"]}
     for ref in (team, other):
-        v = views[ref]
-        times = "once" if v.dispatches == 1 else f"{v.dispatches} times"
-        say.line(f"  {ref}  {v.state}, sent {times}", 4)
-    expect(views[team].state == "committed" and views[team].dispatches == 1,
-           f"{team} should be committed and sent once, not {views[team].state} "
-           f"({views[team].dispatches} sends)")
-    expect(views[other].state == "dropped" and views[other].dispatches == 0,
-           f"{other} should be dropped and never sent, not {views[other].state}")
+        state, sends = views[ref]["state"], views[ref]["dispatches"]
+        say.line(f"  {ref}  {state}, sent {'once' if sends == 1 else f'{sends} times'}", 6)
+    expect((views[team]["state"], views[team]["dispatches"]) == ("committed", 1),
+           f"{team} should be committed and sent once: {views[team]}")
+    expect((views[other]["state"], views[other]["dispatches"]) == ("dropped", 0),
+           f"{other} should be dropped and never sent: {views[other]}")
 
 
 def records(demo: Demo, say: Transcript) -> None:
@@ -457,7 +454,7 @@ def run(home: Path) -> None:
     order = json.loads((EXAMPLES / "order.json").read_text(encoding="utf-8"))
     store = SQLiteStore(home / "desk.sqlite3")
     try:
-        demo = Demo(home=home, desk=Desk(store), store=store, manager=order["from"],
+        demo = Demo(home=home, desk=Desk(store), manager=order["from"],
                     worker=order["to"], config=config, outbox=outbox)
         print("agent-work-layer demo: an agent's two emails held, one approved, sent exactly "
               "once")

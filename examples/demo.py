@@ -163,7 +163,12 @@ def prepare_home(home: Path) -> None:
 
 
 def write_upstream_config(home: Path, outbox: Path) -> Path:
-    """examples/upstream.json with absolute paths: this Python, the server, the outbox."""
+    """examples/upstream.json with absolute paths: this Python, the server, the outbox.
+
+    The example file itself says ``"command": "python"`` (the Python on PATH: an activated
+    venv) and ``"cwd": "."``, which the gateway resolves against the config file's folder,
+    so ``outbox_server.py`` and ``outbox.jsonl`` there mean files in ``examples/``.
+    """
     document = json.loads((EXAMPLES / "upstream.json").read_text(encoding="utf-8"))
     entry = document["mcpServers"]["mail"]
     entry.update(command=sys.executable, args=[str(OUTBOX_SERVER)], cwd=str(home),
@@ -222,7 +227,8 @@ class WorkerLog:
 async def call(client: Client, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
     """One tool call through the gateway; a tool error stops the demo."""
     result = await client.call_tool(name, arguments)
-    expect(not result.is_error, f"{name} failed through the gateway: {one_line(text_of(result))}")
+    expect(not result.is_error,
+           f"{name} failed through the gateway: {one_line(text_of(result), 300)}")
     return result
 
 

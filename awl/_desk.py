@@ -13,6 +13,9 @@ still allowed and valid against the new state, otherwise the caller gets the err
 state calls for (for example ``InvalidTransition`` when someone else approved first). A
 conflict that outlasts the retries is raised as :class:`~awl.Conflict`.
 
+Ends. Right after the event that ends an order (approved, declined, expired or
+cancelled), the same operation revokes the order's Delegation Passes (DP-8).
+
 :class:`AsyncDesk` offers the same operations as coroutines; each runs the synchronous one
 in a worker thread so the event loop is never blocked on the store.
 """
@@ -521,7 +524,9 @@ class Desk:
                 record = self.store.load(record.order.id)
                 continue
             self._wake()
-            return self._after(record, _Write(event))
+            view = self._after(record, _Write(event))
+            self._tidy(view, event)
+            return view
         raise Conflict(f"order {record.order.id!r} keeps changing while being expired; "
                        "read it again")
 
@@ -886,10 +891,32 @@ class Desk:
                     raise
                 continue
             self._wake()
+            view = self._after(record, write)
+            self._tidy(view, write.event)
             if write.refusal is not None:
                 raise write.refusal
-            return self._after(record, write)
+            return view
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _tidy(self, view: OrderView, event: Event) -> None:
+        """Right after ``event`` is written, undo what it leaves dangling.
+
+        An order that reaches a terminal state has every Delegation Pass issued for it
+        revoked (DP-8), as of the event's time, so the effects the manager approved still
+        commit (the commit path accepts a pass revoked after the hold).
+
+        The event is written whatever happens here, so a failure is logged, not raised;
+        everything here is idempotent.
+        """
+        if event.from_ == event.to or event.to not in TERMINAL:
+            return
+        from awl._passes import revoke_order_passes
+
+        try:
+            revoke_order_passes(self.store, view.id, reason=f"order {event.to}", now=event.at)
+        except AWLError as exc:
+            log.warning("order %s is %s (event %d), but revoking its passes failed: %s",
+                        view.id, event.to, event.seq, exc)
 
     @staticmethod
     def _after(record: OrderRecord, write: _Write) -> OrderView:

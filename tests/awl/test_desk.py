@@ -35,7 +35,17 @@ from awl import (
     ValidationFailed,
 )
 from awl._desk import AsyncDesk, Desk, format_time
+from awl._errors import PassError
 from awl._lifecycle import DESK_ACTOR, fold
+from awl._passes import (
+    DEFAULT_AUDIENCE,
+    KeyStore,
+    issue_pass,
+    issue_recorded_pass,
+    record_pass,
+    unverified_claims,
+    verify_pass,
+)
 from awl._store import Store
 
 
@@ -472,6 +482,74 @@ def test_the_escalation_contact_sees_the_question(desk: Desk) -> None:
     desk.report(view.id, WORKER, report_fields("blocked"))
     assert [q.order_id for q in desk.questions(HELPER)] == [view.id]
     assert desk.questions("human:nobody") == []
+
+
+# ----------------------------------------------------------------------------- ends
+
+def _jti(token: str) -> str:
+    jti = unverified_claims(token)[1]["jti"]
+    assert isinstance(jti, str)
+    return jti
+
+
+def _refusal(token: str, keys: KeyStore, store: Store) -> str | None:
+    """Why the pass is refused at T0 (while its times are valid), or None when it verifies."""
+    try:
+        verify_pass(token, jwks=keys.jwks(), revoked=store.revoked(),
+                    audience=DEFAULT_AUDIENCE, now=T0)
+    except PassError as exc:
+        return exc.reason
+    return None
+
+
+@pytest.mark.spec("DP-8")
+@pytest.mark.parametrize("end", ["approve", "cancel", "expire", "decline"])
+def test_every_end_of_an_order_revokes_its_passes(desk: Desk, store: Store, clock: Clock,
+                                                  tmp_path: Path, end: str) -> None:
+    """Approval, cancellation, expiry and declining each revoke every pass of the order, as
+    of the event that ended it."""
+    keys = KeyStore(tmp_path / "home")
+    if end == "decline":
+        view = desk.create(order_fields(), MANAGER)
+        tokens = [issue_pass(view.order, subject=WORKER, keys=keys, now=T0)]
+        record_pass(store, tokens[0])
+    else:
+        view = working(desk)
+        root = issue_recorded_pass(store, view.id, keys=keys, subject=WORKER, now=T0)
+        tokens = [root, issue_recorded_pass(store, view.id, keys=keys, subject=HELPER,
+                                            parent_token=root, tools=["filings/search"],
+                                            now=T0)]
+    assert [_refusal(t, keys, store) for t in tokens] == [None] * len(tokens)
+    clock.advance(minutes=5)
+    if end == "approve":
+        desk.report(view.id, WORKER, report_fields())
+        desk.review(view.id, MANAGER, "approve")
+    elif end == "cancel":
+        desk.cancel(view.id, MANAGER, "plans changed")
+    elif end == "expire":
+        clock.advance(days=2)
+        assert desk.get(view.id).state == "expired"
+    else:
+        desk.decline(view.id, WORKER, "too busy")
+    ended = desk.events(view.id)[-1]
+    revocations = store.revocations()
+    assert {j: (r.reason, r.at) for j, r in revocations.items()} == {
+        _jti(t): (f"order {ended.to}", ended.at) for t in tokens}
+    assert [_refusal(t, keys, store) for t in tokens] == ["revoked"] * len(tokens)
+
+
+@pytest.mark.spec("DP-8")
+def test_a_rework_keeps_the_order_s_passes(desk: Desk, store: Store, tmp_path: Path) -> None:
+    """An order that goes on (reworked, blocked, answered) keeps its passes."""
+    keys = KeyStore(tmp_path / "home")
+    view = working(desk)
+    token = issue_recorded_pass(store, view.id, keys=keys, subject=WORKER, now=T0)
+    desk.report(view.id, WORKER, report_fields("blocked"))
+    desk.answer(view.id, MANAGER, "Q3")
+    desk.report(view.id, WORKER, report_fields())
+    desk.review(view.id, MANAGER, "rework", "cite the sources")
+    assert store.revocations() == {}
+    assert _refusal(token, keys, store) is None
 
 
 # ----------------------------------------------------------------------------- note events

@@ -24,7 +24,7 @@ from typing import Any
 from awl._desk import Desk, format_time
 from awl._models import Event, WorkReport
 from awl._sqlite import SQLiteStore
-from awl._store import EffectState
+from awl._store import EffectState, PassRecord
 from tests.servers.receiver import counts, read_log
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,6 +126,7 @@ def make_setup(
     timeout: float = 20.0,
     deadline: datetime | None = None,
     rework_first: Sequence[tuple[str, dict[str, Any]]] = (),
+    issued: bool = False,
 ) -> Setup:
     """An approved order whose report lists the held ``calls`` (tool, arguments).
 
@@ -135,6 +136,8 @@ def make_setup(
         tamper: replacement arguments by effect index, written into the report (the desk
             would refuse such a report, so it is appended directly).
         rework_first: held calls of a first attempt that is sent back for rework.
+        issued: record ``pass_jti`` as a pass issued for the order, so the desk revokes it
+            when the order ends (at the approval).
     """
     home = folder / "home"
     home.mkdir(parents=True, exist_ok=True)
@@ -154,6 +157,9 @@ def make_setup(
     oid = view.id
     desk.accept(oid, WORKER)
     desk.start(oid, WORKER)
+    if issued and pass_jti is not None:
+        store.save_pass(PassRecord(jti=pass_jti, order_id=oid, parent_jti=None, subject=WORKER,
+                                   exp=int(end.timestamp()), issued_at=_now()))
     attempt = 1
     if rework_first:
         old = [hold(store, oid, t, a, pass_jti=pass_jti) for t, a in rework_first]

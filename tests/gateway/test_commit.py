@@ -17,7 +17,7 @@ import pytest
 from awl._desk import format_time
 from awl._errors import BadRequest, Conflict, Forbidden, InvalidTransition
 from awl._models import parse_time
-from awl._store import LockInfo, PassRecord
+from awl._store import LockInfo, PassRecord, Revocation
 from awl.cli import main
 from gateway._commit import (
     CommitSummary,
@@ -211,12 +211,14 @@ def test_a_pass_revoked_before_the_hold_runs_nothing(tmp_path: Path) -> None:
     assert derived.counts() == {}
 
 
-@pytest.mark.spec("CM-3")
+@pytest.mark.spec("CM-3", "DP-8")
 def test_a_pass_revoked_after_the_hold_still_commits(tmp_path: Path) -> None:
-    """A revocation after the calls were held (as when the order ends) leaves the approved
-    effects runnable: the pass was valid when they were held."""
-    setup = three(tmp_path, pass_jti="pass-1")
-    setup.store.revoke("pass-1", reason="order approved", at=_after_the_holds(setup))
+    """The desk revokes the order's pass when it approves; the effects held under it still
+    run, since the pass was valid when they were held."""
+    setup = three(tmp_path, pass_jti="pass-1", issued=True)
+    approval = next(e for e in setup.store.events(setup.order_id) if e.action == "approve")
+    assert setup.store.revocations() == {
+        "pass-1": Revocation(reason="order approved", at=approval.at)}
     summary = run(setup)
     assert summary.ok and not summary.mismatches
     assert setup.counts() == {r: 1 for r in setup.refs}

@@ -13,8 +13,11 @@ still allowed and valid against the new state, otherwise the caller gets the err
 state calls for (for example ``InvalidTransition`` when someone else approved first). A
 conflict that outlasts the retries is raised as :class:`~awl.Conflict`.
 
-Ends. Right after the event that ends an order (approved, declined, expired or
-cancelled), the same operation revokes the order's Delegation Passes (DP-8).
+Ends. Right after the event that ends an attempt or an order, the same operation tidies
+what the end leaves dangling: a rework drops the held calls of the attempt it ends, an
+order reaching a terminal state has its Delegation Passes revoked (DP-8), and one ending
+unapproved drops all its held calls (CM-4); each drop is one ``drop`` event by
+``awl:desk``.
 
 :class:`AsyncDesk` offers the same operations as coroutines; each runs the synchronous one
 in a worker thread so the event loop is never blocked on the store.
@@ -36,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 import anyio
 import anyio.to_thread
 
+from awl._effects import drop_held, held_calls
 from awl._errors import (
     AWLError,
     BadRequest,
@@ -422,7 +426,7 @@ class Desk:
                 after = event.seq
                 yield event
             if until_terminal and self.get(order_id).state in TERMINAL:
-                # Events written with the terminal one (none today) would come here.
+                # Events written right after the terminal one (the desk's drop) come here.
                 yield from self.store.events(order_id, after=after)
                 return
 
@@ -901,22 +905,44 @@ class Desk:
     def _tidy(self, view: OrderView, event: Event) -> None:
         """Right after ``event`` is written, undo what it leaves dangling.
 
-        An order that reaches a terminal state has every Delegation Pass issued for it
-        revoked (DP-8), as of the event's time, so the effects the manager approved still
-        commit (the commit path accepts a pass revoked after the hold).
+        A rework drops the held calls of the attempt it ends (and of any earlier one): they
+        can never run. An order that reaches a terminal state has every Delegation Pass
+        issued for it revoked (DP-8), as of the event's time, so the effects the manager
+        approved still commit (the commit path accepts a pass revoked after the hold); an
+        unapproved end also drops every held call (CM-4). An approval drops nothing: the
+        commit drops what the approval leaves out.
 
         The event is written whatever happens here, so a failure is logged, not raised;
-        everything here is idempotent.
+        everything here is idempotent and the commit path checks again before running.
         """
-        if event.from_ == event.to or event.to not in TERMINAL:
+        ends_attempt = event.action == "rework"
+        if event.from_ == event.to or not (ends_attempt or event.to in TERMINAL):
             return
-        from awl._passes import revoke_order_passes
-
+        order_id = view.id
         try:
-            revoke_order_passes(self.store, view.id, reason=f"order {event.to}", now=event.at)
+            if event.to in TERMINAL:
+                from awl._passes import revoke_order_passes
+
+                revoke_order_passes(self.store, order_id, reason=f"order {event.to}",
+                                    now=event.at)
+            reasons: dict[str, str] = {}
+            extra: dict[str, Any] = {}
+            note = ""
+            if ends_attempt:
+                ended = view.attempt - 1
+                note = f"attempt {ended} was sent back for rework"
+                extra["attempt"] = ended
+                for call in held_calls(self.store, order_id, attempts=range(1, view.attempt)):
+                    reasons[call.ref] = f"attempt {call.attempt} was sent back for rework"
+            elif event.to != "approved":
+                note = f"the order was {event.to}"
+                reasons = {call.ref: note for call in held_calls(self.store, order_id)}
+            if reasons:
+                drop_held(self, order_id, reasons, actor=DESK_ACTOR, at=event.at, note=note,
+                          data=extra)
         except AWLError as exc:
-            log.warning("order %s is %s (event %d), but revoking its passes failed: %s",
-                        view.id, event.to, event.seq, exc)
+            log.warning("order %s is %s (event %d), but tidying after it failed: %s",
+                        order_id, event.to, event.seq, exc)
 
     @staticmethod
     def _after(record: OrderRecord, write: _Write) -> OrderView:

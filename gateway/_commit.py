@@ -48,7 +48,7 @@ revocation after the hold does not count, since every pass is revoked when its o
 approval included (DP-8). Any problem runs **nothing** and is named in
 :attr:`CommitSummary.mismatches`. Held calls the approved report does not list, the
 manager did not approve, or that belong to an earlier attempt are ``dropped`` and a
-``drop`` event is logged.
+``drop`` event is logged (:func:`awl._effects.drop_held`, which the desk also uses).
 
 ``$ref`` values. A held call's arguments may contain ``{"$ref": "server/tool#M",
 "pointer": "/..."}``. At commit time the value is replaced by the part of effect M's
@@ -95,6 +95,8 @@ import anyio
 import mcp_types as types
 
 from awl._desk import Desk
+from awl._effects import drop_held, held_calls
+from awl._effects import record_event as _log
 from awl._errors import BadRequest, Conflict, Forbidden, InvalidTransition, NotFound
 from awl._models import CallRecord, Event, WorkOrder, WorkReport, parse_time
 from awl._patterns import matches_any, parse_ref
@@ -669,22 +671,10 @@ class _Committer:
         self.states[ref] = new
         return new
 
-    def drop(self, drops: Mapping[str, str], calls: Mapping[str, CallRecord]) -> list[str]:
-        done: list[str] = []
-        for ref, reason in drops.items():
-            current = self.states.get(ref)
-            if current is not None and current.state != "held":
-                continue
-            try:
-                self.set(ref, expect=None if current is None else ["held"], state="dropped",
-                         error=reason, attempt=calls[ref].attempt)
-            except Conflict:
-                continue
-            done.append(ref)
+    def drop(self, drops: Mapping[str, str]) -> list[str]:
+        done = drop_held(self.desk, self.order_id, drops, actor=COMMIT_ACTOR, at=self.at())
         if done:
-            _log(self.desk, self.order_id, COMMIT_ACTOR, "drop",
-                 note=f"dropped {len(done)} held call(s) that will never run",
-                 data={"refs": done, "reasons": {r: drops[r] for r in done}})
+            self.load_states()
         return done
 
     async def dispatch(self, call: CallRecord, arguments: dict[str, Any],
@@ -801,18 +791,6 @@ def _reason(state: EffectState | None) -> str:
     return state.error or ("not run" if state.state == "held" else state.state)
 
 
-def _log(desk: Desk, order_id: str, actor: str, action: str, *, note: str | None,
-         data: Mapping[str, Any]) -> None:
-    """Append a non-transition event, deciding again after lost races."""
-    for round_ in range(20):
-        try:
-            desk.record(order_id, actor, action, note=note, data=data)
-            return
-        except Conflict:
-            if round_ == 19:
-                raise
-
-
 # --------------------------------------------------------------------------- commit
 
 async def commit(
@@ -875,8 +853,7 @@ async def commit(
                              for c in plan.approved)
             return CommitSummary(order_id, plan.attempt, outcomes, (), tuple(recovered),
                                  tuple(plan.mismatches), took_over)
-        by_ref = {c.ref: c for c in calls}
-        dropped = committer.drop(plan.drops, by_ref)
+        dropped = committer.drop(plan.drops)
         outcomes_list: list[EffectOutcome] = []
         pending = list(plan.approved)
         try:
@@ -902,32 +879,19 @@ def commit_sync(order_id: str, **kwargs: Any) -> CommitSummary:
 def drop_attempt(order_id: str, attempt: int, *, store: Store, desk: Desk | None = None,
                  reason: str | None = None, actor: str = COMMIT_ACTOR,
                  now: Clock | None = None) -> list[str]:
-    """Drop every still-held call of ``attempt`` (the desk or gateway calls this on rework).
+    """Drop every still-held call of ``attempt``.
 
-    Dropped calls never run. A ``drop`` event lists them. Calls already past ``held`` are
-    left alone. Returns the refs dropped.
+    The desk already does this itself on rework (and drops every held call when an order
+    ends unapproved); this is for tools that tidy up by hand. Dropped calls never run. A
+    ``drop`` event lists them. Calls already past ``held`` are left alone. Returns the refs
+    dropped.
     """
     clock = now or _utc_now
     desk = desk or Desk(store, clock=clock, conflict_retries=5)
     why = reason or f"attempt {attempt} was sent back for rework"
-    states = {e.ref: e for e in store.effects(order_id)}
-    done: list[str] = []
-    for call in store.calls(order_id, attempt=attempt):
-        if call.outcome != "held":
-            continue
-        current = states.get(call.ref)
-        if current is not None and current.state != "held":
-            continue
-        try:
-            store.set_effect(order_id, call.ref, expect=None if current is None else ["held"],
-                             state="dropped", error=why, at=_stamp(clock))
-        except Conflict:
-            continue
-        done.append(call.ref)
-    if done:
-        _log(desk, order_id, actor, "drop", note=why,
-             data={"refs": done, "attempt": attempt, "reasons": {r: why for r in done}})
-    return done
+    calls = held_calls(store, order_id, attempts={attempt})
+    return drop_held(desk, order_id, {c.ref: why for c in calls}, actor=actor,
+                     at=_stamp(clock), note=why, data={"attempt": attempt})
 
 
 # --------------------------------------------------------------------------- listing

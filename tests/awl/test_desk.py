@@ -552,6 +552,87 @@ def test_a_rework_keeps_the_order_s_passes(desk: Desk, store: Store, tmp_path: P
     assert _refusal(token, keys, store) is None
 
 
+def _hold(store: Store, order_id: str, to: str, *, attempt: int = 1) -> str:
+    """Record a held mail/send call as the gateway does (call and effect) and return its ref."""
+    at = format_time(T0)
+    record = store.reserve_call(order_id, attempt=attempt, tool="mail/send",
+                                arguments={"to": to}, pass_jti=None, usd=0.0, started_at=at,
+                                scopes=())
+    assert not isinstance(record, str)
+    store.finish_call(order_id, record.ref, outcome="held", result=None, error=None,
+                      ended_at=at)
+    store.set_effect(order_id, record.ref, expect=None, state="held", at=at)
+    return record.ref
+
+
+def _report_held(desk: Desk, order_id: str, refs: dict[str, str]) -> None:
+    """Report the held calls (ref → recipient) as the attempt's effects."""
+    desk.report(order_id, WORKER, report_fields(
+        tools_used=["mail/send"],
+        effects=[{"ref": ref, "tool": "mail/send", "arguments": {"to": to}}
+                 for ref, to in refs.items()]))
+
+
+def _states(store: Store, order_id: str) -> dict[str, str]:
+    return {e.ref: e.state for e in store.effects(order_id)}
+
+
+def _drops(desk: Desk, order_id: str) -> list[Event]:
+    return [e for e in desk.events(order_id) if e.action == "drop"]
+
+
+@pytest.mark.spec("CM-4")
+def test_a_rework_drops_the_held_calls_of_the_attempt_it_ends(desk: Desk, store: Store) -> None:
+    """The reworked attempt's held calls become dropped with one drop event by the desk; an
+    approval drops nothing (the commit drops what it leaves out)."""
+    view = working(desk)
+    first = {_hold(store, view.id, "cfo"): "cfo", _hold(store, view.id, "ceo"): "ceo"}
+    _report_held(desk, view.id, first)
+    reworked = desk.review(view.id, MANAGER, "rework", "wrong recipients")
+    assert reworked.seq == desk.events(view.id)[-1].seq - 1  # the drop follows the rework
+    assert _states(store, view.id) == dict.fromkeys(first, "dropped")
+    assert {e.error for e in store.effects(view.id)} == {"attempt 1 was sent back for rework"}
+    (drop,) = _drops(desk, view.id)
+    assert (drop.actor, drop.from_, drop.to) == (DESK_ACTOR, "working", "working")
+    assert drop.data is not None
+    assert (drop.data["refs"], drop.data["attempt"]) == (list(first), 1)
+    second = {_hold(store, view.id, "cfo", attempt=2): "cfo",
+              _hold(store, view.id, "board", attempt=2): "board"}
+    _report_held(desk, view.id, second)
+    desk.review(view.id, MANAGER, "approve", effects=list(second)[:1])
+    assert [_states(store, view.id)[r] for r in second] == ["held", "held"]
+    assert len(_drops(desk, view.id)) == 1
+
+
+@pytest.mark.spec("CM-4")
+@pytest.mark.parametrize("end", ["cancel", "expire"])
+def test_an_order_ending_unapproved_drops_every_held_call(desk: Desk, store: Store,
+                                                          clock: Clock, end: str) -> None:
+    """Cancelling or expiring an order drops every call still held, with one drop event
+    right after the ending one."""
+    view = working(desk)
+    first = _hold(store, view.id, "cfo")
+    _report_held(desk, view.id, {first: "cfo"})
+    desk.review(view.id, MANAGER, "rework", "wrong recipient")
+    later = [_hold(store, view.id, "ceo", attempt=2), _hold(store, view.id, "board", attempt=2)]
+    if end == "cancel":
+        desk.cancel(view.id, MANAGER, "plans changed")
+    else:
+        clock.advance(days=2)
+        desk.get(view.id)
+    state = "cancelled" if end == "cancel" else "expired"
+    events = desk.events(view.id)
+    assert [e.action for e in events[-2:]] == [end, "drop"]
+    drop = events[-1]
+    assert (drop.actor, drop.from_, drop.to) == (DESK_ACTOR, state, state)
+    assert drop.data is not None and drop.data["refs"] == later
+    assert drop.data["reasons"] == dict.fromkeys(later, f"the order was {state}")
+    assert set(_states(store, view.id).values()) == {"dropped"}
+    assert fold(events) == state
+    desk.get(view.id)
+    assert len(_drops(desk, view.id)) == 2  # the rework's and the end's, nothing more
+
+
 # ----------------------------------------------------------------------------- note events
 
 def test_effect_notes_follow_the_table(desk: Desk) -> None:

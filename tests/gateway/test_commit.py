@@ -34,7 +34,7 @@ from gateway._commit import (
 )
 from gateway._config import load_config
 from gateway._lock import OrderLock, holder_alive, is_stale, process_start
-from tests.gateway.commit_support import MANAGER, WORKER, Setup, make_setup
+from tests.gateway.commit_support import MANAGER, WORKER, Setup, hold, make_setup
 
 DELIVER = "receiver/deliver"
 ISSUE = "receiver/create_issue"
@@ -120,42 +120,46 @@ def test_tampered_arguments_run_nothing_and_name_the_mismatch(tmp_path: Path) ->
     assert {s.state for s in setup.states().values()} == {"held"}
 
 
+@pytest.mark.spec("CM-4")
 def test_unapproved_unlisted_and_reworked_held_calls_are_dropped(tmp_path: Path) -> None:
-    """Held calls not approved, not listed, or of a reworked attempt never run."""
+    """Held calls not approved, not listed, or of a reworked attempt never run: the desk
+    drops the reworked ones at the rework, the commit drops the rest."""
     setup = make_setup(tmp_path, [(DELIVER, {"to": "cfo"}), (DELIVER, {"to": "ceo"}),
                                   (DELIVER, {"to": "board"})],
                        approve=[0, 2], unlisted=[(DELIVER, {"to": "press"})],
                        rework_first=[(DELIVER, {"to": "cfo", "body": "v1"})])
     old = "receiver/deliver#1"
+    assert setup.states()[old].state == "dropped"  # already, by the rework
     summary = run(setup)
     assert summary.ok
     assert setup.counts() == {setup.refs[0]: 1, setup.refs[2]: 1}
-    dropped = [old, setup.refs[1], setup.extra[0]]
+    dropped = [setup.refs[1], setup.extra[0]]
     assert sorted(summary.dropped) == sorted(dropped)
     states = setup.states()
-    assert all(states[r].state == "dropped" for r in dropped)
+    assert all(states[r].state == "dropped" for r in [old, *dropped])
     assert states[old].error == "attempt 1 was sent back for rework"
     assert states[setup.refs[1]].error == "the manager did not approve it"
     assert states[setup.extra[0]].error == "the approved report does not list it"
     drops = [e for e in setup.store.events(setup.order_id) if e.action == "drop"]
-    assert len(drops) == 1 and drops[0].from_ == drops[0].to == "approved"
-    assert drops[0].data is not None and sorted(drops[0].data["refs"]) == sorted(dropped)
+    assert [(e.actor, e.from_, e.to) for e in drops] == [
+        ("awl:desk", "working", "working"), ("awl:gateway", "approved", "approved")]
+    assert [sorted((e.data or {})["refs"]) for e in drops] == [[old], sorted(dropped)]
     run(setup)  # dropping again logs nothing new
-    assert len([e for e in setup.store.events(setup.order_id) if e.action == "drop"]) == 1
+    assert len([e for e in setup.store.events(setup.order_id) if e.action == "drop"]) == 2
 
 
 def test_drop_attempt_drops_only_that_attempts_held_calls(tmp_path: Path) -> None:
     """drop_attempt drops the still-held calls of one attempt and logs one drop event."""
-    setup = make_setup(tmp_path, [(DELIVER, {"to": "cfo", "body": "v2"})],
-                       rework_first=[(DELIVER, {"to": "cfo", "body": "v1"}),
-                                     (DELIVER, {"to": "ceo", "body": "v1"})])
+    setup = make_setup(tmp_path, [(DELIVER, {"to": "cfo"})],
+                       unlisted=[(DELIVER, {"to": "ceo"})])
+    later = hold(setup.store, setup.order_id, DELIVER, {"to": "board"}, attempt=2)
     assert drop_attempt(setup.order_id, 1, store=setup.store) == [
-        "receiver/deliver#1", "receiver/deliver#2"]
+        setup.refs[0], setup.extra[0]]
     assert drop_attempt(setup.order_id, 1, store=setup.store) == []
-    states = setup.states()
-    assert states[setup.refs[0]].state == "held"
+    assert setup.states()[later].state == "held"
     drops = [e for e in setup.store.events(setup.order_id) if e.action == "drop"]
     assert len(drops) == 1 and drops[0].actor == "awl:gateway"
+    assert drops[0].data is not None and drops[0].data["attempt"] == 1
 
 
 def test_ref_values_are_filled_and_dependents_of_uncommitted_effects_skipped(

@@ -1,0 +1,122 @@
+"""Upstream faults become tool errors, and no request, however malformed, stops the gateway."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from anyio.abc import Process
+from anyio.streams.text import TextReceiveStream
+
+from gateway._upstream import TRUNCATED_META_KEY
+from tests.gateway.gateway_support import (
+    ROOT,
+    connect,
+    gateway_client,
+    make_env,
+    server_entry,
+    text,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_upstream_faults_become_tool_errors_and_the_rest_keeps_serving(
+        tmp_path: Path) -> None:
+    """A crash, a timeout and an oversized answer are bounded; other upstreams keep working."""
+    servers = {
+        "flaky": server_entry("flaky", timeout=1, max_result_bytes=2048),
+        "notes": server_entry("notes", env={"OUTBOX_PATH": str(tmp_path / "outbox.jsonl")}),
+    }
+    env = make_env(tmp_path, servers=servers, staged=[], budget={"tool_calls": 20})
+    with anyio.fail_after(60):
+        async with connect(env) as (_gw, client):
+            before = await client.call_tool("flaky__pid", {})
+            crash = await client.call_tool("flaky__crash", {})
+            notes = await client.call_tool("notes__search_notes", {"query": "refund"})
+            after = await client.call_tool("flaky__pid", {})
+            slow = await client.call_tool("flaky__slow", {"seconds": 30})
+            big = await client.call_tool("flaky__big", {"n": 100_000})
+    assert not before.is_error and not after.is_error
+    assert crash.is_error and text(crash).startswith("AWL_UPSTREAM_UNAVAILABLE: ")
+    assert not notes.is_error
+    assert before.structured_content != after.structured_content  # a restarted process
+    assert slow.is_error and text(slow).startswith("AWL_UPSTREAM_TIMEOUT: ")
+    assert not big.is_error and big.meta is not None and TRUNCATED_META_KEY in big.meta
+    records = env.calls()
+    assert [r.outcome for r in records] == ["ok", "error", "ok", "ok", "error", "ok"]
+    assert records[1].error == text(crash)
+    assert len(json.dumps(records[5].result)) < 4096
+
+
+async def _answers(process: Process, wanted: set[int]) -> dict[int, dict[str, Any]]:
+    found: dict[int, dict[str, Any]] = {}
+    assert process.stdout is not None
+    buffer = ""
+    async for chunk in TextReceiveStream(process.stdout):
+        buffer += chunk
+        while "\n" in buffer:
+            line, buffer = buffer.split("\n", 1)
+            message = json.loads(line)
+            if message.get("id") in wanted:
+                found[message["id"]] = message
+        if wanted <= found.keys():
+            return found
+    raise AssertionError(f"the gateway stopped answering; got {sorted(found)}")
+
+
+async def test_malformed_requests_get_protocol_errors_and_the_gateway_lives(
+        tmp_path: Path) -> None:
+    """Garbage, bad params and unknown methods get errors; the next good call still works."""
+    env = make_env(tmp_path, staged=[])
+    lines = [
+        "this is not json",
+        json.dumps([1, 2, 3]),
+        json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}}),
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": 5}}),
+        json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                    "params": {"name": "receiver__echo", "arguments": "not an object"}}),
+        json.dumps({"jsonrpc": "2.0", "id": 4, "method": "no/such/method"}),
+        json.dumps({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                    "params": {"name": "receiver__echo", "arguments": {"text": ""}}}),
+        json.dumps({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+                    "params": {"name": "receiver__echo", "arguments": {"text": "alive"}}}),
+    ]
+    args = ["-m", "awl", "gateway", "--order", env.order_id, "--config", str(env.config),
+            "--home", str(env.home)]
+    with anyio.fail_after(60), open(env.home / "gateway.err", "w") as errlog:
+        async with await anyio.open_process([sys.executable, *args], cwd=str(ROOT),
+                                            stderr=errlog) as process:
+            assert process.stdin is not None
+            for line in lines:
+                await process.stdin.send((line + "\n").encode())
+            answers = await _answers(process, {1, 2, 3, 4, 5, 6})
+            await process.stdin.aclose()
+            await process.wait()
+    assert "result" in answers[1]
+    for bad in (2, 3, 4):
+        assert "error" in answers[bad], answers[bad]
+    assert answers[4]["error"]["code"] == -32601
+    assert answers[6]["result"]["structuredContent"] == {"text": "alive"}
+    assert [r.outcome for r in env.calls()] == ["ok", "ok"]
+
+
+async def test_the_gateway_command_serves_over_stdio(tmp_path: Path) -> None:
+    """awl gateway runs as a stdio MCP server the SDK client can list and call."""
+    env = make_env(tmp_path)
+    with anyio.fail_after(60):
+        async with gateway_client(env) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            held = await client.call_tool("receiver__create_issue", {"title": "Outage"})
+            echo = await client.call_tool("receiver__echo", {"text": "hi"})
+    assert {"receiver__deliver", "notes__send_email", "awl_submit_report"} <= names
+    assert text(held) == "pending:receiver/create_issue#1"
+    assert echo.structured_content == {"text": "hi"}
+    assert env.deliveries() == []

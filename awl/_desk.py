@@ -1109,7 +1109,10 @@ class AsyncDesk:
                 if self._bump is None:
                     self._bump = anyio.Event()
                 bump = self._bump  # taken before reading, so no wake-up is lost
-                view = await self.get(order_id)
+                # Read without _write: bumping our own event here would wake this very loop
+                # at once and turn the wait into a busy loop. A read that expires the order
+                # raises seq, so this waiter returns anyway.
+                view = await self._call(self.desk.get, order_id)
                 if view.seq > after:
                     return await self._call(self.desk.store.events, order_id, after)
                 nap = pause

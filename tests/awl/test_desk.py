@@ -828,6 +828,29 @@ async def test_the_async_desk_runs_a_whole_order(store: Store, clock: Clock) -> 
 
 
 @pytest.mark.anyio
+async def test_an_async_wait_polls_gently_instead_of_spinning(store: Store,
+                                                              clock: Clock) -> None:
+    """An async wait with nothing to wake it reads the store a few times, not thousands."""
+    adesk = AsyncDesk(store, clock=clock)
+    view = await adesk.create(order_fields(), MANAGER)
+    reads = 0
+    real_load = store.load
+
+    def counting_load(order_id: str) -> Any:
+        nonlocal reads
+        reads += 1
+        return real_load(order_id)
+
+    store.load = counting_load  # type: ignore[method-assign]
+    try:
+        with anyio.fail_after(30):
+            assert await adesk.wait(view.id, view.seq, timeout=0.5) == []
+    finally:
+        store.load = real_load  # type: ignore[method-assign]
+    assert reads < 25  # polls back off from 20 ms to 250 ms: about 6 reads in 0.5 s
+
+
+@pytest.mark.anyio
 async def test_async_errors_are_the_desk_s_errors(store: Store, clock: Clock) -> None:
     """Refusals cross the thread boundary unchanged."""
     adesk = AsyncDesk(store, clock=clock)

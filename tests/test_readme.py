@@ -1,0 +1,169 @@
+"""Every code block in README.md runs, in the order a reader meets them.
+
+The blocks run against a copy of ``examples/`` in a temporary folder, with the project's
+``.venv/bin`` first on ``PATH`` (as after ``source .venv/bin/activate``) and ``AWL_HOME``
+naming a fresh desk. Where a block continues a story the README tells in prose (a worker's
+calls were held; a commit was cut off), the test first makes that story true with the
+library, then runs the block as written. Two blocks are special: the set-up block's
+``bash .ci/run`` is this very test run, so it is only syntax-checked; its demo runs for real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from awl import SQLiteStore, WorkReport
+from gateway import load_config, open_gateway
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+ORDER_ID = "wo_offsite_notice"
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def blocks() -> list[tuple[str, str]]:
+    """The README's fenced code blocks as (language, text), in order."""
+    text = (ROOT / "README.md").read_text()
+    return [(m.group(1), m.group(2))
+            for m in re.finditer(r"^```(\w*)\n(.*?)^```", text, re.S | re.M)]
+
+
+def find(language: str, needle: str) -> str:
+    """The one block of ``language`` that contains ``needle``."""
+    found = [body for lang, body in blocks() if lang == language and needle in body]
+    assert len(found) == 1, f"expected one {language} block with {needle!r}, got {len(found)}"
+    return found[0]
+
+
+def run_bash(body: str, cwd: Path, env: dict[str, str]) -> str:
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, f"block failed:\n{body}\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, dict[str, str]]:
+    """A folder holding a copy of examples/, and the environment of an activated venv."""
+    shutil.copytree(ROOT / "examples", tmp_path / "examples",
+                    ignore=shutil.ignore_patterns("outbox.jsonl", "__pycache__"))
+    path = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+    monkeypatch.setenv("PATH", path)  # the gateway's upstream command is plain `python`
+    env = {**os.environ, "PATH": path, "AWL_HOME": str(tmp_path / "home"),
+           "VIRTUAL_ENV": str(BIN.parent)}
+    return tmp_path, env
+
+
+def outbox(folder: Path) -> list[dict[str, Any]]:
+    path = folder / "examples" / "outbox.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+async def hold_two_emails_and_report(folder: Path, home: Path) -> None:
+    """What the worker does in the README's story: two reads, two held sends, the report."""
+    store = SQLiteStore(home / "desk.sqlite3")
+    try:
+        with open(os.devnull, "w") as quiet:
+            async with open_gateway(ORDER_ID, folder / "examples" / "upstream.json",
+                                    store=store, home=home, errlog=quiet) as gw, \
+                    Client(gw.server) as client:
+                await client.call_tool("mail__search_notes", {"query": "offsite"})
+                await client.call_tool("mail__get_note", {"id": "n2"})
+                report = json.loads((folder / "examples" / "report.json").read_text())
+                for effect in report["effects"]:
+                    held = await client.call_tool("mail__send_email", effect["arguments"])
+                    assert held.structured_content is not None
+                    assert held.structured_content["pending"] == effect["ref"]
+                done = await client.call_tool("awl_submit_report", {"report": report})
+                assert not done.is_error, done.content
+    finally:
+        store.close()
+
+
+def test_the_set_up_block_names_the_demo_and_the_ci_script(tmp_path: Path) -> None:
+    """The set-up block's demo runs as written; its CI script is valid bash."""
+    body = find("bash", "scripts/demo.sh")
+    assert "bash .ci/run" in body
+    subprocess.run(["bash", "-n", str(ROOT / ".ci" / "run")], check=True)
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "demo.sh"), "--home",
+                           str(tmp_path / "demo")], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=240, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "exactly 1 message" in done.stdout
+
+
+def test_the_install_block_installs(world: tuple[Path, dict[str, str]]) -> None:
+    """``pip install -e .`` works from the project folder."""
+    _, env = world
+    run_bash(find("bash", "pip install -e ."), ROOT, env)
+
+
+def test_the_library_example_prints_what_its_comments_say(
+        world: tuple[Path, dict[str, str]]) -> None:
+    """The ten-line library example runs and prints the findings and state it promises."""
+    folder, env = world
+    code = find("python", "from awl import Desk")
+    done = subprocess.run([sys.executable, "-c", code], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[('R4', '/evidence')]", "approved"]
+
+
+def test_the_json_blocks_are_configs_the_gateway_accepts() -> None:
+    """Both mcpServers snippets load as gateway configs."""
+    snippets = [body for lang, body in blocks() if lang == "json"]
+    assert len(snippets) == 2
+    for body in snippets:
+        assert load_config(json.loads(body)).servers
+    assert json.loads(snippets[0]) == json.loads((ROOT / "examples" / "upstream.json").read_text())
+
+
+def test_the_operator_and_manager_blocks_run_the_story(
+        world: tuple[Path, dict[str, str]]) -> None:
+    """Issue, gateway, review of a subset and commit: one email goes out."""
+    folder, env = world
+    run_bash(find("bash", "awl order create examples/order.json"), folder, env)
+    anyio.run(hold_two_emails_and_report, folder, Path(env["AWL_HOME"]))
+    assert outbox(folder) == []
+    out = run_bash(find("bash", "awl order list --state submitted"), folder, env)
+    assert "committed" in out
+    sent = outbox(folder)
+    assert [m["to"] for m in sent] == ["team@example.com"]
+
+
+def test_the_settlement_block_settles_and_retries_once(
+        world: tuple[Path, dict[str, str]]) -> None:
+    """An effect cut off after its dispatching mark is settled and retried as written."""
+    folder, env = world
+    home = Path(env["AWL_HOME"])
+    run_bash(find("bash", "awl order create examples/order.json"), folder, env)
+    anyio.run(hold_two_emails_and_report, folder, home)
+    run_bash("awl review wo_offsite_notice --approve --effects mail/send_email#3 "
+             "--as human:ana", folder, env)
+    # The story: a committer marked #3 dispatching and died before sending (the real kill
+    # is tests/gateway/test_commit_kill.py); the next commit finds it unknown.
+    with SQLiteStore(home / "desk.sqlite3") as store:
+        stamp = WorkReport.model_validate(
+            json.loads((folder / "examples" / "report.json").read_text())).finished_at
+        store.set_effect(ORDER_ID, "mail/send_email#3", expect=["held"], state="dispatching",
+                         count_dispatch=True, at=stamp)
+    run_bash("awl gateway --order wo_offsite_notice --config examples/upstream.json --commit "
+             "|| true", folder, env)
+    assert outbox(folder) == []
+    out = run_bash(find("bash", "awl effects settle"), folder, env)
+    assert "unknown" in out
+    assert [m["to"] for m in outbox(folder)] == ["team@example.com"]

@@ -1,29 +1,59 @@
-"""Dropping held calls: the one place where held effects become ``dropped`` (CM-4).
+"""Effects in the store: listing, settling and dropping held calls (CM-4).
 
-A held call is dropped when it can never run: its attempt was sent back for rework, its
-order ended unapproved, or the approval left it out. The desk drops on rework and on an
-unapproved end, the commit path drops what an approval leaves out; both come here, so a
-drop always looks the same: each effect moves ``held → dropped`` with its reason, by a
-compare-and-set (a call already dispatched, or dropped by someone else meanwhile, is left
-alone), and one non-transition ``drop`` event names the refs dropped.
+Everything here reads and writes the desk's store and log and sends nothing upstream, so
+it lives in ``awl``, which imports nothing from the gateway: the desk, the desk server and
+the CLI use it directly, and the gateway's commit path (:mod:`gateway._commit`, which does
+the sending) builds on it.
 
-This module lives in ``awl`` (not ``gateway``) because the desk needs it and ``awl``
-imports nothing from the gateway.
+Listing. :func:`list_effects` shows every held call of an order with its effect state and,
+while it still describes the effect, the manager's settlement.
+
+Settling. :func:`settle` lets the order's manager record what they found out about an
+``unknown`` effect (``happened`` or ``did_not_happen``, with evidence) as a ``settle``
+event. A settlement stays valid until the effect is dispatched again (the event records
+the effect's dispatch count; :func:`valid_settlement` compares it).
+
+Dropping. A held call is dropped when it can never run: its attempt was sent back for
+rework, its order ended unapproved, or the approval left it out. The desk drops on rework
+and on an unapproved end, the commit path drops what an approval leaves out; both come to
+:func:`drop_held`, so a drop always looks the same: each effect moves ``held → dropped``
+with its reason, by a compare-and-set (a call already dispatched, or dropped by someone
+else meanwhile, is left alone), and one non-transition ``drop`` event names the refs
+dropped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
-from typing import TYPE_CHECKING, Any
+import contextlib
+from collections.abc import Callable, Container, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
 
-from awl._errors import Conflict
-from awl._models import CallRecord
-from awl._store import Store
+from awl._errors import BadRequest, Conflict, Forbidden, InvalidTransition, NotFound
+from awl._models import CallRecord, Event, WorkOrder
+from awl._patterns import canonical_ref
+from awl._store import EffectState, Settlement, Store
 
 if TYPE_CHECKING:
     from awl._desk import Desk
 
-__all__ = ["drop_held", "held_calls", "record_event"]
+__all__ = [
+    "EffectView",
+    "Verdict",
+    "drop_held",
+    "find_call",
+    "held_calls",
+    "list_effects",
+    "manager_only",
+    "record_event",
+    "settle",
+    "settle_events",
+    "valid_settlement",
+]
+
+Verdict = Literal["happened", "did_not_happen"]
+"""What the manager found out about an ``unknown`` effect."""
 
 # A drop event only needs a free seq; other writers (progress notes, settlements, other
 # drops) can take it first, so a drop tries again this many times.
@@ -103,3 +133,175 @@ def drop_held(desk: Desk, order_id: str, reasons: Mapping[str, str], *, actor: s
                      data={**(data or {}), "refs": done,
                            "reasons": {ref: reasons[ref] for ref in done}})
     return done
+
+
+# --------------------------------------------------------------------------- listing
+
+@dataclass(frozen=True, slots=True)
+class EffectView:
+    """One held call of an order with its effect state, for listings."""
+
+    ref: str
+    tool: str
+    attempt: int
+    arguments: dict[str, Any]
+    state: str
+    """The effect state (``held`` when the gateway recorded none yet)."""
+    dispatches: int = 0
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    settlement: Settlement | None = None
+    """The manager's settlement, if one is still valid (the effect was not dispatched since)."""
+    updated_at: str = ""
+
+    @property
+    def retryable(self) -> bool:
+        """Whether the gateway's ``retry`` may send it: unknown, settled as did_not_happen."""
+        return (self.state == "unknown" and self.settlement is not None
+                and self.settlement.verdict == "did_not_happen")
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready data."""
+        out: dict[str, Any] = {
+            "ref": self.ref, "tool": self.tool, "attempt": self.attempt,
+            "arguments": self.arguments, "state": self.state, "dispatches": self.dispatches,
+            "updated_at": self.updated_at, "retryable": self.retryable,
+        }
+        if self.result is not None:
+            out["result"] = self.result
+        if self.error is not None:
+            out["error"] = self.error
+        if self.settlement is not None:
+            s = self.settlement
+            out["settlement"] = {"verdict": s.verdict, "evidence": s.evidence, "by": s.by,
+                                 "at": s.at}
+        return out
+
+
+def settle_events(events: Sequence[Event]) -> dict[str, Event]:
+    """The latest ``settle`` event of each ref, from an order's log."""
+    latest: dict[str, Event] = {}
+    for event in events:
+        if event.action == "settle" and event.data and isinstance(event.data.get("ref"), str):
+            latest[event.data["ref"]] = event
+    return latest
+
+
+def valid_settlement(state: EffectState | None, event: Event | None) -> Settlement | None:
+    """The settlement that still describes the effect: made while it was unknown with the
+    dispatch count it has now (any later dispatch makes it stale)."""
+    if state is None or state.state != "unknown" or event is None or event.data is None:
+        return None
+    data = event.data
+    if data.get("dispatches") != state.dispatches:
+        return None
+    verdict = data.get("verdict")
+    if verdict not in ("happened", "did_not_happen"):
+        return None
+    return Settlement(verdict=verdict, evidence=str(data.get("evidence", "")),
+                      by=event.actor, at=event.at)
+
+
+def list_effects(order_id: str, *, store: Store) -> list[EffectView]:
+    """Every held call of the order with its effect state, by call number."""
+    states = {e.ref: e for e in store.effects(order_id)}
+    settles = settle_events(store.events(order_id))
+    out: list[EffectView] = []
+    for call in store.calls(order_id):
+        state = states.get(call.ref)
+        if call.outcome != "held" and state is None:
+            continue
+        out.append(EffectView(
+            ref=call.ref, tool=call.tool, attempt=call.attempt,
+            arguments=call.arguments, state="held" if state is None else state.state,
+            dispatches=0 if state is None else state.dispatches,
+            result=None if state is None else state.result,
+            error=None if state is None else state.error,
+            settlement=valid_settlement(state, settles.get(call.ref)),
+            updated_at="" if state is None else state.updated_at,
+        ))
+    return out
+
+
+def find_call(store: Store, order_id: str, ref: str) -> CallRecord:
+    """The order's recorded call that ``ref`` names (in either ref form).
+
+    Raises:
+        NotFound: The order has no such call.
+    """
+    canonical = canonical_ref(ref)
+    for call in store.calls(order_id):
+        if call.ref == canonical:
+            return call
+    raise NotFound(f"order {order_id!r} has no recorded call {ref!r}; list its effects with "
+                   f"`awl effects list {order_id}`")
+
+
+def manager_only(order: WorkOrder, by: str, action: str) -> None:
+    """Refuse ``action`` on the order's effects unless ``by`` is its manager.
+
+    Raises:
+        Forbidden: ``by`` is not the order's manager.
+    """
+    if by != order.manager:
+        raise Forbidden(f"{by} may not {action} effects of order {order.id!r}: only its "
+                        f"manager ({order.manager}) may", actor=by, action=action)
+
+
+# --------------------------------------------------------------------------- settle
+
+def settle(order_id: str, ref: str, verdict: Verdict, evidence: str, by: str, *,
+           store: Store, desk: Desk | None = None,
+           now: Callable[[], datetime] | None = None) -> EffectView:
+    """Record the manager's finding about an ``unknown`` effect, as a ``settle`` event.
+
+    Args:
+        order_id: The order.
+        ref: The unknown effect, ``server/tool#N``.
+        verdict: ``happened`` (it ran; it can never be retried) or ``did_not_happen``
+            (it did not run; the gateway's ``retry`` may send it).
+        evidence: What the finding rests on, for the record.
+        by: Who settles; must be the order's manager.
+        store: The desk's store.
+        desk: The desk whose log gets the event (default one over ``store``).
+        now: The clock for timestamps (default UTC now).
+
+    Raises:
+        Forbidden: ``by`` is not the order's manager.
+        InvalidTransition: The effect is not ``unknown``.
+        BadRequest: No evidence, or an unknown verdict.
+        NotFound: No such order or call.
+    """
+    # awl._desk imports this module, so the desk is imported when first needed.
+    from awl._desk import Desk, format_time
+
+    if verdict not in ("happened", "did_not_happen"):
+        raise BadRequest(f"verdict must be happened or did_not_happen, not {verdict!r}")
+    if not evidence.strip():
+        raise BadRequest("a settlement says what it rests on; give --evidence")
+    clock = now or _utc_now
+    desk = desk or Desk(store, clock=clock, conflict_retries=5)
+    record = store.load(order_id)
+    manager_only(record.order, by, "settle")
+    call = find_call(store, order_id, ref)
+    state = next((e for e in store.effects(order_id) if e.ref == call.ref), None)
+    if state is None or state.state != "unknown":
+        name = "held" if state is None else state.state
+        raise InvalidTransition(f"effect {call.ref} of order {order_id!r} is {name}; only "
+                                "an unknown effect is settled", state=name, action="settle")
+    at = format_time(clock())
+    # The event is the authority for a retry (it carries the dispatch count it describes);
+    # the copy on the effect is for readers of the store.
+    record_event(desk, order_id, by, "settle", note=evidence,
+                 data={"ref": call.ref, "verdict": verdict, "evidence": evidence,
+                       "dispatches": state.dispatches})
+    settlement = Settlement(verdict=verdict, evidence=evidence, by=by, at=at)
+    # Conflict: it was retried meanwhile; the event's dispatch count makes it stale anyway.
+    with contextlib.suppress(Conflict):
+        store.set_effect(order_id, call.ref, expect=["unknown"], state="unknown",
+                         result=state.result, error=state.error, settlement=settlement, at=at)
+    return next(v for v in list_effects(order_id, store=store) if v.ref == call.ref)
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)

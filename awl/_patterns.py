@@ -96,6 +96,12 @@ def parse_ref(text: str) -> Ref | None:
     return Ref(m.group("server"), m.group("tool"), int(m.group("n")))
 
 
+def canonical_ref(text: str) -> str:
+    """The ref in its canonical ``server/tool#N`` form; text that is no ref, unchanged."""
+    parsed = parse_ref(text)
+    return text if parsed is None else str(parsed)
+
+
 def make_ref(tool: str, n: int) -> str:
     """The canonical ref for the ``n``-th call of an order, made to ``tool``."""
     return f"{tool}#{n}"

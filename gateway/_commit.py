@@ -61,13 +61,14 @@ If M is not ``committed``, or the pointer names nothing, the dependent effect is
 Every forwarded call carries ``_meta`` ``{"awl/ref", "awl/order", "awl/attempt"}``; a
 retry sends the same three values, so a receiver can deduplicate.
 
-Settlement. :func:`settle` lets the order's manager record what they found out about an
-``unknown`` effect (``happened`` or ``did_not_happen``, with evidence) as a ``settle``
-event. A settlement stays valid until the effect is dispatched again (the event records
-the effect's dispatch count). :func:`retry` sends an effect whose valid settlement says
-``did_not_happen``, after checking the order's authority again (approved, deadline not
-passed, tool allowed and staged, pass not revoked before the hold), under the same
-write-ahead rules.
+Settlement. :func:`awl._effects.settle` lets the order's manager record what they found
+out about an ``unknown`` effect (``happened`` or ``did_not_happen``, with evidence) as a
+``settle`` event; it and :func:`awl._effects.list_effects` send nothing, so they live in
+``awl`` and are re-exported here. A settlement stays valid until the effect is dispatched
+again (the event records the effect's dispatch count). :func:`retry` sends an effect whose
+valid settlement says ``did_not_happen``, after checking the order's authority again
+(approved, deadline not passed, tool allowed and staged, pass not revoked before the
+hold), under the same write-ahead rules.
 
 Test hook: when the environment sets ``AWL_TEST_PAUSE_AFTER_DISPATCHING`` to a path, the
 committer writes that file (holding the ref) right after a ``dispatching`` mark is durable
@@ -78,7 +79,6 @@ and then freezes, so a test can ``kill -9`` it at exactly that moment;
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import json
 import os
@@ -89,18 +89,28 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import anyio
 import mcp_types as types
 
-from awl._desk import Desk
-from awl._effects import drop_held, held_calls
+from awl._desk import Clock, Desk, format_time
+from awl._effects import (
+    EffectView,
+    drop_held,
+    find_call,
+    held_calls,
+    list_effects,
+    manager_only,
+    settle,
+    settle_events,
+    valid_settlement,
+)
 from awl._effects import record_event as _log
-from awl._errors import BadRequest, Conflict, Forbidden, InvalidTransition, NotFound
-from awl._models import CallRecord, Event, WorkOrder, WorkReport, parse_time
-from awl._patterns import matches_any, parse_ref
-from awl._store import EffectState, OrderRecord, Revocation, Settlement, Store
+from awl._errors import BadRequest, Conflict, InvalidTransition, NotFound
+from awl._models import CallRecord, WorkReport, parse_time
+from awl._patterns import canonical_ref, matches_any, parse_ref
+from awl._store import EffectState, OrderRecord, Revocation, Store
 from gateway._lock import DEFAULT_LEASE, LockLost, OrderLock
 from gateway._policy import allowed
 from gateway._staging import Placeholder, placeholders
@@ -128,9 +138,6 @@ COMMIT_ACTOR = "awl:gateway"
 
 PAUSE_ENV = "AWL_TEST_PAUSE_AFTER_DISPATCHING"
 PAUSE_REF_ENV = "AWL_TEST_PAUSE_REF"
-
-Clock = Callable[[], datetime]
-Verdict = Literal["happened", "did_not_happen"]
 
 
 class Upstreams(Protocol):
@@ -254,47 +261,6 @@ class CommitSummary:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class EffectView:
-    """One held call of an order with its effect state, for listings."""
-
-    ref: str
-    tool: str
-    attempt: int
-    arguments: dict[str, Any]
-    state: str
-    """The effect state (``held`` when the gateway recorded none yet)."""
-    dispatches: int = 0
-    result: dict[str, Any] | None = None
-    error: str | None = None
-    settlement: Settlement | None = None
-    """The manager's settlement, if one is still valid (the effect was not dispatched since)."""
-    updated_at: str = ""
-
-    @property
-    def retryable(self) -> bool:
-        """Whether :func:`retry` may send it: unknown, settled as did_not_happen."""
-        return (self.state == "unknown" and self.settlement is not None
-                and self.settlement.verdict == "did_not_happen")
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON-ready data."""
-        out: dict[str, Any] = {
-            "ref": self.ref, "tool": self.tool, "attempt": self.attempt,
-            "arguments": self.arguments, "state": self.state, "dispatches": self.dispatches,
-            "updated_at": self.updated_at, "retryable": self.retryable,
-        }
-        if self.result is not None:
-            out["result"] = self.result
-        if self.error is not None:
-            out["error"] = self.error
-        if self.settlement is not None:
-            s = self.settlement
-            out["settlement"] = {"verdict": s.verdict, "evidence": s.evidence, "by": s.by,
-                                 "at": s.at}
-        return out
-
-
 # --------------------------------------------------------------------------- helpers
 
 def _utc_now() -> datetime:
@@ -302,17 +268,12 @@ def _utc_now() -> datetime:
 
 
 def _stamp(clock: Clock) -> str:
-    return clock().astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return format_time(clock())
 
 
 def lock_name(order_id: str) -> str:
     """The name of the store lock one committer of ``order_id`` holds."""
     return f"commit:{order_id}"
-
-
-def _canonical(ref: str) -> str:
-    parsed = parse_ref(ref)
-    return ref if parsed is None else str(parsed)
 
 
 def json_equal(a: Any, b: Any) -> bool:
@@ -427,7 +388,7 @@ def _pause_if_asked(ref: str) -> None:
     if not path:
         return
     only = os.environ.get(PAUSE_REF_ENV)
-    if only and _canonical(only) != ref:
+    if only and canonical_ref(only) != ref:
         return
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -586,7 +547,7 @@ def _precheck(record: OrderRecord, calls: Sequence[CallRecord], revoked: _Revoca
     else:
         chosen = []
         for j, raw in enumerate(review.effects):
-            ref = _canonical(raw)
+            ref = canonical_ref(raw)
             if ref not in listed:
                 bad(Mismatch(ref, f"/review/effects/{j}", "not_in_report",
                              f"the manager approved {raw}, which the report does not list"))
@@ -894,115 +855,6 @@ def drop_attempt(order_id: str, attempt: int, *, store: Store, desk: Desk | None
                      at=_stamp(clock), note=why, data={"attempt": attempt})
 
 
-# --------------------------------------------------------------------------- listing
-
-def _settle_events(events: Sequence[Event]) -> dict[str, Event]:
-    latest: dict[str, Event] = {}
-    for event in events:
-        if event.action == "settle" and event.data and isinstance(event.data.get("ref"), str):
-            latest[event.data["ref"]] = event
-    return latest
-
-
-def _valid_settlement(state: EffectState | None, event: Event | None) -> Settlement | None:
-    """The settlement that still describes the effect: made while it was unknown with the
-    dispatch count it has now (any later dispatch makes it stale)."""
-    if state is None or state.state != "unknown" or event is None or event.data is None:
-        return None
-    data = event.data
-    if data.get("dispatches") != state.dispatches:
-        return None
-    verdict = data.get("verdict")
-    if verdict not in ("happened", "did_not_happen"):
-        return None
-    return Settlement(verdict=verdict, evidence=str(data.get("evidence", "")),
-                      by=event.actor, at=event.at)
-
-
-def list_effects(order_id: str, *, store: Store) -> list[EffectView]:
-    """Every held call of the order with its effect state, by call number."""
-    states = {e.ref: e for e in store.effects(order_id)}
-    settles = _settle_events(store.events(order_id))
-    out: list[EffectView] = []
-    for call in store.calls(order_id):
-        state = states.get(call.ref)
-        if call.outcome != "held" and state is None:
-            continue
-        out.append(EffectView(
-            ref=call.ref, tool=call.tool, attempt=call.attempt,
-            arguments=call.arguments, state="held" if state is None else state.state,
-            dispatches=0 if state is None else state.dispatches,
-            result=None if state is None else state.result,
-            error=None if state is None else state.error,
-            settlement=_valid_settlement(state, settles.get(call.ref)),
-            updated_at="" if state is None else state.updated_at,
-        ))
-    return out
-
-
-def _find_call(store: Store, order_id: str, ref: str) -> CallRecord:
-    canonical = _canonical(ref)
-    for call in store.calls(order_id):
-        if call.ref == canonical:
-            return call
-    raise NotFound(f"order {order_id!r} has no recorded call {ref!r}; list its effects with "
-                   f"`awl effects list {order_id}`")
-
-
-def _manager_only(order: WorkOrder, by: str, action: str) -> None:
-    if by != order.manager:
-        raise Forbidden(f"{by} may not {action} effects of order {order.id!r}: only its "
-                        f"manager ({order.manager}) may", actor=by, action=action)
-
-
-# --------------------------------------------------------------------------- settle
-
-def settle(order_id: str, ref: str, verdict: Verdict, evidence: str, by: str, *,
-           store: Store, desk: Desk | None = None, now: Clock | None = None) -> EffectView:
-    """Record the manager's finding about an ``unknown`` effect, as a ``settle`` event.
-
-    Args:
-        order_id: The order.
-        ref: The unknown effect, ``server/tool#N``.
-        verdict: ``happened`` (it ran; it can never be retried) or ``did_not_happen``
-            (it did not run; :func:`retry` may send it).
-        evidence: What the finding rests on, for the record.
-        by: Who settles; must be the order's manager.
-
-    Raises:
-        Forbidden: ``by`` is not the order's manager.
-        InvalidTransition: The effect is not ``unknown``.
-        BadRequest: No evidence, or an unknown verdict.
-        NotFound: No such order or call.
-    """
-    if verdict not in ("happened", "did_not_happen"):
-        raise BadRequest(f"verdict must be happened or did_not_happen, not {verdict!r}")
-    if not evidence.strip():
-        raise BadRequest("a settlement says what it rests on; give --evidence")
-    clock = now or _utc_now
-    desk = desk or Desk(store, clock=clock, conflict_retries=5)
-    record = store.load(order_id)
-    _manager_only(record.order, by, "settle")
-    call = _find_call(store, order_id, ref)
-    state = next((e for e in store.effects(order_id) if e.ref == call.ref), None)
-    if state is None or state.state != "unknown":
-        name = "held" if state is None else state.state
-        raise InvalidTransition(f"effect {call.ref} of order {order_id!r} is {name}; only "
-                                "an unknown effect is settled", state=name, action="settle")
-    at = _stamp(clock)
-    # The event is the authority for a retry (it carries the dispatch count it describes);
-    # the copy on the effect is for readers of the store.
-    _log(desk, order_id, by, "settle", note=evidence,
-         data={"ref": call.ref, "verdict": verdict, "evidence": evidence,
-               "dispatches": state.dispatches})
-    settlement = Settlement(verdict=verdict, evidence=evidence, by=by, at=at)
-    # Conflict: it was retried meanwhile; the event's dispatch count makes it stale anyway.
-    with contextlib.suppress(Conflict):
-        store.set_effect(order_id, call.ref, expect=["unknown"], state="unknown",
-                         result=state.result, error=state.error, settlement=settlement, at=at)
-    return next(v for v in list_effects(order_id, store=store) if v.ref == call.ref)
-
-
 # --------------------------------------------------------------------------- retry
 
 async def retry(
@@ -1036,8 +888,8 @@ async def retry(
     clock = now or _utc_now
     desk = desk or Desk(store, clock=clock, conflict_retries=5)
     record = store.load(order_id)
-    _manager_only(record.order, by, "retry")
-    call = _find_call(store, order_id, ref)
+    manager_only(record.order, by, "retry")
+    call = find_call(store, order_id, ref)
     lock = OrderLock(store, lock_name(order_id), lease=lease, wait=lock_wait,
                      purpose=f"retry {call.ref}")
     async with AsyncExitStack() as stack:
@@ -1052,8 +904,8 @@ async def retry(
             raise InvalidTransition(
                 f"effect {call.ref} is {name}; only an unknown effect settled as "
                 "did_not_happen can be retried", state=name, action="retry")
-        settlement = _valid_settlement(state, _settle_events(store.events(order_id))
-                                       .get(call.ref))
+        settlement = valid_settlement(state, settle_events(store.events(order_id))
+                                      .get(call.ref))
         if settlement is None:
             raise InvalidTransition(
                 f"effect {call.ref} is unknown and not settled; find out whether it ran, "

@@ -1,9 +1,10 @@
 """``awl effects``: list an order's held calls, settle an unknown one, retry a settled one.
 
-The manager's side of committing (see :mod:`gateway._commit`): ``list`` shows every held
-call with its state, arguments and settlement; ``settle`` records whether an ``unknown``
-effect happened, with evidence; ``retry`` sends an effect settled as ``did_not_happen``
-again, with the same ``awl/ref``.
+The manager's side of committing: ``list`` shows every held call with its state,
+arguments and settlement; ``settle`` records whether an ``unknown`` effect happened, with
+evidence (both :mod:`awl._effects`, store only); ``retry`` sends an effect settled as
+``did_not_happen`` again, with the same ``awl/ref`` (:mod:`gateway._commit`, imported when
+used, since it needs the upstream servers).
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from awl._effects import EffectView, list_effects, settle
 from awl._home import default_store, home_dir
 
 if TYPE_CHECKING:
-    from gateway._commit import EffectOutcome, EffectView
+    from gateway._commit import EffectOutcome
 
 
 def register(subparsers: Any) -> None:
@@ -100,8 +102,6 @@ def _view_lines(order_id: str, views: Sequence[EffectView]) -> Iterator[str]:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from gateway._commit import list_effects
-
     store = default_store(home_dir(args.home))
     try:
         store.load(args.order)
@@ -118,8 +118,6 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _settle(args: argparse.Namespace) -> int:
-    from gateway._commit import settle
-
     store = default_store(home_dir(args.home))
     try:
         view = settle(args.order, args.ref, args.verdict, args.evidence, args.actor,

@@ -39,6 +39,7 @@ from mcp.server.context import ServerRequestContext
 
 from awl import __version__
 from awl._desk import AsyncDesk, Desk, OrderView
+from awl._effects import list_effects, settle
 from awl._errors import (
     AWLError,
     BadRequest,
@@ -501,8 +502,6 @@ class DeskServer:
                 f"handoff briefing of order {view.id}")
 
     async def _list_effects(self, actor: str, args: Data) -> tuple[Data, str]:
-        from gateway._commit import list_effects
-
         view = await self._visible(args["order_id"], actor)
         effects = await anyio.to_thread.run_sync(
             lambda: list_effects(view.id, store=self.store))
@@ -510,8 +509,6 @@ class DeskServer:
         return data, f"{len(effects)} effect(s) of order {view.id}"
 
     async def _settle(self, actor: str, args: Data) -> tuple[Data, str]:
-        from gateway._commit import settle
-
         order_id = args["order_id"]
         effect = await anyio.to_thread.run_sync(lambda: settle(
             order_id, args["ref"], args["verdict"], args["evidence"], actor,

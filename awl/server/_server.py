@@ -12,12 +12,12 @@ do on each order; its refusals come back as tool errors with their code (BIND-4)
 Reads are limited to the orders the principal is part of: as manager, worker or escalation
 contact of the order or of an order it was split from.
 
-After a write that ends an attempt or the order, the server also does what the end calls
-for, so nothing stays runnable that should not: a rework drops the held calls of the
-attempt it ends, and an order that ends unapproved drops all its held calls (CM-4) and
-revokes its Delegation Passes (DP-8). An approved order keeps its passes for now: the
-commit path refuses effects held under a revoked pass, whatever the revocation's reason,
-so revoking them at approval would block the very effects the manager approved.
+What a write leaves dangling the desk itself tidies, whoever wrote: a rework drops the
+held calls of the attempt it ends, an order that ends unapproved drops all its held calls
+(CM-4), and every terminal state, approval included, revokes the order's Delegation Passes
+(DP-8); the approved effects still commit, since the commit path refuses only a pass
+revoked at or before the hold. The server adds nothing to that; it answers a write that
+may have been followed by a ``drop`` event with the order as it stands after it.
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ from awl._errors import (
     PassError,
     ValidationFailed,
 )
-from awl._lifecycle import DESK_ACTOR, TABLE, TERMINAL
+from awl._lifecycle import TABLE, TERMINAL
 from awl._models import Event, WorkOrder, parse_time
-from awl._passes import KeyStore, issue_recorded_pass, revoke_order_passes, unverified_claims
+from awl._passes import KeyStore, issue_recorded_pass, unverified_claims
 from awl._store import Store
 from awl.server._tokens import check_principal, principal_for_token
 from awl.server._tools import (
@@ -294,32 +294,16 @@ class DeskServer:
                         "may read it", actor=actor, action="read")
 
     async def _written(self, view: OrderView, actor: str, *,
-                       ended_attempt: int | None = None) -> tuple[Data, str]:
-        """The answer to a write, after tidying what the write ended."""
-        if ended_attempt is not None or (view.state in TERMINAL and view.state != "approved"):
-            await anyio.to_thread.run_sync(self._tidy, view, ended_attempt)
+                       ended_attempt: bool = False) -> tuple[Data, str]:
+        """The answer to a write.
+
+        A write that ended an attempt, or ended the order unapproved, may be followed by
+        the desk's ``drop`` event, so the answer reads the order again to show its latest
+        event.
+        """
+        if ended_attempt or (view.state in TERMINAL and view.state != "approved"):
             view = await self.desk.get(view.id)
         return _view(view, actor), f"order {view.id} is {view.state} (event {view.seq})"
-
-    def _tidy(self, view: OrderView, ended_attempt: int | None) -> None:
-        """Drop held calls and revoke passes that the order's new state leaves dangling."""
-        from gateway._commit import drop_attempt
-
-        order_id = view.id
-        try:
-            if ended_attempt is not None:
-                drop_attempt(order_id, ended_attempt, store=self.store, desk=self.desk.desk,
-                             actor=DESK_ACTOR)
-            if view.state in TERMINAL and view.state != "approved":
-                attempts = sorted({c.attempt for c in self.store.calls(order_id)
-                                   if c.outcome == "held"})
-                for attempt in attempts:
-                    drop_attempt(order_id, attempt, store=self.store, desk=self.desk.desk,
-                                 reason=f"the order was {view.state}", actor=DESK_ACTOR)
-                revoke_order_passes(self.store, order_id, reason=f"order {view.state}")
-        except AWLError as exc:
-            # The write itself succeeded; the commit path drops again before running anything.
-            log.warning("tidying order %s after it became %s: %s", order_id, view.state, exc)
 
     # ------------------------------------------------------------------ tools
 
@@ -400,8 +384,7 @@ class DeskServer:
             raise BadRequest("a rework runs no effects; leave effects out, or approve instead")
         view = await self.desk.review(args["order_id"], actor, decision, args.get("reason"),
                                       effects=effects)
-        ended = view.attempt - 1 if decision == "rework" else None
-        return await self._written(view, actor, ended_attempt=ended)
+        return await self._written(view, actor, ended_attempt=decision == "rework")
 
     async def _cancel(self, actor: str, args: Data) -> tuple[Data, str]:
         view = await self.desk.cancel(args["order_id"], actor, args["reason"])
@@ -414,8 +397,6 @@ class DeskServer:
         timeout = min(float(args.get("timeout_seconds", 25)), WAIT_LIMIT)
         events = await self._events_after(order_id, after, timeout)
         view = await self.desk.get(order_id)
-        if events and view.state in TERMINAL and view.state != "approved":
-            await anyio.to_thread.run_sync(self._tidy, view, None)  # e.g. it expired
         data = {"order_id": order_id, "state": view.state, "seq": view.seq,
                 "events": [e.to_json() for e in events], "timed_out": not events}
         summary = (f"{len(events)} new event(s); order {order_id} is {view.state}" if events

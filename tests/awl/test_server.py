@@ -180,6 +180,7 @@ async def _course(m: Desk, w: Desk, store: SQLiteStore) -> None:
                             effects=[board.ref])
     assert approved["state"] == "approved"
     assert approved["reviews"][-1]["effects"] == [board.ref]
+    assert issued["jti"] in store.revoked()  # the order ended, so its passes did too
     await _all_refused(w, oid, MANAGER_CALLS)
 
     # The commit sent the board's mail and never heard back: the effect is unknown.

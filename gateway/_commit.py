@@ -94,6 +94,7 @@ from typing import Any, Protocol
 import anyio
 import mcp_types as types
 
+from awl._checks import json_equal
 from awl._desk import Clock, Desk, format_time
 from awl._effects import (
     EffectView,
@@ -274,25 +275,6 @@ def _stamp(clock: Clock) -> str:
 def lock_name(order_id: str) -> str:
     """The name of the store lock one committer of ``order_id`` holds."""
     return f"commit:{order_id}"
-
-
-def json_equal(a: Any, b: Any) -> bool:
-    """Equality of two JSON values: ``true`` is not ``1``, key order does not matter.
-
-    Numbers compare by value (``1`` equals ``1.0``, as JSON has one number type).
-    """
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        return a == b
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
-    return type(a) is type(b) and bool(a == b)
-
-
-_MISSING = object()
 
 
 def resolve_pointer(document: Any, pointer: str) -> Any:

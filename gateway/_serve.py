@@ -9,14 +9,14 @@ for the ``awl gateway`` command.
 Over HTTP every request must carry a Delegation Pass for the order as a Bearer token; a
 missing or invalid pass gets ``401`` before any MCP message is read. The pass is verified
 again on every tool call, so revoking it stops a connected worker at once. Only loopback
-addresses are served unless the caller explicitly allows remote workers.
+addresses are served unless the caller explicitly allows remote workers. The HTTP serving
+itself (listening, the 401, loopback rules) is the desk server's transport,
+:func:`awl.server._transport.serve_http`; this module only says how a pass authenticates.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import socket
 import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -26,14 +26,14 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 from mcp.server.stdio import stdio_server
-from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from awl._errors import BadRequest
 from awl._passes import DEFAULT_AUDIENCE, KeyStore
 from awl._store import Store
+from awl.server._transport import Unauthorized, is_loopback, parse_address
+from awl.server._transport import serve_http as _serve_mcp_http
 from gateway._config import GatewayConfig, load_config
-from gateway._gateway import Clock, Gateway
+from gateway._gateway import Authority, Clock, Gateway
 from gateway._upstream import UpstreamPool
 
 __all__ = [
@@ -48,8 +48,6 @@ __all__ = [
 
 PASS_ENV = "AWL_PASS"
 """The environment variable ``awl gateway`` reads a Delegation Pass from."""
-
-MCP_PATH = "/mcp"
 
 
 @asynccontextmanager
@@ -121,72 +119,20 @@ async def serve_stdio(gateway: Gateway) -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names this machine only (``localhost``, 127.0.0.0/8, ``::1``)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+class _Announced:
+    """Passes the URL on to ``task_status`` after printing where the gateway serves."""
 
+    def __init__(self, task_status: anyio.abc.TaskStatus[str], order_id: str,
+                 announce: TextIO | None) -> None:
+        self._task_status = task_status
+        self._order_id = order_id
+        self._announce = announce
 
-def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6; a bare ``PORT`` means 127.0.0.1).
-
-    Raises:
-        BadRequest: Not an address with a port from 0 to 65535.
-    """
-    host, sep, port_text = text.rpartition(":")
-    if not sep:
-        host, port_text = "127.0.0.1", text
-    host = host.strip("[]") or "127.0.0.1"
-    try:
-        port = int(port_text)
-    except ValueError:
-        port = -1
-    if not 0 <= port <= 65535:
-        raise BadRequest(f"--http {text!r} is not HOST:PORT with a port from 0 to 65535 "
-                         "(for example 127.0.0.1:8765; port 0 picks a free one)")
-    return host, port
-
-
-class _PassAuth:
-    """ASGI middleware: every HTTP request needs a valid pass for the order, else 401."""
-
-    def __init__(self, gateway: Gateway, app: ASGIApp) -> None:
-        self.gateway = gateway
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        token = None
-        problem: str | None
-        for key, value in scope.get("headers", ()):
-            if key.lower() == b"authorization":
-                scheme, _, rest = value.decode("latin-1").partition(" ")
-                if scheme.lower() == "bearer" and rest.strip():
-                    token = rest.strip()
-        if token is None:
-            problem = ("send your Delegation Pass for this order as "
-                       "'Authorization: Bearer <pass>'")
-        else:
-            authority = await anyio.to_thread.run_sync(self.gateway.verify, token)
-            problem = None if authority.error is None else (
-                f"{authority.error.reason}: {authority.error.message}")
-        if problem is not None:
-            description = problem.replace('"', "'")[:300]
-            response = JSONResponse(
-                {"error": "invalid_token", "error_description": description},
-                status_code=401,
-                headers={"WWW-Authenticate":
-                         f'Bearer error="invalid_token", error_description="{description}"'},
-            )
-            await response(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
+    def started(self, value: str | None = None) -> None:
+        if self._announce is not None:
+            print(f"awl gateway: serving order {self._order_id} on {value}",
+                  file=self._announce, flush=True)
+        self._task_status.started(value or "")
 
 
 async def serve_http(
@@ -209,57 +155,26 @@ async def serve_http(
         task_status: Started with the endpoint URL (``tg.start(serve_http, ...)``).
 
     Raises:
-        BadRequest: A non-loopback host without ``allow_remote``, or the port is taken.
+        BadRequest: A non-loopback host without ``allow_remote``, no key set, the port
+            cannot be had, or the HTTP server fails to start.
     """
-    import uvicorn
-
     if not is_loopback(host) and not allow_remote:
         raise BadRequest(f"refusing to serve on {host}: it is not a loopback address; pass "
                          "--allow-remote to let remote workers connect with their pass")
     if not gateway.checks_passes:
         raise BadRequest("serving HTTP needs the desk's key set to check workers' passes")
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise BadRequest(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    bound = sock.getsockname()[1]
-    app = _PassAuth(gateway, gateway.server.streamable_http_app(
-        streamable_http_path=MCP_PATH, host=host))
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=2)
-    http = uvicorn.Server(config)
-    shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{bound}{MCP_PATH}"
-    done = anyio.Event()
 
-    async def run() -> None:
-        # Shielded so that cancelling serve_http shuts uvicorn down in order (below) rather
-        # than tearing it mid-request.
-        try:
-            with anyio.CancelScope(shield=True):
-                await http.serve(sockets=[sock])
-        finally:
-            done.set()
+    async def authenticate(token: str | None) -> Authority:
+        if token is None:
+            raise Unauthorized("send your Delegation Pass for this order as "
+                               "'Authorization: Bearer <pass>'")
+        authority = await anyio.to_thread.run_sync(gateway.verify, token)
+        if authority.error is not None:
+            raise Unauthorized(f"{authority.error.reason}: {authority.error.message}")
+        return authority
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(run)
-        while not http.started and not done.is_set():
-            await anyio.sleep(0.01)
-        if announce is not None:
-            print(f"awl gateway: serving order {gateway.order_id} on {url}", file=announce,
-                  flush=True)
-        task_status.started(url)
-        try:
-            await done.wait()
-        finally:
-            http.should_exit = True
-            with anyio.CancelScope(shield=True):
-                await done.wait()
-            sock.close()
+    await _serve_mcp_http(gateway.server, host, port, authenticate, allow_remote=allow_remote,
+                          task_status=_Announced(task_status, gateway.order_id, announce))
 
 
 async def run_gateway(

@@ -33,7 +33,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -86,6 +86,7 @@ META_ORDER = "awl/order"
 META_ATTEMPT = "awl/attempt"
 
 Clock = Callable[[], datetime]
+_T = TypeVar("_T")
 
 
 def _utc_now() -> datetime:
@@ -166,6 +167,11 @@ class Gateway:
         audience: The audience passes must name.
         safe: Safe mode (hold every tool not marked read-only); default the config's.
         clock: Returns the current time, timezone-aware (tests pass a fake one).
+        offload_store: Run the per-call store work in worker threads. Off by default: the
+            work is a few short SQLite transactions (well under a millisecond), and each
+            hand-off to a thread and back costs about as much again, so the gateway runs it
+            on its event loop and only waits there when another process holds the write
+            lock. Turn it on for a store whose calls can take long (a remote database).
     """
 
     def __init__(
@@ -179,8 +185,11 @@ class Gateway:
         audience: str = DEFAULT_AUDIENCE,
         safe: bool | None = None,
         clock: Clock | None = None,
+        offload_store: bool = False,
     ) -> None:
         self.order_id = order_id
+        self.offload_store = offload_store
+        self._record: OrderRecord | None = None
         self.store = store
         self.pool = pool
         self.config: GatewayConfig = pool.config
@@ -378,7 +387,7 @@ class Gateway:
         table = await self._catalog()
         canonical = table.canonical(name) if name in table else None
         args = dict(arguments)
-        admission = await anyio.to_thread.run_sync(
+        admission = await self._run(
             self._admit, name, canonical, args, token if token is not None else self._pass_token)
         if admission.answer is not None:
             return admission.answer
@@ -411,13 +420,27 @@ class Gateway:
         # The worker cites this ref as evidence; the answer is its only way to learn it.
         return answer.model_copy(update={"meta": {**(answer.meta or {}), META_REF: record.ref}})
 
+    async def _run(self, func: Callable[..., _T], *args: Any) -> _T:
+        """Run blocking store work: on the loop, or in a thread with ``offload_store``."""
+        if self.offload_store:
+            return await anyio.to_thread.run_sync(func, *args)
+        return func(*args)
+
+    def _order_record(self) -> OrderRecord:
+        """The order as stored now; re-read only when its log has grown (a cheap check)."""
+        record = self._record
+        if record is None or self.store.events(self.order_id, after=record.seq, limit=1):
+            record = self.store.load(self.order_id)
+            self._record = record
+        return record
+
     async def _finish(self, record: CallRecord, outcome: str, result: dict[str, Any] | None,
                       error: str | None) -> None:
         def finish() -> None:
             self.store.finish_call(self.order_id, record.ref, outcome=outcome, result=result,
                                    error=error, ended_at=format_time(self.now()))
 
-        await anyio.to_thread.run_sync(finish)
+        await self._run(finish)
 
     # ------------------------------------------------------------------ store side (thread)
 
@@ -461,7 +484,7 @@ class Gateway:
                token: str | None) -> _Admission:
         """Decide, and write what was decided, for one call. Runs in a worker thread."""
         started = format_time(self.now())
-        record = self.store.load(self.order_id)
+        record = self._order_record()
         attempt = attempt_of(record)
         authority = self.verify(token)
         verified = authority.verified
@@ -469,15 +492,19 @@ class Gateway:
         jti = verified.jti if verified is not None else None
         usd, hold, read_only = self._facts(canonical) if canonical else (0.0, False, None)
         scopes = self._scopes(verified)
-        pass_usage = None
-        if verified is not None:
+        grant = verified.claims.grant if verified is not None else None
+        # tool_calls and usd are checked exactly by reserve_call below; reading the usage
+        # here is needed only for a seconds budget (the time of the first call).
+        usage = pass_usage = None
+        if record.order.budget.seconds is not None:
+            usage = self.store.usage(self.order_id)
+        if grant is not None and grant.budget.seconds is not None:
             pass_usage = self.store.usage(self.order_id, scopes[-1].jtis)
         decision = decide(
             order=record.order, state=record.state, now=self.now(), tool=canonical,
-            requested=name, usage=self.store.usage(self.order_id), usd=usd,
-            grant=verified.claims.grant if verified is not None else None,
-            pass_usage=pass_usage, pass_problem=authority.problem,
-            hold=[canonical] if hold and canonical else (), safe=self.safe, read_only=read_only)
+            requested=name, usage=usage, usd=usd, grant=grant, pass_usage=pass_usage,
+            pass_problem=authority.problem, hold=[canonical] if hold and canonical else (),
+            safe=self.safe, read_only=read_only)
         if decision.action == "refuse":
             return self._refused(decision, tool=canonical or UNRESOLVED_TOOL,
                                  arguments=arguments, attempt=attempt, jti=jti, started=started)
@@ -486,7 +513,8 @@ class Gateway:
             self.order_id, attempt=attempt, tool=canonical, arguments=arguments, pass_jti=jti,
             usd=usd, started_at=started, scopes=scopes)
         if isinstance(reserved, str):
-            return self._refused(budget_refusal(reserved, self.order_id), tool=canonical,
+            hit = next((sc for sc in scopes if sc.name == reserved), scopes[0])
+            return self._refused(budget_refusal(hit, self.order_id), tool=canonical,
                                  arguments=arguments, attempt=attempt, jti=jti, started=started)
         if decision.action == "hold":
             return self._hold(reserved, decision)

@@ -16,7 +16,7 @@ from typing import Literal
 
 from awl._models import Grant, WorkOrder, parse_time
 from awl._patterns import is_tool_name, matches_any
-from awl._store import Usage
+from awl._store import Scope, Usage
 
 AWL_FORBIDDEN = "AWL_FORBIDDEN"
 """The tool is not exposed, or neither the order nor the pass allows it."""
@@ -198,9 +198,11 @@ def decide(
     return FORWARD
 
 
-def budget_refusal(scope: str, order_id: str) -> Decision:
+def budget_refusal(scope: Scope, order_id: str) -> Decision:
     """The refusal for a reservation the store turned down on ``scope``'s limits."""
-    who = f"order {order_id}" if scope == "order" else "your pass"
+    who = f"order {order_id}" if scope.jtis is None else "your pass"
+    limits = [f"{n:g} {unit}" for n, unit in ((scope.max_calls, "tool_calls"),
+                                              (scope.max_usd, "usd")) if n is not None]
     return refuse(AWL_BUDGET_EXHAUSTED,
-                  f"{who} has no tool_calls or usd left for this call; stop calling tools and "
-                  "submit your report")
+                  f"{who} has spent its budget ({' and '.join(limits)}) or this call would "
+                  "pass it; stop calling tools and submit your report")

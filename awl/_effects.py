@@ -28,6 +28,7 @@ import contextlib
 from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 from awl._errors import BadRequest, Conflict, Forbidden, InvalidTransition, NotFound
@@ -279,7 +280,7 @@ def settle(order_id: str, ref: str, verdict: Verdict, evidence: str, by: str, *,
         raise BadRequest(f"verdict must be happened or did_not_happen, not {verdict!r}")
     if not evidence.strip():
         raise BadRequest("a settlement says what it rests on; give --evidence")
-    clock = now or _utc_now
+    clock = now or partial(datetime.now, UTC)
     desk = desk or Desk(store, clock=clock, conflict_retries=5)
     record = store.load(order_id)
     manager_only(record.order, by, "settle")
@@ -301,7 +302,3 @@ def settle(order_id: str, ref: str, verdict: Verdict, evidence: str, by: str, *,
         store.set_effect(order_id, call.ref, expect=["unknown"], state="unknown",
                          result=state.result, error=state.error, settlement=settlement, at=at)
     return next(v for v in list_effects(order_id, store=store) if v.ref == call.ref)
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)

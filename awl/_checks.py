@@ -306,8 +306,21 @@ def check_structure(doc: Any, doc_type: DocType) -> tuple[Any, BaseModel | None,
     return data, model, []
 
 
-def _context(doc: Any, doc_type: DocType, model_cls: type[_M], role: str) -> _M:
-    """A document given as context (a report's order, a parent), which must be valid."""
+def context_model(doc: Any, doc_type: DocType, model_cls: type[_M], role: str) -> _M:
+    """A document given as context (a report's order, a parent), which must be valid.
+
+    Shared with :mod:`awl._passes` (a pass's order and parent claims); not part of the
+    package's public surface.
+
+    Args:
+        doc: The document, as JSON data or a model.
+        doc_type: What it must be.
+        model_cls: Its model class (for the return type).
+        role: What it is to the document being checked, for the error (``parent``).
+
+    Raises:
+        DocumentError: It is not a valid ``doc_type``.
+    """
     _, model, found = check_structure(doc, doc_type)
     if model is None:
         first = found[0]
@@ -396,7 +409,7 @@ def iter_suborder_findings(child: Any, parent: Any) -> Iterator[Finding]:
     Raises:
         DocumentError: ``child`` cannot be a JSON document, or ``parent`` is not a valid order.
     """
-    parent_order = _context(parent, "order", WorkOrder, "parent")
+    parent_order = context_model(parent, "order", WorkOrder, "parent")
     _, model, found = check_structure(child, "order")
     yield from found
     if model is None:
@@ -466,7 +479,7 @@ def iter_report_findings(doc: Any, order: Any = None,
         DocumentError: ``doc`` cannot be a JSON document, or ``order`` / a call record is not
             a valid one.
     """
-    order_model = None if order is None else _context(order, "order", WorkOrder, "order")
+    order_model = None if order is None else context_model(order, "order", WorkOrder, "order")
     call_models = None if calls is None else _calls(calls)
     data, model, found = check_structure(doc, "report")
     yield from found
@@ -483,7 +496,7 @@ def iter_report_findings(doc: Any, order: Any = None,
 def _calls(calls: Iterable[Any]) -> list[CallRecord]:
     if isinstance(calls, str | bytes | Mapping) or not isinstance(calls, Iterable):
         raise DocumentError("calls must be a list of call records")
-    return [_context(c, "call", CallRecord, f"call record #{i}") for i, c in enumerate(calls)]
+    return [context_model(c, "call", CallRecord, f"call record #{i}") for i, c in enumerate(calls)]
 
 
 def _report_own_rules(report: WorkReport) -> Iterator[Finding]:

@@ -43,7 +43,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from awl._checks import _context, check_structure, load_document
+from awl._checks import check_structure, context_model, load_document
 from awl._errors import BadRequest, DocumentError, InvalidTransition, PassError
 from awl._findings import Finding, pointer
 from awl._models import Budget, PassClaims, WorkOrder, parse_time
@@ -475,8 +475,9 @@ def iter_pass_findings(
     yield from found
     if model is None:
         return
-    order_model = _context(order, "order", WorkOrder, "order") if order is not None else None
-    parent_model = _context(parent, "pass", PassClaims, "parent") if parent is not None else None
+    order_model = None if order is None else context_model(order, "order", WorkOrder, "order")
+    parent_model = (None if parent is None
+                    else context_model(parent, "pass", PassClaims, "parent"))
     yield from _rule_findings(cast(PassClaims, model),
                               _OrderFacts.of_order(order_model) if order_model else None,
                               parent_model, remaining, None if now is None else _epoch(now))

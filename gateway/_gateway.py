@@ -17,13 +17,18 @@ same steps, and nothing is answered before its record is in the store:
    gateway processes on the same store.
 4. A staged call is checked against the upstream's input schema, stored as ``held`` with
    its exact arguments (and its effect state ``held``), never forwarded, and answered
-   ``pending:server/tool#N``. Any other call is forwarded with ``_meta`` ``awl/ref``,
-   ``awl/order`` and ``awl/attempt``; its result (or the upstream fault, as a tool error)
-   is stored with :meth:`~awl.Store.finish_call` and then returned.
+   ``pending:server/tool#N``; arguments that do not fit are answered
+   ``AWL_INVALID_ARGUMENTS`` and stored as an ``error`` (the call still counts, as a
+   forwarded call that failed would). Any other call is forwarded with ``_meta``
+   ``awl/ref``, ``awl/order`` and ``awl/attempt`` (``awl/*`` keys the worker sent are
+   replaced); its result, or the upstream fault as a tool error ``AWL_UPSTREAM_...``, is
+   stored with :meth:`~awl.Store.finish_call` and then returned.
 
 A name the table does not hold exactly (another case, whitespace, a look-alike letter, a
 server that is not configured) resolves to nothing and is refused ``AWL_FORBIDDEN``; it
-is recorded under :data:`UNRESOLVED_TOOL`, a name no configured server can have.
+is recorded under :data:`UNRESOLVED_TOOL`, a name no configured server can have. A call
+refused because its pass did not verify is recorded without a ``pass_jti``: an
+unverified token names no one.
 """
 
 from __future__ import annotations
@@ -541,9 +546,6 @@ class Gateway:
                                    error=text, ended_at=ended)
             return _Admission(refuse(AWL_INVALID_ARGUMENTS, text), record,
                               _text_result(text, error=True))
-        held = self.store.finish_call(self.order_id, record.ref, outcome="held", result=None,
-                                      error=None, ended_at=ended)
-        self.store.set_effect(self.order_id, record.ref, expect=None, state="held", at=ended)
         answer = types.CallToolResult(
             content=[
                 types.TextContent(type="text", text=f"pending:{record.ref}"),
@@ -558,4 +560,7 @@ class Gateway:
             structured_content={"pending": record.ref, "status": "held"},
             meta={META_REF: record.ref},
         )
+        held = self.store.finish_call(self.order_id, record.ref, outcome="held",
+                                      result=_wire(answer), error=None, ended_at=ended)
+        self.store.set_effect(self.order_id, record.ref, expect=None, state="held", at=ended)
         return _Admission(decision, held, answer)

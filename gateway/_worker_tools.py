@@ -83,6 +83,9 @@ TOOLS = (
 )
 
 
+_USED = frozenset({"ok", "error", "held"})
+
+
 def _ok(data: Any, text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
                                 structured_content=data)
@@ -133,6 +136,7 @@ class WorkerTools:
         view = gw.desk.get(gw.order_id)
         usage = gw.store.usage(gw.order_id)
         review = view.latest_review
+        calls = gw.store.calls(gw.order_id, attempt=view.attempt)
         data = {
             "order": view.order.to_json(),
             "state": view.state,
@@ -140,6 +144,9 @@ class WorkerTools:
             "acting_as": actor,
             "spent": {"tool_calls": usage.tool_calls, "usd": usage.usd,
                       "first_call_at": usage.first_call_at},
+            # What the report's tools_used must equal (rule R18): every tool called in this
+            # attempt that ran, failed or was held.
+            "tools_used": sorted({c.tool for c in calls if c.outcome in _USED}),
             "latest_review": review.to_json() if review is not None else None,
         }
         return _ok(data, f"order {view.id} is {view.state} (attempt {view.attempt}); "

@@ -146,25 +146,28 @@ async def connect(env: Env, **options: Any) -> AsyncIterator[tuple[Gateway, Clie
             yield gw, client
 
 
-def gateway_params(env: Env, *extra: str) -> StdioServerParameters:
+def gateway_params(env: Env, *extra: str,
+                   env_extra: dict[str, str] | None = None) -> StdioServerParameters:
     """``awl gateway`` for the env's order, as a stdio server command."""
     return StdioServerParameters(
         command=sys.executable,
         args=["-m", "awl", "gateway", "--order", env.order_id, "--config", str(env.config),
               "--home", str(env.home), *extra],
-        env={"PYTHONPATH": str(ROOT), "PATH": os.environ.get("PATH", "")},
+        env={"PYTHONPATH": str(ROOT), "PATH": os.environ.get("PATH", ""), **(env_extra or {})},
         cwd=str(env.home),
     )
 
 
 @asynccontextmanager
-async def gateway_client(env: Env, *extra: str) -> AsyncIterator[Client]:
+async def gateway_client(env: Env, *extra: str,
+                         env_extra: dict[str, str] | None = None) -> AsyncIterator[Client]:
     """An SDK client connected to ``awl gateway`` running as a stdio subprocess.
 
     The gateway's stderr goes to ``gateway.err`` in the home folder.
     """
     with open(env.home / "gateway.err", "a") as errlog:
-        async with Client(stdio_client(gateway_params(env, *extra), errlog=errlog)) as client:
+        params = gateway_params(env, *extra, env_extra=env_extra)
+        async with Client(stdio_client(params, errlog=errlog)) as client:
             yield client
 
 

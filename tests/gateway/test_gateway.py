@@ -6,10 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import mcp_types as types
 import pytest
 
 from gateway._gateway import UNRESOLVED_TOOL
+from gateway._names import SEPARATOR, NameTable
+from gateway._worker_tools import WORKER_TOOL_NAMES
 from tests.gateway.gateway_support import WORKER, connect, make_env, text, time_entry
 
 pytestmark = pytest.mark.anyio
@@ -183,15 +184,19 @@ async def test_desk_tools_act_as_the_worker_and_cost_nothing(tmp_path: Path) -> 
             bad = await client.call_tool("awl_post_progress", {"note": " "})
     data: Any = order.structured_content
     assert data["order"]["id"] == env.order_id and data["state"] == "working"
-    assert data["acting_as"] == WORKER and data["attempt"] == 1
+    assert data["acting_as"] == WORKER and data["attempt"] == 1 and data["tools_used"] == []
     assert not progress.is_error
     assert bad.is_error and text(bad).startswith("BAD_REQUEST: ")
     assert env.calls() == []
     assert env.desk.events(env.order_id)[-1].action == "progress"
 
 
-def _tool_names(result: types.ListToolsResult) -> set[str]:
-    return {t.name for t in result.tools}
+def test_desk_tool_names_cannot_collide_with_upstream_names() -> None:
+    """Every exposed upstream name has '__', no desk tool name has, and the table reserves them."""
+    assert not any(SEPARATOR in name for name in WORKER_TOOL_NAMES)
+    table = NameTable(["awl/get_order", "awl_get/order", "a.b/c"], reserved=WORKER_TOOL_NAMES)
+    assert all(SEPARATOR in exposed for exposed in table)
+    assert not set(table) & WORKER_TOOL_NAMES
 
 
 async def test_every_recorded_call_answers_with_its_ref(tmp_path: Path) -> None:

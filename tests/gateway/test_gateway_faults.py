@@ -5,16 +5,20 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
 from anyio.abc import Process
 from anyio.streams.text import TextReceiveStream
+from mcp_types import RequestParamsMeta
 
+from awl._passes import KeyStore, issue_recorded_pass
+from gateway._serve import PASS_ENV
 from gateway._upstream import TRUNCATED_META_KEY
 from tests.gateway.gateway_support import (
     ROOT,
+    WORKER,
     connect,
     gateway_client,
     make_env,
@@ -41,14 +45,22 @@ async def test_upstream_faults_become_tool_errors_and_the_rest_keeps_serving(
             after = await client.call_tool("flaky__pid", {})
             slow = await client.call_tool("flaky__slow", {"seconds": 30})
             big = await client.call_tool("flaky__big", {"n": 100_000})
+            # An open map on the wire; mypy does not read the TypedDict's extra_items yet.
+            meta = cast(RequestParamsMeta, {"awl/ref": "flaky/echo#99", "trace": "t-1"})
+            echo = await client.call_tool("flaky__echo", {"a": 1}, meta=meta)
     assert not before.is_error and not after.is_error
     assert crash.is_error and text(crash).startswith("AWL_UPSTREAM_UNAVAILABLE: ")
     assert not notes.is_error
     assert before.structured_content != after.structured_content  # a restarted process
     assert slow.is_error and text(slow).startswith("AWL_UPSTREAM_TIMEOUT: ")
     assert not big.is_error and big.meta is not None and TRUNCATED_META_KEY in big.meta
+    assert echo.structured_content is not None
+    sent = echo.structured_content["meta"]
+    assert (sent["awl/ref"], sent["awl/order"], sent["awl/attempt"]) == (
+        "flaky/echo#7", env.order_id, 1)
+    assert sent["trace"] == "t-1"
     records = env.calls()
-    assert [r.outcome for r in records] == ["ok", "error", "ok", "ok", "error", "ok"]
+    assert [r.outcome for r in records] == ["ok", "error", "ok", "ok", "error", "ok", "ok"]
     assert records[1].error == text(crash)
     assert len(json.dumps(records[5].result)) < 4096
 
@@ -109,10 +121,12 @@ async def test_malformed_requests_get_protocol_errors_and_the_gateway_lives(
 
 
 async def test_the_gateway_command_serves_over_stdio(tmp_path: Path) -> None:
-    """awl gateway runs as a stdio MCP server the SDK client can list and call."""
+    """awl gateway runs as a stdio MCP server, here under a pass taken from AWL_PASS."""
     env = make_env(tmp_path)
+    token = issue_recorded_pass(env.store, env.order_id, keys=KeyStore(env.home),
+                                subject=WORKER)
     with anyio.fail_after(60):
-        async with gateway_client(env) as client:
+        async with gateway_client(env, env_extra={PASS_ENV: token}) as client:
             names = {t.name for t in (await client.list_tools()).tools}
             held = await client.call_tool("receiver__create_issue", {"title": "Outage"})
             echo = await client.call_tool("receiver__echo", {"text": "hi"})
@@ -120,3 +134,5 @@ async def test_the_gateway_command_serves_over_stdio(tmp_path: Path) -> None:
     assert text(held) == "pending:receiver/create_issue#1"
     assert echo.structured_content == {"text": "hi"}
     assert env.deliveries() == []
+    jtis = {r.pass_jti for r in env.calls()}
+    assert len(jtis) == 1 and None not in jtis

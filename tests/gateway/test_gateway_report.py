@@ -42,6 +42,7 @@ async def test_report_refs_are_checked_against_the_call_log(tmp_path: Path) -> N
             search = await client.call_tool("notes__search_notes", {"query": "refund"})
             held = await client.call_tool("notes__send_email", EMAIL)
             held_list = await client.call_tool("awl_list_held_calls", {})
+            order = await client.call_tool("awl_get_order", {})
             unknown = await client.call_tool("awl_submit_report", {"report": _report(
                 evidence=[{"criterion": "c1", "type": "tool_call",
                            "ref": "notes/search_notes#7"}])})
@@ -54,6 +55,8 @@ async def test_report_refs_are_checked_against_the_call_log(tmp_path: Path) -> N
                 effects=held_list.structured_content["effects"])})
             after = await client.call_tool("notes__search_notes", {"query": "x"})
     assert not search.is_error and text(held) == "pending:notes/send_email#2"
+    assert order.structured_content is not None
+    assert order.structured_content["tools_used"] == ["notes/search_notes", "notes/send_email"]
     assert unknown.is_error and text(unknown).startswith("VALIDATION_FAILED: ")
     assert ("R16", "/evidence/0/ref") in _rules(unknown)
     assert swapped.is_error and ("R17", "/effects/0") in _rules(swapped)

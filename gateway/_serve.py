@@ -105,6 +105,8 @@ async def open_gateway(
 
             keys = KeyStore(home_dir(home))
             jwks = await anyio.to_thread.run_sync(keys.jwks)
+        # A missing order is the likeliest mistake; say so before starting any upstream.
+        await anyio.to_thread.run_sync(store.load, order_id)
         pool = await stack.enter_async_context(UpstreamPool(config, errlog=errlog))
         gateway = Gateway(order_id, store=store, pool=pool, pass_token=pass_token, jwks=jwks,
                           audience=audience, safe=safe, clock=clock)

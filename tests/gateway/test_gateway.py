@@ -8,8 +8,10 @@ from typing import Any
 import anyio
 import pytest
 
+from awl._errors import NotFound
 from gateway._gateway import UNRESOLVED_TOOL
 from gateway._names import SEPARATOR, NameTable
+from gateway._serve import open_gateway
 from gateway._worker_tools import WORKER_TOOL_NAMES
 from tests.gateway.gateway_support import WORKER, connect, make_env, text, time_entry
 
@@ -213,3 +215,12 @@ async def test_every_recorded_call_answers_with_its_ref(tmp_path: Path) -> None:
         "notes/search_notes#1", "notes/get_note#2", "notes/send_email#3"]
     assert [c.ref for c in env.calls()] == [
         "notes/search_notes#1", "notes/get_note#2", "notes/send_email#3"]
+
+
+async def test_an_unknown_order_is_refused_before_any_upstream_starts(tmp_path: Path) -> None:
+    """A gateway for an order the desk does not know fails at once, naming the order."""
+    env = make_env(tmp_path, servers={"broken": {"command": str(tmp_path / "no-such-program")}},
+                   tools=["broken/*"], staged=[])
+    with anyio.fail_after(30), pytest.raises(NotFound, match="wo_missing"):
+        async with open_gateway("wo_missing", env.config, store=env.store, home=env.home):
+            pass

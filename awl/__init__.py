@@ -27,6 +27,7 @@ from awl._checks import (
 )
 from awl._conformance import ConformanceResult, ConformanceRun, run_conformance
 from awl._desk import AsyncDesk, Desk, OrderView, Question, Subscription
+from awl._effects import EffectView, list_effects, settle
 from awl._errors import (
     AWLError,
     BadRequest,
@@ -39,6 +40,7 @@ from awl._errors import (
     ValidationFailed,
 )
 from awl._findings import Finding
+from awl._home import default_store, home_dir
 from awl._memory import MemoryStore
 from awl._models import (
     Budget,
@@ -87,6 +89,7 @@ __all__ = [
     "Desk",
     "DocumentError",
     "Effect",
+    "EffectView",
     "Event",
     "Evidence",
     "Finding",
@@ -112,6 +115,8 @@ __all__ = [
     "WorkReport",
     "__version__",
     "check",
+    "default_store",
+    "home_dir",
     "is_valid_call",
     "is_valid_event",
     "is_valid_order",
@@ -127,6 +132,7 @@ __all__ = [
     "iter_report_findings",
     "iter_review_findings",
     "iter_suborder_findings",
+    "list_effects",
     "load_document",
     "load_schema",
     "parse_time",
@@ -134,6 +140,7 @@ __all__ = [
     "revoke_order_passes",
     "revoke_pass",
     "run_conformance",
+    "settle",
     "validate_call",
     "validate_event",
     "validate_order",

@@ -4,6 +4,16 @@ Run one for an order with ``awl gateway --order ID --config upstream.json`` or, 
 ``async with open_gateway(order_id, config) as gw`` and connect ``mcp.Client(gw.server)``.
 """
 
+from gateway._commit import (
+    CommitSummary,
+    EffectOutcome,
+    Mismatch,
+    commit,
+    commit_sync,
+    drop_attempt,
+    retry,
+    retry_sync,
+)
 from gateway._config import ConfigError, GatewayConfig, ServerConfig, load_config
 from gateway._gateway import (
     AWL_INVALID_ARGUMENTS,
@@ -44,10 +54,13 @@ __all__ = [  # noqa: RUF022
     "AWL_PASS_INVALID",
     "AWL_UPSTREAM_ERROR",
     "Authority",
+    "CommitSummary",
     "ConfigError",
     "Decision",
+    "EffectOutcome",
     "Gateway",
     "GatewayConfig",
+    "Mismatch",
     "NameTable",
     "PASS_ENV",
     "REFUSAL_CODES",
@@ -59,11 +72,16 @@ __all__ = [  # noqa: RUF022
     "UpstreamTimeout",
     "UpstreamUnavailable",
     "WORKER_TOOL_NAMES",
+    "commit",
+    "commit_sync",
     "decide",
+    "drop_attempt",
     "exposed_name",
     "is_staged",
     "load_config",
     "open_gateway",
+    "retry",
+    "retry_sync",
     "run_gateway",
     "serve_http",
     "serve_stdio",

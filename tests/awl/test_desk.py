@@ -72,6 +72,7 @@ def rules(exc: ValidationFailed) -> set[tuple[str, str]]:
 
 # ----------------------------------------------------------------------------- the happy path
 
+@pytest.mark.spec("LC-2")
 def test_an_order_goes_from_offer_to_approval(desk: Desk) -> None:
     """A full order runs create, accept, start, progress, report and approve, one event each."""
     view = desk.create(order_fields(), MANAGER)
@@ -96,6 +97,19 @@ def test_an_order_goes_from_offer_to_approval(desk: Desk) -> None:
     assert desk.get(view.id).reviews[0].decision == "approve"
 
 
+@pytest.mark.spec("LC-2")
+def test_every_log_starts_with_the_creator_s_create_event(desk: Desk) -> None:
+    """The first event is seq 1, create, from no state to offered, by the order's manager."""
+    view = desk.create(order_fields(), MANAGER)
+    child = desk.create(order_fields(to="agent:helper", parent_id=view.id,
+                                     budget={"usd": 1, "tool_calls": 1},
+                                     **{"from": WORKER}), WORKER)
+    for order_id, manager in ((view.id, MANAGER), (child.id, WORKER)):
+        (first,) = desk.events(order_id)
+        assert (first.seq, first.action, first.from_, first.to, first.actor) == (
+            1, "create", None, "offered", manager)
+
+
 def test_create_keeps_a_full_order_as_given(desk: Desk) -> None:
     """A complete order document is stored exactly as written."""
     doc = {"spec": "awl/work-order@0.2", "id": "wo_given", "created_at": "2030-01-01T08:00:00Z",
@@ -105,6 +119,33 @@ def test_create_keeps_a_full_order_as_given(desk: Desk) -> None:
     assert desk.get("wo_given").order.to_json() == doc
 
 
+@pytest.mark.spec("LC-4")
+def test_an_order_stays_as_created_through_its_whole_life(desk: Desk) -> None:
+    """Every operation leaves the stored order exactly as created; nothing can edit it."""
+    view = desk.create(order_fields(escalate_to=HELPER), MANAGER)
+    created = view.order.to_json()
+    steps: list[Callable[[], object]] = [
+        lambda: desk.accept(view.id, WORKER),
+        lambda: desk.start(view.id, WORKER),
+        lambda: desk.progress(view.id, WORKER, "reading", 10),
+        lambda: desk.report(view.id, WORKER, report_fields("blocked")),
+        lambda: desk.answer(view.id, HELPER, "Q3"),
+        lambda: desk.report(view.id, WORKER, report_fields()),
+        lambda: desk.review(view.id, MANAGER, "rework", "cite page numbers"),
+        lambda: desk.report(view.id, WORKER, report_fields()),
+        lambda: desk.review(view.id, MANAGER, "approve"),
+        lambda: desk.record(view.id, MANAGER, "settle", note="checked"),
+    ]
+    for step in steps:
+        step()
+        assert desk.get(view.id).order.to_json() == created
+    assert desk.get(view.id).seq == 1 + len(steps)
+    editing = ("edit", "update", "amend", "modify", "patch", "replace", "change")
+    assert [name for name in dir(Desk) + dir(AsyncDesk) + dir(Store)
+            if not name.startswith("_") and any(word in name for word in editing)] == []
+
+
+@pytest.mark.spec("LC-5")
 def test_create_refuses_an_invalid_order_with_its_findings(desk: Desk) -> None:
     """An order with invalid findings is refused with them and nothing is stored."""
     with pytest.raises(ValidationFailed) as caught:
@@ -114,6 +155,7 @@ def test_create_refuses_an_invalid_order_with_its_findings(desk: Desk) -> None:
         desk.get("wo_bad")
 
 
+@pytest.mark.spec("LC-5")
 def test_create_refuses_someone_else_s_name(desk: Desk) -> None:
     """Only the manager named in ``from`` may issue an order."""
     with pytest.raises(Forbidden) as caught:
@@ -121,6 +163,7 @@ def test_create_refuses_someone_else_s_name(desk: Desk) -> None:
     assert (caught.value.actor, caught.value.action) == (MANAGER, "create")
 
 
+@pytest.mark.spec("LC-5")
 def test_create_refuses_a_passed_deadline_and_reserved_principals(desk: Desk,
                                                                   clock: Clock) -> None:
     """A deadline in the past and principals under awl: are refused."""
@@ -131,6 +174,18 @@ def test_create_refuses_a_passed_deadline_and_reserved_principals(desk: Desk,
         desk.create(order_fields(to="awl:desk", deadline="2031-01-01T00:00:00Z"), MANAGER)
 
 
+@pytest.mark.spec("LC-5")
+@pytest.mark.parametrize("field", ["from", "to", "escalate_to"])
+def test_create_refuses_a_desk_principal_in_any_role(desk: Desk, field: str) -> None:
+    """An order naming an awl: principal as from, to or escalate_to is refused, unstored."""
+    actor = "awl:desk" if field == "from" else MANAGER
+    with pytest.raises(BadRequest, match="reserved"):
+        desk.create(order_fields(id="wo_reserved", **{field: "awl:desk"}), actor)
+    with pytest.raises(NotFound):
+        desk.get("wo_reserved")
+
+
+@pytest.mark.spec("LC-5")
 def test_create_refuses_a_taken_id(desk: Desk) -> None:
     """Creating an order with an id in use is a conflict."""
     desk.create(order_fields(id="wo_1"), MANAGER)
@@ -140,6 +195,7 @@ def test_create_refuses_a_taken_id(desk: Desk) -> None:
 
 # ----------------------------------------------------------------------------- roles and states
 
+@pytest.mark.spec("LC-3")
 @pytest.mark.parametrize(
     ("action", "call"),
     [
@@ -160,6 +216,7 @@ def test_a_wrong_actor_is_refused_and_nothing_is_written(
     assert desk.get(view.id).seq == 1
 
 
+@pytest.mark.spec("LC-3", "LC-7")
 def test_the_worker_cannot_review_or_answer_and_the_manager_cannot_report(desk: Desk) -> None:
     """Roles hold in both directions."""
     view = submitted(desk)
@@ -170,6 +227,7 @@ def test_the_worker_cannot_review_or_answer_and_the_manager_cannot_report(desk: 
     assert desk.get(view.id).seq == view.seq
 
 
+@pytest.mark.spec("LC-3", "LC-11")
 def test_a_wrong_state_is_refused_and_nothing_is_written(desk: Desk) -> None:
     """InvalidTransition names the state and the action, and the log does not grow."""
     view = desk.create(order_fields(), MANAGER)
@@ -183,6 +241,7 @@ def test_a_wrong_state_is_refused_and_nothing_is_written(desk: Desk) -> None:
     assert desk.get(view.id).seq == 1
 
 
+@pytest.mark.spec("LC-3")
 def test_terminal_states_are_final(desk: Desk) -> None:
     """Nothing moves a declined or cancelled order."""
     declined = desk.create(order_fields(), MANAGER)
@@ -209,6 +268,7 @@ def test_unknown_orders_are_not_found(desk: Desk) -> None:
 
 # ----------------------------------------------------------------------------- reports
 
+@pytest.mark.spec("LC-8")
 def test_a_blocked_report_waits_for_an_answer(desk: Desk) -> None:
     """A blocked report blocks the order; the answer moves it back to working, logged."""
     view = working(desk)
@@ -227,6 +287,7 @@ def test_a_blocked_report_waits_for_an_answer(desk: Desk) -> None:
     assert len(again.reports) == 2
 
 
+@pytest.mark.spec("LC-8")
 def test_the_escalation_contact_may_answer(desk: Desk) -> None:
     """``escalate_to`` answers as well as the manager."""
     view = working(desk, escalate_to=HELPER)
@@ -234,6 +295,7 @@ def test_the_escalation_contact_may_answer(desk: Desk) -> None:
     assert desk.answer(view.id, HELPER, "Q2").state == "working"
 
 
+@pytest.mark.spec("LC-7")
 def test_an_invalid_report_is_refused_with_findings(desk: Desk) -> None:
     """A report with invalid findings is refused and the order stays working."""
     view = working(desk)
@@ -245,6 +307,7 @@ def test_an_invalid_report_is_refused_with_findings(desk: Desk) -> None:
     assert (after.state, after.seq, after.reports) == ("working", view.seq, ())
 
 
+@pytest.mark.spec("LC-7")
 def test_a_report_must_come_from_its_submitter(desk: Desk) -> None:
     """A report naming another author is refused."""
     view = working(desk)
@@ -252,6 +315,26 @@ def test_a_report_must_come_from_its_submitter(desk: Desk) -> None:
         desk.report(view.id, WORKER, report_fields(**{"from": "agent:other"}))
 
 
+@pytest.mark.spec("LC-7")
+def test_a_report_is_refused_unless_the_order_is_working(desk: Desk) -> None:
+    """Reports to an offered, accepted, blocked or submitted order are refused unwritten."""
+    offered = desk.create(order_fields(), MANAGER)
+    accepted = desk.create(order_fields(), MANAGER)
+    desk.accept(accepted.id, WORKER)
+    blocked = working(desk)
+    desk.report(blocked.id, WORKER, report_fields("blocked"))
+    done = submitted(desk)
+    for order_id, state in ((offered.id, "offered"), (accepted.id, "accepted"),
+                            (blocked.id, "blocked"), (done.id, "submitted")):
+        before = desk.get(order_id)
+        with pytest.raises(InvalidTransition) as caught:
+            desk.report(order_id, WORKER, report_fields())
+        assert (caught.value.state, caught.value.action) == (state, "report")
+        after = desk.get(order_id)
+        assert (after.state, after.seq, after.reports) == (state, before.seq, before.reports)
+
+
+@pytest.mark.spec("LC-7", "LC-9")
 def test_rework_needs_a_reason_and_counts_attempts(desk: Desk) -> None:
     """A rework without a reason is refused; after one, the next report is attempt 2."""
     view = submitted(desk)
@@ -269,6 +352,7 @@ def test_rework_needs_a_reason_and_counts_attempts(desk: Desk) -> None:
     assert third.attempt == 3
 
 
+@pytest.mark.spec("LC-9")
 def test_approve_may_name_a_subset_of_the_effects(desk: Desk) -> None:
     """An approval runs only the effects it names, in the report's spelling."""
     view = submitted(desk, effects=[effect(1), effect(2), effect(3)])
@@ -292,6 +376,7 @@ def test_a_rework_names_no_effects(desk: Desk) -> None:
     assert ("W3", "/effects/0") in rules(caught.value)
 
 
+@pytest.mark.spec("LC-9")
 def test_a_failed_report_is_reworked_or_cancelled_not_approved(desk: Desk) -> None:
     """Approving a failed attempt is refused; the manager sends it back or cancels."""
     view = working(desk)
@@ -301,6 +386,7 @@ def test_a_failed_report_is_reworked_or_cancelled_not_approved(desk: Desk) -> No
     assert desk.cancel(view.id, MANAGER, "not feasible").state == "cancelled"
 
 
+@pytest.mark.spec("LC-7")
 def test_a_report_over_budget_is_kept_and_expires_the_order(desk: Desk) -> None:
     """A limit finding (R7) keeps the report and expires the order, saying why."""
     view = working(desk)
@@ -313,6 +399,7 @@ def test_a_report_over_budget_is_kept_and_expires_the_order(desk: Desk) -> None:
     assert [(f["rule"], f["path"]) for f in last.data["findings"]] == [("R7", "/cost/usd")]
 
 
+@pytest.mark.spec("LC-7")
 def test_the_report_is_checked_against_the_order_s_calls(desk: Desk, store: Store) -> None:
     """With call records, effects must name held calls of this order (R16, R17)."""
     view = working(desk)
@@ -337,6 +424,7 @@ def test_the_report_is_checked_against_the_order_s_calls(desk: Desk, store: Stor
 
 # ----------------------------------------------------------------------------- expiry
 
+@pytest.mark.spec("LC-3", "LC-10")
 def test_reading_never_shows_a_stale_active_state(desk: Desk, clock: Clock) -> None:
     """Past the deadline, get and list expire the order and log it as the desk."""
     view = working(desk)
@@ -353,6 +441,7 @@ def test_reading_never_shows_a_stale_active_state(desk: Desk, clock: Clock) -> N
     assert desk.get(view.id).seq == 4
 
 
+@pytest.mark.spec("LC-10")
 def test_an_action_on_an_overdue_order_expires_it_first(desk: Desk, clock: Clock) -> None:
     """The manager's action on an overdue order finds it expired."""
     view = submitted(desk)
@@ -363,6 +452,7 @@ def test_an_action_on_an_overdue_order_expires_it_first(desk: Desk, clock: Clock
     assert desk.get(view.id).state == "expired"
 
 
+@pytest.mark.spec("LC-7", "LC-10")
 def test_a_late_report_is_kept_and_the_order_expires(desk: Desk, clock: Clock) -> None:
     """A report arriving after the deadline is recorded with the expiry."""
     view = working(desk)
@@ -383,6 +473,7 @@ def test_a_forbidden_actor_on_an_overdue_order_writes_nothing(desk: Desk, clock:
     assert desk.store.load(view.id).state == "working"
 
 
+@pytest.mark.spec("LC-10")
 def test_expire_overdue_sweeps_every_active_order(desk: Desk, clock: Clock) -> None:
     """The sweep expires overdue active orders and leaves the rest."""
     early = desk.create(order_fields(deadline="2030-01-01T12:00:00Z"), MANAGER)
@@ -397,6 +488,7 @@ def test_expire_overdue_sweeps_every_active_order(desk: Desk, clock: Clock) -> N
 
 # ------------------------------------------------------------------- sub-orders, continues
 
+@pytest.mark.spec("LC-12")
 def test_a_worker_splits_its_order_within_its_authority(desk: Desk) -> None:
     """A sub-order inside the parent's budget, tools and deadline is accepted."""
     parent = working(desk)
@@ -407,6 +499,7 @@ def test_a_worker_splits_its_order_within_its_authority(desk: Desk) -> None:
     assert [v.id for v in desk.list(parent_id=parent.id)] == [child.id]
 
 
+@pytest.mark.spec("LC-12")
 def test_a_sub_order_beyond_the_parent_is_refused(desk: Desk) -> None:
     """Sub-order rules refuse more budget or an unstaged staged tool."""
     parent = working(desk)
@@ -417,6 +510,7 @@ def test_a_sub_order_beyond_the_parent_is_refused(desk: Desk) -> None:
     assert {("C1", "/budget/usd"), ("C4", "/tools/1")} <= rules(caught.value)
 
 
+@pytest.mark.spec("LC-12")
 def test_sub_orders_need_an_active_parent_and_its_people(desk: Desk) -> None:
     """Only the parent's worker or manager splits it, and only while it is active."""
     parent = working(desk)
@@ -429,6 +523,7 @@ def test_sub_orders_need_an_active_parent_and_its_people(desk: Desk) -> None:
         desk.create(order_fields(parent_id=parent.id), MANAGER)
 
 
+@pytest.mark.spec("LC-6")
 def test_continues_names_a_finished_order_and_may_copy_its_handoff(desk: Desk) -> None:
     """A reissued order continues a terminal one and can carry its worker's handoff."""
     with pytest.raises(NotFound):
@@ -581,7 +676,7 @@ def _drops(desk: Desk, order_id: str) -> list[Event]:
     return [e for e in desk.events(order_id) if e.action == "drop"]
 
 
-@pytest.mark.spec("CM-4")
+@pytest.mark.spec("CM-4", "LC-3")
 def test_a_rework_drops_the_held_calls_of_the_attempt_it_ends(desk: Desk, store: Store) -> None:
     """The reworked attempt's held calls become dropped with one drop event by the desk; an
     approval drops nothing (the commit drops what it leaves out)."""
@@ -635,6 +730,7 @@ def test_an_order_ending_unapproved_drops_every_held_call(desk: Desk, store: Sto
 
 # ----------------------------------------------------------------------------- note events
 
+@pytest.mark.spec("LC-3")
 def test_effect_notes_follow_the_table(desk: Desk) -> None:
     """settle and retry are the manager's on approved orders; drop is the desk's."""
     view = submitted(desk, effects=[effect(1)])
@@ -653,6 +749,7 @@ def test_effect_notes_follow_the_table(desk: Desk) -> None:
     assert fold(desk.events(view.id)) == "approved"
 
 
+@pytest.mark.spec("LC-11")
 def test_progress_checks_its_arguments(desk: Desk) -> None:
     """Progress needs a note and a percentage within 0..100."""
     view = working(desk)
@@ -660,6 +757,43 @@ def test_progress_checks_its_arguments(desk: Desk) -> None:
         desk.progress(view.id, WORKER, " ")
     with pytest.raises(BadRequest):
         desk.progress(view.id, WORKER, "over", 120)
+
+
+@pytest.mark.spec("LC-11")
+def test_progress_is_the_worker_s_while_the_order_is_under_way(desk: Desk) -> None:
+    """Only the worker posts progress, and only on an accepted, working or blocked order."""
+    view = desk.create(order_fields(escalate_to=HELPER), MANAGER)
+    with pytest.raises(InvalidTransition):
+        desk.progress(view.id, WORKER, "not yet")
+    desk.accept(view.id, WORKER)
+    desk.progress(view.id, WORKER, "accepted", 0)
+    desk.start(view.id, WORKER)
+    for outsider in (MANAGER, HELPER, "agent:mallory"):
+        with pytest.raises(Forbidden):
+            desk.progress(view.id, outsider, "mine now", 50)
+    desk.progress(view.id, WORKER, "working", 100)
+    desk.report(view.id, WORKER, report_fields("blocked"))
+    desk.progress(view.id, WORKER, "waiting for an answer")
+    desk.answer(view.id, MANAGER, "Q3")
+    desk.report(view.id, WORKER, report_fields())
+    with pytest.raises(InvalidTransition) as caught:
+        desk.progress(view.id, WORKER, "one more thing")
+    assert caught.value.state == "submitted"
+    notes = [(e.from_, e.actor, e.data) for e in desk.events(view.id) if e.action == "progress"]
+    assert notes == [("accepted", WORKER, {"percent": 0}), ("working", WORKER, {"percent": 100}),
+                     ("blocked", WORKER, None)]
+
+
+@pytest.mark.spec("LC-11")
+@pytest.mark.xfail(strict=True, reason="Desk.progress takes any number from 0 to 100 "
+                   "(40.5, even True); LC-11 says percent is an integer")
+@pytest.mark.parametrize("percent", [40.5, True])
+def test_progress_percent_is_an_integer(desk: Desk, percent: float) -> None:
+    """A fractional or boolean percent is refused and nothing is written."""
+    view = working(desk)
+    with pytest.raises(BadRequest):
+        desk.progress(view.id, WORKER, "about halfway", percent)
+    assert desk.get(view.id).seq == view.seq
 
 
 # ----------------------------------------------------------------------------- conflicts
@@ -707,6 +841,7 @@ def test_a_lost_race_that_is_no_longer_valid_gets_the_new_state_s_error(
     assert [e.action for e in desk.events(view.id)][-1] == "approve"
 
 
+@pytest.mark.spec("LC-2")
 def test_without_retries_a_lost_race_is_a_conflict(store: Store, clock: Clock) -> None:
     """With conflict_retries=0 the caller gets the Conflict and nothing of theirs is written."""
     racing = RacingStore(store)
@@ -759,6 +894,7 @@ def test_wait_sees_writes_by_another_desk_on_the_same_file(tmp_path: Path) -> No
         assert [e.action for e in got[0]] == ["accept"]
 
 
+@pytest.mark.spec("LC-10")
 def test_wait_returns_the_expiry_when_the_deadline_passes(store: Store) -> None:
     """A wait across the deadline returns the expire event."""
     desk = Desk(store)
@@ -890,6 +1026,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.spec("LC-2")
 def test_processes_racing_on_one_desk_lose_nothing(tmp_path: Path) -> None:
     """Three processes racing on the same orders: every write lands or is a Conflict."""
     import json

@@ -210,6 +210,7 @@ class Run:
             self.check(order_id, refused=False)
 
 
+@pytest.mark.spec("LC-2", "LC-3")
 @pytest.mark.parametrize(("kind", "seed", "steps"),
                          [("memory", 1, 3000), ("memory", 2, 3000), ("sqlite", 3, 1500)])
 def test_random_operations_keep_the_invariants(tmp_path: Path, kind: str, seed: int,

@@ -41,6 +41,7 @@ TRANSITIONS = [
 ]
 
 
+@pytest.mark.spec("LC-3")
 @pytest.mark.parametrize(("from_", "action", "to", "role"), TRANSITIONS)
 def test_every_published_transition_is_a_row(
     from_: str | None, action: str, to: str, role: str
@@ -50,6 +51,7 @@ def test_every_published_transition_is_a_row(
     assert to in targets(from_, action)
 
 
+@pytest.mark.spec("LC-3", "LC-8")
 def test_the_table_has_no_other_transitions() -> None:
     """Every row that changes the state is one of the published transitions."""
     moving = {(f, a, t) for (f, a, t) in TABLE if f != t}

@@ -9,6 +9,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from awl._models import Event, WorkOrder
 from awl._sqlite import SQLiteStore
 
@@ -105,6 +107,7 @@ def _run_children(tmp_path: Path, script: str, *args: str) -> list[Any]:
     return outputs
 
 
+@pytest.mark.spec("LC-2")
 def test_concurrent_appends_keep_every_log_whole(tmp_path: Path) -> None:
     """Processes racing on the same orders lose no write and refuse only with Conflict."""
     orders = 2

@@ -105,6 +105,7 @@ def test_create_twice_is_a_conflict(store: Store) -> None:
     assert store.load("o1").seq == 1
 
 
+@pytest.mark.spec("LC-2")
 def test_first_event_must_be_seq_one(store: Store) -> None:
     """A first event with another seq is refused."""
     with pytest.raises(BadRequest):
@@ -157,6 +158,7 @@ def test_append_stores_event_state_report_and_review(store: Store) -> None:
     assert store.events("o1", after=6) == []
 
 
+@pytest.mark.spec("LC-2")
 def test_append_with_a_stale_seq_is_a_conflict(store: Store) -> None:
     """An append whose seq does not follow the stored one writes nothing."""
     create(store)
@@ -394,6 +396,7 @@ def _held(store: Store) -> str:
     return "srv/send#1"
 
 
+@pytest.mark.spec("CM-6")
 def test_effect_moves_only_from_the_expected_state(store: Store) -> None:
     """set_effect is a compare-and-set on the effect's state."""
     ref = _held(store)
@@ -456,6 +459,7 @@ def test_effects_are_listed_by_n(store: Store) -> None:
 # Locks, revocations, tokens ------------------------------------------------------------
 
 
+@pytest.mark.spec("CM-10")
 def test_lock_is_exclusive_and_taken_over_only_exactly(store: Store) -> None:
     """A held lock is taken only by a takeover naming the holder exactly."""
     first = LockInfo(name="commit:o1", holder="a", pid=1, host="h", lease_until=100.5,

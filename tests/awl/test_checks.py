@@ -13,8 +13,11 @@ from awl import DocumentError, Finding, ValidationFailed, WorkOrder
 from awl._checks import (
     check,
     detect_type,
+    is_valid_call,
+    is_valid_event,
     is_valid_order,
     is_valid_report,
+    is_valid_review,
     is_valid_suborder,
     iter_call_findings,
     iter_event_findings,
@@ -187,6 +190,7 @@ def test_o1_checks_timestamps_as_dates() -> None:
         ("O1", "/created_at")}
 
 
+@pytest.mark.spec("DOC-1")
 def test_o1_non_object_document() -> None:
     """A document that is not an object is one O1 finding at the root."""
     docs: list[Any] = [[], "order", 3, None, True]
@@ -523,6 +527,7 @@ def test_w_rules() -> None:
 
 # ----------------------------------------------------------------------------- three ways to call
 
+@pytest.mark.spec("DOC-9")
 def test_validate_raises_with_findings_and_returns_model() -> None:
     """validate_* returns the model when valid and raises ValidationFailed with the findings."""
     assert isinstance(validate_order(make_order()), WorkOrder)
@@ -544,6 +549,73 @@ def test_models_are_accepted_as_input() -> None:
     assert list(iter_order_findings(model)) == []
     assert list(iter_report_findings(make_report(), model)) == []
     assert check(model) == []
+
+
+# Each document type: (iter_*, is_valid_*, validate_*, a valid call, an invalid call, the
+# invalid call's findings). Invalid documents break two rules where the type has two, so
+# the raising form must carry all of them.
+_FORMS: dict[str, tuple[Any, Any, Any, tuple[Any, ...], tuple[Any, ...], set[tuple[str, str]]]] = {
+    "order": (iter_order_findings, is_valid_order, validate_order, (make_order(),),
+              (make_order(deadline="2026-09-01T00:00:00Z", staged=["drive/upload"]),),
+              {("O3", "/deadline"), ("O5", "/staged/0")}),
+    "suborder": (iter_suborder_findings, is_valid_suborder, validate_suborder,
+                 (make_child(), make_order()),
+                 (make_child(parent_id="wo_9", deadline="2026-10-03T00:00:00Z"), make_order()),
+                 {("C3", "/deadline"), ("C5", "/parent_id")}),
+    "report": (iter_report_findings, is_valid_report, validate_report,
+               (make_report(), make_order(), make_calls()),
+               (make_report(order_id="wo_9", started_at="2026-10-01T12:00:00Z"), make_order(),
+                make_calls()),
+               {("R2", "/order_id"), ("R12", "/started_at")}),
+    "call": (iter_call_findings, is_valid_call, validate_call, (make_call(),),
+             (make_call(ref="filings/get#1", ended_at="2026-10-01T10:00:00Z"),),
+             {("K2", "/ref"), ("K3", "/ended_at")}),
+    "event": (iter_event_findings, is_valid_event, validate_event, (make_event(),),
+              (make_event(to="working"),), {("E2", "/action")}),
+    "review": (iter_review_findings, is_valid_review, validate_review, (make_review(),),
+               (make_review(decision="rework", reason=" ", effects=["gmail/send#3"]),),
+               {("W2", "/reason"), ("W3", "/effects/0")}),
+}
+
+
+@pytest.mark.spec("DOC-9")
+@pytest.mark.parametrize("doc_type", sorted(_FORMS))
+def test_every_document_type_is_checked_three_ways(doc_type: str) -> None:
+    """Findings, a boolean and a raising call agree, and the error carries every finding."""
+    iter_findings, is_valid, validate, good, bad, expected = _FORMS[doc_type]
+    assert list(iter_findings(*good)) == []
+    assert is_valid(*good) is True
+    validate(*good)
+    assert pairs(iter_findings(*bad)) == expected
+    assert is_valid(*bad) is False
+    with pytest.raises(ValidationFailed) as caught:
+        validate(*bad)
+    assert pairs(caught.value.findings) == expected
+
+
+@pytest.mark.spec("DOC-9")
+def test_limit_findings_never_make_a_document_invalid() -> None:
+    """A report over budget and late has its limit findings, yet is valid in every form."""
+    report = make_report(cost={"usd": 5, "tool_calls": 2}, finished_at="2026-10-03T00:00:00Z")
+    found = list(iter_report_findings(report, make_order(), make_calls()))
+    assert {(f.rule, f.kind, f.path) for f in found} == {
+        ("R7", "limit", "/cost/usd"), ("R8", "limit", "/finished_at")}
+    assert is_valid_report(report, make_order(), make_calls()) is True
+    assert validate_report(report, make_order(), make_calls()).finished_at == (
+        "2026-10-03T00:00:00Z")
+
+
+@pytest.mark.spec("DOC-9")
+@pytest.mark.xfail(strict=True, raises=AttributeError,
+                   reason="pass claims are checked by iter_pass_findings only: awl offers no "
+                   "boolean or raising form for them yet")
+def test_pass_claims_are_checked_three_ways_too() -> None:
+    """Delegation Pass claims have a findings form, a boolean form and a raising form."""
+    import awl
+
+    forms = [getattr(awl, name) for name in ("iter_pass_findings", "is_valid_pass",
+                                             "validate_pass")]
+    assert all(callable(form) for form in forms)
 
 
 def test_check_detects_the_type() -> None:
@@ -580,6 +652,7 @@ def test_load_document_reads_a_file(tmp_path: Path) -> None:
         load_document(tmp_path / "missing.json")
 
 
+@pytest.mark.spec("DOC-1")
 @pytest.mark.parametrize("source", [
     b"\xff\xfe{}",
     b'{"a": 1',
@@ -609,6 +682,35 @@ def test_load_document_limits_are_configurable() -> None:
     assert load_document(b"[[[1]]]", max_depth=3) == [[[1]]]
     with pytest.raises(DocumentError):
         load_document(b"[[[1]]]", max_depth=2)
+
+
+@pytest.mark.spec("DOC-1")
+@pytest.mark.parametrize(("source", "named"), [
+    (b"\xff\xfe{}", "utf-8"),
+    (b'{"a": 1', "json"),
+    (b'{"a": 1, "a": 2}', "duplicate"),
+    (b'{"a": NaN}', "nan"),
+    (b"[-Infinity]", "infinity"),
+    (b"[" * 65 + b"]" * 65, "64"),
+    (b'"' + b"a" * (8 * 1024 * 1024 - 2) + b'" ', "8 mib"),
+])
+def test_unreadable_input_is_one_error_naming_its_problem(source: bytes, named: str) -> None:
+    """Each way input fails to be a document gives one single-line error that says which."""
+    with pytest.raises(DocumentError) as caught:
+        load_document(source)
+    assert named in caught.value.message.lower()
+    assert "\n" not in caught.value.message
+
+
+@pytest.mark.spec("DOC-1")
+def test_default_limits_admit_64_levels_and_8_mib() -> None:
+    """Exactly 64 levels of nesting and exactly 8 MiB read with the default limits."""
+    deepest: Any = []
+    for _ in range(63):
+        deepest = [deepest]
+    assert load_document(b"[" * 64 + b"]" * 64) == deepest
+    big = b'"' + b"a" * (8 * 1024 * 1024 - 2) + b'"'
+    assert len(load_document(big)) == 8 * 1024 * 1024 - 2
 
 
 def test_to_plain_copies_and_refuses() -> None:

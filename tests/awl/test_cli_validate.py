@@ -39,6 +39,7 @@ def test_valid_document_exits_zero(tmp_path: Path) -> None:
     assert result.stdout.strip() == f"{path}: valid"
 
 
+@pytest.mark.spec("BIND-1")
 def test_invalid_document_prints_findings_and_exits_one(tmp_path: Path) -> None:
     """An invalid order prints one line per finding (rule, kind, path) and exits 1."""
     path = write(tmp_path / "order.json", make_order(tools=["a/*"], staged=["b/c"]))
@@ -47,6 +48,7 @@ def test_invalid_document_prints_findings_and_exits_one(tmp_path: Path) -> None:
     assert result.stdout.startswith(f"{path}: O5 invalid /staged/0: ")
 
 
+@pytest.mark.spec("BIND-1", "DOC-9")
 def test_limit_findings_print_but_pass(tmp_path: Path) -> None:
     """A report over budget prints its R7 limit finding and still exits 0."""
     order = write(tmp_path / "order.json", make_order())
@@ -56,6 +58,7 @@ def test_limit_findings_print_but_pass(tmp_path: Path) -> None:
     assert f"{report}: R7 limit /cost/usd: " in result.stdout
 
 
+@pytest.mark.spec("BIND-1")
 def test_json_output(tmp_path: Path) -> None:
     """--json prints one array with each file's verdict and findings."""
     order = write(tmp_path / "order.json", make_order())
@@ -69,6 +72,7 @@ def test_json_output(tmp_path: Path) -> None:
     assert out[0]["findings"][0]["kind"] == "invalid"
 
 
+@pytest.mark.spec("BIND-1")
 def test_type_option_and_stdin(tmp_path: Path) -> None:
     """--type overrides detection, and - reads the document from stdin."""
     result = awl("validate", "--type", "report", "-", stdin=json.dumps(make_order()).encode())
@@ -76,6 +80,21 @@ def test_type_option_and_stdin(tmp_path: Path) -> None:
     assert result.stdout.startswith("-: R1 invalid")
 
 
+@pytest.mark.spec("BIND-1")
+def test_the_type_comes_from_spec_never_from_the_file_name(tmp_path: Path) -> None:
+    """A report saved as an order's file name and an order saved as a report's are each
+    judged by their spec: the report by the R rules, the order valid on its own."""
+    order = write(tmp_path / "wo_1.report.json", make_order())
+    report = write(tmp_path / "wo_1.order.json", make_report(order_id="wo_9"))
+    result = awl("validate", "--order", order, report, order)
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith(f"{report}: R2 invalid /order_id: ")
+    assert lines[1] == f"{order}: valid"
+
+
+@pytest.mark.spec("DOC-1", "BIND-1")
 @pytest.mark.parametrize("content", [
     bytes(range(256)) * 4,
     b'{"spec": "awl/work-order@0.3", "id": "wo',
@@ -103,6 +122,7 @@ def test_huge_string_of_known_type_is_a_short_finding(tmp_path: Path) -> None:
     assert len(result.stdout) < 400
 
 
+@pytest.mark.spec("BIND-1")
 def test_missing_file_and_bad_context(tmp_path: Path) -> None:
     """A missing file or an unreadable --order is one line and a non-zero exit."""
     assert_one_line_error(awl("validate", tmp_path / "missing.json"))

@@ -33,6 +33,7 @@ def single(doc_type: str, document: Any, findings: list[dict[str, str]],
     return run_test(doc_type, test, context or {})
 
 
+@pytest.mark.spec("DOC-10")
 def test_shipped_suite_passes() -> None:
     """Every shipped conformance test passes against this implementation."""
     run = run_conformance()
@@ -40,6 +41,22 @@ def test_shipped_suite_passes() -> None:
     assert failures == []
     assert run.passed >= 150
     assert conformance_dir() is not None
+
+
+@pytest.mark.spec("DOC-10")
+def test_every_case_of_the_repository_suite_runs_and_none_fails() -> None:
+    """Running the repository's conformance folder runs every test of every case file once
+    and reports 0 failed."""
+    folder = Path(__file__).resolve().parents[2] / "conformance"
+    expected = sorted(
+        (f"cases/{path.name}", test["description"])
+        for path in (folder / "cases").glob("*.json")
+        for group in json.loads(path.read_text(encoding="utf-8"))
+        for test in group["tests"])
+    run = run_conformance(folder)
+    assert sorted((r.file, r.name) for r in run.results) == expected
+    assert [f"{r.name}: {r.reason}" for r in run.results if r.status == "failed"] == []
+    assert run.failed == 0
 
 
 def test_schema_rules_compare_by_rule_only() -> None:

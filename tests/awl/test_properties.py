@@ -7,6 +7,7 @@ import json
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -292,6 +293,7 @@ def test_mutated_small_documents_are_judged(data: st.DataObject) -> None:
     judged(lambda: check(mutate(make_order(), data)))
 
 
+@pytest.mark.spec("DOC-1")
 @MUTATE
 @given(st.binary(max_size=200) | st.text(max_size=200).map(lambda s: s.encode("utf-8",
                                                                                 "surrogatepass")))
@@ -303,6 +305,7 @@ def test_random_bytes_are_read_or_refused(raw: bytes) -> None:
         assert "\n" not in exc.message
 
 
+@pytest.mark.spec("DOC-1")
 @MUTATE
 @given(st.data())
 def test_mutated_json_text_is_read_or_refused(data: st.DataObject) -> None:

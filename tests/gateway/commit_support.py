@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -127,6 +127,8 @@ def make_setup(
     deadline: datetime | None = None,
     rework_first: Sequence[tuple[str, dict[str, Any]]] = (),
     issued: bool = False,
+    rewrite: Callable[[SQLiteStore, str, list[dict[str, Any]]],
+                      list[dict[str, Any]]] | None = None,
 ) -> Setup:
     """An approved order whose report lists the held ``calls`` (tool, arguments).
 
@@ -138,6 +140,9 @@ def make_setup(
         rework_first: held calls of a first attempt that is sent back for rework.
         issued: record ``pass_jti`` as a pass issued for the order, so the desk revokes it
             when the order ends (at the approval).
+        rewrite: given the store, the order id and the effects of the held ``calls``,
+            returns the effects the report lists instead (appended directly, like
+            ``tamper``); it may record more calls first.
     """
     home = folder / "home"
     home.mkdir(parents=True, exist_ok=True)
@@ -175,9 +180,11 @@ def make_setup(
                for r, (t, a) in zip(refs, calls, strict=True)]
     used = [t for t, _ in calls] + [t for t, _ in unlisted]
     doc = report_doc(effects, used, refs[0] if refs else None)
-    if tamper:
-        for i, arguments in tamper.items():
+    if tamper or rewrite:
+        for i, arguments in (tamper or {}).items():
             effects[i] = {**effects[i], "arguments": arguments}
+        if rewrite is not None:
+            effects = rewrite(store, oid, effects)
         record = store.load(oid)
         full = {**doc, "effects": effects, "spec": "awl/work-report@0.3", "order_id": oid,
                 "from": WORKER, "finished_at": _now(), "attempt": attempt}

@@ -8,6 +8,7 @@ import socket
 import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,15 @@ from gateway._commit import (
 )
 from gateway._config import load_config
 from gateway._lock import OrderLock, holder_alive, is_stale, process_start
-from tests.gateway.commit_support import MANAGER, WORKER, Setup, hold, make_setup
+from tests.gateway.commit_support import (
+    MANAGER,
+    WORKER,
+    Setup,
+    finish,
+    hold,
+    make_setup,
+    start_committer,
+)
 
 DELIVER = "receiver/deliver"
 ISSUE = "receiver/create_issue"
@@ -88,6 +97,7 @@ def test_pointers_address_the_wire_form() -> None:
 
 # --------------------------------------------------------------------------- commit
 
+@pytest.mark.spec("CM-1", "CM-7", "CM-9")
 def test_commit_runs_each_approved_effect_once_in_order_and_never_again(tmp_path: Path) -> None:
     """Every approved effect reaches the receiver once, in order, with its awl meta; later
     commits only report the recorded results."""
@@ -109,6 +119,27 @@ def test_commit_runs_each_approved_effect_once_in_order_and_never_again(tmp_path
     assert setup.counts() == {r: 1 for r in setup.refs}
 
 
+@pytest.mark.spec("CM-1")
+def test_approved_effects_run_one_at_a_time_in_the_report_s_order(tmp_path: Path) -> None:
+    """The approved effects run in the order the report lists them, whatever their numbers
+    or the approval's order, each answered before the next is sent."""
+    setup = make_setup(tmp_path, [(DELIVER, {"to": "cfo"}), (DELIVER, {"to": "ceo"}),
+                                  (DELIVER, {"to": "board"}), (DELIVER, {"to": "press"})],
+                       rewrite=lambda _store, _oid, effects: [effects[i] for i in (2, 0, 3, 1)],
+                       approve=[1, 2, 0])
+    setup.control_receiver(delay=0.2)
+    summary = run(setup)
+    assert summary.ok
+    in_report_order = [setup.refs[i] for i in (2, 0, 1)]
+    assert [e.ref for e in summary.effects] == in_report_order
+    lines = setup.deliveries()
+    assert [line["ref"] for line in lines] == in_report_order
+    # The receiver logs each delivery on arrival and answers 0.2 s later: none overlapped.
+    assert all(b["at"] - a["at"] >= 0.2 for a, b in pairwise(lines))
+    assert setup.states()[setup.refs[3]].state == "dropped"
+
+
+@pytest.mark.spec("CM-2", "SEC-5")
 def test_tampered_arguments_run_nothing_and_name_the_mismatch(tmp_path: Path) -> None:
     """A report whose arguments differ from the held call runs no effect at all."""
     setup = three(tmp_path, tamper={1: {"to": "ceo", "body": "something else"}})
@@ -120,7 +151,50 @@ def test_tampered_arguments_run_nothing_and_name_the_mismatch(tmp_path: Path) ->
     assert {s.state for s in setup.states().values()} == {"held"}
 
 
-@pytest.mark.spec("CM-4")
+@pytest.mark.spec("CM-2")
+def test_every_effect_that_fails_the_call_log_check_is_named_and_nothing_runs(
+        tmp_path: Path) -> None:
+    """Effects naming a call of an earlier attempt, no recorded call, or a call that was
+    forwarded instead of held are each named, and not even the sound effect runs."""
+    def rewrite(store: Any, order_id: str, effects: list[dict[str, Any]]
+                ) -> list[dict[str, Any]]:
+        at = format_time(datetime.now(UTC))
+        forwarded = store.reserve_call(order_id, attempt=2, tool=DELIVER,
+                                       arguments={"to": "ops"}, pass_jti=None, usd=0.0,
+                                       started_at=at, scopes=[])
+        store.finish_call(order_id, forwarded.ref, outcome="ok", result=None, error=None,
+                          ended_at=at)
+        return [effects[0],
+                {"ref": "receiver/deliver#1", "tool": DELIVER, "arguments": {"to": "old"}},
+                {"ref": "receiver/deliver#99", "tool": DELIVER, "arguments": {"to": "cfo"}},
+                {"ref": forwarded.ref, "tool": DELIVER, "arguments": {"to": "ops"}}]
+
+    setup = make_setup(tmp_path, [(DELIVER, {"to": "cfo"})],
+                       rework_first=[(DELIVER, {"to": "old"})], rewrite=rewrite)
+    summary = run(setup)
+    assert [(m.problem, m.path) for m in summary.mismatches] == [
+        ("attempt", "/effects/1"), ("not_recorded", "/effects/2/ref"),
+        ("not_held", "/effects/3")]
+    assert not any(e.sent for e in summary.effects)
+    assert setup.counts() == {}
+    assert setup.states()[setup.refs[0]].state == "held"
+
+
+@pytest.mark.spec("SEC-5")
+def test_the_commit_sends_the_held_arguments_never_the_reported_ones(tmp_path: Path) -> None:
+    """A report whose arguments equal the held ones as JSON but are written differently
+    passes the check, and the receiver gets the arguments exactly as held."""
+    setup = make_setup(tmp_path, [(DELIVER, {"to": "cfo", "body": {"copies": 2}})],
+                       tamper={0: {"to": "cfo", "body": {"copies": 2.0}}})
+    listed = setup.store.load(setup.order_id).reports[-1].effects
+    assert listed is not None and listed[0].arguments == {"to": "cfo", "body": {"copies": 2.0}}
+    assert run(setup).ok
+    (line,) = setup.deliveries()
+    assert line["arguments"] == {"to": "cfo", "body": {"copies": 2}}
+    assert type(line["arguments"]["body"]["copies"]) is int
+
+
+@pytest.mark.spec("CM-4", "CM-1")
 def test_unapproved_unlisted_and_reworked_held_calls_are_dropped(tmp_path: Path) -> None:
     """Held calls not approved, not listed, or of a reworked attempt never run: the desk
     drops the reworked ones at the rework, the commit drops the rest."""
@@ -162,6 +236,7 @@ def test_drop_attempt_drops_only_that_attempts_held_calls(tmp_path: Path) -> Non
     assert drops[0].data is not None and drops[0].data["attempt"] == 1
 
 
+@pytest.mark.spec("CM-5", "SEC-5")
 def test_ref_values_are_filled_and_dependents_of_uncommitted_effects_skipped(
         tmp_path: Path) -> None:
     """A $ref takes the referenced result at the pointer; one that cannot is skipped."""
@@ -251,6 +326,7 @@ def test_a_retry_rechecks_the_pass_as_of_the_hold(tmp_path: Path) -> None:
             assert setup.counts() == {}
 
 
+@pytest.mark.spec("CM-1")
 def test_an_order_that_is_not_approved_is_not_committed(tmp_path: Path) -> None:
     """Committing an order that was never approved raises and sends nothing."""
     setup = three(tmp_path)
@@ -264,6 +340,7 @@ def test_an_order_that_is_not_approved_is_not_committed(tmp_path: Path) -> None:
     assert setup.store.get_lock(lock_name(other.id)) is None
 
 
+@pytest.mark.spec("CM-7", "CM-8")
 def test_a_receiver_that_never_answers_makes_the_effect_unknown(tmp_path: Path) -> None:
     """No answer within the timeout leaves the effect unknown; a later commit skips it."""
     setup = make_setup(tmp_path, [(DELIVER, {"to": "cfo"})], timeout=0.5)
@@ -276,6 +353,22 @@ def test_a_receiver_that_never_answers_makes_the_effect_unknown(tmp_path: Path) 
     assert setup.counts() == {setup.refs[0]: 1}
 
 
+@pytest.mark.spec("CM-7")
+def test_an_effect_answered_with_an_error_is_failed_with_that_error(tmp_path: Path) -> None:
+    """An upstream's error answer makes the effect failed with the error kept, and a later
+    commit does not send it again."""
+    setup = make_setup(tmp_path, [(REJECT, {"reason": "quota"})])
+    summary = run(setup)
+    assert [(e.state, e.sent) for e in summary.effects] == [("failed", True)]
+    state = setup.states()[setup.refs[0]]
+    assert state.state == "failed" and "rejected: quota" in (state.error or "")
+    assert state.result is not None and state.result["isError"] is True
+    again = run(setup)
+    assert not again.ok and not any(e.sent for e in again.effects)
+    assert setup.counts() == {setup.refs[0]: 1}
+
+
+@pytest.mark.spec("CM-7")
 def test_an_upstream_that_cannot_start_leaves_effects_held(tmp_path: Path) -> None:
     """When the receiver cannot even start, nothing is marked and a later commit runs it."""
     setup = make_setup(tmp_path, [(DELIVER, {"to": "cfo"})])
@@ -291,6 +384,7 @@ def test_an_upstream_that_cannot_start_leaves_effects_held(tmp_path: Path) -> No
 
 # --------------------------------------------------------------------------- settle and retry
 
+@pytest.mark.spec("CM-8", "CM-11")
 def test_only_the_manager_settles_and_only_unknown_effects(tmp_path: Path) -> None:
     """Settling is the manager's, for unknown effects, with evidence."""
     setup = one(tmp_path)
@@ -312,12 +406,15 @@ def test_only_the_manager_settles_and_only_unknown_effects(tmp_path: Path) -> No
     event = setup.store.events(setup.order_id)[-1]
     assert (event.action, event.actor, event.from_, event.to) == (
         "settle", MANAGER, "approved", "approved")
-    assert event.data is not None and event.data["verdict"] == "happened"
+    assert event.data is not None
+    assert (event.data["ref"], event.data["verdict"], event.data["evidence"]) == (
+        ref, "happened", "in the CFO's inbox")
     with pytest.raises(InvalidTransition):  # happened is final
         retry_sync(setup.order_id, ref, MANAGER, store=setup.store,
                    pool_or_config=load_config(setup.config))
 
 
+@pytest.mark.spec("CM-8", "CM-11")
 def test_an_unsettled_unknown_effect_is_never_retried(tmp_path: Path) -> None:
     """Retry refuses an unknown effect until the manager settles it did_not_happen."""
     setup = one(tmp_path)
@@ -332,6 +429,7 @@ def test_an_unsettled_unknown_effect_is_never_retried(tmp_path: Path) -> None:
     assert setup.counts().get(setup.refs[0]) is None
 
 
+@pytest.mark.spec("CM-9", "CM-11")
 def test_retry_sends_with_the_same_ref_and_needs_a_new_settlement_after(tmp_path: Path) -> None:
     """A did_not_happen effect is retried once with its awl/ref; the settlement is used up."""
     setup = one(tmp_path)
@@ -353,6 +451,45 @@ def test_retry_sends_with_the_same_ref_and_needs_a_new_settlement_after(tmp_path
     assert setup.counts()[ref] == 1
 
 
+@pytest.mark.spec("CM-9")
+def test_a_retry_carries_the_same_awl_meta_as_the_first_send(tmp_path: Path) -> None:
+    """The first send, whose answer was lost, and the retry carry identical awl/ref,
+    awl/order and awl/attempt (here attempt 2, after a rework)."""
+    setup = make_setup(tmp_path, [(DELIVER, {"to": "cfo"})],
+                       rework_first=[(DELIVER, {"to": "old"})], timeout=0.5)
+    ref = setup.refs[0]
+    setup.control_receiver(hang_after="*")
+    assert [e.state for e in run(setup).effects] == ["unknown"]
+    setup.control_receiver()
+    settle(setup.order_id, ref, "did_not_happen", "the answer never came", MANAGER,
+           store=setup.store)
+    assert retry_sync(setup.order_id, ref, MANAGER, store=setup.store,
+                      pool_or_config=load_config(setup.config)).state == "committed"
+    sends = [(x["ref"], x["order"], x["attempt"]) for x in setup.deliveries()]
+    assert sends == [(ref, setup.order_id, 2)] * 2
+
+
+@pytest.mark.spec("CM-11")
+def test_a_retry_rechecks_that_the_order_allows_and_stages_the_tool(tmp_path: Path) -> None:
+    """A settled unknown effect of a tool the order does not stage, or does not allow, is
+    refused on retry and nothing is sent (such records can only be forged: orders never
+    change)."""
+    setup = one(tmp_path)
+    for tool, why in (("receiver/echo", "does not stage"), ("elsewhere/deliver", "not allow")):
+        ref = hold(setup.store, setup.order_id, tool, {"text": "x"})
+        make_unknown(setup, ref)
+        setup.store.set_effect(setup.order_id, ref, expect=["dispatching"], state="unknown",
+                               error="lost", at="2030-01-01T00:00:01Z")
+        settle(setup.order_id, ref, "did_not_happen", "never arrived", MANAGER,
+               store=setup.store)
+        with pytest.raises(InvalidTransition, match=why):
+            retry_sync(setup.order_id, ref, MANAGER, store=setup.store,
+                       pool_or_config=load_config(setup.config))
+        assert setup.states()[ref].dispatches == 1
+    assert setup.deliveries() == []
+
+
+@pytest.mark.spec("CM-8", "CM-11")
 def test_a_retry_that_ends_unknown_needs_settling_again(tmp_path: Path) -> None:
     """A settlement describes one dispatch: after a retry it no longer permits another."""
     setup = make_setup(tmp_path, [(DELIVER, {"to": "cfo"})], timeout=0.5)
@@ -372,6 +509,7 @@ def test_a_retry_that_ends_unknown_needs_settling_again(tmp_path: Path) -> None:
     assert setup.counts() == {ref: 1}
 
 
+@pytest.mark.spec("CM-11")
 def test_retry_rechecks_the_deadline(tmp_path: Path) -> None:
     """A retry after the order's deadline is refused and sends nothing."""
     setup = one(tmp_path)
@@ -395,6 +533,7 @@ def _lock(store: object, pid: int, lease_until: float, host: str | None = None,
                     host=host or socket.gethostname(), lease_until=lease_until, data=data)
 
 
+@pytest.mark.spec("CM-10")
 def test_a_lock_is_stale_when_its_process_is_gone_or_its_lease_ran_out() -> None:
     """A dead pid, a reused pid or an old lease make a lock stale; a live holder does not."""
     me, far = os.getpid(), time.time() + 60
@@ -408,6 +547,7 @@ def test_a_lock_is_stale_when_its_process_is_gone_or_its_lease_ran_out() -> None
     assert is_stale(_lock(None, dead, far))
 
 
+@pytest.mark.spec("CM-10")
 @pytest.mark.anyio
 async def test_a_live_committer_holds_off_another_and_a_dead_one_is_taken_over(
         tmp_path: Path) -> None:
@@ -427,6 +567,7 @@ async def test_a_live_committer_holds_off_another_and_a_dead_one_is_taken_over(
     assert setup.store.get_lock(lock_name(setup.order_id)) is None
 
 
+@pytest.mark.spec("CM-10")
 @pytest.mark.anyio
 async def test_a_lease_that_ran_out_is_taken_over_and_its_holder_stops(tmp_path: Path) -> None:
     """A holder whose lease expired loses the lock to the next taker and learns it."""
@@ -445,6 +586,7 @@ async def test_a_lease_that_ran_out_is_taken_over_and_its_holder_stops(tmp_path:
 
 # --------------------------------------------------------------------------- CLI
 
+@pytest.mark.spec("CM-11")
 def test_the_effects_commands_list_settle_and_retry(tmp_path: Path,
                                                    capfd: pytest.CaptureFixture[str]) -> None:
     """awl effects list, settle and retry work from the command line, text and JSON."""
@@ -475,8 +617,27 @@ def test_the_effects_commands_list_settle_and_retry(tmp_path: Path,
     assert setup.counts() == {ref: 1}
 
 
+@pytest.mark.spec("CM-12")
+def test_the_commit_command_prints_each_effect_s_state_and_fails_unless_all_committed(
+        tmp_path: Path) -> None:
+    """awl gateway --commit prints one line per approved effect with its state, and exits 0
+    only when every one is committed."""
+    cases = (("good", [(DELIVER, {"to": "cfo"}), (DELIVER, {"to": "ceo"})], 0,
+              ["committed", "committed"]),
+             ("bad", [(DELIVER, {"to": "cfo"}), (REJECT, {"reason": "quota"})], 1,
+              ["committed", "failed"]))
+    for name, calls, code, states in cases:
+        setup = make_setup(tmp_path / name, calls)
+        exit_code, out, err = finish(start_committer(setup))
+        assert exit_code == code, err
+        for ref, state in zip(setup.refs, states, strict=True):
+            (line,) = [x for x in out.splitlines() if x.startswith(f"{ref} ")]
+            assert line.split()[2] == state
+
+
 # --------------------------------------------------------------------------- end to end
 
+@pytest.mark.spec("CM-5", "SEC-5")
 @pytest.mark.anyio
 async def test_calls_held_by_the_gateway_commit_through_awl_gateway_commit(
         tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from awl._errors import InvalidTransition
 from gateway._commit import commit_sync, lock_name, retry_sync, settle
 from gateway._config import load_config
@@ -35,6 +37,7 @@ def recommit(setup: Setup) -> object:
                        pool_or_config=load_config(setup.config))
 
 
+@pytest.mark.spec("CM-6", "CM-8", "CM-10")
 def test_killed_after_the_dispatching_mark_is_unknown_and_never_sent(tmp_path: Path) -> None:
     """kill -9 right after the durable mark, before the send: unknown, count 0, forever."""
     setup = two(tmp_path)
@@ -60,6 +63,7 @@ def test_killed_after_the_dispatching_mark_is_unknown_and_never_sent(tmp_path: P
     assert setup.states()[setup.refs[1]].dispatches == 1
 
 
+@pytest.mark.spec("CM-7", "CM-8")
 def test_committer_killed_after_the_receiver_got_it_is_unknown_counted_once(
         tmp_path: Path) -> None:
     """The receiver has the delivery, the committer dies before the answer: unknown, 1."""
@@ -77,6 +81,7 @@ def test_committer_killed_after_the_receiver_got_it_is_unknown_counted_once(
     assert setup.counts() == {setup.refs[0]: 1, setup.refs[1]: 1}
 
 
+@pytest.mark.spec("CM-7", "CM-12")
 def test_receiver_killed_after_receipt_in_a_subprocess_commit_is_unknown(tmp_path: Path) -> None:
     """The receiver dies after logging: the committer records unknown and exits 1."""
     setup = two(tmp_path)
@@ -90,6 +95,7 @@ def test_receiver_killed_after_receipt_in_a_subprocess_commit_is_unknown(tmp_pat
     assert setup.counts() == {setup.refs[0]: 1, setup.refs[1]: 1}
 
 
+@pytest.mark.spec("CM-6", "CM-10")
 def test_repeated_and_concurrent_commits_deliver_each_effect_once(tmp_path: Path) -> None:
     """Two processes commit at once, then again and again: every count stays 1."""
     setup = two(tmp_path)
@@ -106,6 +112,7 @@ def test_repeated_and_concurrent_commits_deliver_each_effect_once(tmp_path: Path
     assert setup.counts() == {r: 1 for r in setup.refs}
 
 
+@pytest.mark.spec("CM-8", "CM-9", "CM-11")
 def test_settle_and_retry_a_killed_dispatch_with_the_same_ref(tmp_path: Path) -> None:
     """After a kill before sending, the manager settles did_not_happen and retries once."""
     setup = two(tmp_path)

@@ -66,6 +66,7 @@ def _kill_somewhere(setup: Setup, rng: random.Random, folder: Path, figures: Cou
     setup.control_receiver()
 
 
+@pytest.mark.spec("CM-6", "CM-8")
 def test_random_kills_never_deliver_twice_and_leave_unknowns_visible(
         tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """Across seeded random kills, counts stay at most 1 and unrecorded outcomes are unknown."""

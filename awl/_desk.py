@@ -284,6 +284,22 @@ def _raise_invalid(what: str, findings: Sequence[Finding]) -> None:
             findings=findings)
 
 
+def _whole_percent(value: object) -> int:
+    """``value`` as an integer from 0 to 100 (LC-11), or :class:`BadRequest`.
+
+    A float with no fractional part is the same JSON number as the integer (DOC-5), so
+    ``40.0`` is accepted and stored as ``40``; a boolean is not a number at all.
+    """
+    number: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    if number is None or not 0 <= number <= 100:
+        raise BadRequest(f"percent must be a whole number from 0 to 100, not {value!r}")
+    return number
+
+
 def _same_ref(a: str, b: str) -> bool:
     pa, pb = parse_ref(a), parse_ref(b)
     return a == b if pa is None or pb is None else pa == pb
@@ -646,13 +662,22 @@ class Desk:
         return self._simple(order_id, "start", actor)
 
     def progress(self, order_id: str, actor: str, note: str,
-                 percent: float | None = None) -> OrderView:
-        """The worker posts a progress note (with an optional percentage, 0 to 100)."""
+                 percent: int | float | None = None) -> OrderView:
+        """The worker posts a progress note (with an optional percentage).
+
+        Args:
+            order_id: The order.
+            actor: The worker.
+            note: What happened; not empty.
+            percent: A whole number from 0 to 100 (``40.0`` counts as ``40``; LC-11).
+
+        Raises:
+            BadRequest: An empty note, or a percent that is fractional, a boolean, not a
+                number or outside 0 to 100.
+        """
         if not note.strip():
             raise BadRequest("a progress note says what happened; it cannot be empty")
-        if percent is not None and not 0 <= percent <= 100:
-            raise BadRequest(f"percent must be between 0 and 100, not {percent}")
-        data = None if percent is None else {"percent": percent}
+        data = None if percent is None else {"percent": _whole_percent(percent)}
         return self._simple(order_id, "progress", actor, note=note, data=data)
 
     def record(self, order_id: str, actor: str, action: str, *, note: str | None = None,
@@ -1054,7 +1079,7 @@ class AsyncDesk:
         return await self._write(self.desk.start, order_id, actor)
 
     async def progress(self, order_id: str, actor: str, note: str,
-                       percent: float | None = None) -> OrderView:
+                       percent: int | float | None = None) -> OrderView:
         """See :meth:`Desk.progress`."""
         return await self._write(self.desk.progress, order_id, actor, note, percent)
 

@@ -48,6 +48,19 @@ def _fail(message: str) -> Exception:
     return CLIError(message)
 
 
+def _percent(text: str | None) -> int | None:
+    """``--percent`` as a whole number from 0 to 100 (``40`` or ``40.0``; LC-11)."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value.is_integer() or not 0 <= value <= 100:
+        raise _fail(f"--percent takes a whole number from 0 to 100, not {text!r}")
+    return int(value)
+
+
 def _clean(text: str) -> str:
     """One line, whatever the text holds (a goal or a note may have line breaks)."""
     return _CONTROL.sub(" ", text)
@@ -223,11 +236,13 @@ def _register_work(subparsers: Any) -> None:
     progress = sub.add_parser("progress", help="post a progress note")
     progress.add_argument("order_id", metavar="ID")
     progress.add_argument("note", metavar="NOTE")
-    progress.add_argument("--percent", type=float, metavar="P", help="0 to 100")
+    # Parsed by _percent, not argparse, so a bad value is one line rather than usage text.
+    progress.add_argument("--percent", metavar="P", help="a whole number from 0 to 100")
     _common(progress, writes=True)
     progress.set_defaults(
         func=_write, verb="noted progress on",
-        op=lambda desk, a, actor: desk.progress(a.order_id, actor, a.note, a.percent))
+        op=lambda desk, a, actor: desk.progress(a.order_id, actor, a.note,
+                                                _percent(a.percent)))
     report = sub.add_parser(
         "report", help="submit a work report from a JSON file",
         description="Submit a work report. The file holds a full report or its fields: spec, "

@@ -306,7 +306,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "Worker: tell the manager how the work goes: a short note and an optional "
                 "percentage (accepted, working or blocked orders).",
                 extra={"note": _string("What happened.", minLength=1),
-                       "percent": {"type": "number", "minimum": 0, "maximum": 100}},
+                       "percent": {"type": "integer", "minimum": 0, "maximum": 100}},
                 required=("note",), idempotent=False),
     ToolSpec(
         name="submit_work_report", title="Submit a work report",

@@ -123,6 +123,27 @@ def test_refusals_are_one_line_and_non_zero(home: Path,
     one_line_error(err)
 
 
+@pytest.mark.spec("LC-11")
+def test_progress_percent_is_a_whole_number(home: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """--percent takes 40 or 40.0; a fraction, a word or a value past 100 fails in one line
+    and posts nothing."""
+    order_id = new_order(capsys, home)
+    for step in ("accept", "start"):
+        run_json(capsys, "work", step, order_id, "--as", WORKER)
+    for bad in ("40.5", "forty", "101", "-1", "nan"):
+        code, _, err = run(capsys, "work", "progress", order_id, "halfway", "--percent", bad,
+                           "--as", WORKER)
+        assert code == 2, bad
+        one_line_error(err)
+        assert "--percent" in err
+    shown = run_json(capsys, "work", "progress", order_id, "halfway", "--percent", "40.0",
+                     "--as", WORKER)
+    assert shown["seq"] == 4
+    events = run_json(capsys, "order", "show", order_id)["events"]
+    assert [e["data"] for e in events if e["action"] == "progress"] == [{"percent": 40}]
+
+
 def test_an_invalid_order_prints_its_findings_for_scripts(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -785,15 +785,23 @@ def test_progress_is_the_worker_s_while_the_order_is_under_way(desk: Desk) -> No
 
 
 @pytest.mark.spec("LC-11")
-@pytest.mark.xfail(strict=True, reason="Desk.progress takes any number from 0 to 100 "
-                   "(40.5, even True); LC-11 says percent is an integer")
-@pytest.mark.parametrize("percent", [40.5, True])
-def test_progress_percent_is_an_integer(desk: Desk, percent: float) -> None:
-    """A fractional or boolean percent is refused and nothing is written."""
+@pytest.mark.parametrize("percent", [40.5, True, False, -1, 101, 100.5, float("nan"), "40"])
+def test_progress_percent_is_an_integer(desk: Desk, percent: Any) -> None:
+    """A fractional, boolean, out-of-range or non-number percent is refused and nothing is
+    written."""
     view = working(desk)
     with pytest.raises(BadRequest):
         desk.progress(view.id, WORKER, "about halfway", percent)
     assert desk.get(view.id).seq == view.seq
+
+
+@pytest.mark.spec("LC-11", "DOC-5")
+def test_a_whole_float_percent_is_stored_as_the_integer(desk: Desk) -> None:
+    """A percent of 40.0 is the integer 40 and is stored as such."""
+    view = working(desk)
+    desk.progress(view.id, WORKER, "about halfway", 40.0)
+    data = desk.events(view.id)[-1].data
+    assert data is not None and data == {"percent": 40} and type(data["percent"]) is int
 
 
 # ----------------------------------------------------------------------------- conflicts

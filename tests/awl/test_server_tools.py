@@ -122,6 +122,26 @@ async def test_refusals_are_tool_errors_with_a_code_a_model_can_act_on() -> None
 
 
 @pytest.mark.anyio
+@pytest.mark.spec("LC-11", "DOC-5")
+async def test_progress_takes_a_whole_percent_from_0_to_100() -> None:
+    """post_progress declares percent an integer from 0 to 100, refuses a fraction, a boolean
+    or a value past 100 as a bad request, and takes 40.0 as 40."""
+    with anyio.fail_after(30):
+        async with desks(MemoryStore(), MANAGER, WORKER) as (m, w):
+            tools = {t.name: t for t in (await w.client.list_tools()).tools}
+            percent = tools["post_progress"].input_schema["properties"]["percent"]
+            assert percent == {"type": "integer", "minimum": 0, "maximum": 100}
+            oid = await _working(m, w)
+            for bad in (40.5, True, 101, -1):
+                error = await w.refused("post_progress", order_id=oid, note="half", percent=bad)
+                assert error["code"] == "BAD_REQUEST" and "percent" in error["message"], bad
+            posted = await w.call("post_progress", order_id=oid, note="half", percent=40.0)
+            news = await m.call("wait_for_update", order_id=oid, after_seq=posted["seq"] - 1,
+                                timeout_seconds=10)
+    assert [(e["action"], e["data"]) for e in news["events"]] == [("progress", {"percent": 40})]
+
+
+@pytest.mark.anyio
 @pytest.mark.spec("SEC-1")
 async def test_nobody_issues_an_order_to_review_or_answer_themselves() -> None:
     """An order whose worker or escalation contact is its own manager is refused, so no

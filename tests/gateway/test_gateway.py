@@ -176,7 +176,8 @@ async def test_the_published_time_server_works_through_the_gateway(tmp_path: Pat
 
 
 async def test_desk_tools_act_as_the_worker_and_cost_nothing(tmp_path: Path) -> None:
-    """The worker reads its order and posts progress through the gateway, uncounted."""
+    """The worker reads its order and posts progress (a whole percent) through the gateway,
+    uncounted."""
     env = make_env(tmp_path)
     with anyio.fail_after(60):
         async with connect(env) as (_gw, client):
@@ -184,13 +185,18 @@ async def test_desk_tools_act_as_the_worker_and_cost_nothing(tmp_path: Path) -> 
             progress = await client.call_tool("awl_post_progress",
                                               {"note": "drafted", "percent": 40})
             bad = await client.call_tool("awl_post_progress", {"note": " "})
+            fractions = [await client.call_tool("awl_post_progress",
+                                                {"note": "half", "percent": bad_percent})
+                         for bad_percent in (40.5, True, 101)]
     data: Any = order.structured_content
     assert data["order"]["id"] == env.order_id and data["state"] == "working"
     assert data["acting_as"] == WORKER and data["attempt"] == 1 and data["tools_used"] == []
     assert not progress.is_error
     assert bad.is_error and text(bad).startswith("BAD_REQUEST: ")
+    assert all(r.is_error and text(r).startswith("BAD_REQUEST: ") for r in fractions)  # LC-11
     assert env.calls() == []
     assert env.desk.events(env.order_id)[-1].action == "progress"
+    assert env.desk.events(env.order_id)[-1].data == {"percent": 40}
 
 
 def test_desk_tool_names_cannot_collide_with_upstream_names() -> None:

@@ -61,12 +61,14 @@ from awl._models import (
 from awl._passes import (
     KeyStore,
     VerifiedPass,
+    is_valid_pass,
     issue_pass,
     issue_recorded_pass,
     iter_pass_findings,
     pass_scopes,
     revoke_order_passes,
     revoke_pass,
+    validate_pass,
     verify_pass,
 )
 from awl._schemas import load_schema
@@ -120,6 +122,7 @@ __all__ = [
     "is_valid_call",
     "is_valid_event",
     "is_valid_order",
+    "is_valid_pass",
     "is_valid_report",
     "is_valid_review",
     "is_valid_suborder",
@@ -144,6 +147,7 @@ __all__ = [
     "validate_call",
     "validate_event",
     "validate_order",
+    "validate_pass",
     "validate_report",
     "validate_review",
     "validate_suborder",

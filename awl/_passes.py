@@ -43,7 +43,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from awl._checks import check_structure, context_model, load_document
+from awl._checks import (
+    _no_invalid,
+    _validated,
+    check_structure,
+    context_model,
+    load_document,
+)
 from awl._errors import BadRequest, DocumentError, InvalidTransition, PassError
 from awl._findings import Finding, pointer
 from awl._models import Budget, PassClaims, WorkOrder, parse_time
@@ -61,6 +67,7 @@ __all__ = [
     "REASONS",
     "KeyStore",
     "VerifiedPass",
+    "is_valid_pass",
     "issue_pass",
     "issue_recorded_pass",
     "iter_pass_findings",
@@ -70,6 +77,7 @@ __all__ = [
     "revoke_order_passes",
     "revoke_pass",
     "unverified_claims",
+    "validate_pass",
     "verify_pass",
 ]
 
@@ -481,6 +489,49 @@ def iter_pass_findings(
     yield from _rule_findings(cast(PassClaims, model),
                               _OrderFacts.of_order(order_model) if order_model else None,
                               parent_model, remaining, None if now is None else _epoch(now))
+
+
+def is_valid_pass(
+    claims: Any,
+    *,
+    order: Any = None,
+    parent: Any = None,
+    remaining: Mapping[str, float] | None = None,
+    now: datetime | str | float | None = None,
+) -> bool:
+    """Whether a pass's claims have no ``invalid`` finding (DOC-9).
+
+    Takes the same arguments as :func:`iter_pass_findings`.
+
+    Raises:
+        DocumentError: ``claims`` cannot be a JSON document at all, or ``order`` or
+            ``parent`` is not a valid document.
+    """
+    return _no_invalid(iter_pass_findings(claims, order=order, parent=parent,
+                                          remaining=remaining, now=now))
+
+
+def validate_pass(
+    claims: Any,
+    *,
+    order: Any = None,
+    parent: Any = None,
+    remaining: Mapping[str, float] | None = None,
+    now: datetime | str | float | None = None,
+) -> PassClaims:
+    """A pass's claims as a model, when they have no ``invalid`` finding (DOC-9).
+
+    Takes the same arguments as :func:`iter_pass_findings`. This checks the claims only;
+    a token's signature and chain are :func:`verify_pass`'s.
+
+    Raises:
+        ValidationFailed: with every finding, when one is ``invalid``.
+        DocumentError: ``claims`` cannot be a JSON document at all, or ``order`` or
+            ``parent`` is not a valid document.
+    """
+    found = iter_pass_findings(claims, order=order, parent=parent, remaining=remaining,
+                               now=now)
+    return _validated(PassClaims, "delegation pass", found, claims)
 
 
 # -- verifying ----------------------------------------------------------------------------

@@ -9,7 +9,16 @@ from typing import Any
 
 import pytest
 
-from awl import DocumentError, Finding, ValidationFailed, WorkOrder
+from awl import (
+    DocumentError,
+    Finding,
+    PassClaims,
+    ValidationFailed,
+    WorkOrder,
+    is_valid_pass,
+    iter_pass_findings,
+    validate_pass,
+)
 from awl._checks import (
     check,
     detect_type,
@@ -605,17 +614,36 @@ def test_limit_findings_never_make_a_document_invalid() -> None:
         "2026-10-03T00:00:00Z")
 
 
-@pytest.mark.spec("DOC-9")
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="pass claims are checked by iter_pass_findings only: awl offers no "
-                   "boolean or raising form for them yet")
-def test_pass_claims_are_checked_three_ways_too() -> None:
-    """Delegation Pass claims have a findings form, a boolean form and a raising form."""
-    import awl
+def make_claims(**grant: Any) -> dict[str, Any]:
+    """A worker's pass for make_order(), valid from its creation to its deadline."""
+    return {
+        "spec": "awl/delegation-pass@0.3", "iss": "awl:desk", "sub": "agent:worker",
+        "aud": "awl:gateway", "jti": "p1", "iat": 1790845200, "nbf": 1790845200,
+        "exp": 1790931600,  # 2026-10-02T09:00:00Z, the order's deadline
+        "grant": {"order_id": "wo_1", "tools": ["filings/*", "gmail/*"],
+                  "budget": {"usd": 1, "tool_calls": 10}, **grant},
+    }
 
-    forms = [getattr(awl, name) for name in ("iter_pass_findings", "is_valid_pass",
-                                             "validate_pass")]
-    assert all(callable(form) for form in forms)
+
+@pytest.mark.spec("DOC-9")
+def test_pass_claims_are_checked_three_ways_too() -> None:
+    """Delegation Pass claims have a findings form, a boolean form and a raising form that
+    agree, against the same context, and the error carries every finding."""
+    good, order = make_claims(), make_order()
+    assert list(iter_pass_findings(good, order=order)) == []
+    assert is_valid_pass(good, order=order) is True
+    assert validate_pass(good, order=order) == PassClaims.model_validate(good)
+    bad = make_claims(order_id="wo_9", tools=["filings/*", "drive/*"])
+    expected = {("P3", "/grant/order_id"), ("P4", "/grant/tools/1")}
+    assert pairs(iter_pass_findings(bad, order=order)) == expected
+    assert is_valid_pass(bad, order=order) is False
+    with pytest.raises(ValidationFailed) as caught:
+        validate_pass(bad, order=order)
+    assert pairs(caught.value.findings) == expected
+    assert is_valid_pass(bad) is True  # without the order, P3 and P4 have nothing to compare
+    with pytest.raises(ValidationFailed) as caught:
+        validate_pass({**good, "spec": "awl/delegation-pass@9.0"})
+    assert rules(caught.value.findings) == {"V1"}
 
 
 def test_check_detects_the_type() -> None:

@@ -180,6 +180,41 @@ def test_every_effect_that_fails_the_call_log_check_is_named_and_nothing_runs(
     assert setup.states()[setup.refs[0]].state == "held"
 
 
+@pytest.mark.spec("CM-2")
+def test_a_listed_effect_left_out_of_the_approval_is_checked_too(tmp_path: Path) -> None:
+    """An effect the report lists but the manager did not approve is still checked against
+    the call log: its tampered arguments stop the commit, and nothing is sent or dropped."""
+    setup = three(tmp_path, approve=[0], tamper={2: {"to": "press", "body": "q3"}})
+    summary = run(setup)
+    assert [(m.problem, m.path) for m in summary.mismatches] == [
+        ("arguments", "/effects/2/arguments")]
+    assert summary.dropped == () and setup.counts() == {}
+    assert {s.state for s in setup.states().values()} == {"held"}
+
+
+@pytest.mark.spec("CM-2", "CM-8")
+def test_a_commit_run_again_passes_the_check_and_sends_only_what_is_still_held(
+        tmp_path: Path) -> None:
+    """After a commit that stopped part way (one effect committed, one failed, one marked
+    dispatching and never answered), a new commit passes the call-log check, reports each
+    effect past held with its state, and sends only the one still held."""
+    setup = make_setup(tmp_path, [(DELIVER, {"to": to}) for to in ("cfo", "ceo", "board",
+                                                                   "press")])
+    done, refused, lost, waiting = setup.refs
+    at = "2030-01-01T00:00:00Z"
+    setup.store.set_effect(setup.order_id, done, expect=["held"], state="committed",
+                           result={"content": []}, count_dispatch=True, at=at)
+    setup.store.set_effect(setup.order_id, refused, expect=["held"], state="failed",
+                           error="rejected", count_dispatch=True, at=at)
+    make_unknown(setup, lost)
+    summary = run(setup)
+    assert summary.mismatches == ()
+    assert [(e.ref, e.state, e.sent) for e in summary.effects] == [
+        (done, "committed", False), (refused, "failed", False), (lost, "unknown", False),
+        (waiting, "committed", True)]
+    assert setup.counts() == {waiting: 1}
+
+
 @pytest.mark.spec("SEC-5")
 def test_the_commit_sends_the_held_arguments_never_the_reported_ones(tmp_path: Path) -> None:
     """A report whose arguments equal the held ones as JSON but are written differently

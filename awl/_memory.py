@@ -134,12 +134,17 @@ def may_take(current: LockInfo | None, replace_: LockInfo | None) -> bool:
     return current is None or (replace_ is not None and current == stored_lock(replace_))
 
 
+def dump_json(data: Any) -> str:
+    """The compact JSON text a store keeps a document as."""
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
 def new_call(
     order_id: str, n: int, *, attempt: int, tool: str, arguments: dict[str, Any],
     pass_jti: str | None, started_at: str,
-) -> CallRecord:
-    """A reserved call's record: outcome pending, ended when it started."""
-    return make_call({
+) -> tuple[CallRecord, str]:
+    """A reserved call's record (outcome pending, ended when it started) and its JSON text."""
+    return stored_call({
         "order_id": order_id, "attempt": attempt, "tool": tool, "arguments": arguments,
         "pass_jti": pass_jti, "outcome": "pending", "started_at": started_at,
         "ended_at": started_at,
@@ -154,10 +159,11 @@ def record_order_id(fields: dict[str, Any]) -> str:
     return order_id
 
 
-def make_call(fields: dict[str, Any], n: int) -> CallRecord:
-    """A CallRecord from its fields (None meaning absent) and its number.
+def stored_call(fields: dict[str, Any], n: int) -> tuple[CallRecord, str]:
+    """A call record from its fields (None meaning absent) and its number, as stores keep it.
 
-    BadRequest when they do not form a valid record.
+    Returns the record as read back from its JSON text, and that text. BadRequest when the
+    fields do not form a valid record.
     """
     if "ref" in fields:
         raise BadRequest("the store numbers calls itself; leave out 'ref'")
@@ -172,26 +178,43 @@ def make_call(fields: dict[str, Any], n: int) -> CallRecord:
         first = exc.errors()[0]
         where = "/".join(str(p) for p in first["loc"])
         raise BadRequest(f"not a valid call record: {where}: {first['msg']}") from None
-    # Read back from its JSON form, as the SQLite store would hand it out.
-    return CallRecord.model_validate(json_copy(record.to_json(), "a call record"))
+    try:
+        # What to_json() gives, as text (pydantic's serializer writes it in one step).
+        text = record.model_dump_json(by_alias=True, exclude_unset=True)
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"a call record must be JSON data: {exc}") from None
+    # Read back from its JSON form, as the SQLite store hands it out: a fresh copy, never
+    # the caller's objects, with tuples as lists. The model wrote that text from fields it
+    # had just validated, so it is built again without a second check.
+    return CallRecord.model_construct(**json.loads(text)), text
 
 
-def finished_call(record: CallRecord, ref: str, *, outcome: str,
+def make_call(fields: dict[str, Any], n: int) -> CallRecord:
+    """A CallRecord from its fields (None meaning absent) and its number.
+
+    BadRequest when they do not form a valid record.
+    """
+    return stored_call(fields, n)[0]
+
+
+def finished_call(old: dict[str, Any], n: int, ref: str, *, outcome: str,
                   result: dict[str, Any] | None, error: str | None,
-                  ended_at: str) -> CallRecord:
-    """The record with its outcome set; Conflict when it was set already."""
+                  ended_at: str) -> tuple[CallRecord, str]:
+    """The record with its outcome set, and its JSON text; Conflict when it was set already.
+
+    ``old`` is the stored record's JSON data, ``n`` its number.
+    """
     if outcome == "pending":
         raise BadRequest("finish_call sets a final outcome; 'pending' is not one")
-    if record.outcome != "pending":
+    if old["outcome"] != "pending":
         raise Conflict(
-            f"call {ref!r} of order {record.order_id!r} already has outcome "
-            f"{record.outcome!r}; an outcome is set once"
+            f"call {ref!r} of order {old['order_id']!r} already has outcome "
+            f"{old['outcome']!r}; an outcome is set once"
         )
-    fields = record.to_json()
-    fields.update(outcome=outcome, result=result, error=error, ended_at=ended_at)
+    fields = {**old, "outcome": outcome, "result": result, "error": error,
+              "ended_at": ended_at}
     del fields["ref"]
-    n, _ = call_number(record.order_id, record.ref)
-    return make_call(fields, n)
+    return stored_call(fields, n)
 
 
 def effect_conflict(order_id: str, ref: str, actual: str | None,
@@ -404,7 +427,7 @@ class MemoryStore:
             if over is not None:
                 return over
             n = len(found.calls) + 1
-            record = new_call(
+            record, _ = new_call(
                 order_id, n, attempt=attempt, tool=tool, arguments=arguments,
                 pass_jti=pass_jti, started_at=started_at,
             )
@@ -427,9 +450,9 @@ class MemoryStore:
     ) -> CallRecord:
         """Set the outcome of a reserved call."""
         with self._lock:
-            _, call = self._call(order_id, ref)
-            call.record = finished_call(
-                call.record, ref, outcome=outcome, result=result, error=error,
+            n, call = self._call(order_id, ref)
+            call.record, _ = finished_call(
+                call.record.to_json(), n, ref, outcome=outcome, result=result, error=error,
                 ended_at=ended_at,
             )
             return call.record

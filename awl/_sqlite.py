@@ -10,9 +10,15 @@ what it checks (the seq, an effect's state, a lock's holder, the calls counted s
 the check and the write can never be split by another process. Reads that touch several
 tables run in one read transaction and so see one snapshot.
 
-Connections come from a small pool rather than one per thread: a thread may use any idle
-connection, and a pool never grows past the number of calls running at once (worker threads
-that come and go leave nothing behind).
+A gateway writes two call records per forwarded call, so that path is kept short: each
+order's (and each pass's) counted calls, usd, highest N and first call are running totals,
+updated in the transaction that writes each record, so a reservation reads one row rather
+than summing every call so far.
+
+Connections come from two small pools (durable, and ``synchronous=NORMAL`` for call records)
+rather than one per thread: a thread may use any idle connection, and a pool never grows
+past the number of calls running at once (worker threads that come and go leave nothing
+behind).
 
 Documents are kept as JSON text exactly as their models dump them; the columns beside them
 exist only to filter, order and check.
@@ -36,9 +42,9 @@ from awl._memory import (
     call_number,
     check_first_event,
     check_takeover,
+    dump_json,
     exceeded_scope,
     finished_call,
-    make_call,
     may_take,
     new_call,
     next_effect,
@@ -46,6 +52,7 @@ from awl._memory import (
     order_not_found,
     record_order_id,
     seq_conflict,
+    stored_call,
     stored_lock,
     timestamp,
 )
@@ -147,26 +154,86 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         "CREATE INDEX passes_by_order ON passes (order_id, pos)",
     ),
+    (
+        # Running totals of each order's calls, and of its calls under each pass, updated in
+        # the transaction that writes each call record: a reservation reads one row instead
+        # of summing every call so far. `first_*` is the earliest call by (started, n),
+        # counted or not; `last_n` the highest N (the order's totals only).
+        """CREATE TABLE call_totals (
+            order_id TEXT PRIMARY KEY REFERENCES orders (id),
+            last_n INTEGER NOT NULL,
+            calls INTEGER NOT NULL,
+            usd REAL NOT NULL,
+            first_started REAL NOT NULL,
+            first_n INTEGER NOT NULL,
+            first_at TEXT NOT NULL
+        ) WITHOUT ROWID""",
+        """CREATE TABLE pass_call_totals (
+            order_id TEXT NOT NULL REFERENCES orders (id),
+            jti TEXT NOT NULL,
+            calls INTEGER NOT NULL,
+            usd REAL NOT NULL,
+            first_started REAL NOT NULL,
+            first_n INTEGER NOT NULL,
+            first_at TEXT NOT NULL,
+            PRIMARY KEY (order_id, jti)
+        ) WITHOUT ROWID""",
+        # The calls already recorded. The usd sums run in N order, as the running totals do.
+        """INSERT INTO call_totals
+            (order_id, last_n, calls, usd, first_started, first_n, first_at)
+        SELECT t.order_id, t.last_n, t.calls, t.usd, f.started, f.n,
+            json_extract(f.doc, '$.started_at')
+        FROM (SELECT order_id, MAX(n) AS last_n, SUM(counted) AS calls,
+                TOTAL(usd * counted) AS usd
+            FROM calls GROUP BY order_id) AS t
+        JOIN calls AS f ON f.order_id = t.order_id AND f.n = (
+            SELECT n FROM calls WHERE order_id = t.order_id ORDER BY started, n LIMIT 1)""",
+        """INSERT INTO pass_call_totals
+            (order_id, jti, calls, usd, first_started, first_n, first_at)
+        SELECT t.order_id, t.jti, t.calls, t.usd, f.started, f.n,
+            json_extract(f.doc, '$.started_at')
+        FROM (SELECT order_id, pass_jti AS jti, SUM(counted) AS calls,
+                TOTAL(usd * counted) AS usd
+            FROM calls WHERE pass_jti IS NOT NULL GROUP BY order_id, pass_jti) AS t
+        JOIN calls AS f ON f.order_id = t.order_id AND f.n = (
+            SELECT n FROM calls WHERE order_id = t.order_id AND pass_jti = t.jti
+            ORDER BY started, n LIMIT 1)""",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema version this code writes; a desk file is migrated up to it when opened."""
 
 
-def _dump(data: Any) -> str:
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-
-
-def _jti_filter(jtis: frozenset[str] | None) -> tuple[str, list[str]]:
-    if jtis is None:
-        return "", []
+def _jti_filter(jtis: frozenset[str]) -> tuple[str, list[str]]:
     if not jtis:
         return " AND 0", []
-    return f" AND pass_jti IN ({','.join('?' * len(jtis))})", sorted(jtis)
+    return f" AND jti IN ({','.join('?' * len(jtis))})", sorted(jtis)
+
+
+# One call added to the running totals (see migration 3). In an upsert's SET every column
+# reads the row as it was, so the first_* columns move together.
+_ADD_TO_RUNNING = """
+        calls = calls + excluded.calls,
+        usd = usd + excluded.usd,
+        first_started = MIN(first_started, excluded.first_started),
+        first_n = CASE WHEN excluded.first_started < first_started
+            THEN excluded.first_n ELSE first_n END,
+        first_at = CASE WHEN excluded.first_started < first_started
+            THEN excluded.first_at ELSE first_at END"""
+_ADD_TO_TOTALS = f"""
+    INSERT INTO call_totals (order_id, last_n, calls, usd, first_started, first_n, first_at)
+    VALUES (:order_id, :n, :calls, :usd, :started, :n, :started_at)
+    ON CONFLICT (order_id) DO UPDATE SET last_n = MAX(last_n, excluded.last_n),
+    {_ADD_TO_RUNNING}"""
+_ADD_TO_PASS_TOTALS = f"""
+    INSERT INTO pass_call_totals (order_id, jti, calls, usd, first_started, first_n, first_at)
+    VALUES (:order_id, :jti, :calls, :usd, :started, :n, :started_at)
+    ON CONFLICT (order_id, jti) DO UPDATE SET {_ADD_TO_RUNNING}"""
 
 
 def _effect_doc(effect: EffectState) -> str:
-    return _dump(asdict(effect))
+    return dump_json(asdict(effect))
 
 
 def _effect_from(doc: str) -> EffectState:
@@ -200,6 +267,7 @@ class SQLiteStore:
         self.path = Path(path)
         self._timeout = timeout
         self._idle: list[sqlite3.Connection] = []
+        self._idle_fast: list[sqlite3.Connection] = []
         self._guard = threading.Lock()
         self._closed = False
         with self._connection() as conn:
@@ -212,25 +280,27 @@ class SQLiteStore:
         self.close()
 
     # Connections and transactions -------------------------------------------------------
-    def _open(self) -> sqlite3.Connection:
+    def _open(self, *, durable: bool) -> sqlite3.Connection:
         # isolation_level=None: the module opens no transactions of its own; we say BEGIN.
         conn = sqlite3.connect(
             self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False
         )
         conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
         conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
         conn.execute("PRAGMA foreign_keys = ON")
         return conn
 
     @contextmanager
-    def _connection(self) -> Iterator[sqlite3.Connection]:
+    def _connection(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """A pooled connection; ``durable=False``: one set to ``synchronous=NORMAL``."""
+        idle = self._idle if durable else self._idle_fast
         with self._guard:
             if self._closed:
                 raise AWLError(f"the desk store {self.path} is closed")
-            conn = self._idle.pop() if self._idle else None
+            conn = idle.pop() if idle else None
         if conn is None:
-            conn = self._open()
+            conn = self._open(durable=durable)
         try:
             yield conn
         finally:
@@ -239,7 +309,7 @@ class SQLiteStore:
             with self._guard:
                 keep = not (self._closed or broken)
                 if keep:
-                    self._idle.append(conn)
+                    idle.append(conn)
             if not keep:
                 conn.close()
 
@@ -251,29 +321,24 @@ class SQLiteStore:
         ``synchronous=NORMAL``: in WAL mode such a commit survives a crash of any process (it
         is in the OS's hands) and only a power cut can lose it. The next durable commit
         (an effect state, a lock, an order event) fsyncs the whole log, earlier records with it.
+        The two kinds of write use two pools of connections, each set once when opened, so
+        no write switches the setting (and none can leave a durable writer set to NORMAL).
         """
-        with self._connection() as conn:
-            if not durable:
-                conn.execute("PRAGMA synchronous = NORMAL")
+        with self._connection(durable=durable) as conn:
             try:
-                try:
-                    conn.execute("BEGIN IMMEDIATE")
-                except sqlite3.OperationalError as exc:
-                    raise Conflict(
-                        f"the desk {self.path} stayed busy for {self._timeout:g} s ({exc}); "
-                        "nothing was written, retry"
-                    ) from None
-                try:
-                    yield conn
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
-            finally:
-                # A pooled connection always goes back durable (a broken one is dropped).
-                if not durable and not conn.in_transaction:
-                    conn.execute("PRAGMA synchronous = FULL")
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise Conflict(
+                    f"the desk {self.path} stayed busy for {self._timeout:g} s ({exc}); "
+                    "nothing was written, retry"
+                ) from None
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -314,7 +379,8 @@ class SQLiteStore:
         """Close every connection; calls after this raise."""
         with self._guard:
             self._closed = True
-            idle, self._idle = self._idle, []
+            idle = [*self._idle, *self._idle_fast]
+            self._idle, self._idle_fast = [], []
         for conn in idle:
             conn.close()
 
@@ -336,12 +402,12 @@ class SQLiteStore:
             conn.execute(
                 "INSERT INTO orders (id, doc, state, seq, worker, manager, parent_id,"
                 " created_at, updated_at) VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?)",
-                (order.id, _dump(order.to_json()), event.to, order.to, order.manager,
+                (order.id, dump_json(order.to_json()), event.to, order.to, order.manager,
                  order.parent_id, order.created_at, event.at),
             )
             conn.execute(
                 "INSERT INTO events (order_id, seq, doc) VALUES (?, 1, ?)",
-                (order.id, _dump(event.to_json())),
+                (order.id, dump_json(event.to_json())),
             )
 
     def load(self, order_id: str) -> OrderRecord:
@@ -395,7 +461,7 @@ class SQLiteStore:
                 raise seq_conflict(order_id, event, seq)
             conn.execute(
                 "INSERT INTO events (order_id, seq, doc) VALUES (?, ?, ?)",
-                (order_id, event.seq, _dump(event.to_json())),
+                (order_id, event.seq, dump_json(event.to_json())),
             )
             conn.execute(
                 "UPDATE orders SET seq = ?, state = ?, updated_at = ? WHERE id = ?",
@@ -406,18 +472,25 @@ class SQLiteStore:
                     conn.execute(
                         f"INSERT INTO {table} (order_id, idx, doc) VALUES (?, (SELECT"
                         f" COUNT(*) FROM {table} WHERE order_id = ?), ?)",
-                        (order_id, order_id, _dump(doc.to_json())),
+                        (order_id, order_id, dump_json(doc.to_json())),
                     )
 
     def events(self, order_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
         """Events with seq > ``after``, in order (at most ``limit``)."""
-        with self._read() as conn:
-            self._seq(conn, order_id)
+        # One statement, so one snapshot without a transaction of our own (a gateway asks
+        # before every call whether the log grew): the order's row joined to the events asked
+        # for, which still gives one row, with no event, for an order with none of them.
+        with self._connection() as conn:
             rows = conn.execute(
-                "SELECT doc FROM events WHERE order_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                (order_id, after, -1 if limit is None else limit),
+                "SELECT e.doc FROM orders AS o LEFT JOIN events AS e"
+                " ON e.order_id = o.id AND e.seq > ? WHERE o.id = ? ORDER BY e.seq LIMIT ?",
+                (after, order_id, -1 if limit is None else 1 if limit == 0 else limit),
             ).fetchall()
-        return [Event.model_validate_json(doc) for (doc,) in rows]
+        if not rows:
+            raise order_not_found(order_id)
+        if limit == 0:
+            return []
+        return [Event.model_validate_json(doc) for (doc,) in rows if doc is not None]
 
     def events_at(self, order_ids: Sequence[str], seq: int) -> dict[str, Event]:
         """The event numbered ``seq`` of each listed order that has one."""
@@ -494,21 +567,47 @@ class SQLiteStore:
 
     # Gateway call records --------------------------------------------------------------
     @staticmethod
-    def _next_n(conn: sqlite3.Connection, order_id: str) -> int:
-        row = conn.execute(
-            "SELECT COALESCE(MAX(n), 0) + 1 FROM calls WHERE order_id = ?", (order_id,)
-        ).fetchone()
-        return int(row[0])
-
-    @staticmethod
-    def _insert_call(conn: sqlite3.Connection, record: CallRecord, n: int, *, counted: bool,
-                     usd: float) -> None:
+    def _insert_call(conn: sqlite3.Connection, record: CallRecord, doc: str, n: int, *,
+                     counted: bool, usd: float) -> None:
+        """Store a new call and add it to the order's (and its pass's) running totals."""
+        started = timestamp(record.started_at)
         conn.execute(
             "INSERT INTO calls (order_id, n, pass_jti, attempt, counted, usd, started, doc)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (record.order_id, n, record.pass_jti, record.attempt, int(counted), usd,
-             timestamp(record.started_at), _dump(record.to_json())),
+            (record.order_id, n, record.pass_jti, record.attempt, int(counted), usd, started,
+             doc),
         )
+        totals = {"order_id": record.order_id, "n": n, "calls": int(counted),
+                  "usd": usd if counted else 0.0, "started": started,
+                  "started_at": record.started_at, "jti": record.pass_jti}
+        conn.execute(_ADD_TO_TOTALS, totals)
+        if record.pass_jti is not None:
+            conn.execute(_ADD_TO_PASS_TOTALS, totals)
+
+    @staticmethod
+    def _totals(conn: sqlite3.Connection, order_id: str) -> tuple[int, int, float, str | None]:
+        """The order's last N, counted calls, their usd and first call time; NotFound if absent."""
+        row = conn.execute(
+            "SELECT t.last_n, t.calls, t.usd, t.first_at FROM orders AS o"
+            " LEFT JOIN call_totals AS t ON t.order_id = o.id WHERE o.id = ?", (order_id,),
+        ).fetchone()
+        if row is None:
+            raise order_not_found(order_id)
+        last_n, calls, usd, first_at = row
+        if last_n is None:  # no call yet
+            return 0, 0, 0.0, None
+        return int(last_n), int(calls), float(usd), first_at
+
+    @staticmethod
+    def _pass_spent(conn: sqlite3.Connection, order_id: str,
+                    jtis: frozenset[str]) -> tuple[int, float]:
+        """Counted calls and their usd under ``jtis``."""
+        clause, params = _jti_filter(jtis)
+        calls, usd = conn.execute(
+            "SELECT COALESCE(SUM(calls), 0), TOTAL(usd) FROM pass_call_totals"
+            " WHERE order_id = ?" + clause, (order_id, *params),
+        ).fetchone()
+        return int(calls), float(usd)
 
     def reserve_call(
         self,
@@ -524,48 +623,45 @@ class SQLiteStore:
     ) -> CallRecord | str:
         """Atomically number and record a call that counts, or name the scope it exceeds."""
         with self._write(durable=False) as conn:
-            self._seq(conn, order_id)
+            last_n, calls, used, _ = self._totals(conn, order_id)
 
             def spent(jtis: frozenset[str] | None) -> tuple[int, float]:
-                clause, params = _jti_filter(jtis)
-                row = conn.execute(
-                    "SELECT COUNT(*), TOTAL(usd) FROM calls WHERE order_id = ? AND counted = 1"
-                    + clause, (order_id, *params),
-                ).fetchone()
-                return int(row[0]), float(row[1])
+                if jtis is None:
+                    return calls, used
+                return self._pass_spent(conn, order_id, jtis)
 
             over = exceeded_scope(scopes, spent, usd)
             if over is not None:
                 return over
-            n = self._next_n(conn, order_id)
-            record = new_call(
-                order_id, n, attempt=attempt, tool=tool, arguments=arguments,
+            record, doc = new_call(
+                order_id, last_n + 1, attempt=attempt, tool=tool, arguments=arguments,
                 pass_jti=pass_jti, started_at=started_at,
             )
-            self._insert_call(conn, record, n, counted=True, usd=usd)
+            self._insert_call(conn, record, doc, last_n + 1, counted=True, usd=usd)
             return record
 
     def record_call(self, record_fields: dict[str, Any]) -> CallRecord:
         """Number and store a call that does not count (a refusal)."""
         order_id = record_order_id(record_fields)
         with self._write(durable=False) as conn:
-            self._seq(conn, order_id)
-            n = self._next_n(conn, order_id)
-            record = make_call(record_fields, n)
-            self._insert_call(conn, record, n, counted=False, usd=0.0)
+            n = self._totals(conn, order_id)[0] + 1
+            record, doc = stored_call(record_fields, n)
+            self._insert_call(conn, record, doc, n, counted=False, usd=0.0)
             return record
 
     @staticmethod
-    def _call(conn: sqlite3.Connection, order_id: str, ref: str) -> tuple[int, CallRecord]:
+    def _call_data(conn: sqlite3.Connection, order_id: str,
+                   ref: str) -> tuple[int, dict[str, Any]]:
+        """The N and stored JSON data of the call ``ref`` names; NotFound if there is none."""
         n, tool = call_number(order_id, ref)
         row = conn.execute(
             "SELECT doc FROM calls WHERE order_id = ? AND n = ?", (order_id, n)
         ).fetchone()
-        record = None if row is None else CallRecord.model_validate_json(row[0])
-        if record is None or record.tool != tool:
+        data = None if row is None else json.loads(row[0])
+        if data is None or data["tool"] != tool:
             SQLiteStore._seq(conn, order_id)
             raise call_not_found(order_id, ref)
-        return n, record
+        return n, data
 
     def finish_call(
         self, order_id: str, ref: str, *, outcome: str, result: dict[str, Any] | None,
@@ -573,12 +669,13 @@ class SQLiteStore:
     ) -> CallRecord:
         """Set the outcome of a reserved call."""
         with self._write(durable=False) as conn:
-            n, old = self._call(conn, order_id, ref)
-            record = finished_call(old, ref, outcome=outcome, result=result, error=error,
-                                   ended_at=ended_at)
+            # The stored JSON is what the record was validated into when written; it is
+            # updated as data, and the finished record is validated once.
+            n, old = self._call_data(conn, order_id, ref)
+            record, doc = finished_call(old, n, ref, outcome=outcome, result=result,
+                                        error=error, ended_at=ended_at)
             conn.execute(
-                "UPDATE calls SET doc = ? WHERE order_id = ? AND n = ?",
-                (_dump(record.to_json()), order_id, n),
+                "UPDATE calls SET doc = ? WHERE order_id = ? AND n = ?", (doc, order_id, n)
             )
             return record
 
@@ -595,22 +692,17 @@ class SQLiteStore:
 
     def usage(self, order_id: str, jtis: frozenset[str] | None = None) -> Usage:
         """Counted calls and USD so far (for the calls under ``jtis`` if given)."""
-        clause, params = _jti_filter(jtis)
         with self._read() as conn:
-            self._seq(conn, order_id)
-            calls, usd = conn.execute(
-                "SELECT COALESCE(SUM(counted), 0), TOTAL(usd * counted) FROM calls"
-                " WHERE order_id = ?" + clause, (order_id, *params),
-            ).fetchone()
-            first = conn.execute(
-                "SELECT doc FROM calls WHERE order_id = ?" + clause
-                + " ORDER BY started, n LIMIT 1", (order_id, *params),
-            ).fetchone()
-        return Usage(
-            tool_calls=int(calls), usd=float(usd),
-            first_call_at=None if first is None
-            else CallRecord.model_validate_json(first[0]).started_at,
-        )
+            _, calls, usd, first_at = self._totals(conn, order_id)
+            if jtis is not None:
+                calls, usd = self._pass_spent(conn, order_id, jtis)
+                clause, params = _jti_filter(jtis)
+                first = conn.execute(
+                    "SELECT first_at FROM pass_call_totals WHERE order_id = ?" + clause
+                    + " ORDER BY first_started, first_n LIMIT 1", (order_id, *params),
+                ).fetchone()
+                first_at = None if first is None else first[0]
+        return Usage(tool_calls=calls, usd=usd, first_call_at=first_at)
 
     # Effects ---------------------------------------------------------------------------
     def effects(self, order_id: str) -> list[EffectState]:
@@ -634,7 +726,8 @@ class SQLiteStore:
         when this returns.
         """
         with self._write() as conn:
-            n, record = self._call(conn, order_id, ref)
+            n, data = self._call_data(conn, order_id, ref)
+            record = CallRecord.model_validate(data)
             row = conn.execute(
                 "SELECT doc FROM effects WHERE order_id = ? AND n = ?", (order_id, n)
             ).fetchone()
@@ -659,7 +752,7 @@ class SQLiteStore:
                 return False
             conn.execute(
                 "INSERT OR REPLACE INTO locks (name, doc) VALUES (?, ?)",
-                (info.name, _dump(asdict(stored_lock(info)))),
+                (info.name, dump_json(asdict(stored_lock(info)))),
             )
             return True
 
@@ -702,7 +795,7 @@ class SQLiteStore:
             conn.execute(
                 "INSERT INTO passes (jti, order_id, doc) VALUES (?, ?, ?)"
                 " ON CONFLICT (jti) DO UPDATE SET order_id = excluded.order_id,"
-                " doc = excluded.doc", (record.jti, record.order_id, _dump(asdict(record))),
+                " doc = excluded.doc", (record.jti, record.order_id, dump_json(asdict(record))),
             )
 
     def passes(self, order_id: str) -> list[PassRecord]:

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import random
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from awl._errors import AWLError
-from awl._models import Event, WorkOrder
-from awl._sqlite import SCHEMA_VERSION, SQLiteStore
+from awl._memory import MemoryStore
+from awl._models import CallRecord, Event, WorkOrder
+from awl._sqlite import MIGRATIONS, SCHEMA_VERSION, SQLiteStore
+from awl._store import Scope, Store
 
 T0 = "2030-01-01T00:00:00Z"
 
 
-def _create(store: SQLiteStore, order_id: str) -> None:
+def _create(store: Store, order_id: str) -> None:
     order = WorkOrder.model_validate({
         "spec": "awl/work-order@0.3", "id": order_id, "created_at": T0, "from": "human:m",
         "to": "agent:w", "goal": "g", "criteria": [{"id": "c", "text": "t"}],
@@ -47,9 +51,9 @@ def test_connections_are_wal_and_fully_synchronous(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA synchronous").fetchone() == (2,)  # 2 is FULL
 
 
-def test_call_records_skip_the_fsync_and_the_connection_goes_back_durable(
+def test_call_records_skip_the_fsync_and_other_writes_stay_durable(
         tmp_path: Path) -> None:
-    """A call record commits with synchronous=NORMAL; the pooled connection returns to FULL."""
+    """A call record commits with synchronous=NORMAL; the durable pool stays FULL."""
     with SQLiteStore(tmp_path / "desk.sqlite3") as store:
         _create(store, "o1")
         seen: list[int] = []
@@ -125,3 +129,103 @@ def test_listing_uses_an_index_for_every_filter(tmp_path: Path) -> None:
             )
             assert f"orders_by_{column.split('_')[0]}" in plan, plan
             assert "TEMP B-TREE" not in plan, plan
+
+
+def _stored_v2_call(conn: sqlite3.Connection, n: int, *, jti: str | None, counted: bool,
+                    usd: float, at: str, epoch: float) -> None:
+    doc = CallRecord.model_validate({
+        "ref": f"s/t#{n}", "order_id": "o1", "attempt": 1, "tool": "s/t", "arguments": {},
+        "outcome": "ok" if counted else "refused", "started_at": at, "ended_at": at,
+        **({} if jti is None else {"pass_jti": jti}),
+    }).model_dump_json(exclude_unset=True)
+    conn.execute(
+        "INSERT INTO calls (order_id, n, pass_jti, attempt, counted, usd, started, doc)"
+        " VALUES ('o1', ?, ?, 1, ?, ?, ?, ?)", (n, jti, int(counted), usd, epoch, doc))
+
+
+def test_a_schema_2_desk_gets_its_call_totals_backfilled(tmp_path: Path) -> None:
+    """Opening a desk written before the running totals fills them from its call records."""
+    path = tmp_path / "desk.sqlite3"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("CREATE TABLE awl_schema (version INTEGER NOT NULL)")
+    for number, statements in enumerate(MIGRATIONS[:2], start=1):
+        for statement in statements:
+            conn.execute(statement)
+        conn.execute("INSERT INTO awl_schema (version) VALUES (?)", (number,))
+    conn.execute(
+        "INSERT INTO orders (id, doc, state, seq, worker, manager, created_at, updated_at)"
+        " VALUES ('o1', '{}', 'working', 3, 'agent:w', 'human:m', ?, ?)", (T0, T0))
+    # 23:30+00:00 (the pass's first call, a refusal) is earlier than T0 though it sorts
+    # later as text; p1's 00:00+01:00 ties with T0's moment and loses to the lower N.
+    _stored_v2_call(conn, 1, jti=None, counted=True, usd=0.5, at=T0, epoch=1893456000.0)
+    _stored_v2_call(conn, 2, jti="p1", counted=True, usd=0.25,
+                    at="2030-01-01T01:00:00+01:00", epoch=1893456000.0)
+    _stored_v2_call(conn, 3, jti="p2", counted=False, usd=0.0,
+                    at="2029-12-31T23:30:00+00:00", epoch=1893454200.0)
+    _stored_v2_call(conn, 4, jti="p1", counted=True, usd=0.125, at=T0, epoch=1893456000.0)
+    conn.close()
+    with SQLiteStore(path) as store:
+        assert store.schema_version() == SCHEMA_VERSION
+        total = store.usage("o1")
+        assert (total.tool_calls, total.usd, total.first_call_at) == (
+            3, 0.875, "2029-12-31T23:30:00+00:00")
+        p1 = store.usage("o1", frozenset({"p1"}))
+        assert (p1.tool_calls, p1.usd, p1.first_call_at) == (
+            2, 0.375, "2030-01-01T01:00:00+01:00")
+        p2 = store.usage("o1", frozenset({"p2"}))
+        assert (p2.tool_calls, p2.usd, p2.first_call_at) == (0, 0.0, "2029-12-31T23:30:00+00:00")
+        assert store.reserve_call("o1", attempt=1, tool="s/t", arguments={}, pass_jti="p1",
+                                  usd=0.0, started_at=T0,
+                                  scopes=[Scope(jtis=frozenset({"p1"}), max_calls=2)]) == "order"
+        made = store.reserve_call("o1", attempt=1, tool="s/t", arguments={}, pass_jti="p1",
+                                  usd=0.0, started_at=T0, scopes=[Scope(None, max_calls=4)])
+        assert not isinstance(made, str) and made.ref == "s/t#5"
+
+
+def test_running_totals_agree_with_the_memory_store(tmp_path: Path) -> None:
+    """After a seeded run of reservations, refusals and outcomes, usage agrees in every scope."""
+    rng = random.Random(5)
+    jtis = [None, "p1", "p2", "p3"]
+    times = ["2030-01-01T00:00:00Z", "2030-01-01T01:00:00+01:00", "2029-12-31T23:00:00Z",
+             "2030-01-01T00:00:00.5Z", "2030-01-01T00:30:00+00:30"]
+    with SQLiteStore(tmp_path / "desk.sqlite3") as sqlite_store:
+        stores: list[Store] = [MemoryStore(), sqlite_store]
+        for store in stores:
+            _create(store, "o1")
+        pending: list[str] = []
+        for _ in range(120):
+            jti, at = rng.choice(jtis), rng.choice(times)
+            usd = rng.choice([0.0, 0.1, 0.25, 0.3])
+            scopes = [Scope(None, max_calls=rng.randrange(30, 90), max_usd=9.0, name="order"),
+                      Scope(frozenset(j for j in jtis[1:] if rng.random() < 0.5),
+                            max_calls=rng.randrange(5, 30), name="pass")]
+            step = rng.random()
+            got: list[Any] = []
+            for store in stores:
+                if step < 0.6:
+                    made: Any = store.reserve_call(
+                        "o1", attempt=1, tool="s/t", arguments={"i": len(pending)},
+                        pass_jti=jti, usd=usd, started_at=at, scopes=scopes)
+                    got.append(made if isinstance(made, str) else made.ref)
+                elif step < 0.8 or not pending:
+                    got.append(store.record_call({
+                        "order_id": "o1", "attempt": 1, "tool": "s/t", "arguments": {},
+                        "pass_jti": jti, "outcome": "refused", "error": "no",
+                        "started_at": at, "ended_at": at}).ref)
+                else:
+                    got.append(store.finish_call("o1", pending[-1], outcome="ok",
+                                                 result={"k": [1]}, error=None,
+                                                 ended_at=at).to_json())
+            assert got[0] == got[1]
+            if step >= 0.8 and pending:
+                pending.pop()
+            elif step < 0.6 and "#" in got[0]:
+                pending.append(got[0])
+        assert stores[0].calls("o1") == stores[1].calls("o1")
+        for size in range(len(jtis)):
+            for subset in {frozenset(rng.sample(jtis[1:], min(size, 3))) for _ in range(4)}:
+                memory, sqlite = (s.usage("o1", subset) for s in stores)
+                assert memory.tool_calls == sqlite.tool_calls
+                assert memory.first_call_at == sqlite.first_call_at
+                assert memory.usd == pytest.approx(sqlite.usd, abs=1e-12)
+        assert stores[0].usage("o1") == stores[1].usage("o1")

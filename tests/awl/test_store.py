@@ -156,6 +156,7 @@ def test_append_stores_event_state_report_and_review(store: Store) -> None:
     assert [e.seq for e in store.events("o1")] == [1, 2, 3, 4, 5, 6]
     assert [e.seq for e in store.events("o1", after=2, limit=2)] == [3, 4]
     assert store.events("o1", after=6) == []
+    assert store.events("o1", after=6, limit=1) == store.events("o1", limit=0) == []
 
 
 @pytest.mark.spec("LC-2")

@@ -180,7 +180,9 @@ async def serve_http(server: Server[Any], port: int) -> None:
     """Serve streamable HTTP on 127.0.0.1; port 0 picks a free one. Announces the URL on stderr."""
     import uvicorn
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP so that asyncio sets TCP_NODELAY on each connection (with the default
+    # proto 0 it does not, and every streamed answer waits 40 ms for a delayed ACK).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
     app = server.streamable_http_app(host="127.0.0.1")

@@ -154,6 +154,33 @@ def test_a_taken_port_is_one_clear_line(tmp_path: Path,
     assert err.count("\n") == 1 and f"cannot listen on 127.0.0.1:{port}" in err
 
 
+def test_served_connections_send_without_waiting_for_acks() -> None:
+    """Each accepted connection has TCP_NODELAY, so a streamed answer never waits 40 ms."""
+    import asyncio
+
+    from awl.server._transport import _listen
+
+    async def accepted_nodelay() -> int:
+        seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                conn = transport.get_extra_info("socket")
+                seen.set_result(conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+
+        sock = _listen("127.0.0.1", 0)
+        server = await asyncio.get_running_loop().create_server(Probe, sock=sock)
+        async with server:
+            _, writer = await asyncio.open_connection(*sock.getsockname())
+            value = await asyncio.wait_for(seen, 10)
+            writer.close()
+            await writer.wait_closed()
+        return value
+
+    assert asyncio.run(accepted_nodelay()) != 0
+
+
 @pytest.mark.spec("SEC-3")
 def test_the_desk_keeps_only_a_hash_of_each_token(tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,32 +1,37 @@
 """The worker's side of the desk, offered by the gateway next to the upstream tools.
 
 So the worker needs one MCP connection only: it reads its order, posts progress, lists
-the calls the gateway held for it and submits its report through the gateway, acting as
-the order's worker (or as the pass holder when it runs under a Delegation Pass; the desk
-decides what that principal may do). These calls are neither recorded as tool calls nor
-counted against the budget. Their names have no ``__``, which every exposed upstream name
-has (:mod:`gateway._names`), so they can never collide with an upstream tool.
+the order's calls (their refs are its evidence) and the calls the gateway held for it, and
+submits its report through the gateway, acting as the order's worker (or as the pass holder
+when it runs under a Delegation Pass; the desk decides what that principal may do). These
+calls are neither recorded as tool calls nor counted against the budget. Their names have no
+``__``, which every exposed upstream name has (:mod:`gateway._names`), so they can never
+collide with an upstream tool.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 import anyio.to_thread
 import mcp_types as types
 
 from awl._errors import AWLError, BadRequest, ValidationFailed
+from awl._models import CallOutcome
 
 if TYPE_CHECKING:
     from gateway._gateway import Authority, Gateway
 
 GET_ORDER = "awl_get_order"
 POST_PROGRESS = "awl_post_progress"
+LIST_CALLS = "awl_list_calls"
 LIST_HELD_CALLS = "awl_list_held_calls"
 SUBMIT_REPORT = "awl_submit_report"
 
-WORKER_TOOL_NAMES = frozenset({GET_ORDER, LIST_HELD_CALLS, POST_PROGRESS, SUBMIT_REPORT})
+WORKER_TOOL_NAMES = frozenset({GET_ORDER, LIST_CALLS, LIST_HELD_CALLS, POST_PROGRESS,
+                               SUBMIT_REPORT})
 """The gateway's own tool names; the name table refuses an upstream tool taking one."""
 
 _READ = types.ToolAnnotations(read_only_hint=True, destructive_hint=False,
@@ -34,6 +39,56 @@ _READ = types.ToolAnnotations(read_only_hint=True, destructive_hint=False,
 _WRITE = types.ToolAnnotations(read_only_hint=False, destructive_hint=False,
                                idempotent_hint=False, open_world_hint=False)
 _NO_ARGS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+_OUTCOMES: tuple[str, ...] = get_args(CallOutcome)
+DEFAULT_CALL_LIMIT = 100
+"""How many calls awl_list_calls returns when the worker names no limit (the latest ones)."""
+MAX_CALL_LIMIT = 500
+"""The most awl_list_calls returns at once: refused calls are free, so a log can grow long."""
+_TEXT_ARGUMENTS = 200
+"""Characters of a call's arguments shown in the text answer (the structured one has all)."""
+
+_LIST_CALLS_INPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "attempt": {"type": "integer", "minimum": 1,
+                    "description": "Only calls of this report attempt."},
+        "tool": {"type": "string",
+                 "description": "Only calls of this canonical server/tool name."},
+        "outcome": {"enum": list(_OUTCOMES), "description": "Only calls with this outcome."},
+        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_CALL_LIMIT,
+                  "description": f"At most this many, the latest (default {DEFAULT_CALL_LIMIT})."},
+    },
+    "additionalProperties": False,
+}
+_LIST_CALLS_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "attempt": {"type": "integer", "minimum": 1,
+                    "description": "The report attempt in progress."},
+        "calls": {
+            "type": "array",
+            "description": "Matching call records, oldest first.",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "ref": {"type": "string", "description": "server/tool#N: cite it as evidence."},
+                    "tool": {"type": "string", "description": "Canonical server/tool name."},
+                    "outcome": {"enum": list(_OUTCOMES)},
+                    "attempt": {"type": "integer", "minimum": 1},
+                    "started_at": {"type": "string"},
+                    "arguments": {"type": "object"},
+                },
+                "required": ["ref", "tool", "outcome", "attempt", "started_at", "arguments"],
+                "additionalProperties": False,
+            },
+        },
+        "omitted": {"type": "integer", "minimum": 0,
+                    "description": "Earlier matching calls left out by the limit."},
+    },
+    "required": ["attempt", "calls", "omitted"],
+    "additionalProperties": False,
+}
 
 TOOLS = (
     types.Tool(
@@ -58,6 +113,17 @@ TOOLS = (
             "additionalProperties": False,
         },
         annotations=_WRITE,
+    ),
+    types.Tool(
+        name=LIST_CALLS,
+        description="[awl desk] The calls recorded for this order, oldest first, each with its "
+                    "ref server/tool#N (cite it as tool_call evidence), tool, outcome (ok, "
+                    "error, refused, held, pending), attempt, start time and arguments. "
+                    "Optionally only one attempt, tool or outcome; the latest "
+                    f"{DEFAULT_CALL_LIMIT} unless limit says otherwise. Free.",
+        input_schema=_LIST_CALLS_INPUT,
+        output_schema=_LIST_CALLS_OUTPUT,
+        annotations=_READ,
     ),
     types.Tool(
         name=LIST_HELD_CALLS,
@@ -86,6 +152,23 @@ TOOLS = (
 _USED = frozenset({"ok", "error", "held"})
 
 
+def _whole_number(value: Any, name: str, low: int, high: int | None) -> int | None:
+    """An optional integer argument in ``[low, high]``; BadRequest otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if (isinstance(value, bool) or not isinstance(value, int) or value < low
+            or (high is not None and value > high)):
+        span = f"from {low} to {high}" if high is not None else f"of at least {low}"
+        raise BadRequest(f"{name} must be a whole number {span}")
+    return value
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= _TEXT_ARGUMENTS else text[: _TEXT_ARGUMENTS - 1] + "…"
+
+
 def _ok(data: Any, text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
                                 structured_content=data)
@@ -109,6 +192,7 @@ class WorkerTools:
         self._handlers: Mapping[str, Callable[[dict[str, Any], str], types.CallToolResult]] = {
             GET_ORDER: self._get_order,
             POST_PROGRESS: self._post_progress,
+            LIST_CALLS: self._list_calls,
             LIST_HELD_CALLS: self._list_held,
             SUBMIT_REPORT: self._submit,
         }
@@ -161,6 +245,36 @@ class WorkerTools:
         # The desk refuses a percent that is not a whole number from 0 to 100 (LC-11).
         view = gw.desk.progress(gw.order_id, actor, note, percent)
         return _ok({"state": view.state, "seq": view.seq}, f"progress posted (event {view.seq})")
+
+    def _list_calls(self, arguments: dict[str, Any], actor: str) -> types.CallToolResult:
+        # Every call of the order, whoever made it (the worker or a pass holder under it):
+        # the report answers for all of them (rule R18), so the worker must see all of them.
+        gw = self.gateway
+        attempt = _whole_number(arguments.get("attempt"), "attempt", 1, None)
+        limit = _whole_number(arguments.get("limit"), "limit", 1, MAX_CALL_LIMIT)
+        tool = arguments.get("tool")
+        outcome = arguments.get("outcome")
+        if tool is not None and not isinstance(tool, str):
+            raise BadRequest("tool must be a canonical server/tool name")
+        if outcome is not None and outcome not in _OUTCOMES:
+            raise BadRequest(f"outcome must be one of {', '.join(_OUTCOMES)}")
+        current = gw.desk.get(gw.order_id).attempt
+        found = [c for c in gw.store.calls(gw.order_id, attempt=attempt)
+                 if (tool is None or c.tool == tool)
+                 and (outcome is None or c.outcome == outcome)]
+        keep = found[-(limit or DEFAULT_CALL_LIMIT):]
+        calls = [{"ref": c.ref, "tool": c.tool, "outcome": c.outcome, "attempt": c.attempt,
+                  "started_at": c.started_at, "arguments": c.arguments} for c in keep]
+        lines = [f"{c['ref']} {c['outcome']} (attempt {c['attempt']}) "
+                 f"{_cut(json.dumps(c['arguments'], ensure_ascii=False))}" for c in calls]
+        omitted = len(found) - len(keep)
+        if omitted:
+            plural = "s" if omitted != 1 else ""
+            lines.insert(0, f"{omitted} earlier matching call{plural} left out "
+                            "(raise limit or filter by attempt to see them)")
+        if not found:
+            lines = ["no matching calls recorded for this order"]
+        return _ok({"attempt": current, "calls": calls, "omitted": omitted}, "\n".join(lines))
 
     def _list_held(self, arguments: dict[str, Any], actor: str) -> types.CallToolResult:
         gw = self.gateway

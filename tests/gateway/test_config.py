@@ -21,6 +21,7 @@ def _refused(document: Any) -> ConfigError:
     return info.value
 
 
+@pytest.mark.spec("BIND-5")
 def test_full_config_loads_into_frozen_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     """Stdio and HTTP entries load with their per-server settings and the gateway settings."""
     monkeypatch.setenv("MAIL_TOKEN", "s3cret")
@@ -54,6 +55,7 @@ def test_full_config_loads_into_frozen_settings(monkeypatch: pytest.MonkeyPatch)
         config.servers["x"] = mail  # type: ignore[index]
 
 
+@pytest.mark.spec("BIND-5")
 def test_hold_star_holds_every_tool() -> None:
     """A hold list containing "*" holds every tool of that server."""
     config = load_config({"mcpServers": {"a": {"command": "x", "hold": ["*"]}}})
@@ -70,6 +72,7 @@ def test_hold_star_holds_every_tool() -> None:
         ({"mcpServers": {}, "gateway": {"safe": True}}, "/gateway", "'safe'"),
     ],
 )
+@pytest.mark.spec("BIND-5")
 def test_unknown_keys_are_refused_by_name_and_place(document: Any, location: str, key: str) -> None:
     """An unknown key is refused with its name, its location and the keys allowed there."""
     error = _refused(document)
@@ -110,11 +113,13 @@ def test_bad_server_names_are_refused(name: str) -> None:
         ({"command": "x", "max_result_bytes": 10}, "/mcpServers/a/max_result_bytes"),
     ],
 )
+@pytest.mark.spec("BIND-5")
 def test_bad_server_entries_are_refused_at_their_location(entry: Any, location: str) -> None:
     """A missing command or URL, or a wrong value, is refused and located."""
     assert _refused({"mcpServers": {"a": entry}}).location == location
 
 
+@pytest.mark.spec("BIND-5")
 def test_missing_mcp_servers_and_wrong_types_are_refused() -> None:
     """The document must be an object with an mcpServers object."""
     assert "mcpServers" in _refused({}).message
@@ -133,6 +138,7 @@ def test_unset_environment_variable_is_refused(monkeypatch: pytest.MonkeyPatch) 
     assert "AWL_TEST_UNSET" in error.message
 
 
+@pytest.mark.spec("BIND-5")
 def test_config_file_is_read_and_cwd_is_relative_to_it(tmp_path: Path) -> None:
     """A file loads; a relative cwd is resolved against the file's folder."""
     path = tmp_path / "upstream.json"

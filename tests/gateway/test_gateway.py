@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
 
-from awl._errors import NotFound
+from awl._errors import Conflict, NotFound
+from awl._models import CallRecord, parse_time
+from awl._sqlite import SQLiteStore
+from gateway._config import ConfigError, load_config
 from gateway._gateway import UNRESOLVED_TOOL
-from gateway._names import SEPARATOR, NameTable
+from gateway._names import SEPARATOR, NameTable, split_canonical
 from gateway._serve import open_gateway
-from gateway._worker_tools import WORKER_TOOL_NAMES
+from gateway._worker_tools import MAX_CALL_LIMIT, WORKER_TOOL_NAMES
 from tests.gateway.gateway_support import WORKER, connect, make_env, text, time_entry
 
 pytestmark = pytest.mark.anyio
 
 
+@pytest.mark.spec("GW-3")
 async def test_tools_list_shows_only_allowed_tools(tmp_path: Path) -> None:
     """tools/list shows the allowed upstream tools under model-safe names, and the desk tools."""
     env = make_env(tmp_path, tools=["notes/search_notes", "notes/send_email", "receiver/*"])
@@ -27,7 +35,8 @@ async def test_tools_list_shows_only_allowed_tools(tmp_path: Path) -> None:
     assert set(listed) == {
         "notes__search_notes", "notes__send_email", "receiver__deliver",
         "receiver__create_issue", "receiver__reject", "receiver__echo",
-        "awl_get_order", "awl_post_progress", "awl_list_held_calls", "awl_submit_report"}
+        "awl_get_order", "awl_post_progress", "awl_list_calls", "awl_list_held_calls",
+        "awl_submit_report"}
     search = listed["notes__search_notes"]
     assert search.description is not None
     assert search.description.startswith("[notes/search_notes] ")
@@ -36,6 +45,7 @@ async def test_tools_list_shows_only_allowed_tools(tmp_path: Path) -> None:
     assert held.description is not None and "Held for the manager's approval" in held.description
 
 
+@pytest.mark.spec("GW-7")
 async def test_an_allowed_call_is_forwarded_and_recorded(tmp_path: Path) -> None:
     """A forwarded call reaches the upstream with awl/ref and is recorded before the answer."""
     env = make_env(tmp_path, staged=[])
@@ -48,13 +58,16 @@ async def test_an_allowed_call_is_forwarded_and_recorded(tmp_path: Path) -> None
     [record] = records
     assert (record.ref, record.outcome, record.attempt, record.pass_jti) == (
         "receiver/deliver#1", "ok", 1, None)
-    assert record.arguments == {"to": "ops"}
+    assert (record.order_id, record.tool, record.arguments) == (
+        env.order_id, "receiver/deliver", {"to": "ops"})
+    assert parse_time(record.started_at) <= parse_time(record.ended_at)
     assert record.result is not None and record.result["structuredContent"]["number"] == 1
     [delivery] = env.deliveries()
     assert (delivery["ref"], delivery["order"], delivery["attempt"]) == (
         "receiver/deliver#1", env.order_id, 1)
 
 
+@pytest.mark.spec("GW-2", "GW-6")
 async def test_name_tricks_never_reach_an_upstream(tmp_path: Path) -> None:
     """Case, whitespace, look-alike letters, '..', canonical and unlisted names are refused."""
     env = make_env(tmp_path, staged=[])
@@ -83,6 +96,7 @@ async def test_name_tricks_never_reach_an_upstream(tmp_path: Path) -> None:
     assert env.store.usage(env.order_id).tool_calls == 1
 
 
+@pytest.mark.spec("GW-9", "GW-11")
 async def test_a_staged_call_is_held_not_forwarded(tmp_path: Path) -> None:
     """A staged call is validated, recorded as held with its arguments, and answered pending."""
     env = make_env(tmp_path)
@@ -107,6 +121,7 @@ async def test_a_staged_call_is_held_not_forwarded(tmp_path: Path) -> None:
     assert env.store.usage(env.order_id).tool_calls == 2
 
 
+@pytest.mark.spec("GW-10")
 async def test_a_held_call_may_reference_an_earlier_held_call(tmp_path: Path) -> None:
     """A $ref value to an earlier held call is accepted; one to anything else is refused."""
     env = make_env(tmp_path, staged=["receiver/*"])
@@ -129,6 +144,7 @@ async def test_a_held_call_may_reference_an_earlier_held_call(tmp_path: Path) ->
     assert [r.outcome for r in env.calls()] == ["held", "held", "held", "error", "error"]
 
 
+@pytest.mark.spec("GW-9")
 async def test_safe_mode_holds_tools_not_marked_read_only(tmp_path: Path) -> None:
     """In safe mode a tool without readOnlyHint is held; a read-only tool still runs."""
     env = make_env(tmp_path, staged=[])
@@ -141,6 +157,7 @@ async def test_safe_mode_holds_tools_not_marked_read_only(tmp_path: Path) -> Non
     assert env.deliveries() == []
 
 
+@pytest.mark.spec("GW-9")
 async def test_the_operator_hold_list_holds(tmp_path: Path) -> None:
     """A tool in the config's hold list is held even when the order does not stage it."""
     from tests.gateway.gateway_support import server_entry
@@ -157,6 +174,7 @@ async def test_the_operator_hold_list_holds(tmp_path: Path) -> None:
     assert env.store.usage(env.order_id).usd == pytest.approx(0.25)
 
 
+@pytest.mark.spec("GW-3")
 async def test_the_published_time_server_works_through_the_gateway(tmp_path: Path) -> None:
     """The published mcp-server-time is listed, called and recorded through the gateway."""
     env = make_env(tmp_path, servers={"time": time_entry()}, tools=["time/get_current_time"],
@@ -175,6 +193,7 @@ async def test_the_published_time_server_works_through_the_gateway(tmp_path: Pat
         ("time/get_current_time", "ok"), ("time/convert_time", "refused")]
 
 
+@pytest.mark.spec("GW-11")
 async def test_desk_tools_act_as_the_worker_and_cost_nothing(tmp_path: Path) -> None:
     """The worker reads its order and posts progress (a whole percent) through the gateway,
     uncounted."""
@@ -199,6 +218,7 @@ async def test_desk_tools_act_as_the_worker_and_cost_nothing(tmp_path: Path) -> 
     assert env.desk.events(env.order_id)[-1].data == {"percent": 40}
 
 
+@pytest.mark.spec("GW-1")
 def test_desk_tool_names_cannot_collide_with_upstream_names() -> None:
     """Every exposed upstream name has '__', no desk tool name has, and the table reserves them."""
     assert not any(SEPARATOR in name for name in WORKER_TOOL_NAMES)
@@ -207,6 +227,7 @@ def test_desk_tool_names_cannot_collide_with_upstream_names() -> None:
     assert not set(table) & WORKER_TOOL_NAMES
 
 
+@pytest.mark.spec("GW-7")
 async def test_every_recorded_call_answers_with_its_ref(tmp_path: Path) -> None:
     """A forwarded, failed or held call's answer names its call ref in _meta awl/ref."""
     env = make_env(tmp_path)
@@ -230,3 +251,103 @@ async def test_an_unknown_order_is_refused_before_any_upstream_starts(tmp_path: 
     with anyio.fail_after(30), pytest.raises(NotFound, match="wo_missing"):
         async with open_gateway("wo_missing", env.config, store=env.store, home=env.home):
             pass
+
+
+class _FailingWrites(SQLiteStore):
+    """A store whose next write of each kind of call record fails, as a full disk would."""
+
+    fail_finish = True
+    fail_refusal = True
+
+    def finish_call(self, order_id: str, ref: str, **fields: Any) -> CallRecord:
+        if self.fail_finish:
+            self.fail_finish = False
+            raise Conflict("the disk is full")
+        return super().finish_call(order_id, ref, **fields)
+
+    def record_call(self, record_fields: dict[str, Any]) -> CallRecord:
+        if self.fail_refusal:
+            self.fail_refusal = False
+            raise Conflict("the disk is full")
+        return super().record_call(record_fields)
+
+
+@pytest.mark.spec("GW-7")
+async def test_no_answer_reaches_the_worker_before_its_record_is_written(tmp_path: Path) -> None:
+    """When a call's record cannot be written, the worker gets no result and no refusal."""
+    env = make_env(tmp_path, staged=[])
+    store = _FailingWrites(env.home / "desk.sqlite3")
+    with anyio.fail_after(60), open(os.devnull, "w") as quiet:
+        async with (open_gateway(env.order_id, env.config, store=store, home=env.home,
+                                 errlog=quiet) as gw, Client(gw.server) as client):
+            with pytest.raises(MCPError):
+                await client.call_tool("receiver__deliver", {"to": "ops"})
+            with pytest.raises(MCPError):
+                await client.call_tool("mail__send", {"to": "ops"})
+            after = await client.call_tool("receiver__deliver", {"to": "ops"})
+    store.close()
+    # The first call did reach the upstream; its answer waited for a record that never came.
+    assert [d["ref"] for d in env.deliveries()] == ["receiver/deliver#1", "receiver/deliver#2"]
+    assert not after.is_error
+    assert [(r.ref, r.outcome) for r in env.calls()] == [
+        ("receiver/deliver#1", "pending"), ("receiver/deliver#2", "ok")]
+
+
+@pytest.mark.spec("GW-6")
+def test_unresolved_names_are_recorded_under_a_tool_no_server_can_have() -> None:
+    """The tool a refused unknown name is recorded under belongs to no configurable server."""
+    server, _tool = split_canonical(UNRESOLVED_TOOL)
+    with pytest.raises(ConfigError):
+        load_config({"mcpServers": {server: {"command": "x"}}})
+
+
+@pytest.mark.spec("GW-11")
+async def test_the_worker_lists_its_calls_with_their_refs(tmp_path: Path) -> None:
+    """awl_list_calls shows each call's ref, tool, outcome, attempt, start and arguments, free."""
+    env = make_env(tmp_path)
+    email = {"to": "cfo@example.com", "subject": "Q3", "body": "Three risks."}
+    with anyio.fail_after(60):
+        async with connect(env) as (_gw, client):
+            listed = {t.name: t for t in (await client.list_tools()).tools}
+            empty = await client.call_tool("awl_list_calls", {})
+            await client.call_tool("notes__search_notes", {"query": "refund"})
+            await client.call_tool("notes__get_note", {"id": "n404"})
+            await client.call_tool("mail__send", {"to": "x"})
+            await client.call_tool("notes__send_email", email)
+            # The SDK client checks every answer below against the tool's output schema.
+            every = await client.call_tool("awl_list_calls", {})
+            notes = await client.call_tool("awl_list_calls", {"tool": "notes/search_notes"})
+            held = await client.call_tool("awl_list_calls", {"outcome": "held", "attempt": 1})
+            later = await client.call_tool("awl_list_calls", {"attempt": 2})
+            latest = await client.call_tool("awl_list_calls", {"limit": 1})
+            bad = [await client.call_tool("awl_list_calls", args) for args in (
+                {"attempt": 0}, {"limit": MAX_CALL_LIMIT + 1}, {"outcome": "done"},
+                {"tool": 3}, {"attempt": True})]
+    tool = listed["awl_list_calls"]
+    assert tool.annotations is not None and tool.annotations.read_only_hint is True
+    assert tool.output_schema is not None and tool.input_schema["additionalProperties"] is False
+    assert empty.structured_content == {"attempt": 1, "calls": [], "omitted": 0}
+    data: Any = every.structured_content
+    records = env.calls()
+    assert data["attempt"] == 1 and data["omitted"] == 0
+    assert data["calls"] == [
+        {"ref": r.ref, "tool": r.tool, "outcome": r.outcome, "attempt": r.attempt,
+         "started_at": r.started_at, "arguments": r.arguments} for r in records]
+    assert [(c["ref"], c["outcome"]) for c in data["calls"]] == [
+        ("notes/search_notes#1", "ok"), ("notes/get_note#2", "error"),
+        (f"{UNRESOLVED_TOOL}#3", "refused"), ("notes/send_email#4", "held")]
+    assert data["calls"][3]["arguments"] == email
+    # Clients that show the model only text still show every ref.
+    assert text(every).splitlines()[0].startswith("notes/search_notes#1 ok (attempt 1) ")
+    assert json.dumps({"query": "refund"}) in text(every)
+    assert [c["ref"] for c in (notes.structured_content or {})["calls"]] == [
+        "notes/search_notes#1"]
+    assert [c["ref"] for c in (held.structured_content or {})["calls"]] == [
+        "notes/send_email#4"]
+    assert later.structured_content == {"attempt": 1, "calls": [], "omitted": 0}
+    latest_data: Any = latest.structured_content
+    assert [c["ref"] for c in latest_data["calls"]] == ["notes/send_email#4"]
+    assert latest_data["omitted"] == 3
+    for answer in bad:
+        assert answer.is_error and text(answer).startswith("BAD_REQUEST: "), text(answer)
+    assert len(records) == 4 and env.store.usage(env.order_id).tool_calls == 3

@@ -31,6 +31,7 @@ def _pass(env: Env, clock: Clock, *, parent: str | None = None, subject: str = W
                                **grant)  # type: ignore[arg-type]
 
 
+@pytest.mark.spec("GW-4")
 async def test_an_order_that_is_not_active_refuses_calls(tmp_path: Path) -> None:
     """Calls are refused before the order is accepted and after the report is submitted."""
     env = make_env(tmp_path, state="offered", staged=[])
@@ -53,6 +54,7 @@ async def test_an_order_that_is_not_active_refuses_calls(tmp_path: Path) -> None
     assert env.store.usage(env.order_id).tool_calls == 1
 
 
+@pytest.mark.spec("GW-4", "GW-6")
 async def test_a_passed_deadline_refuses_calls(tmp_path: Path) -> None:
     """Once the deadline has passed, every call is refused as expired and nothing is sent."""
     clock = Clock()
@@ -67,6 +69,7 @@ async def test_a_passed_deadline_refuses_calls(tmp_path: Path) -> None:
     assert record.outcome == "refused" and record.error == text(late)
 
 
+@pytest.mark.spec("GW-3", "GW-4")
 async def test_a_pass_narrows_tools_and_budget(tmp_path: Path) -> None:
     """Under a pass, only its tools are listed and callable, and its own budget runs out."""
     clock = Clock()
@@ -80,7 +83,7 @@ async def test_a_pass_narrows_tools_and_budget(tmp_path: Path) -> None:
             two = await client.call_tool("receiver__echo", {"text": "2"})
             three = await client.call_tool("receiver__echo", {"text": "3"})
             order = await client.call_tool("awl_get_order", {})
-    assert names == {"receiver__echo", "awl_get_order", "awl_post_progress",
+    assert names == {"receiver__echo", "awl_get_order", "awl_post_progress", "awl_list_calls",
                      "awl_list_held_calls", "awl_submit_report"}
     assert not one.is_error and not two.is_error
     assert other.is_error and text(other).startswith("AWL_FORBIDDEN: ")
@@ -93,6 +96,7 @@ async def test_a_pass_narrows_tools_and_budget(tmp_path: Path) -> None:
     assert order.structured_content["acting_as"] == WORKER
 
 
+@pytest.mark.spec("GW-4")
 async def test_a_revoked_or_expired_pass_stops_working_at_once(tmp_path: Path) -> None:
     """Revoking the pass, or letting it expire, refuses the very next call."""
     clock = Clock()
@@ -123,6 +127,7 @@ async def test_a_revoked_or_expired_pass_stops_working_at_once(tmp_path: Path) -
     assert [r.outcome for r in env.calls()] == ["ok", "refused", "ok", "refused"]
 
 
+@pytest.mark.spec("GW-5")
 async def test_a_derived_pass_spends_its_parents_budget(tmp_path: Path) -> None:
     """A sub-agent's calls count against its own pass and every pass above it."""
     clock = Clock()

@@ -22,6 +22,7 @@ from tests.gateway.gateway_support import (
 pytestmark = pytest.mark.anyio
 
 
+@pytest.mark.spec("GW-5")
 async def test_a_hundred_concurrent_calls_spend_exactly_ten(tmp_path: Path) -> None:
     """100 concurrent calls against tool_calls 10 count exactly 10, held ones included."""
     env = make_env(tmp_path, staged=["receiver/create_issue"], budget={"tool_calls": 10})
@@ -50,6 +51,7 @@ async def test_a_hundred_concurrent_calls_spend_exactly_ten(tmp_path: Path) -> N
     assert all(text(r).startswith("AWL_BUDGET_EXHAUSTED: ") for r in results if r.is_error)
 
 
+@pytest.mark.spec("GW-5")
 async def test_two_gateway_processes_share_one_budget(tmp_path: Path) -> None:
     """Two awl gateway processes on one SQLite order forward exactly the budget between them."""
     env = make_env(tmp_path, staged=[], budget={"tool_calls": 10})
@@ -76,6 +78,7 @@ async def _deliver(client: Client, to: str, answers: list[types.CallToolResult])
     answers.append(await client.call_tool("receiver__deliver", {"to": to}))
 
 
+@pytest.mark.spec("GW-5")
 async def test_usd_costs_come_from_the_config(tmp_path: Path) -> None:
     """Each call spends its configured price; the call that would pass the usd limit is refused."""
     log = tmp_path / "receiver.jsonl"
@@ -94,6 +97,7 @@ async def test_usd_costs_come_from_the_config(tmp_path: Path) -> None:
     assert len(env.deliveries()) == 2
 
 
+@pytest.mark.spec("GW-5")
 async def test_seconds_count_from_the_first_call(tmp_path: Path) -> None:
     """The seconds budget starts at the first call and refuses once it has run out."""
     clock = Clock()

@@ -14,11 +14,13 @@ from anyio.streams.text import TextReceiveStream
 from mcp_types import RequestParamsMeta
 
 from awl._passes import KeyStore, issue_recorded_pass
+from gateway._gateway import UNRESOLVED_TOOL
 from gateway._serve import PASS_ENV
 from gateway._upstream import TRUNCATED_META_KEY
 from tests.gateway.gateway_support import (
     ROOT,
     WORKER,
+    Env,
     connect,
     gateway_client,
     make_env,
@@ -29,6 +31,7 @@ from tests.gateway.gateway_support import (
 pytestmark = pytest.mark.anyio
 
 
+@pytest.mark.spec("GW-8")
 async def test_upstream_faults_become_tool_errors_and_the_rest_keeps_serving(
         tmp_path: Path) -> None:
     """A crash, a timeout and an oversized answer are bounded; other upstreams keep working."""
@@ -81,6 +84,67 @@ async def _answers(process: Process, wanted: set[int]) -> dict[int, dict[str, An
     raise AssertionError(f"the gateway stopped answering; got {sorted(found)}")
 
 
+INITIALIZE = [
+    json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}}),
+    json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+]
+
+
+def _call(request_id: int, name: str, arguments: Any) -> str:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+                       "params": {"name": name, "arguments": arguments}})
+
+
+async def _raw_session(env: Env, lines: list[str], wanted: set[int], *,
+                       kill: bool = False) -> dict[int, dict[str, Any]]:
+    """Run awl gateway, write ``lines`` to it, and wait for the answers to ``wanted``.
+
+    Then close its input and let it exit, or (``kill``) SIGKILL it at once.
+    """
+    args = ["-m", "awl", "gateway", "--order", env.order_id, "--config", str(env.config),
+            "--home", str(env.home)]
+    with open(env.home / "gateway.err", "w") as errlog:
+        async with await anyio.open_process([sys.executable, *args], cwd=str(ROOT),
+                                            stderr=errlog) as process:
+            assert process.stdin is not None
+            for line in lines:
+                await process.stdin.send((line + "\n").encode())
+            answers = await _answers(process, wanted)
+            if kill:
+                process.kill()
+            else:
+                await process.stdin.aclose()
+            await process.wait()
+    return answers
+
+
+@pytest.mark.spec("GW-7")
+async def test_an_answered_call_is_on_record_when_the_gateway_is_killed(tmp_path: Path) -> None:
+    """kill -9 of the gateway right after an answer leaves that call recorded with its result."""
+    env = make_env(tmp_path, staged=["receiver/create_issue"])
+    lines = [*INITIALIZE, _call(2, "receiver__deliver", {"to": "ops"}),
+             _call(3, "receiver__create_issue", {"title": "x"}), _call(4, "mail__send", {})]
+    with anyio.fail_after(60):
+        answers = await _raw_session(env, lines, {2, 3, 4}, kill=True)
+    # The gateway may take the three requests in any order, so records are matched by ref.
+    records = {r.ref: r for r in env.calls()}
+    delivered = records[answers[2]["result"]["_meta"]["awl/ref"]]
+    held = records[answers[3]["result"]["_meta"]["awl/ref"]]
+    [refused] = [r for r in records.values() if r.outcome == "refused"]
+    assert len(records) == 3
+    assert (delivered.tool, delivered.outcome) == ("receiver/deliver", "ok")
+    assert delivered.result is not None
+    assert delivered.result["structuredContent"] == answers[2]["result"]["structuredContent"]
+    assert (held.tool, held.outcome, held.arguments) == (
+        "receiver/create_issue", "held", {"title": "x"})
+    assert answers[4]["result"]["isError"] is True
+    assert (refused.tool, refused.error) == (
+        UNRESOLVED_TOOL, answers[4]["result"]["content"][0]["text"])
+
+
+@pytest.mark.spec("GW-8")
 async def test_malformed_requests_get_protocol_errors_and_the_gateway_lives(
         tmp_path: Path) -> None:
     """Garbage, bad params and unknown methods get errors; the next good call still works."""
@@ -88,30 +152,15 @@ async def test_malformed_requests_get_protocol_errors_and_the_gateway_lives(
     lines = [
         "this is not json",
         json.dumps([1, 2, 3]),
-        json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "0"}}}),
-        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        *INITIALIZE,
         json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": 5}}),
-        json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-                    "params": {"name": "receiver__echo", "arguments": "not an object"}}),
+        _call(3, "receiver__echo", "not an object"),
         json.dumps({"jsonrpc": "2.0", "id": 4, "method": "no/such/method"}),
-        json.dumps({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-                    "params": {"name": "receiver__echo", "arguments": {"text": ""}}}),
-        json.dumps({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
-                    "params": {"name": "receiver__echo", "arguments": {"text": "alive"}}}),
+        _call(5, "receiver__echo", {"text": ""}),
+        _call(6, "receiver__echo", {"text": "alive"}),
     ]
-    args = ["-m", "awl", "gateway", "--order", env.order_id, "--config", str(env.config),
-            "--home", str(env.home)]
-    with anyio.fail_after(60), open(env.home / "gateway.err", "w") as errlog:
-        async with await anyio.open_process([sys.executable, *args], cwd=str(ROOT),
-                                            stderr=errlog) as process:
-            assert process.stdin is not None
-            for line in lines:
-                await process.stdin.send((line + "\n").encode())
-            answers = await _answers(process, {1, 2, 3, 4, 5, 6})
-            await process.stdin.aclose()
-            await process.wait()
+    with anyio.fail_after(60):
+        answers = await _raw_session(env, lines, {1, 2, 3, 4, 5, 6})
     assert "result" in answers[1]
     for bad in (2, 3, 4):
         assert "error" in answers[bad], answers[bad]

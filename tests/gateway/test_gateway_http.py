@@ -64,6 +64,7 @@ async def _client(url: str, token: str) -> AsyncIterator[Client]:
         yield client
 
 
+@pytest.mark.spec("BIND-6")
 async def test_the_gateway_serves_http_to_workers_with_a_pass(tmp_path: Path) -> None:
     """Over HTTP a worker with a valid pass is served; no pass, a bad or revoked pass get 401."""
     outbox = tmp_path / "outbox.jsonl"
@@ -106,6 +107,7 @@ async def test_the_gateway_serves_http_to_workers_with_a_pass(tmp_path: Path) ->
     assert [r.outcome for r in env.calls()] == ["ok", "held"]
 
 
+@pytest.mark.spec("BIND-6")
 async def test_a_non_loopback_address_needs_allow_remote(tmp_path: Path) -> None:
     """Serving HTTP on a non-loopback address is refused unless remote workers are allowed."""
     env = make_env(tmp_path, servers={}, tools=["notes/*"], staged=[])

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from awl._models import Budget, CallRecord, Grant, WorkOrder
 from awl._store import Usage
 from gateway._policy import (
@@ -54,16 +56,19 @@ def test_an_allowed_read_is_forwarded() -> None:
     assert _decide().action == "forward"
 
 
+@pytest.mark.spec("GW-9")
 def test_a_staged_tool_is_held() -> None:
     """A call matched by the order's staged patterns is held."""
     assert _decide(tool="notes/add").action == "hold"
 
 
+@pytest.mark.spec("GW-9")
 def test_the_operator_hold_list_holds() -> None:
     """A call matched by the operator's hold list is held even if the order does not stage it."""
     assert _decide(hold=["notes/search"]).action == "hold"
 
 
+@pytest.mark.spec("GW-9")
 def test_safe_mode_holds_unless_read_only() -> None:
     """Safe mode holds a tool unless its upstream says it is read-only."""
     assert _decide(safe=True).action == "hold"
@@ -72,6 +77,7 @@ def test_safe_mode_holds_unless_read_only() -> None:
     assert is_staged("notes/add", _order(), safe=True, read_only=True)
 
 
+@pytest.mark.spec("GW-4", "GW-6")
 def test_refusals_carry_their_codes() -> None:
     """Each failed check refuses with its own code and a CODE: message text."""
     cases: list[tuple[dict[str, Any], str]] = [
@@ -91,6 +97,7 @@ def test_refusals_carry_their_codes() -> None:
         assert decision.text.startswith(f"{code}: ")
 
 
+@pytest.mark.spec("GW-5")
 def test_budget_allows_up_to_the_limit() -> None:
     """The last call within each limit is still allowed."""
     assert _decide(usage=Usage(tool_calls=9)).action == "forward"
@@ -98,6 +105,7 @@ def test_budget_allows_up_to_the_limit() -> None:
     assert _decide(usage=Usage(first_call_at="2026-11-01T11:51:00Z")).action == "forward"
 
 
+@pytest.mark.spec("GW-4")
 def test_a_pass_narrows_tools_and_budget() -> None:
     """A pass grant refuses tools outside it and spends its own smaller budget."""
     grant = Grant(order_id="wo_1", tools=("time/*",), budget=Budget(tool_calls=2))
@@ -107,10 +115,19 @@ def test_a_pass_narrows_tools_and_budget() -> None:
                    pass_usage=Usage(tool_calls=2)).code == AWL_BUDGET_EXHAUSTED
 
 
+@pytest.mark.spec("GW-4")
 def test_the_first_failing_check_decides() -> None:
-    """An invalid pass is reported before an inactive order, which is reported before a bad tool."""
-    assert _decide(pass_problem="expired", state="approved").code == AWL_PASS_INVALID
-    assert _decide(state="approved", tool="mail/send").code == AWL_NOT_ACTIVE
+    """Pass, then state, then deadline, then tool, then budget: the first failure is the code."""
+    late = NOW + timedelta(days=2)
+    spent = Usage(tool_calls=10)
+    assert _decide(pass_problem="expired", state="approved", now=late, tool="mail/send",
+                   usage=spent).code == AWL_PASS_INVALID
+    assert _decide(state="approved", now=late, tool="mail/send",
+                   usage=spent).code == AWL_NOT_ACTIVE
+    assert _decide(now=late, tool="mail/send", usage=spent).code == AWL_EXPIRED
+    assert _decide(tool="mail/send", usage=spent).code == AWL_FORBIDDEN
+    assert _decide(tool=None, requested="mail__send", usage=spent).code == AWL_FORBIDDEN
+    assert _decide(usage=spent).code == AWL_BUDGET_EXHAUSTED
 
 
 def _held(ref: str, tool: str) -> CallRecord:
@@ -127,6 +144,7 @@ SCHEMA = {
 }
 
 
+@pytest.mark.spec("GW-9")
 def test_held_arguments_are_checked_against_the_schema() -> None:
     """Arguments that break the upstream's input schema keep a call from being held."""
     assert check_arguments({"title": "x"}, SCHEMA, earlier={}) == []
@@ -135,6 +153,7 @@ def test_held_arguments_are_checked_against_the_schema() -> None:
     assert check_arguments({"title": "x", "other": 1}, SCHEMA, earlier={})
 
 
+@pytest.mark.spec("GW-10")
 def test_a_placeholder_skips_schema_checks_where_it_stands() -> None:
     """A $ref value to an earlier held call is accepted wherever a value goes."""
     earlier = {"gh/create_issue#3": _held("gh/create_issue#3", "gh/create_issue")}
@@ -145,6 +164,7 @@ def test_a_placeholder_skips_schema_checks_where_it_stands() -> None:
     assert check_arguments({"title": "x", "issue": draft}, SCHEMA, earlier=earlier) == []
 
 
+@pytest.mark.spec("GW-10")
 def test_a_placeholder_must_name_an_earlier_held_call() -> None:
     """A $ref to an unknown call, or a malformed one, is a problem."""
     earlier = {"gh/create_issue#3": _held("gh/create_issue#3", "gh/create_issue")}
@@ -158,6 +178,7 @@ def test_a_placeholder_must_name_an_earlier_held_call() -> None:
         assert check_arguments({"title": "x", "issue": value}, SCHEMA, earlier=earlier), value
 
 
+@pytest.mark.spec("GW-10")
 def test_placeholders_are_found_anywhere() -> None:
     """Placeholders nested in lists and objects are all found, with their paths."""
     args = {"a": [{"$ref": "s/t#1"}, {"b": {"$ref": "s/t#2", "pointer": "/x"}}]}

@@ -1,3 +1,4 @@
+import hashlib
 import random
 
 import pytest
@@ -25,6 +26,7 @@ tools = st.text(alphabet=NAME_CHARS, min_size=1, max_size=120) | st.text(
 canonical_names = st.builds(lambda s, t: f"{s}/{t}", servers, tools)
 
 
+@pytest.mark.spec("GW-1")
 def test_plain_names_read_naturally() -> None:
     """A usual canonical name becomes server__tool, with dots as dashes."""
     assert exposed_name("notes/send_email") == "notes__send_email"
@@ -34,6 +36,7 @@ def test_plain_names_read_naturally() -> None:
     assert table.resolve("time__get_current_time") == ("time", "get_current_time")
 
 
+@pytest.mark.spec("GW-1")
 def test_colliding_plain_forms_are_all_hashed() -> None:
     """Two names with the same plain form both get distinct hashed names."""
     table = NameTable(["a.b/x", "a-b/x", "c/y"])
@@ -44,6 +47,7 @@ def test_colliding_plain_forms_are_all_hashed() -> None:
     assert table.canonical(first) == "a.b/x"
 
 
+@pytest.mark.spec("GW-1")
 def test_long_and_hash_shaped_names_are_hashed() -> None:
     """A plain form over 64 characters, or ending like a hash, is hashed."""
     long = "s" * 40 + "/" + "t" * 40
@@ -53,6 +57,30 @@ def test_long_and_hash_shaped_names_are_hashed() -> None:
     assert exposed_name(shaped) == hashed_name(shaped) != "s__x_0123456789"
 
 
+def _documented_hash(canonical: str) -> str:
+    """SPEC GW-1's hashed form, written out here rather than taken from the module."""
+    server, tool = canonical.split("/")
+    plain = server.replace(".", "-") + "__" + tool.replace(".", "-")
+    return plain[:53] + "_" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:10]
+
+
+@pytest.mark.spec("GW-1")
+def test_hashed_names_follow_the_documented_rule() -> None:
+    """A hashed name is plain[:53], '_', and the first 10 hex of SHA-256 of the canonical name."""
+    long = "mail.v2/" + "send_the_quarterly_report_to_every_regional_office_today"
+    shaped = "s/x_0123456789"
+    table = NameTable([long, shaped, "a.b/x", "a-b/x"])
+    for name in (long, shaped, "a.b/x", "a-b/x"):
+        assert table.exposed(name) == _documented_hash(name), name
+    assert len(table.exposed(long)) == 64
+    assert table.exposed(long).startswith("mail-v2__send_the_quarterly_report_to_every_reg")
+    # Known answers, from sha256sum of the canonical names (dots kept, not the plain form).
+    assert table.exposed("a.b/x") == "a-b__x_efa51c8e11"
+    assert table.exposed("a-b/x") == "a-b__x_6c8ed8e32d"
+    assert table.exposed(shaped) == "s__x_0123456789_01f4cff4d2"
+
+
+@pytest.mark.spec("GW-2")
 @pytest.mark.parametrize(
     "trick",
     ["Notes__send_email", "notes__send_email ", " notes__send_email", "notes__send_emai1",
@@ -90,6 +118,7 @@ def test_reserved_names_are_protected() -> None:
     assert "awl_get_order" not in table
 
 
+@pytest.mark.spec("GW-1")
 @given(st.lists(canonical_names, max_size=30))
 def test_mapping_is_valid_injective_and_round_trips(names: list[str]) -> None:
     """Every exposed name is accepted by model APIs, contains '__', and maps back to its name."""
@@ -104,6 +133,7 @@ def test_mapping_is_valid_injective_and_round_trips(names: list[str]) -> None:
     assert len(table) == len(set(names))
 
 
+@pytest.mark.spec("GW-1")
 @given(st.lists(canonical_names, max_size=20), st.randoms())
 def test_mapping_does_not_depend_on_order(names: list[str], rnd: random.Random) -> None:
     """The same set of names gives the same table in any order."""

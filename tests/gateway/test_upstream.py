@@ -149,6 +149,7 @@ async def test_reserved_meta_and_progress_tokens_are_not_forwarded() -> None:
     assert result.structured_content["arguments"] == {"x": [1, 2]}
 
 
+@pytest.mark.spec("GW-8")
 async def test_crashed_upstream_is_restarted_by_the_next_call() -> None:
     """A call that crashes its server fails as possibly sent; the next call gets a new process."""
     with anyio.fail_after(60):
@@ -162,6 +163,7 @@ async def test_crashed_upstream_is_restarted_by_the_next_call() -> None:
             assert pool.status()["flaky"].starts == 2
 
 
+@pytest.mark.spec("GW-8")
 async def test_server_killed_between_calls_is_restarted_without_failing_a_call() -> None:
     """A server killed with SIGKILL while idle is noticed; the next call runs on a new one."""
     with anyio.fail_after(60):
@@ -171,6 +173,7 @@ async def test_server_killed_between_calls_is_restarted_without_failing_a_call()
             assert not alive(first)
 
 
+@pytest.mark.spec("GW-8")
 async def test_slow_call_times_out_and_the_connection_keeps_serving() -> None:
     """No answer in time is a timeout (sent, outcome unknown); the same server keeps serving."""
     with anyio.fail_after(30):
@@ -183,6 +186,7 @@ async def test_slow_call_times_out_and_the_connection_keeps_serving() -> None:
             assert pool.status()["flaky"].starts == 1
 
 
+@pytest.mark.spec("GW-8")
 async def test_big_result_is_truncated_to_the_limit() -> None:
     """A result over max_result_bytes is cut to fit, keeping its error flag and saying so."""
     with anyio.fail_after(30):
@@ -204,6 +208,7 @@ texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=3000)
 @given(st.lists(texts, min_size=1, max_size=5),
        st.none() | st.dictionaries(st.text(max_size=5), texts, max_size=3),
        st.booleans(), st.integers(min_value=1024, max_value=6000))
+@pytest.mark.spec("GW-8")
 def test_bound_result_always_fits(parts: list[str], structured: dict[str, Any] | None,
                                   is_error: bool, limit: int) -> None:
     """Whatever the content, a bounded result fits the limit and keeps is_error."""
@@ -249,6 +254,7 @@ async def test_before_send_runs_before_the_request_and_can_stop_it(tmp_path: Pat
     assert len(outbox.read_text().splitlines()) == 1
 
 
+@pytest.mark.spec("GW-8")
 async def test_one_dead_upstream_leaves_the_others_serving(tmp_path: Path) -> None:
     """A server that cannot start fails its own calls as never sent; the others keep serving."""
     hook_calls: list[str] = []

@@ -184,9 +184,9 @@ def stored_call(fields: dict[str, Any], n: int) -> tuple[CallRecord, str]:
     except (TypeError, ValueError) as exc:
         raise BadRequest(f"a call record must be JSON data: {exc}") from None
     # Read back from its JSON form, as the SQLite store hands it out: a fresh copy, never
-    # the caller's objects, with tuples as lists. The model wrote that text from fields it
-    # had just validated, so it is built again without a second check.
-    return CallRecord.model_construct(**json.loads(text)), text
+    # the caller's objects, with tuples as lists. (pydantic reads JSON text faster than
+    # json.loads and model_construct together.)
+    return CallRecord.model_validate_json(text), text
 
 
 def make_call(fields: dict[str, Any], n: int) -> CallRecord:

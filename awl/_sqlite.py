@@ -15,8 +15,8 @@ order's (and each pass's) counted calls, usd, highest N and first call are runni
 updated in the transaction that writes each record, so a reservation reads one row rather
 than summing every call so far.
 
-Connections come from two small pools (durable, and ``synchronous=NORMAL`` for call records)
-rather than one per thread: a thread may use any idle connection, and a pool never grows
+Connections come from two small pools (durable, and ``synchronous=NORMAL`` for call records
+and reads) rather than one per thread: a thread may use any idle connection, and a pool never grows
 past the number of calls running at once (worker threads that come and go leave nothing
 behind).
 
@@ -293,7 +293,11 @@ class SQLiteStore:
 
     @contextmanager
     def _connection(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
-        """A pooled connection; ``durable=False``: one set to ``synchronous=NORMAL``."""
+        """A pooled connection; ``durable=False``: one set to ``synchronous=NORMAL``.
+
+        Durable connections are for durable writes only; reads and call records share the
+        other pool.
+        """
         idle = self._idle if durable else self._idle_fast
         with self._guard:
             if self._closed:
@@ -342,7 +346,10 @@ class SQLiteStore:
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
-        with self._connection() as conn:
+        # Reads share the call-record pool (synchronous only matters to writes): a connection
+        # drops its page cache when it finds that another connection wrote since its last
+        # transaction, so a gateway reading and writing on one connection keeps it warm.
+        with self._connection(durable=False) as conn:
             conn.execute("BEGIN")
             try:
                 yield conn
@@ -480,7 +487,7 @@ class SQLiteStore:
         # One statement, so one snapshot without a transaction of our own (a gateway asks
         # before every call whether the log grew): the order's row joined to the events asked
         # for, which still gives one row, with no event, for an order with none of them.
-        with self._connection() as conn:
+        with self._connection(durable=False) as conn:
             rows = conn.execute(
                 "SELECT e.doc FROM orders AS o LEFT JOIN events AS e"
                 " ON e.order_id = o.id AND e.seq > ? WHERE o.id = ? ORDER BY e.seq LIMIT ?",

@@ -16,9 +16,9 @@ updated in the transaction that writes each record, so a reservation reads one r
 than summing every call so far.
 
 Connections come from two small pools (durable, and ``synchronous=NORMAL`` for call records
-and reads) rather than one per thread: a thread may use any idle connection, and a pool never grows
-past the number of calls running at once (worker threads that come and go leave nothing
-behind).
+and reads) rather than one per thread: a thread may use any idle connection, and a pool
+never grows past the number of calls running at once (worker threads that come and go
+leave nothing behind).
 
 Documents are kept as JSON text exactly as their models dump them; the columns beside them
 exist only to filter, order and check.
@@ -676,8 +676,8 @@ class SQLiteStore:
     ) -> CallRecord:
         """Set the outcome of a reserved call."""
         with self._write(durable=False) as conn:
-            # The stored JSON is what the record was validated into when written; it is
-            # updated as data, and the finished record is validated once.
+            # The stored JSON was validated when it was written: it is updated as data, not
+            # parsed into a model first.
             n, old = self._call_data(conn, order_id, ref)
             record, doc = finished_call(old, n, ref, outcome=outcome, result=result,
                                         error=error, ended_at=ended_at)

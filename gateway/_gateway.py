@@ -258,15 +258,16 @@ class Gateway:
             f"Deadline {order.deadline}; budget {json.dumps(order.budget.units())}.",
             "Upstream tools are named server__tool; their descriptions start with the "
             "canonical server/tool name that reports and evidence refs use.",
-            "Every tool call is recorded as server/tool#N; cite those refs as evidence.",
+            "Every tool call is recorded as server/tool#N; cite those refs as evidence "
+            "(awl_list_calls lists them).",
         ]
         if order.staged or self.safe or any(c.hold for c in self.config.servers.values()):
             lines.append(
                 "Some tools are held for the manager's approval: they answer "
                 "pending:server/tool#N and run only after approval; list each in your "
                 "report's effects (awl_list_held_calls gives them ready to copy).")
-        lines.append("Desk tools awl_get_order, awl_post_progress, awl_list_held_calls and "
-                     "awl_submit_report cost nothing.")
+        lines.append("Desk tools awl_get_order, awl_post_progress, awl_list_calls, "
+                     "awl_list_held_calls and awl_submit_report cost nothing.")
         return "\n".join(lines)
 
     async def _catalog(self) -> NameTable:

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from awl import Desk, Event, MemoryStore, Review, SQLiteStore, WorkOrder, WorkReport
-from awl._track import TrackRow, summarize, track_rows
 
 MANAGER = "human:manager"
 WORKER = "agent:worker"
@@ -191,38 +190,6 @@ def _flush(conn: sqlite3.Connection, rows: dict[str, list[tuple[Any, ...]]]) -> 
         batch.clear()
 
 
-# The bulk read proposed as ``Store.track_rows(worker)`` (see awl._track.track_rows): the
-# few fields a track record needs, picked by json_extract, so no document becomes a model.
-TRACK_ROWS_SQL = (
-    "SELECT o.id, o.state, json_extract(o.doc, '$.budget'),"
-    " (SELECT json_array(json_extract(r.doc, '$.cost'), json_extract(r.doc, '$.status'))"
-    "  FROM reports r WHERE r.order_id = o.id ORDER BY r.idx DESC LIMIT 1),"
-    " (SELECT COUNT(*) FROM reviews v WHERE v.order_id = o.id"
-    "  AND json_extract(v.doc, '$.decision') = 'rework'),"
-    " (SELECT json_extract(e.doc, '$.at') FROM events e WHERE e.order_id = o.id"
-    "  AND e.seq = 2 AND json_extract(e.doc, '$.action') = 'accept'),"
-    " (SELECT json_extract(v.doc, '$.at') FROM reviews v WHERE v.order_id = o.id"
-    "  AND json_extract(v.doc, '$.decision') = 'approve' ORDER BY v.idx DESC LIMIT 1)"
-    " FROM orders o WHERE o.worker = ? ORDER BY o.pos DESC"
-)
-
-
-class ProposedStore(SQLiteStore):
-    """The SQLite store with the proposed ``track_rows`` bulk read."""
-
-    def track_rows(self, worker: str) -> list[TrackRow]:
-        """One track row per order addressed to ``worker``, newest first, in one query."""
-        with sqlite3.connect(self.path) as conn:
-            rows = conn.execute(TRACK_ROWS_SQL, (worker,)).fetchall()
-        out = []
-        for oid, state, budget, latest, reworks, accepted_at, approved_at in rows:
-            cost, status = json.loads(latest) if latest is not None else (None, None)
-            out.append(TrackRow(order_id=oid, state=state, budget=json.loads(budget),
-                                cost=cost, status=status, reworks=reworks,
-                                accepted_at=accepted_at, approved_at=approved_at))
-        return out
-
-
 def median_ms(call: Callable[[], Any], rounds: int) -> float:
     """The median wall time of ``call`` over ``rounds`` runs, in milliseconds."""
     times = []
@@ -285,16 +252,6 @@ def main(argv: list[str] | None = None) -> int:
             ]
             for name, call, times in reads:
                 rows.append((name, f"{median_ms(call, times):.2f} ms"))
-        with ProposedStore(path) as proposed, SQLiteStore(path) as plain:
-            fast = Desk(proposed)
-            for worker in ("agent:w07", "agent:busy"):  # the same record, only faster
-                assert fast.track(worker) == summarize(worker, track_rows(plain, worker))
-            rows += [
-                ("track record, typical worker, proposed Store.track_rows",
-                 f"{median_ms(lambda: fast.track('agent:w07'), rounds):.2f} ms"),
-                ("track record, busiest worker, proposed Store.track_rows",
-                 f"{median_ms(lambda: fast.track('agent:busy'), rounds):.2f} ms"),
-            ]
     width = max(len(name) for name, _ in rows)
     print(f"{'measure'.ljust(width)}  value")
     print(f"{'-' * width}  {'-' * 16}")

@@ -65,6 +65,15 @@ def seq_conflict(order_id: str, event: Event, actual: int) -> Conflict:
     )
 
 
+def stale_order(order_id: str, expected: int, actual: int) -> Conflict:
+    """The Conflict for a reservation made on an order read at an older seq."""
+    return Conflict(
+        f"order {order_id!r} is at seq {actual}, not {expected}; read the order again",
+        expected_seq=expected,
+        actual_seq=actual,
+    )
+
+
 def order_exists_conflict(order_id: str, actual: int) -> Conflict:
     """The Conflict for creating an order whose id is taken."""
     return Conflict(
@@ -414,10 +423,13 @@ class MemoryStore:
         usd: float,
         started_at: str,
         scopes: Sequence[Scope],
+        seq: int | None = None,
     ) -> CallRecord | str:
         """Atomically number and record a call that counts, or name the scope it exceeds."""
         with self._lock:
             found = self._get(order_id)
+            if seq is not None and found.events[-1].seq != seq:
+                raise stale_order(order_id, seq, found.events[-1].seq)
             def spent(jtis: frozenset[str] | None) -> tuple[int, float]:
                 mine = [c.usd for c in found.calls.values()
                         if c.counted and (jtis is None or c.record.pass_jti in jtis)]

@@ -52,6 +52,7 @@ from awl._memory import (
     order_not_found,
     record_order_id,
     seq_conflict,
+    stale_order,
     stored_call,
     stored_lock,
     timestamp,
@@ -592,15 +593,20 @@ class SQLiteStore:
             conn.execute(_ADD_TO_PASS_TOTALS, totals)
 
     @staticmethod
-    def _totals(conn: sqlite3.Connection, order_id: str) -> tuple[int, int, float, str | None]:
-        """The order's last N, counted calls, their usd and first call time; NotFound if absent."""
+    def _totals(conn: sqlite3.Connection, order_id: str,
+                seq: int | None = None) -> tuple[int, int, float, str | None]:
+        """The order's last N, counted calls, their usd and first call time; NotFound if absent.
+
+        With ``seq``: :func:`stale_order` when the order's log is no longer at ``seq``."""
         row = conn.execute(
-            "SELECT t.last_n, t.calls, t.usd, t.first_at FROM orders AS o"
+            "SELECT t.last_n, t.calls, t.usd, t.first_at, o.seq FROM orders AS o"
             " LEFT JOIN call_totals AS t ON t.order_id = o.id WHERE o.id = ?", (order_id,),
         ).fetchone()
         if row is None:
             raise order_not_found(order_id)
-        last_n, calls, usd, first_at = row
+        last_n, calls, usd, first_at, actual = row
+        if seq is not None and actual != seq:
+            raise stale_order(order_id, seq, actual)
         if last_n is None:  # no call yet
             return 0, 0, 0.0, None
         return int(last_n), int(calls), float(usd), first_at
@@ -627,10 +633,11 @@ class SQLiteStore:
         usd: float,
         started_at: str,
         scopes: Sequence[Scope],
+        seq: int | None = None,
     ) -> CallRecord | str:
         """Atomically number and record a call that counts, or name the scope it exceeds."""
         with self._write(durable=False) as conn:
-            last_n, calls, used, _ = self._totals(conn, order_id)
+            last_n, calls, used, _ = self._totals(conn, order_id, seq)
 
             def spent(jtis: frozenset[str] | None) -> tuple[int, float]:
                 if jtis is None:

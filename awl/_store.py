@@ -194,6 +194,7 @@ class Store(Protocol):
         usd: float,
         started_at: str,
         scopes: Sequence[Scope],
+        seq: int | None = None,
     ) -> CallRecord | str:
         """Atomically number and record a call that counts against the budget.
 
@@ -205,7 +206,10 @@ class Store(Protocol):
 
         Returns the new record, or the ``name`` of the first scope the call would exceed
         (``max_calls`` counted calls, or ``max_usd`` summed usd), in which case nothing is
-        written. NotFound if the order is absent.
+        written. NotFound if the order is absent. With ``seq`` (the last event the caller
+        read), the order's log is checked in the same transaction: if it has moved past
+        ``seq``, nothing is written and :func:`stale_order` is raised (a Conflict), so a
+        caller that decided on the order as of ``seq`` never reserves on a stale decision.
         """
         ...
 

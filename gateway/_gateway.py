@@ -6,8 +6,10 @@ exposed names model APIs accept (:mod:`gateway._names`), plus the worker's desk 
 (:mod:`gateway._worker_tools`). Every ``tools/call`` of an upstream tool goes through the
 same steps, and nothing is answered before its record is in the store:
 
-1. Read the facts again: the order and its state, the pass (verified again, so a revoked
-   or expired pass stops working at once), what has been spent.
+1. Read the facts again: the order and its state (as last read; step 3 checks in its
+   own transaction that the order's log has not grown since, and a refusal checks it
+   first, else the call is decided again on the order read afresh), the pass (verified
+   again, so a revoked or expired pass stops working at once), what has been spent.
 2. Ask :func:`gateway._policy.decide`. A refusal is stored with
    :meth:`~awl.Store.record_call` (it never counts) and answered as a tool error
    ``CODE: message``.
@@ -47,7 +49,8 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 
 from awl._desk import Desk, format_time
-from awl._errors import PassError
+from awl._errors import Conflict, PassError
+from awl._memory import stale_order
 from awl._models import CallRecord, WorkOrder
 from awl._passes import DEFAULT_AUDIENCE, VerifiedPass, verify_pass
 from awl._patterns import parse_ref
@@ -432,13 +435,16 @@ class Gateway:
             return await anyio.to_thread.run_sync(func, *args)
         return func(*args)
 
-    def _order_record(self) -> OrderRecord:
-        """The order as stored now; re-read only when its log has grown (a cheap check)."""
-        record = self._record
-        if record is None or self.store.events(self.order_id, after=record.seq, limit=1):
-            record = self.store.load(self.order_id)
-            self._record = record
+    def _load_record(self) -> OrderRecord:
+        """The order as stored now, kept for the next calls."""
+        record = self.store.load(self.order_id)
+        self._record = record
         return record
+
+    def _check_fresh(self, record: OrderRecord) -> None:
+        """Conflict (with ``expected_seq``) when the order's log has grown past ``record``."""
+        if self.store.events(self.order_id, after=record.seq, limit=1):
+            raise stale_order(self.order_id, record.seq, record.seq + 1)
 
     async def _finish(self, record: CallRecord, outcome: str, result: dict[str, Any] | None,
                       error: str | None) -> None:
@@ -488,9 +494,28 @@ class Gateway:
 
     def _admit(self, name: str, canonical: str | None, arguments: dict[str, Any],
                token: str | None) -> _Admission:
-        """Decide, and write what was decided, for one call. Runs in a worker thread."""
+        """Decide, and write what was decided, for one call.
+
+        The decision is made on the order as last read, and never written on a stale one:
+        the reservation checks in its own transaction that the order's log has not grown
+        since (a refusal checks it first), and when it has, the order is read again and the
+        call decided again.
+        """
         started = format_time(self.now())
-        record = self._order_record()
+        record = self._record
+        while True:
+            if record is None:
+                record = self._load_record()
+            try:
+                return self._decide(record, name, canonical, arguments, token, started)
+            except Conflict as exc:
+                if exc.expected_seq is None:  # not a stale order (a busy store, say)
+                    raise
+                record = None
+
+    def _decide(self, record: OrderRecord, name: str, canonical: str | None,
+                arguments: dict[str, Any], token: str | None, started: str) -> _Admission:
+        """:meth:`_admit` on the order as of ``record``; Conflict if it is stale."""
         attempt = attempt_of(record)
         authority = self.verify(token)
         verified = authority.verified
@@ -512,12 +537,13 @@ class Gateway:
             pass_problem=authority.problem, hold=[canonical] if hold and canonical else (),
             safe=self.safe, read_only=read_only)
         if decision.action == "refuse":
+            self._check_fresh(record)
             return self._refused(decision, tool=canonical or UNRESOLVED_TOOL,
                                  arguments=arguments, attempt=attempt, jti=jti, started=started)
         assert canonical is not None
         reserved = self.store.reserve_call(
             self.order_id, attempt=attempt, tool=canonical, arguments=arguments, pass_jti=jti,
-            usd=usd, started_at=started, scopes=scopes)
+            usd=usd, started_at=started, scopes=scopes, seq=record.seq)
         if isinstance(reserved, str):
             hit = next((sc for sc in scopes if sc.name == reserved), scopes[0])
             return self._refused(budget_refusal(hit, self.order_id), tool=canonical,

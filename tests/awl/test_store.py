@@ -334,6 +334,20 @@ def test_reserve_call_refuses_the_first_exceeded_scope(store: Store) -> None:
     assert [c.ref for c in store.calls("o1")] == ["srv/read#1", "srv/read#2", "srv/read#3"]
 
 
+def test_reserve_call_with_seq_refuses_a_stale_order(store: Store) -> None:
+    """With ``seq``, a reservation on an order whose log moved on writes nothing."""
+    create(store)
+    args: dict[str, Any] = {"attempt": 1, "tool": "srv/read", "arguments": {},
+                            "pass_jti": None, "usd": 0.0, "started_at": T0, "scopes": []}
+    assert store.reserve_call("o1", seq=1, **args).ref == "srv/read#1"
+    store.append("o1", ev(2, "accept", "offered", "accepted"), state="accepted")
+    with pytest.raises(Conflict) as caught:
+        store.reserve_call("o1", seq=1, **args)
+    assert (caught.value.expected_seq, caught.value.actual_seq) == (1, 2)
+    assert [c.ref for c in store.calls("o1")] == ["srv/read#1"]
+    assert store.reserve_call("o1", seq=2, **args).ref == "srv/read#2"
+
+
 def test_reserve_call_is_exact_under_racing_threads(store: Store) -> None:
     """Fifty threads racing for ten calls reserve exactly ten, numbered 1 to 10."""
     create(store)

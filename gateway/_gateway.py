@@ -78,6 +78,9 @@ __all__ = [
 
 log = logging.getLogger("awl.gateway")
 
+_STALE_RETRIES = 20
+"""How many times a call is decided again because the order's log grew meanwhile."""
+
 AWL_INVALID_ARGUMENTS = "AWL_INVALID_ARGUMENTS"
 """A held call's arguments do not fit the upstream's input schema, or a ``$ref`` is bad."""
 AWL_UPSTREAM_ERROR = "AWL_UPSTREAM_ERROR"
@@ -503,7 +506,7 @@ class Gateway:
         """
         started = format_time(self.now())
         record = self._record
-        while True:
+        for _ in range(_STALE_RETRIES):
             if record is None:
                 record = self._load_record()
             try:
@@ -512,6 +515,10 @@ class Gateway:
                 if exc.expected_seq is None:  # not a stale order (a busy store, say)
                     raise
                 record = None
+        # The log grew between every read and its reservation: answer with a protocol
+        # error (nothing was written) rather than spin.
+        raise Conflict(f"order {self.order_id} changed {_STALE_RETRIES} times while this call "
+                       "was being decided; nothing was recorded, call again")
 
     def _decide(self, record: OrderRecord, name: str, canonical: str | None,
                 arguments: dict[str, Any], token: str | None, started: str) -> _Admission:

@@ -180,22 +180,20 @@ def stored_call(fields: dict[str, Any], n: int) -> tuple[CallRecord, str]:
     if not isinstance(tool, str):
         raise BadRequest("a call record needs a 'tool' string")
     # Records leave out what is unknown (the models refuse null for optional fields).
-    data = {k: v for k, v in fields.items() if v is not None}
+    data = {"ref": make_ref(tool, n), **{k: v for k, v in fields.items() if v is not None}}
     try:
-        record = CallRecord.model_validate({**data, "ref": make_ref(tool, n)})
+        text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"a call record must be JSON data: {exc}") from None
+    # One pass: the JSON text is validated as the record, and the record read back from it
+    # is what the SQLite store hands out later (a fresh copy, never the caller's objects).
+    try:
+        record = CallRecord.model_validate_json(text)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = "/".join(str(p) for p in first["loc"])
         raise BadRequest(f"not a valid call record: {where}: {first['msg']}") from None
-    try:
-        # What to_json() gives, as text (pydantic's serializer writes it in one step).
-        text = record.model_dump_json(by_alias=True, exclude_unset=True)
-    except (TypeError, ValueError) as exc:
-        raise BadRequest(f"a call record must be JSON data: {exc}") from None
-    # Read back from its JSON form, as the SQLite store hands it out: a fresh copy, never
-    # the caller's objects, with tuples as lists. (pydantic reads JSON text faster than
-    # json.loads and model_construct together.)
-    return CallRecord.model_validate_json(text), text
+    return record, text
 
 
 def make_call(fields: dict[str, Any], n: int) -> CallRecord:

@@ -293,7 +293,20 @@ def test_bad_call_records_are_refused(store: Store) -> None:
         store.record_call({**refusal(), "started_at": "yesterday"})
     with pytest.raises(BadRequest):
         reserve(store, tool="bad")
+    for not_json in ({"x": float("nan")}, {"x": {1, 2}}, {"x": object()}):
+        with pytest.raises(BadRequest, match="JSON data"):
+            store.record_call({**refusal(), "arguments": not_json})
     assert reserve(store).ref == "srv/read#1"
+    with pytest.raises(BadRequest, match="JSON data"):
+        store.finish_call("o1", "srv/read#1", outcome="ok", result={"r": float("inf")},
+                          error=None, ended_at=T0)
+    with pytest.raises(BadRequest, match="outcome"):
+        store.finish_call("o1", "srv/read#1", outcome="maybe", result=None, error=None,
+                          ended_at=T0)
+    with pytest.raises(BadRequest, match="ended_at"):
+        store.finish_call("o1", "srv/read#1", outcome="ok", result=None, error=None,
+                          ended_at="later")
+    assert store.calls("o1")[0].outcome == "pending"
 
 
 def test_usage_counts_reserved_calls_only(store: Store) -> None:

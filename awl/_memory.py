@@ -181,19 +181,10 @@ def stored_call(fields: dict[str, Any], n: int) -> tuple[CallRecord, str]:
         raise BadRequest("a call record needs a 'tool' string")
     # Records leave out what is unknown (the models refuse null for optional fields).
     data = {"ref": make_ref(tool, n), **{k: v for k, v in fields.items() if v is not None}}
-    try:
-        text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise BadRequest(f"a call record must be JSON data: {exc}") from None
+    text = json_text(data, "a call record")
     # One pass: the JSON text is validated as the record, and the record read back from it
     # is what the SQLite store hands out later (a fresh copy, never the caller's objects).
-    try:
-        record = CallRecord.model_validate_json(text)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = "/".join(str(p) for p in first["loc"])
-        raise BadRequest(f"not a valid call record: {where}: {first['msg']}") from None
-    return record, text
+    return read_call(text), text
 
 
 def make_call(fields: dict[str, Any], n: int) -> CallRecord:
@@ -204,6 +195,39 @@ def make_call(fields: dict[str, Any], n: int) -> CallRecord:
     return stored_call(fields, n)[0]
 
 
+def check_final(outcome: str) -> None:
+    """BadRequest unless ``outcome`` may end a call (anything but ``pending``)."""
+    if outcome == "pending":
+        raise BadRequest("finish_call sets a final outcome; 'pending' is not one")
+
+
+def outcome_conflict(order_id: str, ref: str, outcome: str) -> Conflict:
+    """The Conflict for finishing a call whose outcome is ``outcome`` already."""
+    return Conflict(f"call {ref!r} of order {order_id!r} already has outcome {outcome!r}; "
+                    "an outcome is set once")
+
+
+_STRICT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def json_text(value: Any, what: str) -> str:
+    """``value`` as the compact JSON text stores keep; BadRequest when it is not JSON data."""
+    try:
+        return _STRICT_JSON.encode(value)
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"{what} must be JSON data: {exc}") from None
+
+
+def read_call(text: str) -> CallRecord:
+    """The call record a JSON text holds; BadRequest, naming the first problem, if invalid."""
+    try:
+        return CallRecord.model_validate_json(text)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = "/".join(str(p) for p in first["loc"])
+        raise BadRequest(f"not a valid call record: {where}: {first['msg']}") from None
+
+
 def finished_call(old: dict[str, Any], n: int, ref: str, *, outcome: str,
                   result: dict[str, Any] | None, error: str | None,
                   ended_at: str) -> tuple[CallRecord, str]:
@@ -211,13 +235,9 @@ def finished_call(old: dict[str, Any], n: int, ref: str, *, outcome: str,
 
     ``old`` is the stored record's JSON data, ``n`` its number.
     """
-    if outcome == "pending":
-        raise BadRequest("finish_call sets a final outcome; 'pending' is not one")
+    check_final(outcome)
     if old["outcome"] != "pending":
-        raise Conflict(
-            f"call {ref!r} of order {old['order_id']!r} already has outcome "
-            f"{old['outcome']!r}; an outcome is set once"
-        )
+        raise outcome_conflict(old["order_id"], ref, old["outcome"])
     fields = {**old, "outcome": outcome, "result": result, "error": error,
               "ended_at": ended_at}
     del fields["ref"]

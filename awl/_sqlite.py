@@ -34,22 +34,26 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from awl._errors import AWLError, Conflict
 from awl._memory import (
     call_not_found,
     call_number,
+    check_final,
     check_first_event,
     check_takeover,
     dump_json,
     exceeded_scope,
-    finished_call,
+    json_text,
     may_take,
     new_call,
     next_effect,
     order_exists_conflict,
     order_not_found,
+    outcome_conflict,
+    read_call,
     record_order_id,
     seq_conflict,
     stale_order,
@@ -292,6 +296,25 @@ class SQLiteStore:
         conn.execute("PRAGMA foreign_keys = ON")
         return conn
 
+    def _take(self, durable: bool) -> sqlite3.Connection:
+        """An idle connection of the pool, or a new one."""
+        idle = self._idle if durable else self._idle_fast
+        with self._guard:
+            if self._closed:
+                raise AWLError(f"the desk store {self.path} is closed")
+            conn = idle.pop() if idle else None
+        return conn if conn is not None else self._open(durable=durable)
+
+    def _give_back(self, conn: sqlite3.Connection, durable: bool) -> None:
+        """Put ``conn`` back in its pool; one left in a transaction (a failed COMMIT) is closed."""
+        broken = conn.in_transaction
+        with self._guard:
+            keep = not (self._closed or broken)
+            if keep:
+                (self._idle if durable else self._idle_fast).append(conn)
+        if not keep:
+            conn.close()
+
     @contextmanager
     def _connection(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
         """A pooled connection; ``durable=False``: one set to ``synchronous=NORMAL``.
@@ -299,28 +322,15 @@ class SQLiteStore:
         Durable connections are for durable writes only; reads and call records share the
         other pool.
         """
-        idle = self._idle if durable else self._idle_fast
-        with self._guard:
-            if self._closed:
-                raise AWLError(f"the desk store {self.path} is closed")
-            conn = idle.pop() if idle else None
-        if conn is None:
-            conn = self._open(durable=durable)
+        conn = self._take(durable)
         try:
             yield conn
         finally:
-            # A connection left inside a transaction (a failed COMMIT) is not reused.
-            broken = conn.in_transaction
-            with self._guard:
-                keep = not (self._closed or broken)
-                if keep:
-                    idle.append(conn)
-            if not keep:
-                conn.close()
+            self._give_back(conn, durable)
 
-    @contextmanager
-    def _write(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
-        """One write transaction; ``durable=False`` skips the fsync at commit.
+    def _write(self, *, durable: bool = True) -> _WriteTransaction:
+        """One write transaction (``with store._write() as conn:``); ``durable=False`` skips
+        the fsync at commit.
 
         Call records are written twice per forwarded call, so they commit with
         ``synchronous=NORMAL``: in WAL mode such a commit survives a crash of any process (it
@@ -329,21 +339,7 @@ class SQLiteStore:
         The two kinds of write use two pools of connections, each set once when opened, so
         no write switches the setting (and none can leave a durable writer set to NORMAL).
         """
-        with self._connection(durable=durable) as conn:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                raise Conflict(
-                    f"the desk {self.path} stayed busy for {self._timeout:g} s ({exc}); "
-                    "nothing was written, retry"
-                ) from None
-            try:
-                yield conn
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+        return _WriteTransaction(self, durable)
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -682,16 +678,31 @@ class SQLiteStore:
         error: str | None, ended_at: str,
     ) -> CallRecord:
         """Set the outcome of a reserved call."""
+        check_final(outcome)
+        n, tool = call_number(order_id, ref)
+        # The stored record was validated when it was written: SQLite sets the new fields
+        # in its JSON text (unset ones removed) only while the call is still pending, and
+        # the record that comes back is validated as a whole before the change commits.
+        params: dict[str, Any] = {"order_id": order_id, "n": n, "tool": tool,
+                                  "outcome": outcome, "ended_at": ended_at}
+        sets = "'$.outcome', :outcome, '$.ended_at', :ended_at"
+        if result is not None:
+            params["result"] = json_text(result, "a call's result")
+            sets += ", '$.result', json(:result)"
+        if error is not None:
+            params["error"] = error
+            sets += ", '$.error', :error"
         with self._write(durable=False) as conn:
-            # The stored JSON was validated when it was written: it is updated as data, not
-            # parsed into a model first.
-            n, old = self._call_data(conn, order_id, ref)
-            record, doc = finished_call(old, n, ref, outcome=outcome, result=result,
-                                        error=error, ended_at=ended_at)
-            conn.execute(
-                "UPDATE calls SET doc = ? WHERE order_id = ? AND n = ?", (doc, order_id, n)
-            )
-            return record
+            row = conn.execute(
+                f"UPDATE calls SET doc = json_set(json_remove(doc, '$.result', '$.error'), {sets})"
+                " WHERE order_id = :order_id AND n = :n"
+                " AND json_extract(doc, '$.tool') = :tool"
+                " AND json_extract(doc, '$.outcome') = 'pending' RETURNING doc", params,
+            ).fetchone()
+            if row is None:
+                _, old = self._call_data(conn, order_id, ref)  # NotFound when there is none
+                raise outcome_conflict(order_id, ref, old["outcome"])
+            return read_call(row[0])
 
     def calls(self, order_id: str, *, attempt: int | None = None) -> list[CallRecord]:
         """The order's call records by N."""
@@ -836,3 +847,48 @@ class SQLiteStore:
                 "SELECT principal FROM tokens WHERE token_hash = ?", (token_hash,)
             ).fetchone()
         return None if row is None else str(row[0])
+
+
+class _WriteTransaction:
+    """``BEGIN IMMEDIATE`` on a pooled connection; COMMIT on success, ROLLBACK on error.
+
+    A class rather than a generator-based context manager: the gateway opens two of these
+    per tool call, and this costs about half as much.
+    """
+
+    __slots__ = ("_conn", "_durable", "_store")
+
+    def __init__(self, store: SQLiteStore, durable: bool) -> None:
+        self._store = store
+        self._durable = durable
+        self._conn: sqlite3.Connection | None = None
+
+    def __enter__(self) -> sqlite3.Connection:
+        store = self._store
+        conn = store._take(self._durable)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            store._give_back(conn, self._durable)
+            raise Conflict(
+                f"the desk {store.path} stayed busy for {store._timeout:g} s ({exc}); "
+                "nothing was written, retry"
+            ) from None
+        except BaseException:
+            store._give_back(conn, self._durable)
+            raise
+        self._conn = conn
+        return conn
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        conn = self._conn
+        assert conn is not None
+        try:
+            if exc_type is not None:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            else:
+                conn.execute("COMMIT")
+        finally:
+            self._store._give_back(conn, self._durable)

@@ -183,7 +183,9 @@ class _Amounts(_Model):
 
     def units(self) -> dict[str, float]:
         """The units that are set, with their values."""
-        return {k: v for k, v in self.model_dump(exclude_none=True).items()}
+        units = {"usd": self.usd, "tokens": self.tokens, "tool_calls": self.tool_calls,
+                 "seconds": self.seconds}
+        return {k: v for k, v in units.items() if v is not None}
 
 
 class Budget(_Amounts):

@@ -210,6 +210,7 @@ class Gateway:
         self._jwks = jwks
         self._clock: Clock = clock or _utc_now
         self._tools: dict[str, types.Tool] = {}
+        self._known_facts: dict[str, tuple[types.Tool | None, tuple[float, bool, bool | None]]] = {}
         self._table = NameTable((), reserved=WORKER_TOOL_NAMES)
         self._order: WorkOrder | None = None
         self.desk = Desk(store, clock=self._clock)
@@ -286,14 +287,21 @@ class Gateway:
         return self._table
 
     def _facts(self, canonical: str) -> tuple[float, bool, bool | None]:
-        """``(usd, operator hold, readOnlyHint)`` of one upstream tool."""
+        """``(usd, operator hold, readOnlyHint)`` of one upstream tool.
+
+        Kept per tool until the upstream lists that tool anew (after a restart)."""
+        tool = self._tools.get(canonical)
+        known = self._known_facts.get(canonical)
+        if known is not None and known[0] is tool:
+            return known[1]
         server, bare = split_canonical(canonical)
         config = self.config.servers.get(server)
         usd = config.cost_of(bare) if config is not None else 0.0
         hold = config.holds(bare) if config is not None else False
-        tool = self._tools.get(canonical)
         read_only = tool.annotations.read_only_hint if tool and tool.annotations else None
-        return usd, hold, read_only
+        facts = (usd, hold, read_only)
+        self._known_facts[canonical] = (tool, facts)
+        return facts
 
     # ------------------------------------------------------------------ authority
 

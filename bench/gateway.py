@@ -11,8 +11,9 @@ example outbox server, and a client calls its read-only ``get_note`` tool:
   is checked against the order, reserved against the budget, recorded, and forwarded.
 
 For each it measures the median and p99 latency of sequential calls, then calls per
-second with ``--callers`` concurrent callers. The three run side by side and are called
-in turns, a block of calls at a time, so background load on the machine hits them alike.
+second with ``--callers`` concurrent callers. The three run side by side and take turns (one
+call at a time, then short bursts under load), so background load on the machine hits them
+alike.
 The ratio line compares the gateway with the bare proxy (target: within 1.25x).
 """
 
@@ -35,7 +36,8 @@ from mcp import Client, StdioServerParameters
 ROOT = Path(__file__).resolve().parents[1]
 OUTBOX_SERVER = ROOT / "examples" / "outbox_server.py"
 TARGET_RATIO = 1.25
-ROUNDS = 4
+BURST = 2
+"""Calls per concurrent caller in one turn of the concurrent phase."""
 
 
 @dataclass(frozen=True)
@@ -62,11 +64,10 @@ class _Target:
         if result.is_error:
             raise RuntimeError(f"{self.name}: {self.tool} failed: {result.content}")
 
-    async def sequential(self, calls: int) -> None:
-        for _ in range(calls):
-            start = time.perf_counter()
-            await self.once()
-            self.samples.append(time.perf_counter() - start)
+    async def timed(self) -> None:
+        start = time.perf_counter()
+        await self.once()
+        self.samples.append(time.perf_counter() - start)
 
     async def concurrent(self, callers: int, per_caller: int) -> None:
         async def caller() -> None:
@@ -90,8 +91,9 @@ async def measure(targets: list[tuple[str, StdioServerParameters, str]], *, call
                   callers: int, per_caller: int) -> list[Figures]:
     """Sequential latency, then throughput with ``callers`` concurrent callers, per target.
 
-    All targets run at once but are called in turns, a block at a time, so a change in
-    the machine's background load affects them alike.
+    All targets run at once and take turns, so a change in the machine's background load
+    hits them alike: sequential calls alternate one call at a time (the order rotating),
+    and the concurrent phase alternates short bursts of ``callers`` x ``BURST`` calls.
     """
     async with AsyncExitStack() as stack:
         running: list[_Target] = []
@@ -101,12 +103,12 @@ async def measure(targets: list[tuple[str, StdioServerParameters, str]], *, call
         for target in running:  # warm up imports, caches and the store
             for _ in range(max(calls // 10, 5)):
                 await target.once()
-        for _ in range(ROUNDS):
-            for target in running:
-                await target.sequential(max(calls // ROUNDS, 1))
-        for _ in range(ROUNDS):
-            for target in running:
-                await target.concurrent(callers, max(per_caller // ROUNDS, 1))
+        for i in range(calls):
+            for target in running[i % len(running):] + running[:i % len(running)]:
+                await target.timed()
+        for i in range(max(per_caller // BURST, 1)):
+            for target in running[i % len(running):] + running[:i % len(running)]:
+                await target.concurrent(callers, BURST)
         return [target.figures() for target in running]
 
 

@@ -28,6 +28,7 @@ from awl._store import (
     Revocation,
     Scope,
     Settlement,
+    TokenRecord,
     Usage,
 )
 from awl._track import TrackRow
@@ -334,7 +335,7 @@ class MemoryStore:
         self._orders: dict[str, _Order] = {}
         self._locks: dict[str, LockInfo] = {}
         self._revoked: dict[str, Revocation] = {}
-        self._tokens: dict[str, str] = {}
+        self._tokens: dict[str, TokenRecord] = {}
         self._passes: dict[str, PassRecord] = {}
 
     def _get(self, order_id: str) -> _Order:
@@ -592,12 +593,23 @@ class MemoryStore:
     def save_token(self, token_hash: str, principal: str, *, created_at: str) -> None:
         """Remember a desk access token by its hash."""
         with self._lock:
-            self._tokens[token_hash] = principal
+            self._tokens[token_hash] = TokenRecord(token_hash, principal, created_at)
 
     def principal_for(self, token_hash: str) -> str | None:
         """The principal a token hash was issued to."""
         with self._lock:
-            return self._tokens.get(token_hash)
+            found = self._tokens.get(token_hash)
+            return None if found is None else found.principal
+
+    def tokens(self) -> list[TokenRecord]:
+        """Every desk access token (by hash), oldest first."""
+        with self._lock:
+            return list(self._tokens.values())
+
+    def drop_token(self, token_hash: str) -> bool:
+        """Forget a token; False if there was no such token."""
+        with self._lock:
+            return self._tokens.pop(token_hash, None) is not None
 
     def close(self) -> None:
         """Nothing to release; present for the interface."""

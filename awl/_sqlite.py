@@ -70,6 +70,7 @@ from awl._store import (
     Revocation,
     Scope,
     Settlement,
+    TokenRecord,
     Usage,
 )
 from awl._track import TrackRow
@@ -847,6 +848,20 @@ class SQLiteStore:
                 "SELECT principal FROM tokens WHERE token_hash = ?", (token_hash,)
             ).fetchone()
         return None if row is None else str(row[0])
+
+    def tokens(self) -> list[TokenRecord]:
+        """Every desk access token (by hash), oldest first."""
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT token_hash, principal, created_at FROM tokens ORDER BY rowid"
+            ).fetchall()
+        return [TokenRecord(str(h), str(p), str(at)) for h, p, at in rows]
+
+    def drop_token(self, token_hash: str) -> bool:
+        """Forget a token; False if there was no such token."""
+        with self._write() as conn:
+            gone = conn.execute("DELETE FROM tokens WHERE token_hash = ?", (token_hash,))
+            return gone.rowcount > 0
 
 
 class _WriteTransaction:

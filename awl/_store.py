@@ -98,6 +98,15 @@ class PassRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenRecord:
+    """A desk access token as the desk keeps it: its hash, never the token."""
+
+    token_hash: str
+    principal: str
+    created_at: str
+
+
+@dataclass(frozen=True, slots=True)
 class Revocation:
     """Why and when a pass was revoked (the first revocation of its jti)."""
 
@@ -310,6 +319,14 @@ class Store(Protocol):
 
     def principal_for(self, token_hash: str) -> str | None:
         """The principal a token hash was issued to."""
+        ...
+
+    def tokens(self) -> list[TokenRecord]:
+        """Every desk access token (by hash), oldest first."""
+        ...
+
+    def drop_token(self, token_hash: str) -> bool:
+        """Forget a token, so it no longer authenticates; False if there was no such token."""
         ...
 
     def close(self) -> None:

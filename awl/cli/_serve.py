@@ -43,10 +43,22 @@ def register(subparsers: Any) -> None:
     sub = token.add_subparsers(dest="token_command", metavar="SUBCOMMAND", required=True)
     issue = sub.add_parser("issue", help="issue a new token for a principal and print it once")
     issue.add_argument("principal", metavar="PRINCIPAL", help="who the token acts as")
-    issue.add_argument("--home", metavar="DIR",
-                       help="the desk's home folder (default: $AWL_HOME, else ./.awl)")
-    issue.add_argument("--json", action="store_true", help="print JSON")
-    issue.set_defaults(func=_issue_token)
+    listing = sub.add_parser("list", help="list the desk's tokens (id, principal, issued; "
+                                          "never the tokens)")
+    revoke = sub.add_parser("revoke", help="revoke tokens: by id, by the token itself, or all "
+                                           "of a principal's")
+    which = revoke.add_mutually_exclusive_group(required=True)
+    which.add_argument("id", nargs="?", metavar="ID",
+                       help="the token's id from `awl token list` (6 or more of its digits)")
+    which.add_argument("--token", metavar="TOKEN", help="the token itself")
+    which.add_argument("--principal", metavar="PRINCIPAL",
+                       help="revoke every token of this principal")
+    for command, func in ((issue, _issue_token), (listing, _list_tokens),
+                          (revoke, _revoke_tokens)):
+        command.add_argument("--home", metavar="DIR",
+                             help="the desk's home folder (default: $AWL_HOME, else ./.awl)")
+        command.add_argument("--json", action="store_true", help="print JSON")
+        command.set_defaults(func=func)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -99,7 +111,7 @@ class _Announce:
 
 def _issue_token(args: argparse.Namespace) -> int:
     from awl._home import default_store, home_dir
-    from awl.server import issue_token
+    from awl.server import issue_token, token_hash, token_id
 
     store = default_store(home_dir(args.home))
     try:
@@ -110,6 +122,49 @@ def _issue_token(args: argparse.Namespace) -> int:
         print(json.dumps({"principal": args.principal, "token": token}))
     else:
         print(token)
-    print(f"awl token: issued for {args.principal}; the desk keeps only its hash, so store "
-          "it now", file=sys.stderr)
+    print(f"awl token: issued for {args.principal} (id {token_id(token_hash(token))}); the "
+          "desk keeps only its hash, so store it now", file=sys.stderr)
+    return 0
+
+
+def _token_rows(records: list[Any]) -> list[dict[str, str]]:
+    from awl.server import token_id
+
+    return [{"id": token_id(t.token_hash), "principal": t.principal, "issued": t.created_at}
+            for t in records]
+
+
+def _list_tokens(args: argparse.Namespace) -> int:
+    from awl._home import default_store, home_dir
+
+    store = default_store(home_dir(args.home))
+    try:
+        rows = _token_rows(store.tokens())
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps(rows))
+    elif not rows:
+        print("no desk tokens (issue one with `awl token issue PRINCIPAL`)")
+    else:
+        for row in rows:
+            print(f"{row['id']}  {row['issued']}  {row['principal']}")
+    return 0
+
+
+def _revoke_tokens(args: argparse.Namespace) -> int:
+    from awl._home import default_store, home_dir
+    from awl.server import revoke_tokens
+
+    store = default_store(home_dir(args.home))
+    try:
+        rows = _token_rows(revoke_tokens(store, token_id_=args.id, token=args.token,
+                                         principal=args.principal))
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        for row in rows:
+            print(f"revoked {row['id']}  {row['issued']}  {row['principal']}")
     return 0

@@ -19,7 +19,14 @@ from awl.server._server import (
     serve_stdio,
     tool_error,
 )
-from awl.server._tokens import TOKEN_PREFIX, issue_token, principal_for_token, token_hash
+from awl.server._tokens import (
+    TOKEN_PREFIX,
+    issue_token,
+    principal_for_token,
+    revoke_tokens,
+    token_hash,
+    token_id,
+)
 from awl.server._tools import INSTRUCTIONS, TOOL_NAMES, TOOLS, ToolSpec
 from awl.server._transport import (
     MCP_PATH,
@@ -51,9 +58,11 @@ __all__ = [
     "issue_token",
     "parse_address",
     "principal_for_token",
+    "revoke_tokens",
     "serve_desk_http",
     "serve_http",
     "serve_stdio",
     "token_hash",
+    "token_id",
     "tool_error",
 ]

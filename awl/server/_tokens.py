@@ -16,16 +16,18 @@ import hashlib
 import secrets
 from datetime import UTC, datetime
 
-from awl._errors import BadRequest
-from awl._store import Store
+from awl._errors import BadRequest, NotFound
+from awl._store import Store, TokenRecord
 
 __all__ = ["TOKEN_PREFIX", "check_principal", "issue_token", "principal_for_token",
-           "token_hash"]
+           "revoke_tokens", "token_hash", "token_id"]
 
 TOKEN_PREFIX = "awl_"
 """Every desk token starts with this, so one found in a log or a config is recognisable."""
 
 _MAX_TOKEN = 512
+_ID_LENGTH = 12
+_MIN_ID = 6
 
 
 def token_hash(token: str) -> str:
@@ -72,3 +74,47 @@ def principal_for_token(store: Store, token: str | None) -> str | None:
     if not token or len(token) > _MAX_TOKEN or not token.startswith(TOKEN_PREFIX):
         return None
     return store.principal_for(token_hash(token))
+
+
+def token_id(token_hash_: str) -> str:
+    """A token's short public id: the first 12 hex digits of its hash (SEC-6).
+
+    It names the token in listings and revocations without revealing anything that
+    authenticates."""
+    return token_hash_.removeprefix("sha256:")[:_ID_LENGTH]
+
+
+def revoke_tokens(store: Store, *, token_id_: str | None = None, token: str | None = None,
+                  principal: str | None = None) -> list[TokenRecord]:
+    """Revoke desk tokens: the one with this id (or a unique start of it, 6 digits or more),
+    the one given itself, or every token of ``principal``. Returns what was revoked.
+
+    Raises:
+        BadRequest: Not exactly one of the three was given, or the id is too short or
+            matches several tokens.
+        NotFound: Nothing matches.
+    """
+    if sum(x is not None for x in (token_id_, token, principal)) != 1:
+        raise BadRequest("name the tokens to revoke by exactly one of: id, token, principal")
+    known = store.tokens()
+    if token is not None:
+        wanted = token_hash(token)
+        chosen = [t for t in known if t.token_hash == wanted]
+        missing = "the desk does not know that token (was it revoked already?)"
+    elif principal is not None:
+        chosen = [t for t in known if t.principal == principal]
+        missing = f"{principal} has no desk token; `awl token list` shows the desk's tokens"
+    else:
+        assert token_id_ is not None
+        prefix = token_id_.strip().lower()
+        if len(prefix) < _MIN_ID:
+            raise BadRequest(f"a token id has {_ID_LENGTH} hex digits; give at least "
+                             f"{_MIN_ID} of them (`awl token list` shows them)")
+        chosen = [t for t in known if token_id(t.token_hash).startswith(prefix)]
+        if len(chosen) > 1:
+            raise BadRequest(f"{token_id_!r} starts the ids of {len(chosen)} tokens; give more "
+                             "digits")
+        missing = f"no desk token has id {token_id_!r}; `awl token list` shows them"
+    if not chosen:
+        raise NotFound(missing)
+    return [t for t in chosen if store.drop_token(t.token_hash)]

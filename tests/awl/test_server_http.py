@@ -4,6 +4,7 @@ loopback only, tokens kept as hashes."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -24,7 +25,14 @@ from mcp.client.streamable_http import streamable_http_client
 from awl._errors import BadRequest
 from awl._sqlite import SQLiteStore
 from awl.cli import main
-from awl.server import DeskServer, issue_token, serve_desk_http, token_hash
+from awl.server import (
+    DeskServer,
+    issue_token,
+    revoke_tokens,
+    serve_desk_http,
+    token_hash,
+    token_id,
+)
 from tests.awl.server_support import (
     MANAGER,
     MODES,
@@ -122,6 +130,75 @@ async def test_requests_without_a_desk_token_or_from_a_foreign_host_are_refused(
                 with pytest.raises(Exception):  # noqa: B017 - the SDK's own error types
                     async with connect(url, "awl_forged", "legacy"):
                         pass
+    finally:
+        store.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.spec("SEC-6")
+async def test_a_revoked_token_is_refused_from_the_next_request_on(tmp_path: Path) -> None:
+    """A token revoked while the desk serves gets 401 on its next request; others still
+    work."""
+    store = SQLiteStore(tmp_path / "desk.sqlite3")
+    token, other = issue_token(store, MANAGER), issue_token(store, WORKER)
+    try:
+        with anyio.fail_after(30):
+            async with desk_over_http(store) as url, httpx2.AsyncClient(timeout=10) as http:
+                def headers(t: str) -> dict[str, str]:
+                    return {**_HEADERS, "Authorization": f"Bearer {t}"}
+
+                assert (await http.post(url, json=_INITIALIZE, headers=headers(token))
+                        ).status_code == 200
+                assert [t.principal for t in revoke_tokens(store, token=token)] == [MANAGER]
+                answer = await http.post(url, json=_INITIALIZE, headers=headers(token))
+                assert answer.status_code == 401
+                assert answer.json()["error"] == "invalid_token"
+                assert (await http.post(url, json=_INITIALIZE, headers=headers(other))
+                        ).status_code == 200
+    finally:
+        store.close()
+
+
+@pytest.mark.spec("SEC-6")
+def test_awl_token_lists_and_revokes_tokens_by_id_token_or_principal(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`awl token list` shows id, issue time and principal, never a token; `awl token revoke`
+    takes an id (or 6+ of its digits), the token itself, or a principal; mistakes are one
+    line each."""
+    home = str(tmp_path / "home")
+    tokens = {}
+    for who in (MANAGER, WORKER, WORKER):
+        assert main(["token", "issue", who, "--home", home]) == 0
+        out, err = capsys.readouterr()
+        tokens[out.strip()] = who
+    assert main(["token", "list", "--home", home, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [row["principal"] for row in listed] == [MANAGER, WORKER, WORKER]
+    ids = [row["id"] for row in listed]
+    assert all(len(i) == 12 and int(i, 16) >= 0 for i in ids)
+    by_token = {token_id(token_hash(t)): t for t in tokens}
+    assert set(by_token) == set(ids)
+    assert main(["token", "list", "--home", home]) == 0
+    text = capsys.readouterr().out
+    assert all(i in text for i in ids) and not any(t in text for t in tokens)
+
+    assert main(["token", "revoke", ids[0][:6], "--home", home]) == 0
+    assert MANAGER in capsys.readouterr().out
+    for bad, words in ((["abc"], "at least 6"), ([ids[0]], "no desk token has id"),
+                       (["--token", by_token[ids[0]]], "revoked already"),
+                       (["--principal", "human:nobody"], "has no desk token")):
+        assert main(["token", "revoke", *bad, "--home", home]) == 1
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and words in err, (bad, err)
+    assert main(["token", "revoke", "--token", by_token[ids[1]], "--home", home, "--json"]) == 0
+    assert [row["id"] for row in json.loads(capsys.readouterr().out)] == [ids[1]]
+    assert main(["token", "revoke", "--principal", WORKER, "--home", home]) == 0
+    assert ids[2] in capsys.readouterr().out
+    assert main(["token", "list", "--home", home]) == 0
+    assert "no desk tokens" in capsys.readouterr().out
+    store = SQLiteStore(tmp_path / "home" / "desk.sqlite3")
+    try:
+        assert all(store.principal_for(token_hash(t)) is None for t in tokens)
     finally:
         store.close()
 

@@ -12,7 +12,15 @@ import pytest
 from awl._errors import BadRequest, Conflict, NotFound
 from awl._memory import MemoryStore
 from awl._models import Event, Review, WorkOrder, WorkReport
-from awl._store import LockInfo, PassRecord, Revocation, Scope, Settlement, Store
+from awl._store import (
+    LockInfo,
+    PassRecord,
+    Revocation,
+    Scope,
+    Settlement,
+    Store,
+    TokenRecord,
+)
 
 T0 = "2030-01-01T00:00:00Z"
 
@@ -532,6 +540,22 @@ def test_revocations_and_tokens(store: Store) -> None:
     assert store.principal_for("h") is None
     store.save_token("h", "human:m", created_at=T0)
     assert store.principal_for("h") == "human:m"
+
+
+@pytest.mark.spec("SEC-6")
+def test_tokens_are_listed_oldest_first_and_dropped(store: Store) -> None:
+    """Tokens list by hash in the order first saved (a re-save updates in place); a dropped
+    token no longer names anyone, and dropping it again says there was none."""
+    assert store.tokens() == []
+    store.save_token("h1", "human:m", created_at=T0)
+    store.save_token("h2", "agent:w", created_at="2030-01-01T00:00:01Z")
+    store.save_token("h1", "human:n", created_at="2030-01-01T00:00:02Z")
+    assert store.tokens() == [TokenRecord("h1", "human:n", "2030-01-01T00:00:02Z"),
+                              TokenRecord("h2", "agent:w", "2030-01-01T00:00:01Z")]
+    assert store.drop_token("h1") is True
+    assert store.drop_token("h1") is False
+    assert store.principal_for("h1") is None and store.principal_for("h2") == "agent:w"
+    assert [t.token_hash for t in store.tokens()] == ["h2"]
 
 
 def test_passes_are_kept_per_order(store: Store) -> None:

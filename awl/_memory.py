@@ -391,14 +391,6 @@ class MemoryStore:
             events = self._get(order_id).events[max(after, 0):]
         return events if limit is None else events[:limit]
 
-    def events_at(self, order_ids: Sequence[str], seq: int) -> dict[str, Event]:
-        """The event numbered ``seq`` of each listed order that has one."""
-        with self._lock:
-            return {
-                oid: found.events[seq - 1] for oid in order_ids
-                if (found := self._orders.get(oid)) is not None and 1 <= seq <= len(found.events)
-            }
-
     def track_rows(self, worker: str) -> list[TrackRow]:
         """One track row per order addressed to ``worker``, newest first."""
         with self._lock:

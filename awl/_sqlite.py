@@ -497,21 +497,6 @@ class SQLiteStore:
             return []
         return [Event.model_validate_json(doc) for (doc,) in rows if doc is not None]
 
-    def events_at(self, order_ids: Sequence[str], seq: int) -> dict[str, Event]:
-        """The event numbered ``seq`` of each listed order that has one."""
-        ids = list(dict.fromkeys(order_ids))
-        found: dict[str, Event] = {}
-        with self._read() as conn:
-            # Chunks keep each statement under SQLite's bound-parameter limit.
-            for start in range(0, len(ids), 500):
-                chunk = ids[start:start + 500]
-                for oid, doc in conn.execute(
-                    f"SELECT order_id, doc FROM events WHERE seq = ? AND order_id IN"
-                    f" ({','.join('?' * len(chunk))})", (seq, *chunk),
-                ):
-                    found[oid] = Event.model_validate_json(doc)
-        return found
-
     def track_rows(self, worker: str) -> list[TrackRow]:
         """One track row per order addressed to ``worker``, newest first, in one query.
 

@@ -161,13 +161,6 @@ class Store(Protocol):
         """Events with seq > ``after``, in order (at most ``limit``). NotFound if absent."""
         ...
 
-    def events_at(self, order_ids: Sequence[str], seq: int) -> dict[str, Event]:
-        """The event numbered ``seq`` of each listed order, by order id, in one read.
-
-        For bulk reads such as track records (the accept event of many orders); orders that
-        are absent or have fewer events are left out."""
-        ...
-
     def track_rows(self, worker: str) -> list[TrackRow]:
         """One :class:`awl._track.TrackRow` per order addressed to ``worker``, newest first.
 

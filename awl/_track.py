@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +38,7 @@ from awl._models import Event, parse_time
 from awl._store import OrderRecord, Store
 
 __all__ = ["OUTCOMES", "TrackRecord", "TrackRow", "UnitSpend", "outcome_of", "summarize",
-           "track_record", "track_rows"]
+           "track_record"]
 
 OUTCOMES = ("approved_first_time", "approved_after_rework", "failed", "expired",
             "cancelled", "declined", "active")
@@ -151,22 +151,9 @@ def outcome_of(row: TrackRow | OrderRecord) -> str:
     return "active"
 
 
-def track_rows(store: Store, worker: str) -> list[TrackRow]:
-    """The worker's rows: from the store's own bulk read when it has one (``track_rows``),
-    else from two reads: the worker's orders (one filtered listing on the worker index) and
-    the accept events of the approved ones (:meth:`Store.events_at`; an accept is always
-    seq 2, accepting being the only way out of ``offered`` that leads anywhere)."""
-    bulk: Callable[[str], list[TrackRow]] | None = getattr(store, "track_rows", None)
-    if bulk is not None:
-        return bulk(worker)
-    records = store.list_orders(worker=worker, limit=None)
-    accepts = store.events_at([r.order.id for r in records if r.state == "approved"], 2)
-    return [TrackRow.of(r, accepts.get(r.order.id)) for r in records]
-
-
 def track_record(store: Store, worker: str) -> TrackRecord:
     """The track record of ``worker`` from every order addressed to it."""
-    return summarize(worker, track_rows(store, worker))
+    return summarize(worker, store.track_rows(worker))
 
 
 def summarize(worker: str, rows: Iterable[TrackRow]) -> TrackRecord:

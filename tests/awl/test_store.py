@@ -204,18 +204,6 @@ def test_list_orders_filters_newest_first(store: Store) -> None:
     assert store.list_orders(state="accepted")[0].seq == 2
 
 
-def test_events_at_reads_one_event_of_many_orders(store: Store) -> None:
-    """events_at returns the event with that seq of each order that has one."""
-    for oid in ("a", "b", "c"):
-        create(store, oid)
-    store.append("a", ev(2, "accept", "offered", "accepted"), state="accepted")
-    store.append("c", ev(2, "decline", "offered", "declined"), state="declined")
-    got = store.events_at(["a", "b", "c", "nope", "a"], 2)
-    assert {k: v.action for k, v in got.items()} == {"a": "accept", "c": "decline"}
-    assert store.events_at([], 2) == {}
-    assert set(store.events_at([f"x{i}" for i in range(1200)] + ["b"], 1)) == {"b"}
-
-
 def test_track_rows_match_the_full_records(store: Store) -> None:
     """track_rows gives, in bulk, exactly the rows built from full records and seq 2."""
     from awl._track import TrackRow
@@ -238,8 +226,8 @@ def test_track_rows_match_the_full_records(store: Store) -> None:
     store.append("b", ev(2, "decline", "offered", "declined"), state="declined")
     got = store.track_rows("agent:x")
     records = store.list_orders(worker="agent:x", limit=None)
-    seconds = store.events_at([r.order.id for r in records], 2)
-    assert got == [TrackRow.of(r, seconds.get(r.order.id)) for r in records]
+    seconds = {r.order.id: store.events(r.order.id, after=1, limit=1) for r in records}
+    assert got == [TrackRow.of(r, next(iter(seconds[r.order.id]), None)) for r in records]
     assert [r.order_id for r in got] == ["c", "b", "a"]
     assert (got[2].reworks, got[2].accepted_at, got[2].approved_at, got[2].cost) == (
         1, "2030-01-01T00:00:01Z", "2030-01-01T00:02:00Z", {"tool_calls": 1})

@@ -10,7 +10,7 @@ from desk_support import MANAGER, WORKER, Clock, open_store, order_fields, repor
 
 from awl._desk import Desk
 from awl._store import Store
-from awl._track import OUTCOMES, TrackRow, outcome_of, track_record, track_rows
+from awl._track import OUTCOMES, outcome_of, track_record
 
 
 @pytest.fixture
@@ -103,28 +103,3 @@ def test_the_record_reads_only_the_worker_s_orders(tmp_path: Path) -> None:
         assert outcome_of(store.load(mine.id)) == "active"
     finally:
         store.close()
-
-
-class BulkStore:
-    """A store that serves track rows itself, counting how often it is asked."""
-
-    def __init__(self, inner: Store) -> None:
-        self.inner = inner
-        self.asked = 0
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.inner, name)
-
-    def track_rows(self, worker: str) -> list[TrackRow]:
-        self.asked += 1
-        return track_rows(self.inner, worker)
-
-
-def test_a_store_s_own_bulk_read_is_used_when_it_has_one(desk: Desk, clock: Clock) -> None:
-    """A store offering track_rows serves the record, and the result is the same."""
-    _approved(desk, clock, reworks=1, minutes=5, usd=2)
-    bulk = BulkStore(desk.store)
-    record = track_record(bulk, WORKER)  # type: ignore[arg-type]
-    assert bulk.asked == 1
-    assert record == desk.track(WORKER)
-    assert record.approved_after_rework == 1

@@ -17,7 +17,7 @@ from typing import Any, cast, get_args
 from pydantic import ValidationError
 
 from awl._errors import BadRequest, Conflict, NotFound
-from awl._models import CallRecord, Event, Review, WorkOrder, WorkReport, parse_time
+from awl._models import CALL_ENDING, CallRecord, Event, Review, WorkOrder, WorkReport, parse_time
 from awl._patterns import make_ref, parse_ref
 from awl._store import (
     EffectState,
@@ -196,10 +196,23 @@ def make_call(fields: dict[str, Any], n: int) -> CallRecord:
     return stored_call(fields, n)[0]
 
 
-def check_final(outcome: str) -> None:
-    """BadRequest unless ``outcome`` may end a call (anything but ``pending``)."""
+def check_ending(outcome: str, result: dict[str, Any] | None, error: str | None,
+                 ended_at: str) -> None:
+    """BadRequest unless these fields may end a call: a final outcome (not ``pending``), and
+    each field valid as CallRecord has it (None meaning absent)."""
     if outcome == "pending":
         raise BadRequest("finish_call sets a final outcome; 'pending' is not one")
+    fields: dict[str, Any] = {"outcome": outcome, "ended_at": ended_at}
+    if result is not None:
+        fields["result"] = result
+    if error is not None:
+        fields["error"] = error
+    try:
+        CALL_ENDING.model_validate(fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = "/".join(str(p) for p in first["loc"])
+        raise BadRequest(f"not a valid call ending: {where}: {first['msg']}") from None
 
 
 def outcome_conflict(order_id: str, ref: str, outcome: str) -> Conflict:
@@ -234,9 +247,9 @@ def finished_call(old: dict[str, Any], n: int, ref: str, *, outcome: str,
                   ended_at: str) -> tuple[CallRecord, str]:
     """The record with its outcome set, and its JSON text; Conflict when it was set already.
 
-    ``old`` is the stored record's JSON data, ``n`` its number.
+    ``old`` is the stored record's JSON data, ``n`` its number; the new fields were checked
+    with :func:`check_ending`.
     """
-    check_final(outcome)
     if old["outcome"] != "pending":
         raise outcome_conflict(old["order_id"], ref, old["outcome"])
     fields = {**old, "outcome": outcome, "result": result, "error": error,
@@ -470,15 +483,15 @@ class MemoryStore:
     def finish_call(
         self, order_id: str, ref: str, *, outcome: str, result: dict[str, Any] | None,
         error: str | None, ended_at: str,
-    ) -> CallRecord:
+    ) -> None:
         """Set the outcome of a reserved call."""
+        check_ending(outcome, result, error, ended_at)
         with self._lock:
             n, call = self._call(order_id, ref)
             call.record, _ = finished_call(
                 call.record.to_json(), n, ref, outcome=outcome, result=result, error=error,
                 ended_at=ended_at,
             )
-            return call.record
 
     def _call(self, order_id: str, ref: str) -> tuple[int, _Call]:
         n, tool = call_number(order_id, ref)

@@ -21,6 +21,7 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     StrictStr,
+    create_model,
     model_validator,
 )
 
@@ -435,6 +436,15 @@ class CallRecord(_Frozen):
     error: Annotated[StrictStr | None, NotNull] = None
     started_at: Timestamp
     ended_at: Timestamp
+
+
+_ENDING: dict[str, Any] = {
+    name: (CallRecord.model_fields[name].annotation, CallRecord.model_fields[name])
+    for name in ("outcome", "result", "error", "ended_at")
+}
+CALL_ENDING: type[BaseModel] = create_model("CallEnding", __base__=_Frozen, **_ENDING)
+"""The fields that end a call (outcome, result, error, ended_at), checked by CallRecord's own
+rules: a store validates them before it sets them on a stored record."""
 
 
 class Event(_Model):

@@ -41,7 +41,7 @@ from awl._errors import AWLError, Conflict
 from awl._memory import (
     call_not_found,
     call_number,
-    check_final,
+    check_ending,
     check_first_event,
     check_takeover,
     dump_json,
@@ -53,7 +53,6 @@ from awl._memory import (
     order_exists_conflict,
     order_not_found,
     outcome_conflict,
-    read_call,
     record_order_id,
     seq_conflict,
     stale_order,
@@ -328,6 +327,11 @@ class SQLiteStore:
             yield conn
         finally:
             self._give_back(conn, durable)
+
+    def _busy(self, exc: sqlite3.OperationalError) -> Conflict:
+        """The Conflict for a write that waited its whole timeout for another writer."""
+        return Conflict(f"the desk {self.path} stayed busy for {self._timeout:g} s ({exc}); "
+                        "nothing was written, retry")
 
     def _write(self, *, durable: bool = True) -> _WriteTransaction:
         """One write transaction (``with store._write() as conn:``); ``durable=False`` skips
@@ -662,13 +666,13 @@ class SQLiteStore:
     def finish_call(
         self, order_id: str, ref: str, *, outcome: str, result: dict[str, Any] | None,
         error: str | None, ended_at: str,
-    ) -> CallRecord:
+    ) -> None:
         """Set the outcome of a reserved call."""
-        check_final(outcome)
+        check_ending(outcome, result, error, ended_at)
         n, tool = call_number(order_id, ref)
-        # The stored record was validated when it was written: SQLite sets the new fields
-        # in its JSON text (unset ones removed) only while the call is still pending, and
-        # the record that comes back is validated as a whole before the change commits.
+        # The stored record was valid when written and the new fields are checked above, so
+        # SQLite sets them in the record's JSON text (unset ones removed), only while the
+        # call is still pending, in one statement: its own write transaction.
         params: dict[str, Any] = {"order_id": order_id, "n": n, "tool": tool,
                                   "outcome": outcome, "ended_at": ended_at}
         sets = "'$.outcome', :outcome, '$.ended_at', :ended_at"
@@ -678,17 +682,24 @@ class SQLiteStore:
         if error is not None:
             params["error"] = error
             sets += ", '$.error', :error"
-        with self._write(durable=False) as conn:
-            row = conn.execute(
+        conn = self._take(False)
+        try:
+            changed = conn.execute(
                 f"UPDATE calls SET doc = json_set(json_remove(doc, '$.result', '$.error'), {sets})"
                 " WHERE order_id = :order_id AND n = :n"
                 " AND json_extract(doc, '$.tool') = :tool"
-                " AND json_extract(doc, '$.outcome') = 'pending' RETURNING doc", params,
-            ).fetchone()
-            if row is None:
-                _, old = self._call_data(conn, order_id, ref)  # NotFound when there is none
-                raise outcome_conflict(order_id, ref, old["outcome"])
-            return read_call(row[0])
+                " AND json_extract(doc, '$.outcome') = 'pending'", params,
+            ).rowcount
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                raise
+            raise self._busy(exc) from None
+        finally:
+            self._give_back(conn, False)
+        if changed == 0:
+            with self._read() as reader:
+                _, old = self._call_data(reader, order_id, ref)  # NotFound if there is none
+            raise outcome_conflict(order_id, ref, old["outcome"])
 
     def calls(self, order_id: str, *, attempt: int | None = None) -> list[CallRecord]:
         """The order's call records by N."""
@@ -870,10 +881,7 @@ class _WriteTransaction:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
             store._give_back(conn, self._durable)
-            raise Conflict(
-                f"the desk {store.path} stayed busy for {store._timeout:g} s ({exc}); "
-                "nothing was written, retry"
-            ) from None
+            raise store._busy(exc) from None
         except BaseException:
             store._give_back(conn, self._durable)
             raise

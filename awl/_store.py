@@ -226,10 +226,13 @@ class Store(Protocol):
     def finish_call(
         self, order_id: str, ref: str, *, outcome: str, result: dict[str, Any] | None,
         error: str | None, ended_at: str,
-    ) -> CallRecord:
-        """Set the outcome (not ``pending``) of a reserved call and return the record.
+    ) -> None:
+        """Set the outcome (not ``pending``) of a reserved call.
 
-        NotFound if there is no such call; Conflict if its outcome is already set."""
+        BadRequest if the fields do not end a call validly (checked first, so nothing invalid
+        is stored); NotFound if there is no such call; Conflict if its outcome is already
+        set. Returns nothing: the gateway calls this on every forwarded call, and reading
+        the finished record back would cost as much again (:meth:`calls` reads it)."""
         ...
 
     def calls(self, order_id: str, *, attempt: int | None = None) -> list[CallRecord]:

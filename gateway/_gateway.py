@@ -137,7 +137,7 @@ def attempt_of(record: OrderRecord) -> int:
 
 @dataclass(frozen=True, slots=True)
 class _Admission:
-    """What the store-side half of a call decided, and the record it wrote."""
+    """What the store-side half of a call decided, and the record it wrote (as reserved)."""
 
     decision: Decision
     record: CallRecord | None = None
@@ -602,7 +602,7 @@ class Gateway:
             structured_content={"pending": record.ref, "status": "held"},
             meta={META_REF: record.ref},
         )
-        held = self.store.finish_call(self.order_id, record.ref, outcome="held",
-                                      result=_wire(answer), error=None, ended_at=ended)
+        self.store.finish_call(self.order_id, record.ref, outcome="held",
+                               result=_wire(answer), error=None, ended_at=ended)
         self.store.set_effect(self.order_id, record.ref, expect=None, state="held", at=ended)
-        return _Admission(decision, held, answer)
+        return _Admission(decision, record, answer)

@@ -131,10 +131,10 @@ def hold_call(store: Store, order_id: str, attempt: int, tool: str,
     record = store.reserve_call(order_id, attempt=attempt, tool=tool, arguments=arguments,
                                 pass_jti=None, usd=0.0, started_at=at, scopes=())
     assert isinstance(record, CallRecord), record
-    held = store.finish_call(order_id, record.ref, outcome="held", result=None, error=None,
-                             ended_at=at)
+    store.finish_call(order_id, record.ref, outcome="held", result=None, error=None,
+                      ended_at=at)
     store.set_effect(order_id, record.ref, expect=None, state="held", at=at)
-    return held
+    return record.model_copy(update={"outcome": "held"})
 
 
 def forward_call(store: Store, order_id: str, attempt: int, tool: str,
@@ -145,5 +145,6 @@ def forward_call(store: Store, order_id: str, attempt: int, tool: str,
                                 pass_jti=None, usd=0.0, started_at=at, scopes=())
     assert isinstance(record, CallRecord), record
     result = {"content": [{"type": "text", "text": "ok"}], "isError": False}
-    return store.finish_call(order_id, record.ref, outcome="ok", result=result, error=None,
-                             ended_at=at)
+    store.finish_call(order_id, record.ref, outcome="ok", result=result, error=None,
+                      ended_at=at)
+    return record.model_copy(update={"outcome": "ok", "result": result})

@@ -57,34 +57,22 @@ def test_call_records_skip_the_fsync_and_other_writes_stay_durable(
     with SQLiteStore(tmp_path / "desk.sqlite3") as store:
         _create(store, "o1")
         seen: list[int] = []
-        real_write = store._write
+        real_take = store._take
 
-        def spy(*, durable: bool = True):  # type: ignore[no-untyped-def]
-            cm = real_write(durable=durable)
-            conn = cm.__enter__()
+        def spy(durable: bool) -> sqlite3.Connection:
+            conn = real_take(durable)
             seen.append(conn.execute("PRAGMA synchronous").fetchone()[0])
-            return _Entered(cm, conn)
+            return conn
 
-        store._write = spy  # type: ignore[method-assign]
+        store._take = spy  # type: ignore[method-assign]
         record = store.reserve_call("o1", attempt=1, tool="s/t", arguments={}, pass_jti=None,
                                     usd=0.0, started_at=T0, scopes=())
         assert not isinstance(record, str)
         store.finish_call("o1", record.ref, outcome="ok", result=None, error=None, ended_at=T0)
-        store._write = real_write  # type: ignore[method-assign]
+        store._take = real_take  # type: ignore[method-assign]
         assert seen == [1, 1]  # 1 is NORMAL
         with store._connection() as conn:
             assert conn.execute("PRAGMA synchronous").fetchone() == (2,)
-
-
-class _Entered:
-    def __init__(self, cm: object, conn: sqlite3.Connection) -> None:
-        self.cm, self.conn = cm, conn
-
-    def __enter__(self) -> sqlite3.Connection:
-        return self.conn
-
-    def __exit__(self, *exc: object) -> object:
-        return self.cm.__exit__(*exc)  # type: ignore[attr-defined]
 
 
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
@@ -213,9 +201,10 @@ def test_running_totals_agree_with_the_memory_store(tmp_path: Path) -> None:
                         "pass_jti": jti, "outcome": "refused", "error": "no",
                         "started_at": at, "ended_at": at}).ref)
                 else:
-                    got.append(store.finish_call("o1", pending[-1], outcome="ok",
-                                                 result={"k": [1]}, error=None,
-                                                 ended_at=at).to_json())
+                    store.finish_call("o1", pending[-1], outcome="ok", result={"k": [1]},
+                                      error=None, ended_at=at)
+                    got.append(next(c.to_json() for c in store.calls("o1")
+                                    if c.ref == pending[-1]))
             assert got[0] == got[1]
             if step >= 0.8 and pending:
                 pending.pop()

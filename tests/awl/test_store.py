@@ -256,10 +256,10 @@ def test_finish_call_sets_the_outcome_once(store: Store) -> None:
     """A reserved call gets one final outcome; a second one is a Conflict."""
     create(store)
     reserve(store)
-    done = store.finish_call("o1", "srv/read#1", outcome="ok", result={"r": 1}, error=None,
-                             ended_at="2030-01-01T00:00:01Z")
+    assert store.finish_call("o1", "srv/read#1", outcome="ok", result={"r": 1}, error=None,
+                             ended_at="2030-01-01T00:00:01Z") is None
+    [done] = store.calls("o1")
     assert (done.outcome, done.result, done.ended_at) == ("ok", {"r": 1}, "2030-01-01T00:00:01Z")
-    assert store.calls("o1") == [done]
     with pytest.raises(Conflict):
         store.finish_call("o1", "srv/read#1", outcome="error", result=None, error="x",
                           ended_at=T0)
@@ -273,9 +273,12 @@ def test_finish_call_sets_the_outcome_once(store: Store) -> None:
     with pytest.raises(BadRequest):
         store.finish_call("o1", "srv/read#2", outcome="pending", result=None, error=None,
                           ended_at=T0)
-    held = store.finish_call("o1", "srv/read#call-2", outcome="held", result=None,
-                             error=None, ended_at=T0)
-    assert held.ref == "srv/read#2"
+    store.finish_call("o1", "srv/read#call-2", outcome="held", result=None, error=None,
+                      ended_at=T0)
+    assert [c.outcome for c in store.calls("o1")] == ["ok", "held"]
+    with pytest.raises(BadRequest, match="error"):  # checked before anything is looked up
+        store.finish_call("o1", "srv/read#9", outcome="error", result=None,
+                          error=7, ended_at=T0)  # type: ignore[arg-type]
 
 
 def test_bad_call_records_are_refused(store: Store) -> None:

@@ -259,11 +259,11 @@ class _FailingWrites(SQLiteStore):
     fail_finish = True
     fail_refusal = True
 
-    def finish_call(self, order_id: str, ref: str, **fields: Any) -> CallRecord:
+    def finish_call(self, order_id: str, ref: str, **fields: Any) -> None:
         if self.fail_finish:
             self.fail_finish = False
             raise Conflict("the disk is full")
-        return super().finish_call(order_id, ref, **fields)
+        super().finish_call(order_id, ref, **fields)
 
     def record_call(self, record_fields: dict[str, Any]) -> CallRecord:
         if self.fail_refusal:

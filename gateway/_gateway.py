@@ -438,7 +438,10 @@ class Gateway:
             answer = _text_result(error, error=True)
         await self._finish(record, outcome, result, error)
         # The worker cites this ref as evidence; the answer is its only way to learn it.
-        return answer.model_copy(update={"meta": {**(answer.meta or {}), META_REF: record.ref}})
+        # (The answer was made for this call alone, by the upstream pool or above: setting
+        # its _meta in place saves a model copy per call.)
+        answer.meta = {**(answer.meta or {}), META_REF: record.ref}
+        return answer
 
     async def _run(self, func: Callable[..., _T], *args: Any) -> _T:
         """Run blocking store work: on the loop, or in a thread with ``offload_store``."""

@@ -210,9 +210,7 @@ def check_ending(outcome: str, result: dict[str, Any] | None, error: str | None,
     try:
         CALL_ENDING.model_validate(fields)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = "/".join(str(p) for p in first["loc"])
-        raise BadRequest(f"not a valid call ending: {where}: {first['msg']}") from None
+        raise _invalid("call ending", exc) from None
 
 
 def outcome_conflict(order_id: str, ref: str, outcome: str) -> Conflict:
@@ -237,9 +235,14 @@ def read_call(text: str) -> CallRecord:
     try:
         return CallRecord.model_validate_json(text)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = "/".join(str(p) for p in first["loc"])
-        raise BadRequest(f"not a valid call record: {where}: {first['msg']}") from None
+        raise _invalid("call record", exc) from None
+
+
+def _invalid(what: str, exc: ValidationError) -> BadRequest:
+    """The BadRequest naming the first problem pydantic found in a ``what``."""
+    first = exc.errors()[0]
+    where = "/".join(str(p) for p in first["loc"])
+    return BadRequest(f"not a valid {what}: {where}: {first['msg']}")
 
 
 def finished_call(old: dict[str, Any], n: int, ref: str, *, outcome: str,

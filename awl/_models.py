@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -106,8 +106,12 @@ REPORT_SPEC = r"^awl/work-report@[0-9]+\.[0-9]+$"
 PASS_SPEC = r"^awl/delegation-pass@[0-9]+\.[0-9]+$"
 
 
-class _Frozen(BaseModel):
-    """Frozen, no unknown fields; the base of :class:`_Model` and of :class:`CallRecord`."""
+class _Model(BaseModel):
+    """Base of every nested model: frozen, no unknown fields.
+
+    An optional field refuses an explicit null (:data:`NotNull`), as the schemas do: leave
+    the field out instead. This also keeps to_json() from ever writing such a null.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
@@ -123,30 +127,15 @@ def _not_null(value: _V) -> _V:
 
 
 NotNull = AfterValidator(_not_null)
-"""Refuses an explicit null for one optional field (an absent field is never validated)."""
+"""Refuses an explicit null for an optional field. Checked field by field, not over the whole
+input: a whole-model check makes pydantic hand every document to Python first, which costs
+as much as the validation itself. (An absent field is never validated.)"""
 
+Maybe = Annotated[_V | None, NotNull]
+"""An optional field: absent (None in Python) or a value, never an explicit JSON null."""
 
-class _Model(_Frozen):
-    """Base of every nested model: frozen, no unknown fields, no null for an optional field."""
-
-    _nullable: ClassVar[frozenset[str]] = frozenset()
-    """Fields for which JSON null is a value rather than a missing field."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_nulls(cls, data: Any) -> Any:
-        # The schemas refuse null for an optional field (leave it out instead); refusing it here
-        # too keeps both verdicts equal and keeps to_json() from ever writing such a null.
-        # Most documents hold no null at all; the field names are gathered only when one does
-        # (gathering them on every validation was half the cost of reading a call record).
-        if isinstance(data, dict) and any(v is None for v in data.values()):
-            names = {n for name, f in cls.model_fields.items() for n in (name, f.alias) if n}
-            nulls = sorted(
-                k for k, v in data.items() if v is None and k in names and k not in cls._nullable
-            )
-            if nulls:
-                raise ValueError(f"null is not a value of {', '.join(nulls)}; leave it out")
-        return data
+Several = Annotated[tuple[_V, ...], Field(min_length=1)]
+"""One or more, in order."""
 
 
 class _Document(_Model):
@@ -173,13 +162,13 @@ class Criterion(_Model):
 
 
 class _Amounts(_Model):
-    usd: Number | None = None
+    usd: Maybe[Number] = None
     """Money, in US dollars."""
-    tokens: Count | None = None
+    tokens: Maybe[Count] = None
     """Model tokens, input plus output."""
-    tool_calls: Count | None = None
+    tool_calls: Maybe[Count] = None
     """Tool invocations, held ones included."""
-    seconds: Number | None = None
+    seconds: Maybe[Number] = None
     """Wall-clock working time."""
 
     def units(self) -> dict[str, float]:
@@ -207,21 +196,21 @@ class ContextItem(_Model):
     """A pointer to material the worker should read."""
 
     uri: Text
-    note: StrictStr | None = None
+    note: Maybe[StrictStr] = None
 
 
 class Decision(_Model):
     """A choice already made, and why."""
 
     text: Text
-    why: StrictStr | None = None
+    why: Maybe[StrictStr] = None
 
 
 class Tried(_Model):
     """An approach already attempted, and what came of it."""
 
     text: Text
-    result: StrictStr | None = None
+    result: Maybe[StrictStr] = None
 
 
 class NextStep(_Model):
@@ -236,27 +225,27 @@ class LineRange(_Model):
 
     start: Annotated[Integer, Field(ge=1)]
     end: Annotated[Integer, Field(ge=1)]
-    note: StrictStr | None = None
+    note: Maybe[StrictStr] = None
 
 
 class FileFocus(_Model):
     """A file that matters to whoever continues, with the lines to open."""
 
     path: Text
-    note: StrictStr | None = None
-    ranges: Annotated[tuple[LineRange, ...], Field(min_length=1)] | None = None
+    note: Maybe[StrictStr] = None
+    ranges: Maybe[Several[LineRange]] = None
 
 
 class Handoff(_Model):
     """The previous worker's account of where a job stands (not verified fact)."""
 
-    summary: Text | None = None
-    decisions: Annotated[tuple[Decision, ...], Field(min_length=1)] | None = None
-    tried: Annotated[tuple[Tried, ...], Field(min_length=1)] | None = None
-    open_questions: Annotated[tuple[Text, ...], Field(min_length=1)] | None = None
-    next_step: Text | None = None
-    next_steps: Annotated[tuple[NextStep, ...], Field(min_length=1)] | None = None
-    files: Annotated[tuple[FileFocus, ...], Field(min_length=1)] | None = None
+    summary: Maybe[Text] = None
+    decisions: Maybe[Several[Decision]] = None
+    tried: Maybe[Several[Tried]] = None
+    open_questions: Maybe[Several[Text]] = None
+    next_step: Maybe[Text] = None
+    next_steps: Maybe[Several[NextStep]] = None
+    files: Maybe[Several[FileFocus]] = None
 
     @model_validator(mode="after")
     def _not_empty(self) -> Handoff:
@@ -280,7 +269,7 @@ class WorkOrder(_Document):
     """The worker."""
     goal: Text
     """What to achieve."""
-    criteria: Annotated[tuple[Criterion, ...], Field(min_length=1)]
+    criteria: Several[Criterion]
     """How done will be judged."""
     budget: Budget
     """Upper limits for the job."""
@@ -290,21 +279,21 @@ class WorkOrder(_Document):
     """Tools the worker may call."""
     staged: tuple[ToolPattern, ...] = ()
     """Tools whose calls are held until the manager approves them."""
-    escalate_to: Principal | None = None
+    escalate_to: Maybe[Principal] = None
     """Who answers when the worker is blocked; default the manager."""
-    inputs: JSONObject | None = None
+    inputs: Maybe[JSONObject] = None
     """Structured inputs for the job."""
-    context: tuple[ContextItem, ...] | None = None
+    context: Maybe[tuple[ContextItem, ...]] = None
     """Material to read."""
-    handoff: Handoff | None = None
+    handoff: Maybe[Handoff] = None
     """What earlier work on this job established."""
-    output_schema: JSONObject | None = None
+    output_schema: Maybe[JSONObject] = None
     """JSON Schema that ``result.output`` must match when done."""
-    parent_id: Annotated[StrictStr, Field(min_length=1)] | None = None
+    parent_id: Maybe[Annotated[StrictStr, Field(min_length=1)]] = None
     """The order this one was split from."""
-    continues: Annotated[StrictStr, Field(min_length=1)] | None = None
+    continues: Maybe[Annotated[StrictStr, Field(min_length=1)]] = None
     """The finished order this one replaces."""
-    metadata: JSONObject | None = None
+    metadata: Maybe[JSONObject] = None
     """Free-form; ignored by checks."""
 
     @property
@@ -323,18 +312,16 @@ class Artifact(_Model):
     """Something the work produced that a reviewer can open."""
 
     uri: Text
-    media_type: StrictStr | None = None
-    note: StrictStr | None = None
+    media_type: Maybe[StrictStr] = None
+    note: Maybe[StrictStr] = None
 
 
 class Result(_Model):
     """What was produced."""
 
-    _nullable = frozenset({"output"})
-
     summary: StrictStr
     output: Any = None
-    artifacts: tuple[Artifact, ...] | None = None
+    artifacts: Maybe[tuple[Artifact, ...]] = None
 
 
 class Evidence(_Model):
@@ -342,8 +329,8 @@ class Evidence(_Model):
 
     criterion: Text
     type: Literal["tool_call", "artifact", "citation", "note"]
-    ref: StrictStr | None = None
-    note: StrictStr | None = None
+    ref: Maybe[StrictStr] = None
+    note: Maybe[StrictStr] = None
 
 
 class Effect(_Model):
@@ -369,13 +356,13 @@ class WorkReport(_Document):
     cost: Cost
     finished_at: Timestamp
     tools_used: tuple[ToolName, ...]
-    started_at: Timestamp | None = None
-    attempt: Annotated[Integer, Field(ge=1)] | None = None
-    questions: tuple[Text, ...] | None = None
-    error: Text | None = None
-    handoff: Handoff | None = None
-    effects: tuple[Effect, ...] | None = None
-    metadata: JSONObject | None = None
+    started_at: Maybe[Timestamp] = None
+    attempt: Maybe[Annotated[Integer, Field(ge=1)]] = None
+    questions: Maybe[tuple[Text, ...]] = None
+    error: Maybe[Text] = None
+    handoff: Maybe[Handoff] = None
+    effects: Maybe[tuple[Effect, ...]] = None
+    metadata: Maybe[JSONObject] = None
 
 
 class Grant(_Model):
@@ -387,13 +374,13 @@ class Grant(_Model):
     """Tool patterns the holder may call."""
     budget: Budget
     """Upper limits the holder may spend."""
-    parent_jti: Text | None = None
+    parent_jti: Maybe[Text] = None
     """The pass this one was derived from (absent on a worker's pass)."""
-    manager: Principal | None = None
+    manager: Maybe[Principal] = None
     """The order's manager; a worker's pass states it."""
-    deadline: Timestamp | None = None
+    deadline: Maybe[Timestamp] = None
     """The order's deadline; a worker's pass states it."""
-    staged: tuple[ToolPattern, ...] | None = None
+    staged: Maybe[tuple[ToolPattern, ...]] = None
     """The order's staged patterns; a worker's pass states them so a verifier without the
     desk knows which calls are held and that no derived pass may grant them."""
 
@@ -417,23 +404,18 @@ CallOutcome = Literal["pending", "ok", "error", "refused", "held"]
 pending, which honestly says "sent, outcome not recorded")."""
 
 
-class CallRecord(_Frozen):
-    """One tool call as the gateway saw it; written before the worker gets an answer.
-
-    The gateway validates two of these per call, so its optional fields refuse null one by
-    one (:data:`NotNull`) rather than through :class:`_Model`'s check of the whole input,
-    which makes pydantic hand the input to Python first and costs twice as much.
-    """
+class CallRecord(_Model):
+    """One tool call as the gateway saw it; written before the worker gets an answer."""
 
     ref: StrictStr
     order_id: Text
     attempt: Annotated[Integer, Field(ge=1)]
-    pass_jti: Annotated[StrictStr | None, NotNull] = None
+    pass_jti: Maybe[StrictStr] = None
     tool: ToolName
     arguments: JSONObject
     outcome: CallOutcome
-    result: Annotated[JSONObject | None, NotNull] = None
-    error: Annotated[StrictStr | None, NotNull] = None
+    result: Maybe[JSONObject] = None
+    error: Maybe[StrictStr] = None
     started_at: Timestamp
     ended_at: Timestamp
 
@@ -442,7 +424,7 @@ _ENDING: dict[str, Any] = {
     name: (CallRecord.model_fields[name].annotation, CallRecord.model_fields[name])
     for name in ("outcome", "result", "error", "ended_at")
 }
-CALL_ENDING: type[BaseModel] = create_model("CallEnding", __base__=_Frozen, **_ENDING)
+CALL_ENDING: type[BaseModel] = create_model("CallEnding", __base__=_Model, **_ENDING)
 """The fields that end a call (outcome, result, error, ended_at), checked by CallRecord's own
 rules: a store validates them before it sets them on a stored record."""
 
@@ -450,16 +432,14 @@ rules: a store validates them before it sets them on a stored record."""
 class Event(_Model):
     """One entry of an order's append-only log."""
 
-    _nullable = frozenset({"from", "from_"})
-
     seq: Annotated[Integer, Field(ge=1)]
     at: Timestamp
     actor: Principal
     action: Text
     from_: StrictStr | None = Field(default=None, alias="from")
     to: StrictStr
-    note: StrictStr | None = None
-    data: JSONObject | None = None
+    note: Maybe[StrictStr] = None
+    data: Maybe[JSONObject] = None
 
 
 class Review(_Model):
@@ -469,6 +449,6 @@ class Review(_Model):
     attempt: Annotated[Integer, Field(ge=1)]
     actor: Principal
     decision: Literal["approve", "rework"]
-    reason: StrictStr | None = None
-    effects: tuple[StrictStr, ...] | None = None
+    reason: Maybe[StrictStr] = None
+    effects: Maybe[tuple[StrictStr, ...]] = None
     at: Timestamp

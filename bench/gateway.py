@@ -87,6 +87,12 @@ class _Target:
                        self.loaded_calls / self.loaded_seconds)
 
 
+def _turn(running: list[_Target], i: int) -> list[_Target]:
+    """The targets in the order of turn ``i``: rotated by one each turn."""
+    k = i % len(running)
+    return running[k:] + running[:k]
+
+
 async def measure(targets: list[tuple[str, StdioServerParameters, str]], *, calls: int,
                   callers: int, per_caller: int) -> list[Figures]:
     """Sequential latency, then throughput with ``callers`` concurrent callers, per target.
@@ -104,10 +110,10 @@ async def measure(targets: list[tuple[str, StdioServerParameters, str]], *, call
             for _ in range(max(calls // 10, 5)):
                 await target.once()
         for i in range(calls):
-            for target in running[i % len(running):] + running[:i % len(running)]:
+            for target in _turn(running, i):
                 await target.timed()
         for i in range(max(per_caller // BURST, 1)):
-            for target in running[i % len(running):] + running[:i % len(running)]:
+            for target in _turn(running, i):
                 await target.concurrent(callers, BURST)
         return [target.figures() for target in running]
 

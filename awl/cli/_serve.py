@@ -10,11 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from awl.cli import CLIError
+
+if TYPE_CHECKING:
+    from awl._store import TokenRecord
 
 
 def register(subparsers: Any) -> None:
@@ -127,7 +130,7 @@ def _issue_token(args: argparse.Namespace) -> int:
     return 0
 
 
-def _token_rows(records: list[Any]) -> list[dict[str, str]]:
+def _token_rows(records: list[TokenRecord]) -> list[dict[str, str]]:
     from awl.server import token_id
 
     return [{"id": token_id(t.token_hash), "principal": t.principal, "issued": t.created_at}
@@ -158,7 +161,7 @@ def _revoke_tokens(args: argparse.Namespace) -> int:
 
     store = default_store(home_dir(args.home))
     try:
-        rows = _token_rows(revoke_tokens(store, token_id_=args.id, token=args.token,
+        rows = _token_rows(revoke_tokens(store, id_prefix=args.id, token=args.token,
                                          principal=args.principal))
     finally:
         store.close()

@@ -84,7 +84,7 @@ def token_id(token_hash_: str) -> str:
     return token_hash_.removeprefix("sha256:")[:_ID_LENGTH]
 
 
-def revoke_tokens(store: Store, *, token_id_: str | None = None, token: str | None = None,
+def revoke_tokens(store: Store, *, id_prefix: str | None = None, token: str | None = None,
                   principal: str | None = None) -> list[TokenRecord]:
     """Revoke desk tokens: the one with this id (or a unique start of it, 6 digits or more),
     the one given itself, or every token of ``principal``. Returns what was revoked.
@@ -94,7 +94,7 @@ def revoke_tokens(store: Store, *, token_id_: str | None = None, token: str | No
             matches several tokens.
         NotFound: Nothing matches.
     """
-    if sum(x is not None for x in (token_id_, token, principal)) != 1:
+    if sum(x is not None for x in (id_prefix, token, principal)) != 1:
         raise BadRequest("name the tokens to revoke by exactly one of: id, token, principal")
     known = store.tokens()
     if token is not None:
@@ -105,16 +105,16 @@ def revoke_tokens(store: Store, *, token_id_: str | None = None, token: str | No
         chosen = [t for t in known if t.principal == principal]
         missing = f"{principal} has no desk token; `awl token list` shows the desk's tokens"
     else:
-        assert token_id_ is not None
-        prefix = token_id_.strip().lower()
+        assert id_prefix is not None
+        prefix = id_prefix.strip().lower()
         if len(prefix) < _MIN_ID:
             raise BadRequest(f"a token id has {_ID_LENGTH} hex digits; give at least "
                              f"{_MIN_ID} of them (`awl token list` shows them)")
         chosen = [t for t in known if token_id(t.token_hash).startswith(prefix)]
         if len(chosen) > 1:
-            raise BadRequest(f"{token_id_!r} starts the ids of {len(chosen)} tokens; give more "
+            raise BadRequest(f"{id_prefix!r} starts the ids of {len(chosen)} tokens; give more "
                              "digits")
-        missing = f"no desk token has id {token_id_!r}; `awl token list` shows them"
+        missing = f"no desk token has id {id_prefix!r}; `awl token list` shows them"
     if not chosen:
         raise NotFound(missing)
     return [t for t in chosen if store.drop_token(t.token_hash)]

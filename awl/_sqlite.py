@@ -10,10 +10,12 @@ what it checks (the seq, an effect's state, a lock's holder, the calls counted s
 the check and the write can never be split by another process. Reads that touch several
 tables run in one read transaction and so see one snapshot.
 
-A gateway writes two call records per forwarded call, so that path is kept short: each
-order's (and each pass's) counted calls, usd, highest N and first call are running totals,
-updated in the transaction that writes each record, so a reservation reads one row rather
-than summing every call so far.
+A gateway writes two call records per forwarded call, so that path is kept short: a
+reservation reads running totals rather than summing every call so far. Each call row
+carries its order's counted calls and usd through that call, so the newest row has the
+order's totals and a reservation writes one page (its own row); each pass's totals and each
+order's first call have small tables of their own (the latter changes only when a call
+starts earlier than every call before it).
 
 Connections come from two small pools (durable, and ``synchronous=NORMAL`` for call records
 and reads) rather than one per thread: a thread may use any idle connection, and a pool
@@ -32,7 +34,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -204,6 +206,30 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             SELECT n FROM calls WHERE order_id = t.order_id AND pass_jti = t.jti
             ORDER BY started, n LIMIT 1)""",
     ),
+    (
+        # The order's running totals move onto its call rows: each row carries the order's
+        # counted calls and usd through itself (the newest row has the order's totals), so a
+        # reservation writes its own row and no totals row beside it. The first call, which
+        # rarely changes, keeps a table of its own; pass totals stay as they are.
+        "ALTER TABLE calls ADD COLUMN total_calls INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE calls ADD COLUMN total_usd REAL NOT NULL DEFAULT 0",
+        # Summed in N order, as reservations add them.
+        """UPDATE calls SET total_calls = r.total_calls, total_usd = r.total_usd
+        FROM (SELECT order_id, n, SUM(counted) OVER w AS total_calls,
+                TOTAL(usd * counted) OVER w AS total_usd
+            FROM calls
+            WINDOW w AS (PARTITION BY order_id ORDER BY n ROWS UNBOUNDED PRECEDING)) AS r
+        WHERE calls.order_id = r.order_id AND calls.n = r.n""",
+        """CREATE TABLE first_calls (
+            order_id TEXT PRIMARY KEY REFERENCES orders (id),
+            started REAL NOT NULL,
+            n INTEGER NOT NULL,
+            at TEXT NOT NULL
+        ) WITHOUT ROWID""",
+        """INSERT INTO first_calls (order_id, started, n, at)
+        SELECT order_id, first_started, first_n, first_at FROM call_totals""",
+        "DROP TABLE call_totals",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -216,9 +242,12 @@ def _jti_filter(jtis: frozenset[str]) -> tuple[str, list[str]]:
     return f" AND jti IN ({','.join('?' * len(jtis))})", sorted(jtis)
 
 
-# One call added to the running totals (see migration 3). In an upsert's SET every column
-# reads the row as it was, so the first_* columns move together.
-_ADD_TO_RUNNING = """
+# One call added to a pass's running totals (see migration 3). In an upsert's SET every
+# column reads the row as it was, so the first_* columns move together.
+_ADD_TO_PASS_TOTALS = """
+    INSERT INTO pass_call_totals (order_id, jti, calls, usd, first_started, first_n, first_at)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+    ON CONFLICT (order_id, jti) DO UPDATE SET
         calls = calls + excluded.calls,
         usd = usd + excluded.usd,
         first_started = MIN(first_started, excluded.first_started),
@@ -226,15 +255,25 @@ _ADD_TO_RUNNING = """
             THEN excluded.first_n ELSE first_n END,
         first_at = CASE WHEN excluded.first_started < first_started
             THEN excluded.first_at ELSE first_at END"""
-_ADD_TO_TOTALS = f"""
-    INSERT INTO call_totals (order_id, last_n, calls, usd, first_started, first_n, first_at)
-    VALUES (:order_id, :n, :calls, :usd, :started, :n, :started_at)
-    ON CONFLICT (order_id) DO UPDATE SET last_n = MAX(last_n, excluded.last_n),
-    {_ADD_TO_RUNNING}"""
-_ADD_TO_PASS_TOTALS = f"""
-    INSERT INTO pass_call_totals (order_id, jti, calls, usd, first_started, first_n, first_at)
-    VALUES (:order_id, :jti, :calls, :usd, :started, :n, :started_at)
-    ON CONFLICT (order_id, jti) DO UPDATE SET {_ADD_TO_RUNNING}"""
+
+# An order's totals: its newest call row (if any) and its first call (see migration 4).
+_ORDER_TOTALS = """
+    SELECT o.seq, c.n, c.total_calls, c.total_usd, f.started, f.at FROM orders AS o
+    LEFT JOIN calls AS c ON c.order_id = o.id
+        AND c.n = (SELECT MAX(n) FROM calls WHERE order_id = o.id)
+    LEFT JOIN first_calls AS f ON f.order_id = o.id
+    WHERE o.id = ?"""
+
+
+@dataclass(frozen=True, slots=True)
+class _Totals:
+    """An order's calls so far, as a reservation reads them."""
+
+    last_n: int
+    calls: int
+    usd: float
+    first_started: float | None
+    first_at: str | None
 
 
 def _effect_doc(effect: EffectState) -> str:
@@ -561,41 +600,42 @@ class SQLiteStore:
 
     # Gateway call records --------------------------------------------------------------
     @staticmethod
-    def _insert_call(conn: sqlite3.Connection, record: CallRecord, doc: str, n: int, *,
-                     counted: bool, usd: float) -> None:
-        """Store a new call and add it to the order's (and its pass's) running totals."""
+    def _insert_call(conn: sqlite3.Connection, record: CallRecord, doc: str, totals: _Totals,
+                     *, counted: bool, usd: float) -> None:
+        """Store a new call (numbered ``totals.last_n + 1``) with the order's totals through
+        it, and add it to its pass's running totals."""
+        n = totals.last_n + 1
         started = timestamp(record.started_at)
+        calls, usd = (1, usd) if counted else (0, 0.0)
         conn.execute(
-            "INSERT INTO calls (order_id, n, pass_jti, attempt, counted, usd, started, doc)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (record.order_id, n, record.pass_jti, record.attempt, int(counted), usd, started,
-             doc),
+            "INSERT INTO calls (order_id, n, pass_jti, attempt, counted, usd, started, doc,"
+            " total_calls, total_usd) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (record.order_id, n, record.pass_jti, record.attempt, calls, usd, started, doc,
+             totals.calls + calls, totals.usd + usd),
         )
-        totals = {"order_id": record.order_id, "n": n, "calls": int(counted),
-                  "usd": usd if counted else 0.0, "started": started,
-                  "started_at": record.started_at, "jti": record.pass_jti}
-        conn.execute(_ADD_TO_TOTALS, totals)
+        # The first call by (started, N): a later N takes its place only by starting earlier.
+        if totals.first_started is None or started < totals.first_started:
+            conn.execute(
+                "INSERT OR REPLACE INTO first_calls (order_id, started, n, at)"
+                " VALUES (?, ?, ?, ?)", (record.order_id, started, n, record.started_at))
         if record.pass_jti is not None:
-            conn.execute(_ADD_TO_PASS_TOTALS, totals)
+            conn.execute(_ADD_TO_PASS_TOTALS, (record.order_id, record.pass_jti, calls, usd,
+                                               started, n, record.started_at))
 
     @staticmethod
-    def _totals(conn: sqlite3.Connection, order_id: str,
-                seq: int | None = None) -> tuple[int, int, float, str | None]:
-        """The order's last N, counted calls, their usd and first call time; NotFound if absent.
+    def _totals(conn: sqlite3.Connection, order_id: str, seq: int | None = None) -> _Totals:
+        """The order's calls so far; NotFound if there is no such order.
 
         With ``seq``: :func:`stale_order` when the order's log is no longer at ``seq``."""
-        row = conn.execute(
-            "SELECT t.last_n, t.calls, t.usd, t.first_at, o.seq FROM orders AS o"
-            " LEFT JOIN call_totals AS t ON t.order_id = o.id WHERE o.id = ?", (order_id,),
-        ).fetchone()
+        row = conn.execute(_ORDER_TOTALS, (order_id,)).fetchone()
         if row is None:
             raise order_not_found(order_id)
-        last_n, calls, usd, first_at, actual = row
+        actual, last_n, calls, usd, first_started, first_at = row
         if seq is not None and actual != seq:
             raise stale_order(order_id, seq, actual)
         if last_n is None:  # no call yet
-            return 0, 0, 0.0, None
-        return int(last_n), int(calls), float(usd), first_at
+            return _Totals(0, 0, 0.0, None, None)
+        return _Totals(last_n, calls, usd, first_started, first_at)
 
     @staticmethod
     def _pass_spent(conn: sqlite3.Connection, order_id: str,
@@ -623,30 +663,30 @@ class SQLiteStore:
     ) -> CallRecord | str:
         """Atomically number and record a call that counts, or name the scope it exceeds."""
         with self._write(durable=False) as conn:
-            last_n, calls, used, _ = self._totals(conn, order_id, seq)
+            totals = self._totals(conn, order_id, seq)
 
             def spent(jtis: frozenset[str] | None) -> tuple[int, float]:
                 if jtis is None:
-                    return calls, used
+                    return totals.calls, totals.usd
                 return self._pass_spent(conn, order_id, jtis)
 
             over = exceeded_scope(scopes, spent, usd)
             if over is not None:
                 return over
             record, doc = new_call(
-                order_id, last_n + 1, attempt=attempt, tool=tool, arguments=arguments,
+                order_id, totals.last_n + 1, attempt=attempt, tool=tool, arguments=arguments,
                 pass_jti=pass_jti, started_at=started_at,
             )
-            self._insert_call(conn, record, doc, last_n + 1, counted=True, usd=usd)
+            self._insert_call(conn, record, doc, totals, counted=True, usd=usd)
             return record
 
     def record_call(self, record_fields: dict[str, Any]) -> CallRecord:
         """Number and store a call that does not count (a refusal)."""
         order_id = record_order_id(record_fields)
         with self._write(durable=False) as conn:
-            n = self._totals(conn, order_id)[0] + 1
-            record, doc = stored_call(record_fields, n)
-            self._insert_call(conn, record, doc, n, counted=False, usd=0.0)
+            totals = self._totals(conn, order_id)
+            record, doc = stored_call(record_fields, totals.last_n + 1)
+            self._insert_call(conn, record, doc, totals, counted=False, usd=0.0)
             return record
 
     @staticmethod
@@ -715,7 +755,8 @@ class SQLiteStore:
     def usage(self, order_id: str, jtis: frozenset[str] | None = None) -> Usage:
         """Counted calls and USD so far (for the calls under ``jtis`` if given)."""
         with self._read() as conn:
-            _, calls, usd, first_at = self._totals(conn, order_id)
+            totals = self._totals(conn, order_id)
+            calls, usd, first_at = totals.calls, totals.usd, totals.first_at
             if jtis is not None:
                 calls, usd = self._pass_spent(conn, order_id, jtis)
                 clause, params = _jti_filter(jtis)

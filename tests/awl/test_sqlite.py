@@ -132,7 +132,8 @@ def _stored_v2_call(conn: sqlite3.Connection, n: int, *, jti: str | None, counte
 
 
 def test_a_schema_2_desk_gets_its_call_totals_backfilled(tmp_path: Path) -> None:
-    """Opening a desk written before the running totals fills them from its call records."""
+    """Opening a desk written before the running totals fills them from its call records
+    (migration 3), then moves the order's onto its call rows (migration 4)."""
     path = tmp_path / "desk.sqlite3"
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("CREATE TABLE awl_schema (version INTEGER NOT NULL)")
@@ -154,6 +155,12 @@ def test_a_schema_2_desk_gets_its_call_totals_backfilled(tmp_path: Path) -> None
     conn.close()
     with SQLiteStore(path) as store:
         assert store.schema_version() == SCHEMA_VERSION
+        with store._connection() as conn:
+            rows = conn.execute(
+                "SELECT n, total_calls, total_usd FROM calls ORDER BY n").fetchall()
+            assert rows == [(1, 1, 0.5), (2, 2, 0.75), (3, 2, 0.75), (4, 3, 0.875)]
+            assert conn.execute("SELECT started, n, at FROM first_calls").fetchall() == [
+                (1893454200.0, 3, "2029-12-31T23:30:00+00:00")]
         total = store.usage("o1")
         assert (total.tool_calls, total.usd, total.first_call_at) == (
             3, 0.875, "2029-12-31T23:30:00+00:00")

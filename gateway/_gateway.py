@@ -209,10 +209,11 @@ class Gateway:
         self._pass_token = pass_token
         self._jwks = jwks
         self._clock: Clock = clock or _utc_now
-        self._tools: dict[str, types.Tool] = {}
+        self._tools: Mapping[str, types.Tool] = {}
         self._known_facts: dict[str, tuple[types.Tool | None, tuple[float, bool, bool | None]]] = {}
         self._table = NameTable((), reserved=WORKER_TOOL_NAMES)
         self._order: WorkOrder | None = None
+        self._order_scope: Scope | None = None
         self.desk = Desk(store, clock=self._clock)
         self._worker = WorkerTools(self)
         self.server: Server[Any] = Server(
@@ -279,11 +280,13 @@ class Gateway:
 
     async def _catalog(self) -> NameTable:
         """The name table, rebuilt when the upstreams' tool set changed (after a restart)."""
-        # Without refresh, pool.tools() only reads what the connections last listed.
+        # Without refresh, pool.tools() only reads what the connections last listed, and
+        # answers with the same mapping until an upstream lists anew.
         tools = await self.pool.tools()
-        if tools.keys() != self._tools.keys():
-            self._table = NameTable(tools, reserved=WORKER_TOOL_NAMES)
-        self._tools = tools
+        if tools is not self._tools:
+            if tools.keys() != self._tools.keys():
+                self._table = NameTable(tools, reserved=WORKER_TOOL_NAMES)
+            self._tools = tools
         return self._table
 
     def _facts(self, canonical: str) -> tuple[float, bool, bool | None]:
@@ -405,15 +408,17 @@ class Gateway:
             The upstream's result, a ``pending:`` placeholder, or a tool error.
         """
         table = await self._catalog()
-        canonical = table.canonical(name) if name in table else None
+        server = tool = canonical = None
+        if name in table:
+            canonical = table.canonical(name)
+            server, tool = table.resolve(name)
         args = dict(arguments)
         admission = await self._run(
             self._admit, name, canonical, args, token if token is not None else self._pass_token)
         if admission.answer is not None:
             return admission.answer
         record = admission.record
-        assert record is not None and canonical is not None
-        server, tool = split_canonical(canonical)
+        assert record is not None and server is not None and tool is not None
         outcome, result, error = "error", None, None
         answer: types.CallToolResult
         try:
@@ -484,8 +489,11 @@ class Gateway:
 
         A link's spending is every call made under it or under a pass derived from it (as
         far as the store's pass records and the caller's own chain tell)."""
-        budget = self.order.budget
-        scopes = [Scope(None, max_calls=budget.tool_calls, max_usd=budget.usd, name="order")]
+        if self._order_scope is None:
+            budget = self.order.budget
+            self._order_scope = Scope(None, max_calls=budget.tool_calls, max_usd=budget.usd,
+                                      name="order")
+        scopes = [self._order_scope]
         if verified is None:
             return scopes
         children: dict[str, list[str]] = {}
@@ -515,13 +523,14 @@ class Gateway:
         since (a refusal checks it first), and when it has, the order is read again and the
         call decided again.
         """
-        started = format_time(self.now())
+        now = self.now()
+        started = format_time(now)
         record = self._record
         for _ in range(_STALE_RETRIES):
             if record is None:
                 record = self._load_record()
             try:
-                return self._decide(record, name, canonical, arguments, token, started)
+                return self._decide(record, name, canonical, arguments, token, now, started)
             except Conflict as exc:
                 if exc.expected_seq is None:  # not a stale order (a busy store, say)
                     raise
@@ -532,8 +541,10 @@ class Gateway:
                        "was being decided; nothing was recorded, call again")
 
     def _decide(self, record: OrderRecord, name: str, canonical: str | None,
-                arguments: dict[str, Any], token: str | None, started: str) -> _Admission:
-        """:meth:`_admit` on the order as of ``record``; Conflict if it is stale."""
+                arguments: dict[str, Any], token: str | None, now: datetime,
+                started: str) -> _Admission:
+        """:meth:`_admit` on the order as of ``record`` at ``now`` (written as ``started``);
+        Conflict if it is stale."""
         attempt = attempt_of(record)
         authority = self.verify(token)
         verified = authority.verified
@@ -550,7 +561,7 @@ class Gateway:
         if grant is not None and grant.budget.seconds is not None:
             pass_usage = self.store.usage(self.order_id, scopes[-1].jtis)
         decision = decide(
-            order=record.order, state=record.state, now=self.now(), tool=canonical,
+            order=record.order, state=record.state, now=now, tool=canonical,
             requested=name, usage=usage, usd=usd, grant=grant, pass_usage=pass_usage,
             pass_problem=authority.problem, hold=[canonical] if hold and canonical else (),
             safe=self.safe, read_only=read_only)

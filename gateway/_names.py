@@ -98,7 +98,7 @@ class NameTable:
             or a reserved name collide.
     """
 
-    __slots__ = ("_by_canonical", "_by_exposed")
+    __slots__ = ("_by_canonical", "_by_exposed", "_parts")
 
     def __init__(self, canonical_names: Iterable[str], *, reserved: Iterable[str] = ()) -> None:
         names = sorted(set(canonical_names))
@@ -124,6 +124,8 @@ class NameTable:
                 raise ValueError(f"upstream tool {by_exposed[name]!r} would take the name {name!r}")
         self._by_exposed: Mapping[str, str] = MappingProxyType(by_exposed)
         self._by_canonical: Mapping[str, str] = MappingProxyType(by_canonical)
+        # Split once here: a proxy resolves a name on every call.
+        self._parts = {shown: split_canonical(name) for shown, name in by_exposed.items()}
 
     def exposed(self, canonical: str) -> str:
         """The exposed name of the canonical name ``canonical``.
@@ -153,7 +155,11 @@ class NameTable:
         Raises:
             NotFound: ``exposed`` is not exactly a name in the table.
         """
-        return split_canonical(self.canonical(exposed))
+        parts = self._parts.get(exposed) if isinstance(exposed, str) else None
+        if parts is None:
+            self.canonical(exposed)  # raises NotFound
+        assert parts is not None
+        return parts
 
     def __contains__(self, exposed: object) -> bool:
         return isinstance(exposed, str) and exposed in self._by_exposed

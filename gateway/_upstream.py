@@ -46,7 +46,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Any, Literal, TextIO
 
 import anyio
@@ -447,6 +447,10 @@ class UpstreamPool:
         self._require_all = require_all
         self._tg: anyio.abc.TaskGroup | None = None
         self._closing = False
+        # What tools() last merged: each upstream's listing (a new dict per listing) and the
+        # read-only view of their union, reused until one upstream lists anew.
+        self._merged_from: tuple[dict[str, types.Tool], ...] = ()
+        self._merged: Mapping[str, types.Tool] = MappingProxyType({})
 
     async def __aenter__(self) -> UpstreamPool:
         tg = anyio.create_task_group()
@@ -496,7 +500,7 @@ class UpstreamPool:
         """Configured server names, in config order."""
         return tuple(self._upstreams)
 
-    async def tools(self, *, refresh: bool = False) -> dict[str, types.Tool]:
+    async def tools(self, *, refresh: bool = False) -> Mapping[str, types.Tool]:
         """Every upstream tool, by canonical ``server/tool`` name.
 
         Tools are listed when a server connects (and again after each restart). With
@@ -504,15 +508,22 @@ class UpstreamPool:
         listed again. A server that is down contributes the tools it listed last.
         Tools whose names AWL cannot write as ``server/tool`` are left out (see
         :meth:`skipped`).
+
+        The answer is a read-only view, and the same object until an upstream lists its
+        tools anew, so a caller on every tool call can tell "unchanged" by identity.
         """
         if refresh:
             async with anyio.create_task_group() as tg:
                 for up in self._upstreams.values():
                     tg.start_soon(self._refresh, up)
-        out: dict[str, types.Tool] = {}
-        for up in self._upstreams.values():
-            out.update(up.tools)
-        return out
+        listings = tuple(up.tools for up in self._upstreams.values())
+        if len(listings) != len(self._merged_from) or any(
+                a is not b for a, b in zip(listings, self._merged_from, strict=True)):
+            out: dict[str, types.Tool] = {}
+            for listing in listings:
+                out.update(listing)
+            self._merged_from, self._merged = listings, MappingProxyType(out)
+        return self._merged
 
     async def _refresh(self, up: _Upstream) -> None:
         try:

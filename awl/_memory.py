@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+from _json import encode_basestring, make_encoder
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast, get_args
@@ -219,15 +220,26 @@ def outcome_conflict(order_id: str, ref: str, outcome: str) -> Conflict:
                     "an outcome is set once")
 
 
-_STRICT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"a {type(value).__name__} is not JSON data")
+
+
+# The C encoder behind json.dumps, made once (JSONEncoder.encode makes one per call): compact,
+# UTF-8 as is, NaN and infinities refused. Without a markers dict it keeps no state between
+# calls (so threads may share it); a circular value fails as too deep.
+_encode_strict = make_encoder(None, _not_json, encode_basestring, None, ":", ",", False, False,
+                              False)
 
 
 def json_text(value: Any, what: str) -> str:
     """``value`` as the compact JSON text stores keep; BadRequest when it is not JSON data."""
     try:
-        return _STRICT_JSON.encode(value)
+        return "".join(_encode_strict(value, 0))
     except (TypeError, ValueError) as exc:
         raise BadRequest(f"{what} must be JSON data: {exc}") from None
+    except RecursionError:
+        raise BadRequest(f"{what} must be JSON data: it is nested too deeply, or contains "
+                         "itself") from None
 
 
 def read_call(text: str) -> CallRecord:

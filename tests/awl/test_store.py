@@ -292,7 +292,9 @@ def test_bad_call_records_are_refused(store: Store) -> None:
         store.record_call({**refusal(), "started_at": "yesterday"})
     with pytest.raises(BadRequest):
         reserve(store, tool="bad")
-    for not_json in ({"x": float("nan")}, {"x": {1, 2}}, {"x": object()}):
+    circular: dict[str, Any] = {}
+    circular["self"] = circular
+    for not_json in ({"x": float("nan")}, {"x": {1, 2}}, {"x": object()}, circular):
         with pytest.raises(BadRequest, match="JSON data"):
             store.record_call({**refusal(), "arguments": not_json})
     assert reserve(store).ref == "srv/read#1"

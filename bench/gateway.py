@@ -1,6 +1,6 @@
 """Gateway overhead: one small tool call, direct, through a bare proxy, through the gateway.
 
-``python -m bench.gateway [--quick] [--calls N] [--callers C]``
+``python -m bench.gateway [--quick] [--calls N] [--callers C] [--per-caller K] [--repeat R]``
 
 Three MCP servers are started as subprocesses over stdio, each in front of (or being) the
 example outbox server, and a client calls its read-only ``get_note`` tool:
@@ -15,6 +15,11 @@ second with ``--callers`` concurrent callers. The three run side by side and tak
 call at a time, then short bursts under load), so background load on the machine hits them
 alike.
 The ratio line compares the gateway with the bare proxy (target: within 1.25x).
+
+The ratio under load varies from run to run far more than within a run (fresh processes
+land differently on a small, shared machine), so ``--repeat R`` measures R times, each with
+fresh processes and a fresh desk, prints every run, and ends with the median of the runs'
+ratios.
 """
 
 from __future__ import annotations
@@ -172,6 +177,44 @@ async def run(calls: int, callers: int, per_caller: int) -> list[Figures]:
             return await measure(targets, calls=calls, callers=callers, per_caller=per_caller)
 
 
+@dataclass(frozen=True)
+class Ratios:
+    """The gateway's figures over the bare proxy's in one run (higher is slower)."""
+
+    median: float
+    p99: float
+    under_load: float
+    """Time per call with the concurrent callers (the bare proxy's calls/s over the gateway's)."""
+
+    @classmethod
+    def of(cls, figures: list[Figures]) -> Ratios | None:
+        """The ratios of one run, or None when it did not measure both targets."""
+        by_name = {f.name: f for f in figures}
+        bare, gateway = by_name.get("bare proxy"), by_name.get("gateway")
+        if bare is None or gateway is None:
+            return None
+        return cls(gateway.median_ms / bare.median_ms, gateway.p99_ms / bare.p99_ms,
+                   bare.calls_per_s / gateway.calls_per_s)
+
+    def line(self, what: str) -> str:
+        """One line with the ratios and the verdict against :data:`TARGET_RATIO`."""
+        verdict = "within" if max(self.median, self.under_load) <= TARGET_RATIO else "OVER"
+        return (f"{what}: median {self.median:.2f}x, p99 {self.p99:.2f}x, "
+                f"time per call under load {self.under_load:.2f}x "
+                f"({verdict} the {TARGET_RATIO}x target)")
+
+
+def summary(runs: list[Ratios]) -> str:
+    """The median of several runs' ratios, and every run's ratio under load."""
+    middle = Ratios(statistics.median(r.median for r in runs),
+                    statistics.median(r.p99 for r in runs),
+                    statistics.median(r.under_load for r in runs))
+    each = ", ".join(f"{r.under_load:.2f}x" for r in runs)
+    over = sum(1 for r in runs if max(r.median, r.under_load) > TARGET_RATIO)
+    return (middle.line(f"median of {len(runs)} runs, gateway / bare proxy")
+            + f"\nunder load, run by run: {each} ({over} of {len(runs)} over the target)")
+
+
 def report(figures: list[Figures], *, callers: int) -> str:
     """The table, with the gateway's ratios to the bare proxy."""
     lines = [
@@ -180,17 +223,10 @@ def report(figures: list[Figures], *, callers: int) -> str:
     ]
     lines += [f"| {f.name} | {f.median_ms:.2f} | {f.p99_ms:.2f} | {f.calls_per_s:.0f} |"
               for f in figures]
-    by_name = {f.name: f for f in figures}
-    bare, gateway = by_name.get("bare proxy"), by_name.get("gateway")
-    if bare is not None and gateway is not None:
-        median = gateway.median_ms / bare.median_ms
-        p99 = gateway.p99_ms / bare.p99_ms
-        throughput = bare.calls_per_s / gateway.calls_per_s
-        verdict = "within" if max(median, throughput) <= TARGET_RATIO else "OVER"
+    ratios = Ratios.of(figures)
+    if ratios is not None:
         lines.append("")
-        lines.append(f"gateway / bare proxy: median {median:.2f}x, p99 {p99:.2f}x, "
-                     f"time per call under load {throughput:.2f}x "
-                     f"({verdict} the {TARGET_RATIO}x target)")
+        lines.append(ratios.line("gateway / bare proxy"))
     return "\n".join(lines)
 
 
@@ -201,11 +237,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, help="sequential calls per target (default 400)")
     parser.add_argument("--callers", type=int, default=16, help="concurrent callers (16)")
     parser.add_argument("--per-caller", type=int, help="calls per concurrent caller (40)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="measure this many times, fresh processes each time (1)")
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat needs a count of 1 or more")
     calls = args.calls or (60 if args.quick else 400)
     per_caller = args.per_caller or (5 if args.quick else 40)
-    figures: list[Figures] = anyio.run(run, calls, args.callers, per_caller)
-    print(report(figures, callers=args.callers))
+    runs: list[Ratios] = []
+    for i in range(args.repeat):
+        figures: list[Figures] = anyio.run(run, calls, args.callers, per_caller)
+        if args.repeat > 1:
+            print(f"run {i + 1} of {args.repeat}")
+        print(report(figures, callers=args.callers), flush=True)
+        ratios = Ratios.of(figures)
+        if ratios is not None:
+            runs.append(ratios)
+    if args.repeat > 1 and runs:
+        print()
+        print(summary(runs))
     return 0
 
 

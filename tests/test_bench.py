@@ -1,0 +1,29 @@
+"""The gateway benchmark's arithmetic: ratios per run and the median over repeated runs."""
+
+from __future__ import annotations
+
+from bench.gateway import Figures, Ratios, report, summary
+
+
+def _run(bare_ms: float, gateway_ms: float, bare_rate: float, gateway_rate: float) -> list[Figures]:
+    return [Figures("direct", 1.0, 2.0, 900.0),
+            Figures("bare proxy", bare_ms, 2 * bare_ms, bare_rate),
+            Figures("gateway", gateway_ms, 2 * gateway_ms, gateway_rate)]
+
+
+def test_ratios_compare_the_gateway_with_the_bare_proxy() -> None:
+    ratios = Ratios.of(_run(8.0, 10.0, 300.0, 200.0))
+    assert ratios == Ratios(1.25, 1.25, 1.5)
+    assert "OVER the 1.25x target" in report(_run(8.0, 10.0, 300.0, 200.0), callers=16)
+    assert "within the 1.25x target" in report(_run(8.0, 9.0, 300.0, 290.0), callers=16)
+    assert Ratios.of(_run(8.0, 9.0, 300.0, 290.0)[:2]) is None
+
+
+def test_summary_takes_the_median_of_the_runs_and_lists_each() -> None:
+    runs = [Ratios(1.1, 1.0, 1.3), Ratios(1.2, 1.1, 1.1), Ratios(1.15, 1.2, 1.2)]
+    text = summary(runs)
+    assert text.splitlines()[0] == (
+        "median of 3 runs, gateway / bare proxy: median 1.15x, p99 1.10x, "
+        "time per call under load 1.20x (within the 1.25x target)")
+    assert text.splitlines()[1] == (
+        "under load, run by run: 1.30x, 1.10x, 1.20x (1 of 3 over the target)")

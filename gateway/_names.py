@@ -155,11 +155,10 @@ class NameTable:
         Raises:
             NotFound: ``exposed`` is not exactly a name in the table.
         """
-        parts = self._parts.get(exposed) if isinstance(exposed, str) else None
-        if parts is None:
-            self.canonical(exposed)  # raises NotFound
-        assert parts is not None
-        return parts
+        try:
+            return self._parts[exposed]
+        except (KeyError, TypeError):
+            raise NotFound(f"no tool is exposed as {exposed!r}") from None
 
     def __contains__(self, exposed: object) -> bool:
         return isinstance(exposed, str) and exposed in self._by_exposed

@@ -196,9 +196,14 @@ class Ratios:
         return cls(gateway.median_ms / bare.median_ms, gateway.p99_ms / bare.p99_ms,
                    bare.calls_per_s / gateway.calls_per_s)
 
+    @property
+    def within(self) -> bool:
+        """Whether the median and the time under load are within :data:`TARGET_RATIO`."""
+        return max(self.median, self.under_load) <= TARGET_RATIO
+
     def line(self, what: str) -> str:
         """One line with the ratios and the verdict against :data:`TARGET_RATIO`."""
-        verdict = "within" if max(self.median, self.under_load) <= TARGET_RATIO else "OVER"
+        verdict = "within" if self.within else "OVER"
         return (f"{what}: median {self.median:.2f}x, p99 {self.p99:.2f}x, "
                 f"time per call under load {self.under_load:.2f}x "
                 f"({verdict} the {TARGET_RATIO}x target)")
@@ -210,7 +215,7 @@ def summary(runs: list[Ratios]) -> str:
                     statistics.median(r.p99 for r in runs),
                     statistics.median(r.under_load for r in runs))
     each = ", ".join(f"{r.under_load:.2f}x" for r in runs)
-    over = sum(1 for r in runs if max(r.median, r.under_load) > TARGET_RATIO)
+    over = sum(1 for r in runs if not r.within)
     return (middle.line(f"median of {len(runs)} runs, gateway / bare proxy")
             + f"\nunder load, run by run: {each} ({over} of {len(runs)} over the target)")
 

@@ -210,7 +210,7 @@ class Gateway:
         self._jwks = jwks
         self._clock: Clock = clock or _utc_now
         self._tools: Mapping[str, types.Tool] = {}
-        self._known_facts: dict[str, tuple[types.Tool | None, tuple[float, bool, bool | None]]] = {}
+        self._known_facts: dict[str, tuple[float, bool, bool | None]] = {}
         self._table = NameTable((), reserved=WORKER_TOOL_NAMES)
         self._order: WorkOrder | None = None
         self._order_scope: Scope | None = None
@@ -287,23 +287,24 @@ class Gateway:
             if tools.keys() != self._tools.keys():
                 self._table = NameTable(tools, reserved=WORKER_TOOL_NAMES)
             self._tools = tools
+            self._known_facts.clear()  # a tool listed anew may have new annotations
         return self._table
 
     def _facts(self, canonical: str) -> tuple[float, bool, bool | None]:
         """``(usd, operator hold, readOnlyHint)`` of one upstream tool.
 
-        Kept per tool until the upstream lists that tool anew (after a restart)."""
-        tool = self._tools.get(canonical)
+        Kept per tool until an upstream lists its tools anew (after a restart)."""
         known = self._known_facts.get(canonical)
-        if known is not None and known[0] is tool:
-            return known[1]
+        if known is not None:
+            return known
+        tool = self._tools.get(canonical)
         server, bare = split_canonical(canonical)
         config = self.config.servers.get(server)
         usd = config.cost_of(bare) if config is not None else 0.0
         hold = config.holds(bare) if config is not None else False
         read_only = tool.annotations.read_only_hint if tool and tool.annotations else None
         facts = (usd, hold, read_only)
-        self._known_facts[canonical] = (tool, facts)
+        self._known_facts[canonical] = facts
         return facts
 
     # ------------------------------------------------------------------ authority

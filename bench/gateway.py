@@ -2,19 +2,22 @@
 
 ``python -m bench.gateway [--quick] [--calls N] [--callers C] [--per-caller K] [--repeat R]``
 
-Three MCP servers are started as subprocesses over stdio, each in front of (or being) the
+Four MCP servers are started as subprocesses over stdio, each in front of (or being) the
 example outbox server, and a client calls its read-only ``get_note`` tool:
 
 - **direct**: the outbox server itself;
 - **bare proxy**: ``gateway._bare_proxy``, forwarding every call unchecked;
 - **gateway**: ``awl gateway`` for a working order in a fresh SQLite home, so every call
-  is checked against the order, reserved against the budget, recorded, and forwarded.
+  is checked against the order, reserved against the budget, recorded, and forwarded;
+- **bare proxy (control)**: a second, identical bare proxy.
 
 For each it measures the median and p99 latency of sequential calls, then calls per
-second with ``--callers`` concurrent callers. The three run side by side and take turns (one
+second with ``--callers`` concurrent callers. They run side by side and take turns (one
 call at a time, then short bursts under load), so background load on the machine hits them
 alike.
-The ratio line compares the gateway with the bare proxy (target: within 1.25x).
+The ratio line compares the gateway with the bare proxy (target: within 1.25x). The control
+line compares the two identical bare proxies: how far apart two processes running the same
+code land in this run, which is the run's noise.
 
 The ratio under load varies from run to run far more than within a run (fresh processes
 land differently on a small, shared machine), so ``--repeat R`` measures R times, each with
@@ -41,6 +44,8 @@ from mcp import Client, StdioServerParameters
 ROOT = Path(__file__).resolve().parents[1]
 OUTBOX_SERVER = ROOT / "examples" / "outbox_server.py"
 TARGET_RATIO = 1.25
+BARE = "bare proxy"
+CONTROL = "bare proxy (control)"
 BURST = 2
 """Calls per concurrent caller in one turn of the concurrent phase."""
 
@@ -150,7 +155,7 @@ def _working_order(home: Path, calls: int) -> str:
 
 
 async def run(calls: int, callers: int, per_caller: int) -> list[Figures]:
-    """Measure the three targets in a fresh temporary folder."""
+    """Measure the four targets in a fresh temporary folder."""
     with tempfile.TemporaryDirectory(prefix="awl-bench-") as tmp:
         folder = Path(tmp)
         home = folder / "home"
@@ -161,17 +166,19 @@ async def run(calls: int, callers: int, per_caller: int) -> list[Figures]:
             "command": sys.executable, "args": [str(OUTBOX_SERVER)], "env": outbox_env}}}))
         env = {"PYTHONPATH": str(ROOT)}
         order_id = _working_order(home, calls + callers * per_caller)
+        bare = StdioServerParameters(
+            command=sys.executable, args=["-m", "gateway._bare_proxy", "--config", str(config)],
+            env=env, cwd=ROOT)
         targets: list[tuple[str, StdioServerParameters, str]] = [
             ("direct", StdioServerParameters(command=sys.executable, args=[str(OUTBOX_SERVER)],
                                              env=outbox_env), "get_note"),
-            ("bare proxy", StdioServerParameters(
-                command=sys.executable, args=["-m", "gateway._bare_proxy", "--config", str(config)],
-                env=env, cwd=ROOT), "notes__get_note"),
+            (BARE, bare, "notes__get_note"),
             ("gateway", StdioServerParameters(
                 command=sys.executable,
                 args=["-m", "awl", "gateway", "--order", order_id, "--config", str(config),
                       "--home", str(home)],
                 env=env, cwd=ROOT), "notes__get_note"),
+            (CONTROL, bare, "notes__get_note"),
         ]
         with anyio.fail_after(300):
             return await measure(targets, calls=calls, callers=callers, per_caller=per_caller)
@@ -179,45 +186,58 @@ async def run(calls: int, callers: int, per_caller: int) -> list[Figures]:
 
 @dataclass(frozen=True)
 class Ratios:
-    """The gateway's figures over the bare proxy's in one run (higher is slower)."""
+    """One target's figures over the bare proxy's in one run (higher is slower)."""
 
     median: float
     p99: float
     under_load: float
-    """Time per call with the concurrent callers (the bare proxy's calls/s over the gateway's)."""
+    """Time per call with the concurrent callers (the bare proxy's calls/s over the target's)."""
 
     @classmethod
-    def of(cls, figures: list[Figures]) -> Ratios | None:
-        """The ratios of one run, or None when it did not measure both targets."""
+    def of(cls, figures: list[Figures], name: str = "gateway") -> Ratios | None:
+        """The ratios of target ``name`` in one run, or None when the run did not measure it
+        and the bare proxy."""
         by_name = {f.name: f for f in figures}
-        bare, gateway = by_name.get("bare proxy"), by_name.get("gateway")
-        if bare is None or gateway is None:
+        bare, other = by_name.get(BARE), by_name.get(name)
+        if bare is None or other is None:
             return None
-        return cls(gateway.median_ms / bare.median_ms, gateway.p99_ms / bare.p99_ms,
-                   bare.calls_per_s / gateway.calls_per_s)
+        return cls(other.median_ms / bare.median_ms, other.p99_ms / bare.p99_ms,
+                   bare.calls_per_s / other.calls_per_s)
 
     @property
     def within(self) -> bool:
         """Whether the median and the time under load are within :data:`TARGET_RATIO`."""
         return max(self.median, self.under_load) <= TARGET_RATIO
 
-    def line(self, what: str) -> str:
-        """One line with the ratios and the verdict against :data:`TARGET_RATIO`."""
-        verdict = "within" if self.within else "OVER"
-        return (f"{what}: median {self.median:.2f}x, p99 {self.p99:.2f}x, "
-                f"time per call under load {self.under_load:.2f}x "
-                f"({verdict} the {TARGET_RATIO}x target)")
+    def line(self, what: str, *, verdict: bool = True) -> str:
+        """One line with the ratios and (``verdict``) the verdict against
+        :data:`TARGET_RATIO`."""
+        text = (f"{what}: median {self.median:.2f}x, p99 {self.p99:.2f}x, "
+                f"time per call under load {self.under_load:.2f}x")
+        if verdict:
+            text += f" ({'within' if self.within else 'OVER'} the {TARGET_RATIO}x target)"
+        return text
 
 
-def summary(runs: list[Ratios]) -> str:
-    """The median of several runs' ratios, and every run's ratio under load."""
-    middle = Ratios(statistics.median(r.median for r in runs),
-                    statistics.median(r.p99 for r in runs),
-                    statistics.median(r.under_load for r in runs))
+def _median(runs: list[Ratios]) -> Ratios:
+    return Ratios(statistics.median(r.median for r in runs),
+                  statistics.median(r.p99 for r in runs),
+                  statistics.median(r.under_load for r in runs))
+
+
+def summary(runs: list[Ratios], controls: list[Ratios] | None = None) -> str:
+    """The median of several runs' ratios and every run's ratio under load; the same for
+    the control when given."""
     each = ", ".join(f"{r.under_load:.2f}x" for r in runs)
     over = sum(1 for r in runs if not r.within)
-    return (middle.line(f"median of {len(runs)} runs, gateway / bare proxy")
-            + f"\nunder load, run by run: {each} ({over} of {len(runs)} over the target)")
+    lines = [_median(runs).line(f"median of {len(runs)} runs, gateway / bare proxy"),
+             f"under load, run by run: {each} ({over} of {len(runs)} over the target)"]
+    if controls:
+        lines.append(_median(controls).line(f"median of {len(controls)} runs, control / bare "
+                                            "proxy", verdict=False))
+        each = ", ".join(f"{r.under_load:.2f}x" for r in controls)
+        lines.append(f"control under load, run by run: {each}")
+    return "\n".join(lines)
 
 
 def report(figures: list[Figures], *, callers: int) -> str:
@@ -229,9 +249,14 @@ def report(figures: list[Figures], *, callers: int) -> str:
     lines += [f"| {f.name} | {f.median_ms:.2f} | {f.p99_ms:.2f} | {f.calls_per_s:.0f} |"
               for f in figures]
     ratios = Ratios.of(figures)
-    if ratios is not None:
+    control = Ratios.of(figures, CONTROL)
+    if ratios is not None or control is not None:
         lines.append("")
+    if ratios is not None:
         lines.append(ratios.line("gateway / bare proxy"))
+    if control is not None:
+        lines.append(control.line("control / bare proxy (two identical proxies: this run's "
+                                  "noise)", verdict=False))
     return "\n".join(lines)
 
 
@@ -250,17 +275,20 @@ def main(argv: list[str] | None = None) -> int:
     calls = args.calls or (60 if args.quick else 400)
     per_caller = args.per_caller or (5 if args.quick else 40)
     runs: list[Ratios] = []
+    controls: list[Ratios] = []
     for i in range(args.repeat):
         figures: list[Figures] = anyio.run(run, calls, args.callers, per_caller)
         if args.repeat > 1:
             print(f"run {i + 1} of {args.repeat}")
         print(report(figures, callers=args.callers), flush=True)
-        ratios = Ratios.of(figures)
+        ratios, control = Ratios.of(figures), Ratios.of(figures, CONTROL)
         if ratios is not None:
             runs.append(ratios)
+        if control is not None:
+            controls.append(control)
     if args.repeat > 1 and runs:
         print()
-        print(summary(runs))
+        print(summary(runs, controls))
     return 0
 
 

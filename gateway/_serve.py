@@ -65,6 +65,7 @@ async def open_gateway(
     safe: bool | None = None,
     clock: Clock | None = None,
     errlog: TextIO | None = None,
+    offload_store: bool = False,
 ) -> AsyncIterator[Gateway]:
     """Open the upstreams and run a started gateway for one order until the block ends.
 
@@ -84,6 +85,7 @@ async def open_gateway(
         safe: Safe mode; default the config's ``gateway.safe_mode``.
         clock: The current time (tests pass a fake one).
         errlog: Where stdio upstreams' stderr goes (default this process's stderr).
+        offload_store: Run the per-call store work in worker threads (see :class:`Gateway`).
 
     Yields:
         The started gateway; ``mcp.Client(gateway.server)`` connects to it in-process.
@@ -110,7 +112,8 @@ async def open_gateway(
         await anyio.to_thread.run_sync(store.load, order_id)
         pool = await stack.enter_async_context(UpstreamPool(config, errlog=errlog))
         gateway = Gateway(order_id, store=store, pool=pool, pass_token=pass_token, jwks=jwks,
-                          audience=audience, safe=safe, clock=clock)
+                          audience=audience, safe=safe, clock=clock,
+                          offload_store=offload_store)
         await gateway.start()
         yield gateway
 

@@ -23,8 +23,11 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.mark.spec("GW-5")
-async def test_a_hundred_concurrent_calls_spend_exactly_ten(tmp_path: Path) -> None:
-    """100 concurrent calls against tool_calls 10 count exactly 10, held ones included."""
+@pytest.mark.parametrize("offload_store", [False, True], ids=["on-the-loop", "in-threads"])
+async def test_a_hundred_concurrent_calls_spend_exactly_ten(tmp_path: Path,
+                                                            offload_store: bool) -> None:
+    """100 concurrent calls against tool_calls 10 count exactly 10, held ones included, with
+    the store's work on the event loop or in worker threads (where the reservations race)."""
     env = make_env(tmp_path, staged=["receiver/create_issue"], budget={"tool_calls": 10})
     results: list[types.CallToolResult] = []
 
@@ -35,7 +38,9 @@ async def test_a_hundred_concurrent_calls_spend_exactly_ten(tmp_path: Path) -> N
             results.append(await client.call_tool("receiver__deliver", {"to": f"r{i}"}))
 
     with anyio.fail_after(90):
-        async with connect(env) as (_gw, client), anyio.create_task_group() as tg:
+        async with (connect(env, offload_store=offload_store) as (gw, client),
+                    anyio.create_task_group() as tg):
+            assert gw.offload_store is offload_store
             for i in range(100):
                 tg.start_soon(one, i, client)
     records = env.calls()

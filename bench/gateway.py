@@ -195,8 +195,8 @@ class Ratios:
 
     @classmethod
     def of(cls, figures: list[Figures], name: str = "gateway") -> Ratios | None:
-        """The ratios of target ``name`` in one run, or None when the run did not measure it
-        and the bare proxy."""
+        """Target ``name``'s ratios to the bare proxy in one run; None when the run lacks
+        either of the two."""
         by_name = {f.name: f for f in figures}
         bare, other = by_name.get(BARE), by_name.get(name)
         if bare is None or other is None:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -47,6 +48,7 @@ import anyio.to_thread
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from awl._desk import Desk, format_time
 from awl._errors import Conflict, PassError
@@ -57,16 +59,19 @@ from awl._patterns import parse_ref
 from awl._store import OrderRecord, Scope, Store
 from gateway._config import GatewayConfig
 from gateway._names import NameTable, split_canonical
+from gateway._passthrough import Passthrough
 from gateway._policy import (
     Decision,
     allowed,
     budget_refusal,
     decide,
+    inactive_refusal,
     is_staged,
     refuse,
 )
+from gateway._relay import Relay, worker_is_modern
 from gateway._staging import check_arguments
-from gateway._upstream import RESERVED_META_PREFIX, UpstreamError, UpstreamPool
+from gateway._upstream import RESERVED_META_PREFIX, UpstreamError, UpstreamPool, UpstreamRejected
 from gateway._worker_tools import WORKER_TOOL_NAMES, WorkerTools
 
 __all__ = [
@@ -96,6 +101,13 @@ META_REF = "awl/ref"
 META_ORDER = "awl/order"
 META_ATTEMPT = "awl/attempt"
 
+INPUT_ROUNDS = 10
+"""How many ``input_required`` rounds the gateway answers for a handshake-era worker in
+one call before it gives up (the SDK clients' own default)."""
+
+AWL_CANCELLED = "AWL_CANCELLED"
+"""The error recorded for a call the worker cancelled before the upstream answered."""
+
 Clock = Callable[[], datetime]
 _T = TypeVar("_T")
 
@@ -110,7 +122,7 @@ def _text_result(text: str, *, error: bool = False,
                                 structured_content=structured, is_error=error)
 
 
-def _wire(result: types.CallToolResult) -> dict[str, Any]:
+def _wire(result: types.CallToolResult | types.InputRequiredResult) -> dict[str, Any]:
     """The result as the wire carries it (camelCase), which is how call records keep it."""
     return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
@@ -183,6 +195,8 @@ class Gateway:
             hand-off to a thread and back costs about as much again, so the gateway runs it
             on its event loop and only waits there when another process holds the write
             lock. Turn it on for a store whose calls can take long (a remote database).
+        relay: Where what the upstreams send besides answers goes; the pool's connections
+            must use its :meth:`~gateway._relay.Relay.handlers` (``open_gateway`` does so).
     """
 
     def __init__(
@@ -197,8 +211,10 @@ class Gateway:
         safe: bool | None = None,
         clock: Clock | None = None,
         offload_store: bool = False,
+        relay: Relay | None = None,
     ) -> None:
         self.order_id = order_id
+        self.relay = relay if relay is not None else Relay()
         self.offload_store = offload_store
         self._record: OrderRecord | None = None
         self.store = store
@@ -216,14 +232,19 @@ class Gateway:
         self._order_scope: Scope | None = None
         self.desk = Desk(store, clock=self._clock)
         self._worker = WorkerTools(self)
-        self.server: Server[Any] = Server(
-            "awl-gateway",
-            version="0.1.0",
-            title="AWL gateway",
-            instructions=None,
-            on_list_tools=self._on_list_tools,
-            on_call_tool=self._on_call_tool,
-        )
+        with warnings.catch_warnings():
+            # The SDK marks logging deprecated in 2026-07-28; handshake-era workers use it.
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            self.server: Server[Any] = Server(
+                "awl-gateway",
+                version="0.1.0",
+                title="AWL gateway",
+                instructions=None,
+                on_list_tools=self._on_list_tools,
+                on_call_tool=self._on_call_tool,
+                on_set_logging_level=self._on_set_logging_level,
+                **Passthrough(self).handlers(),
+            )
 
     # ------------------------------------------------------------------ setup
 
@@ -319,6 +340,17 @@ class Gateway:
                 return token.strip()
         return self._pass_token
 
+    async def authority(self, ctx: ServerRequestContext[Any] | None) -> Authority:
+        """Who the request in ``ctx`` runs as, checked now."""
+        return await anyio.to_thread.run_sync(self.verify, self._token_for(ctx))
+
+    async def inactive_reason(self) -> str | None:
+        """``CODE: why`` when the order, as stored now, is not active or is past its
+        deadline; None while calls may run."""
+        record = await self._run(self._load_record)
+        refusal = inactive_refusal(record.order, record.state, self.now())
+        return None if refusal is None else refusal.text
+
     def verify(self, token: str | None) -> Authority:
         """Who ``token`` makes the caller, checked now (revocation and expiry included).
 
@@ -385,18 +417,32 @@ class Gateway:
 
     # ------------------------------------------------------------------ tools/call
 
-    async def _on_call_tool(self, ctx: ServerRequestContext[Any],
-                            params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def _on_call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams,
+    ) -> types.CallToolResult | types.InputRequiredResult:
         token = self._token_for(ctx)
         arguments = dict(params.arguments or {})
         if params.name in WORKER_TOOL_NAMES:
             authority = await anyio.to_thread.run_sync(self.verify, token)
             return await self._worker.call(params.name, arguments, authority)
         return await self.call(params.name, arguments, token=token,
-                               meta=dict(params.meta or {}))
+                               meta=dict(params.meta or {}), ctx=ctx,
+                               input_responses=params.input_responses,
+                               request_state=params.request_state)
+
+    async def _on_set_logging_level(self, ctx: ServerRequestContext[Any],
+                                    params: types.SetLevelRequestParams) -> types.EmptyResult:
+        """A handshake-era worker's ``logging/setLevel``: the least severe upstream log
+        message passed on to it from now on (GW-13)."""
+        self.relay.level = params.level
+        return types.EmptyResult()
 
     async def call(self, name: str, arguments: Mapping[str, Any], *, token: str | None = None,
-                   meta: Mapping[str, Any] | None = None) -> types.CallToolResult:
+                   meta: Mapping[str, Any] | None = None,
+                   ctx: ServerRequestContext[Any] | None = None,
+                   input_responses: Mapping[str, Any] | None = None,
+                   request_state: str | None = None,
+                   ) -> types.CallToolResult | types.InputRequiredResult:
         """Handle one upstream tool call by its exposed ``name``; see the module docstring.
 
         Args:
@@ -404,9 +450,15 @@ class Gateway:
             arguments: The call's arguments.
             token: The pass the call runs under (default: the gateway's configured pass).
             meta: The request's ``_meta``; forwarded cleaned.
+            ctx: The worker's request, when there is one: progress, log messages and the
+                upstream's own requests pass on to it (GW-12, GW-13).
+            input_responses: The worker's answers to an ``input_required`` round, forwarded
+                with ``request_state`` (GW-14).
+            request_state: The state of that round, forwarded as received.
 
         Returns:
-            The upstream's result, a ``pending:`` placeholder, or a tool error.
+            The upstream's result or ``input_required`` round, a ``pending:`` placeholder,
+            or a tool error.
         """
         table = await self._catalog()
         server = tool = canonical = None
@@ -421,13 +473,15 @@ class Gateway:
         record = admission.record
         assert record is not None and server is not None and tool is not None
         outcome, result, error = "error", None, None
-        answer: types.CallToolResult
+        answer: types.CallToolResult | types.InputRequiredResult
         try:
-            answer = await self.pool.call(
-                server, tool, args,
-                meta=forward_meta(meta, ref=record.ref, order_id=self.order_id,
-                                  attempt=record.attempt))
-            outcome = "error" if answer.is_error else "ok"
+            with self.relay.forwarding(server, ctx, token):
+                answer = await self._forward(
+                    server, tool, args, ctx=ctx, input_responses=input_responses,
+                    request_state=request_state,
+                    meta=forward_meta(meta, ref=record.ref, order_id=self.order_id,
+                                      attempt=record.attempt))
+            outcome = "error" if getattr(answer, "is_error", False) else "ok"
             result = _wire(answer)
         except UpstreamError as exc:
             error = f"AWL_{exc.code}: {exc.message}"
@@ -435,8 +489,9 @@ class Gateway:
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 await self._finish(record, "error", None,
-                                   "AWL_CANCELLED: the worker cancelled the call before the "
-                                   "upstream answered; it may have run")
+                                   f"{AWL_CANCELLED}: the worker cancelled the call before the "
+                                   "upstream answered; the cancellation was passed on to the "
+                                   "upstream, and the call may have run")
             raise
         except Exception as exc:  # the gateway must outlive any upstream surprise
             log.exception("call %s failed unexpectedly", record.ref)
@@ -447,6 +502,40 @@ class Gateway:
         # (The answer was made for this call alone, by the upstream pool or above: setting
         # its _meta in place saves a model copy per call.)
         answer.meta = {**(answer.meta or {}), META_REF: record.ref}
+        return answer
+
+    async def _forward(self, server: str, tool: str, args: dict[str, Any], *,
+                       meta: dict[str, Any], ctx: ServerRequestContext[Any] | None,
+                       input_responses: Mapping[str, Any] | None, request_state: str | None,
+                       ) -> types.CallToolResult | types.InputRequiredResult:
+        """Send one call upstream, its progress passed on to ``ctx``.
+
+        A 2026-07-28 worker gets an ``input_required`` round as the upstream sent it and
+        answers it by calling again; for a handshake-era worker the gateway asks it each
+        input request itself and retries the upstream with its answers (GW-14)."""
+        progress = self.relay.progress(ctx)
+        answer = await self.pool.call_round(
+            server, tool, args, meta=meta, progress=progress,
+            input_responses=input_responses, request_state=request_state)
+        if ctx is None or worker_is_modern(ctx):
+            return answer
+        for _ in range(INPUT_ROUNDS):
+            if not isinstance(answer, types.InputRequiredResult):
+                return answer
+            try:
+                responses = await self.relay.answer_rounds(ctx, server, answer)
+            except MCPError as exc:
+                raise UpstreamRejected(
+                    f"upstream {server!r} asked for input the worker did not give "
+                    f"({exc.error.message}); the call to {tool!r} did not finish",
+                    server=server, rpc_code=None) from None
+            answer = await self.pool.call_round(
+                server, tool, args, meta=meta, progress=progress, input_responses=responses,
+                request_state=answer.request_state)
+        if isinstance(answer, types.InputRequiredResult):
+            raise UpstreamRejected(
+                f"upstream {server!r} still asked for input after {INPUT_ROUNDS} rounds of "
+                f"the call to {tool!r}; the gateway gave up", server=server, rpc_code=None)
         return answer
 
     async def _run(self, func: Callable[..., _T], *args: Any) -> _T:

@@ -170,15 +170,9 @@ def decide(
         return refuse(AWL_PASS_INVALID,
                       f"the Delegation Pass you run under is not valid any more ({pass_problem}); "
                       "stop calling tools and ask whoever issued it for a new pass")
-    if state not in ACTIVE_STATES:
-        return refuse(AWL_NOT_ACTIVE,
-                      f"order {order.id} is {state}; tools run only while it is accepted or "
-                      "working")
-    deadline = parse_time(order.deadline)
-    if now >= deadline:
-        return refuse(AWL_EXPIRED,
-                      f"order {order.id} passed its deadline {order.deadline}; stop and "
-                      "submit your report")
+    inactive = inactive_refusal(order, state, now)
+    if inactive is not None:
+        return inactive
     name = tool if tool is not None else requested or ""
     if tool is None or not allowed(tool, order, grant):
         scope = "the order and your pass" if grant is not None else f"order {order.id}"
@@ -196,6 +190,20 @@ def decide(
     if is_staged(tool, order, hold=hold, safe=safe, read_only=read_only):
         return HOLD
     return FORWARD
+
+
+def inactive_refusal(order: WorkOrder, state: str, now: datetime) -> Decision | None:
+    """The refusal for anything done under an order that is not active or is past its
+    deadline at ``now``; None while it is accepted or working in time."""
+    if state not in ACTIVE_STATES:
+        return refuse(AWL_NOT_ACTIVE,
+                      f"order {order.id} is {state}; tools run only while it is accepted or "
+                      "working")
+    if now >= parse_time(order.deadline):
+        return refuse(AWL_EXPIRED,
+                      f"order {order.id} passed its deadline {order.deadline}; stop and "
+                      "submit your report")
+    return None
 
 
 def budget_refusal(scope: Scope, order_id: str) -> Decision:

@@ -43,8 +43,8 @@ import json
 import logging
 import math
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType, TracebackType
 from typing import Any, Literal, TextIO
@@ -53,11 +53,13 @@ import anyio
 import anyio.abc
 import mcp_types as types
 from mcp import Client, StdioServerParameters, stdio_client
+from mcp.client.session import ElicitationFnT, ListRootsFnT, LoggingFnT, SamplingFnT
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from awl._errors import AWLError, NotFound
 from awl._patterns import is_tool_name
@@ -75,6 +77,23 @@ TRUNCATED_META_KEY = "awl/truncated"
 """Set in a bounded result's ``_meta``: ``{"bytes": original size, "limit": the limit}``."""
 
 _LIST_PAGES = 100
+
+_ROUND = TypeAdapter(types.CallToolResult | types.InputRequiredResult)
+"""A ``tools/call`` answer: a result, or a 2026-07-28 ``input_required`` round."""
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamHandlers:
+    """What a connection does with what its server sends besides answers.
+
+    Each is given to the SDK client of one server (see ``handlers`` of
+    :class:`UpstreamPool`); None keeps the SDK's default (refuse requests, drop logs).
+    """
+
+    sampling: SamplingFnT | None = None
+    elicitation: ElicitationFnT | None = None
+    list_roots: ListRootsFnT | None = None
+    logging: LoggingFnT | None = None
 
 
 # ---------------------------------------------------------------------------- errors
@@ -310,9 +329,11 @@ class UpstreamStatus:
 
 
 class _Upstream:
-    def __init__(self, config: ServerConfig, errlog: TextIO) -> None:
+    def __init__(self, config: ServerConfig, errlog: TextIO,
+                 handlers: UpstreamHandlers | None = None) -> None:
         self.config = config
         self.errlog = errlog
+        self.handlers = handlers or UpstreamHandlers()
         self.conn: _Connection | None = None
         self.lock = anyio.Lock()
         self.tools: dict[str, types.Tool] = {}
@@ -353,8 +374,16 @@ class _Upstream:
             # The handshake is bounded by the connect timeout only; the scope's deadline is
             # lifted once connected so calls are bounded by their own timeouts.
             with anyio.CancelScope(deadline=deadline) as scope:
+                handlers = self.handlers
+                # log_level opts in to a 2026-07-28 server's log messages (the handshake
+                # era sends them unasked); the handler decides what reaches the worker.
                 async with Client(
-                    self._transport(conn), mode="auto", cache=None, client_info=CLIENT_INFO
+                    self._transport(conn), mode="auto", cache=None, client_info=CLIENT_INFO,
+                    sampling_callback=handlers.sampling,
+                    elicitation_callback=handlers.elicitation,
+                    list_roots_callback=handlers.list_roots,
+                    logging_callback=handlers.logging,
+                    log_level="debug" if handlers.logging is not None else None,
                 ) as client:
                     self.tools, self.skipped = await self._list(client)
                     scope.deadline = math.inf
@@ -437,13 +466,18 @@ class UpstreamPool:
             stdout: in stdio mode that is the worker's protocol stream.
         require_all: Fail on entry, with :class:`UpstreamUnavailable`, if any server cannot
             be started.
+        handlers: Given a server's name, what its connection does with the sampling,
+            elicitation and roots requests and the log messages that server sends.
     """
 
     def __init__(self, config: GatewayConfig, *, errlog: TextIO | None = None,
-                 require_all: bool = False) -> None:
+                 require_all: bool = False,
+                 handlers: Callable[[str], UpstreamHandlers] | None = None) -> None:
         self.config = config
         log = errlog if errlog is not None else sys.stderr
-        self._upstreams = {name: _Upstream(cfg, log) for name, cfg in config.servers.items()}
+        self._upstreams = {
+            name: _Upstream(cfg, log, handlers(name) if handlers is not None else None)
+            for name, cfg in config.servers.items()}
         self._require_all = require_all
         self._tg: anyio.abc.TaskGroup | None = None
         self._closing = False
@@ -614,7 +648,35 @@ class UpstreamPool:
             NotFound: ``server`` is not configured.
             UpstreamUnavailable: Cannot connect, or the connection was lost (``sent``).
             UpstreamTimeout: Sent, and no answer in time.
-            UpstreamRejected: The server answered with a protocol error.
+            UpstreamRejected: The server answered with a protocol error, or asked for
+                input (an ``input_required`` round), which this caller cannot give.
+        """
+        result = await self.call_round(server, tool, arguments, meta=meta, timeout=timeout,
+                                       before_send=before_send)
+        if isinstance(result, types.InputRequiredResult):
+            raise UpstreamRejected(
+                f"upstream {server!r} asked for input (input_required) in answer to the call "
+                f"to {tool!r}; no one is there to give it", server=server, rpc_code=None)
+        return result
+
+    async def call_round(
+        self,
+        server: str,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        meta: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        before_send: Callable[[], Awaitable[None]] | None = None,
+        progress: ProgressFnT | None = None,
+        input_responses: Mapping[str, Any] | None = None,
+        request_state: str | None = None,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """:meth:`call`, for a caller that can answer a 2026-07-28 ``input_required`` round.
+
+        ``progress`` receives the server's progress notifications for this request;
+        ``input_responses`` and ``request_state`` retry an earlier round (sent as given).
+        An :class:`~mcp_types.InputRequiredResult` is returned as the server sent it.
         """
         up = self._upstream(server)
         limit = timeout if timeout is not None else up.config.timeout
@@ -627,40 +689,91 @@ class UpstreamPool:
                 f"upstream {server!r} went away before the call to {tool!r} was sent; "
                 "it was not sent", server=server, sent=False,
             )
+        params: dict[str, Any] = {
+            "name": tool, "arguments": dict(arguments) if arguments is not None else None,
+            "_meta": clean_meta(meta)}
+        if input_responses is not None:
+            params["inputResponses"] = dict(input_responses)
+        if request_state is not None:
+            params["requestState"] = request_state
         request = types.CallToolRequest(
-            params=types.CallToolRequestParams(
-                name=tool,
-                arguments=dict(arguments) if arguments is not None else None,
-                _meta=clean_meta(meta),
-            )
-        )
-        result: types.CallToolResult | None = None
-        try:
+            params=types.CallToolRequestParams.model_validate(params, by_alias=True))
+        result: types.CallToolResult | types.InputRequiredResult | None = None
+        what = f"the call to {tool!r}"
+        with self._faults(server, what, conn):
             with anyio.move_on_after(limit):
-                result = await client.session.send_request(request, types.CallToolResult)
-        except MCPError as exc:
-            if exc.code == types.CONNECTION_CLOSED:
-                conn.end()
-                up.error = f"upstream {server!r} closed the connection during a call to {tool!r}"
-                raise UpstreamUnavailable(
-                    f"upstream {server!r} closed the connection during the call to {tool!r}; "
-                    "the call may have run (it will be restarted on the next call)",
-                    server=server, sent=True,
-                ) from None
-            raise UpstreamRejected(
-                f"upstream {server!r} refused the call to {tool!r}: {exc.error.message} "
-                f"(JSON-RPC {exc.code})", server=server, rpc_code=exc.code,
-            ) from None
-        except ValidationError:
-            raise UpstreamRejected(
-                f"upstream {server!r} answered the call to {tool!r} with something that is "
-                "not a tool result", server=server, rpc_code=None,
-            ) from None
+                result = await client.session.send_request(request, _ROUND,
+                                                           progress_callback=progress)
         if result is None:
             raise UpstreamTimeout(
                 f"upstream {server!r} did not answer the call to {tool!r} within {limit:g} s; "
                 "it may still have run", server=server, timeout=limit,
             )
+        if isinstance(result, types.InputRequiredResult):
+            return result
         return bound_result(
             _without_reserved(result), up.config.max_result_bytes, label=f"{server}/{tool}"
         )
+
+    @contextmanager
+    def _faults(self, server: str, what: str, conn: _Connection) -> Iterator[None]:
+        """Turn the SDK's failures of one request into :class:`UpstreamError` s."""
+        try:
+            yield
+        except MCPError as exc:
+            if exc.code == types.CONNECTION_CLOSED:
+                conn.end()
+                up = self._upstream(server)
+                up.error = f"upstream {server!r} closed the connection during {what}"
+                raise UpstreamUnavailable(
+                    f"upstream {server!r} closed the connection during {what}; "
+                    "it may have run (it will be restarted on the next call)",
+                    server=server, sent=True,
+                ) from None
+            raise UpstreamRejected(
+                f"upstream {server!r} refused {what}: {exc.error.message} "
+                f"(JSON-RPC {exc.code})", server=server, rpc_code=exc.code,
+            ) from None
+        except ValidationError:
+            raise UpstreamRejected(
+                f"upstream {server!r} answered {what} with something that is not its result",
+                server=server, rpc_code=None,
+            ) from None
+
+    async def request(self, server: str, request: Any, result_type: Any, *,
+                      what: str) -> Any:
+        """Send one request other than ``tools/call`` (``resources/read``, ``prompts/get``, ...)
+        to ``server`` and return its validated result (``result_type``: a model or adapter).
+
+        ``what`` names the request in error messages. Bounded by the server's ``timeout``;
+        raises as :meth:`call` does.
+        """
+        up = self._upstream(server)
+        conn = await self._connection(up)
+        client = conn.client
+        if client is None or not conn.live:
+            raise UpstreamUnavailable(f"upstream {server!r} went away before {what} was sent",
+                                      server=server, sent=False)
+        result: Any = None
+        with self._faults(server, what, conn):
+            with anyio.move_on_after(up.config.timeout):
+                result = await client.session.send_request(request, result_type)
+        if result is None:
+            raise UpstreamTimeout(
+                f"upstream {server!r} did not answer {what} within {up.config.timeout:g} s",
+                server=server, timeout=up.config.timeout)
+        return result
+
+    def capabilities(self, server: str) -> types.ServerCapabilities | None:
+        """What ``server`` said it can do, when it is connected (None when it is down)."""
+        conn = self._upstream(server).conn
+        if conn is None or conn.client is None or not conn.live:
+            return None
+        return conn.client.session.server_capabilities
+
+    def protocol_version(self, server: str) -> str | None:
+        """The protocol version spoken with ``server``, when it is connected."""
+        conn = self._upstream(server).conn
+        if conn is None or conn.client is None or not conn.live:
+            return None
+        return conn.client.session.protocol_version

@@ -7,7 +7,8 @@ resources, prompts and completions of an upstream server are offered only when t
 ``*``), the caller's pass verifies, and the order is accepted or working before its deadline.
 Any other request for them is answered with a JSON-RPC error naming the reason.
 
-URIs and prompt names are passed through unchanged. Which server a URI belongs to is
+URIs and prompt names are passed through unchanged, and so is an upstream's JSON-RPC error
+(a resource it does not have, say). Which server a URI belongs to is
 learned from what the servers list: an exact resource URI first, then a matching resource
 template, then the only open server that offers resources. A prompt name two open servers
 both use goes to the first in the configuration (the other is logged and not listed).
@@ -25,7 +26,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
 from awl._patterns import covered_by_any
-from gateway._upstream import UpstreamError
+from gateway._upstream import UpstreamError, UpstreamRejected
 
 if TYPE_CHECKING:
     from gateway._gateway import Gateway
@@ -105,6 +106,12 @@ class Passthrough:
     async def _ask(self, server: str, request: Any, result_type: Any, what: str) -> Any:
         try:
             return await self._gw.pool.request(server, request, result_type, what=what)
+        except UpstreamRejected as exc:
+            if exc.rpc_code is None or exc.rpc_message is None:
+                raise _refuse(f"AWL_{exc.code}: {exc.message}", types.INTERNAL_ERROR) from None
+            # The upstream's own error (resource not found, bad arguments) is its answer.
+            raise MCPError(code=exc.rpc_code, message=exc.rpc_message,
+                           data=exc.rpc_data) from None
         except UpstreamError as exc:
             raise _refuse(f"AWL_{exc.code}: {exc.message}", types.INTERNAL_ERROR) from None
 

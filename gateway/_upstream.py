@@ -144,9 +144,14 @@ class UpstreamRejected(UpstreamError):
 
     code = "UPSTREAM_REJECTED"
 
-    def __init__(self, message: str, *, server: str, rpc_code: int | None) -> None:
+    def __init__(self, message: str, *, server: str, rpc_code: int | None,
+                 rpc_message: str | None = None, rpc_data: Any = None) -> None:
         super().__init__(message, server=server)
         self.rpc_code = rpc_code
+        self.rpc_message = rpc_message
+        """The server's own error message, when it answered with a JSON-RPC error."""
+        self.rpc_data = rpc_data
+        """The ``data`` of that error, as the server sent it."""
         self.sent = True
 
 
@@ -733,6 +738,7 @@ class UpstreamPool:
             raise UpstreamRejected(
                 f"upstream {server!r} refused {what}: {exc.error.message} "
                 f"(JSON-RPC {exc.code})", server=server, rpc_code=exc.code,
+                rpc_message=exc.error.message, rpc_data=exc.error.data,
             ) from None
         except ValidationError:
             raise UpstreamRejected(

@@ -74,7 +74,8 @@ def relay_app(target: str, token: str) -> Any:
 async def bearer_relay(target: str, token: str) -> AsyncIterator[str]:
     """Serve the relay to ``target`` for the block; yields the URL to use instead."""
     config = uvicorn.Config(relay_app(target, token), host="127.0.0.1", port=0,
-                            log_config=None, log_level="warning", access_log=False)
+                            log_config=None, log_level="warning", access_log=False,
+                            timeout_graceful_shutdown=1)
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.serve)

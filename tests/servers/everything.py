@@ -73,7 +73,7 @@ async def read_resource(ctx: ServerRequestContext[Any], params: types.ReadResour
         contents = [types.TextResourceContents(uri=uri, mime_type="application/json",
                                                text=json.dumps(data))]
     else:
-        raise MCPError(code=types.RESOURCE_NOT_FOUND, message=f"Resource not found: {uri}",
+        raise MCPError(code=types.INVALID_PARAMS, message=f"Resource not found: {uri}",
                        data={"uri": uri})
     return types.ReadResourceResult(contents=contents)
 

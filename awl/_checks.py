@@ -26,6 +26,13 @@ from pydantic import BaseModel, ValidationError
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 
+from awl._bounded import (
+    PatternError,
+    SchemaTooCostly,
+    bounded_errors,
+    bounded_validator,
+    meta_errors,
+)
 from awl._errors import BadRequest, DocumentError, ValidationFailed
 from awl._findings import Finding, pointer
 from awl._lifecycle import is_row
@@ -269,19 +276,17 @@ def _order_rules(order: WorkOrder) -> Iterator[Finding]:
         yield Finding("O6", "invalid", "/continues", "continues is the order's own id")
 
 
-_META_VALIDATOR = Draft202012Validator(Draft202012Validator.META_SCHEMA,
-                                       format_checker=Draft202012Validator.FORMAT_CHECKER)
-
-
 def _schema_problem(schema: Any) -> str | None:
     try:
-        errors = sorted(_META_VALIDATOR.iter_errors(schema), key=lambda e: e.path)
+        errors = meta_errors(schema, draft=Draft202012Validator)
     except RecursionError:
         return "nested too deeply"
     if not errors:
         return None
     error = errors[0]
     where = pointer(*error.absolute_path) or "/"
+    if isinstance(error.cause, PatternError):
+        return f"at {where}: pattern {_show(error.instance)} cannot be used: {error.cause}"
     return f"at {where}: {error.message[:200]}"
 
 
@@ -482,10 +487,12 @@ def _report_order_rules(report: WorkReport, data: Mapping[str, Any],
 def _output_problem(schema: Mapping[str, Any], output: Any) -> str | None:
     # An empty registry: refs stay inside the schema and nothing is fetched from the network.
     try:
-        checker = Draft202012Validator(schema, registry=Registry())
-        errors = sorted(checker.iter_errors(output), key=lambda e: e.path)
-    except (SchemaError, Unresolvable, re.error) as exc:
+        checker = bounded_validator(schema, draft=Draft202012Validator, registry=Registry())
+        errors = sorted(bounded_errors(checker, output), key=lambda e: e.path)
+    except (SchemaError, Unresolvable, PatternError) as exc:
         return f"the schema cannot be applied ({str(exc).splitlines()[0][:200]})"
+    except SchemaTooCostly as exc:
+        return f"the schema is too costly to apply: {exc}; simplify the order's output_schema"
     except RecursionError:
         return "the schema recurses without end"
     if not errors:

@@ -44,6 +44,7 @@ __all__ = [
     "check_text",
     "loads",
     "read_regular_file",
+    "show_value",
 ]
 
 MAX_DOCUMENT_BYTES = 8 * 1024 * 1024
@@ -77,8 +78,9 @@ def _show(value: str, limit: int = 60) -> str:
     return repr(value if len(value) <= limit else value[:limit] + "…")
 
 
-def _show_value(value: Any) -> str:
-    # repr of an int of more than 4,300 digits raises, so big ones are described instead.
+def show_value(value: Any) -> str:
+    """``repr(value)`` cut to 40 characters; an integer of many digits is described instead
+    (``repr`` of one of more than 4,300 digits raises)."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
         return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
     text = repr(value)
@@ -248,7 +250,7 @@ def check_integer(value: Any, *, name: str, minimum: int = 0,
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
         raise BadRequest(f"{name} must be a whole number from {minimum} to {maximum}, "
-                         f"not {_show_value(value)}")
+                         f"not {show_value(value)}")
     return int(value)
 
 
@@ -293,7 +295,7 @@ def check_epoch(value: Any, *, name: str) -> int | float:
             or not MIN_EPOCH <= value <= MAX_EPOCH):
         raise BadRequest(f"{name} must be seconds since the epoch from {MIN_EPOCH} to "
                          f"{MAX_EPOCH} (years {MIN_YEAR} to {MAX_YEAR}), not "
-                         f"{_show_value(value)}")
+                         f"{show_value(value)}")
     return value
 
 
@@ -313,7 +315,8 @@ def read_regular_file(path: str | os.PathLike[str], *, max_bytes: int = MAX_DOCU
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        raise DocumentError(f"cannot read {what} {name!r}: {exc.strerror or exc}") from None
+        raise DocumentError(f"cannot read {what} {name!r}: {exc.strerror or exc}; check the path "
+                            "and its permissions") from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
@@ -332,6 +335,7 @@ def read_regular_file(path: str | os.PathLike[str], *, max_bytes: int = MAX_DOCU
             left -= len(chunk)
         return b"".join(chunks)
     except OSError as exc:
-        raise DocumentError(f"cannot read {what} {name!r}: {exc.strerror or exc}") from None
+        raise DocumentError(f"cannot read {what} {name!r}: {exc.strerror or exc}; check the path "
+                            "and its permissions") from None
     finally:
         os.close(fd)

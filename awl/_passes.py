@@ -101,11 +101,14 @@ MAX_TOKEN_BYTES = 64 * 1024
 _HEADER_FIELDS = frozenset({"alg", "typ", "kid", "parent"})
 _COUNT_UNITS = frozenset({"tokens", "tool_calls"})
 _KID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
+_BASE64_ANY = re.compile(r"[A-Za-z0-9_+/-]*=*")
 # A pass is only worth having while its holder may work (SPEC DP-7).
 _ISSUING_STATES = frozenset({"accepted", "working"})
 
 REASONS: Mapping[str, str] = {
     "malformed": "not a well-formed pass (token, header or claims)",
+    "not_canonical": "a part of the token is not canonical unpadded base64url (DP-11)",
     "bad_algorithm": "the header names an algorithm other than EdDSA",
     "unknown_kid": "no key in the key set has the header's kid",
     "bad_signature": "the signature does not match the token",
@@ -135,9 +138,18 @@ def _b64encode(data: bytes) -> str:
 
 
 def _b64decode(text: str) -> bytes:
-    if not isinstance(text, str) or "=" in text:
-        raise ValueError("not unpadded base64url")
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    """The bytes of canonical unpadded base64url text (DP-11), else ValueError.
+
+    Canonical: the base64url alphabet only, no padding, and the unused low bits of the last
+    character zero, so each byte string has exactly one spelling and a token cannot be
+    respelt (``T==``, another last character) into one that still verifies.
+    """
+    if not isinstance(text, str) or _B64URL.fullmatch(text) is None or len(text) % 4 == 1:
+        raise ValueError("not canonical unpadded base64url")
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64encode(data) != text:
+        raise ValueError("not canonical base64url (the last character's unused bits are set)")
+    return data
 
 
 def _json_object(data: bytes) -> dict[str, Any]:
@@ -623,8 +635,17 @@ def _split(token: str) -> dict[str, Any]:
     parts = token.split(".")
     if len(parts) != 3:
         raise _refuse("malformed", "a pass has three dot-separated parts")
+    decoded = []
+    for name, part in zip(("header", "claims", "signature"), parts, strict=True):
+        try:
+            decoded.append(_b64decode(part))
+        except ValueError as exc:
+            # Base64 of some spelling is a respelt token; anything else is not one at all.
+            reason = "not_canonical" if _BASE64_ANY.fullmatch(part) else "malformed"
+            raise _refuse(reason, f"the pass {name} is {exc}: send the token exactly as it "
+                          "was issued") from None
     try:
-        header = _json_object(_b64decode(parts[0]))
+        header = _json_object(decoded[0])
     except (ValueError, binascii.Error, DocumentError) as exc:
         raise _refuse("malformed", f"the pass header is not base64url JSON: {exc}") from None
     alg = header.get("alg")

@@ -671,3 +671,40 @@ def test_every_link_of_a_chain_limits_the_call(store: Store, keys: KeyStore) -> 
 
     assert not isinstance(call(), str) and not isinstance(call(), str)
     assert call() == scopes[1].name
+
+
+# -- attacks on the token's spelling, the chain length, the issuer and the clock --------------
+
+
+def _respelt_last(part: str) -> str:
+    """``part`` with its last character replaced by one that decodes to the same bytes."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    unused = {2: 0b1111, 3: 0b11}[len(part) % 4]  # low bits the last character leaves unused
+    index = alphabet.index(part[-1])
+    return part[:-1] + alphabet[(index & ~unused) | (~index & unused & 1)]
+
+
+@pytest.mark.spec("DP-11")
+@pytest.mark.parametrize("spelling", ["padded", "padded header", "respelt signature",
+                                      "respelt parent", "standard alphabet"])
+def test_a_respelt_token_that_decodes_to_the_same_bytes_is_refused(
+        keys: KeyStore, root: str, child: str, spelling: str) -> None:
+    """A pass is taken only as issued: padding, a last character whose unused bits are set,
+    or the '+/' alphabet make another string of the same bytes, and each is refused."""
+    head, body, sig = child.split(".")
+    if spelling == "padded":
+        token = child + "=="
+    elif spelling == "padded header":
+        token = f"{head}==.{body}.{sig}"
+    elif spelling == "respelt signature":
+        token = f"{head}.{body}.{_respelt_last(sig)}"
+    elif spelling == "respelt parent":
+        r_head, r_body, r_sig = root.split(".")
+        header = json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
+        header["parent"] = f"{r_head}.{r_body}.{_respelt_last(r_sig)}"
+        token = keys.sign(_claims(child), parent=header["parent"])
+    else:
+        token = child.replace("-", "+").replace("_", "/")
+        assert token != child
+    assert _reason(lambda: _verify(token, keys)) == "not_canonical"
+    assert _verify(child, keys).subject == "agent:sub"

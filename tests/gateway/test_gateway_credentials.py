@@ -10,6 +10,7 @@ or in place of it; each must be refused with 401 before any MCP message is read.
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ import pytest
 from awl._passes import KeyStore, issue_recorded_pass
 from awl.server._transport import serve_http as serve_mcp_http
 from gateway._serve import open_gateway, serve_http
-from tests.gateway.gateway_support import WORKER, Env, make_env, server_entry
+from tests.gateway.gateway_support import WORKER, Env, gateway_params, make_env, server_entry
 
 pytestmark = pytest.mark.anyio
 
@@ -89,6 +90,7 @@ ATTACKS = {
     "token_scheme_alone": ["Token abc"],
     "bearer_with_two_tokens": ["Bearer {sub} {worker}"],
     "bearer_comma_list": ["Bearer {sub}, Bearer {worker}"],
+    "padded_pass": ["Bearer {sub}=="],
 }
 
 
@@ -187,3 +189,22 @@ async def test_an_http_request_without_a_verified_pass_never_runs_as_the_worker(
     assert not any(WORKER in a.text for a in answers)
     assert not log.exists() or log.read_text() == ""
     assert env.calls() == []
+
+
+@pytest.mark.spec("DP-11")
+def test_a_padded_pass_is_refused_by_awl_gateway_pass(tmp_path: Path) -> None:
+    """``awl gateway --pass "$T=="`` (the same bytes, padded) refuses to start, in one line
+    naming the problem; the pass as issued starts and serves (stdin closed: it ends)."""
+    env = make_env(tmp_path, servers={}, tools=["notes/*"], staged=[])
+    token = issue_recorded_pass(env.store, env.order_id, keys=KeyStore(env.home),
+                                subject=WORKER)
+    runs = {}
+    for name, presented in (("padded", token + "=="), ("as issued", token)):
+        params = gateway_params(env, "--pass", presented)
+        runs[name] = subprocess.run([params.command, *params.args], env=params.env,
+                                    cwd=params.cwd, stdin=subprocess.DEVNULL,
+                                    capture_output=True, text=True, timeout=60)
+    padded = runs["padded"]
+    assert padded.returncode != 0
+    assert len(padded.stderr.strip().splitlines()) == 1 and "not canonical" in padded.stderr
+    assert runs["as issued"].returncode == 0, runs["as issued"].stderr

@@ -880,6 +880,11 @@ def issue_pass(
         if parent.order_id != order.id:
             raise PassError(f"the parent pass is for order {parent.order_id}, not {order.id}",
                             reason="P3")
+        if len(parent.chain) >= MAX_CHAIN:
+            # Never sign what no verifier would accept (DP-12).
+            raise PassError(f"the parent pass is already link {len(parent.chain)} of a chain "
+                            f"and verifiers accept at most {MAX_CHAIN} links; derive from a "
+                            "pass nearer the worker's", reason="chain_too_long")
     audience = audience or DEFAULT_AUDIENCE
     base = parent.claims.grant if parent is not None else None
     if budget is None:

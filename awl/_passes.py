@@ -50,7 +50,7 @@ from awl._checks import (
     context_model,
     load_document,
 )
-from awl._errors import BadRequest, DocumentError, InvalidTransition, PassError
+from awl._errors import BadRequest, DocumentError, InvalidTransition, NotFound, PassError
 from awl._findings import Finding, pointer
 from awl._models import Budget, PassClaims, WorkOrder, parse_time
 from awl._patterns import covered_by_any, matches_any, overlap
@@ -65,6 +65,7 @@ __all__ = [
     "PASS_SPEC",
     "PASS_TYPE",
     "REASONS",
+    "KeySet",
     "KeyStore",
     "VerifiedPass",
     "is_valid_pass",
@@ -304,6 +305,32 @@ class KeyStore:
         self._point_current(kid, replace=True)
         return kid
 
+    def retire(self, kid: str) -> None:
+        """Delete key ``kid`` for good, so every pass it signed stops verifying (DP-13).
+
+        Verifiers that read this folder (a :class:`KeySet`: the gateway, the desk) refuse
+        those passes, and every pass derived from one, from their next request on.
+
+        Raises:
+            NotFound: there is no key ``kid``.
+            BadRequest: ``kid`` is the current signing key (rotate first).
+        """
+        self._ensure_folder()
+        if _KID.match(kid) is None or not (self.folder / f"{kid}.pem").is_file():
+            raise NotFound(f"no signing key {kid!r} in {self.folder}; `awl pass jwks` lists "
+                           "the kids")
+        if kid == self.current_kid:
+            raise BadRequest(f"{kid} is the current signing key; run `awl pass rotate` first, "
+                             "then retire it")
+        (self.folder / f"{kid}.pem").unlink()
+
+    def key_files(self) -> frozenset[str]:
+        """The names of the key files kept now: one directory listing, no key is read."""
+        try:
+            return frozenset(n for n in os.listdir(self.folder) if n.endswith(".pem"))
+        except FileNotFoundError:
+            return frozenset()
+
     def jwks(self) -> dict[str, Any]:
         """The public JWKS document: every kept key's public part, current key first."""
         current = self.current_kid
@@ -327,6 +354,30 @@ class KeyStore:
         payload = json.dumps(dict(claims), separators=(",", ":"), sort_keys=True)
         return jwt.api_jws.encode(payload.encode("utf-8"), self.private_key(kid),
                                   algorithm=ALGORITHM, headers=headers)
+
+
+class KeySet:
+    """The public key set of a desk's keys folder for a running verifier, always current.
+
+    Calling it returns the JWKS document. It lists the folder on every call and reads the
+    keys again whenever a key file was added (``awl pass rotate``) or removed (``awl pass
+    retire``), so a long-running gateway trusts exactly the keys kept now, from the next
+    request on, without a restart (DP-13).
+    """
+
+    def __init__(self, keys: KeyStore) -> None:
+        self.keys = keys
+        """Where the keys are read from."""
+        self._known: tuple[frozenset[str], dict[str, Any]] | None = None
+
+    def __call__(self) -> dict[str, Any]:
+        names = self.keys.key_files()  # listed before reading: a change after it reloads
+        known = self._known
+        if known is not None and known[0] == names:
+            return known[1]
+        jwks = self.keys.jwks()
+        self._known = (names, jwks)
+        return jwks
 
 
 # -- rules --------------------------------------------------------------------------------

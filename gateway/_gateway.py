@@ -176,7 +176,9 @@ class Gateway:
         pool: The open upstream connections.
         pass_token: The Delegation Pass the worker runs under (stdio and in-process); over
             HTTP each request's Bearer pass is used instead. None: the order's worker.
-        jwks: The desk's public key set, needed to verify passes.
+        jwks: The desk's public key set, needed to verify passes: a JWKS document, or a
+            callable (a :class:`~awl.KeySet`) asked for the current one at every check, so
+            rotated and retired keys count from the next call (DP-13).
         audience: The audience passes must name.
         safe: Safe mode (hold every tool not marked read-only); default the config's.
         clock: Returns the current time, timezone-aware (tests pass a fake one).
@@ -194,7 +196,7 @@ class Gateway:
         store: Store,
         pool: UpstreamPool,
         pass_token: str | None = None,
-        jwks: Mapping[str, Any] | None = None,
+        jwks: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
         audience: str = DEFAULT_AUDIENCE,
         safe: bool | None = None,
         clock: Clock | None = None,
@@ -340,7 +342,8 @@ class Gateway:
                 "this gateway was started without the desk's key set, so it cannot check "
                 "passes", reason="unknown_kid"))
         try:
-            verified = verify_pass(token, jwks=self._jwks, revoked=self.store.revoked(),
+            jwks = self._jwks() if callable(self._jwks) else self._jwks
+            verified = verify_pass(token, jwks=jwks, revoked=self.store.revoked(),
                                    audience=self.audience, now=self.now())
         except PassError as exc:
             return Authority(token, error=exc)

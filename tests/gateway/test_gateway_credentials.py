@@ -22,6 +22,7 @@ import httpx2
 import pytest
 
 from awl._passes import KeyStore, issue_recorded_pass
+from awl.cli import main
 from awl.server._transport import serve_http as serve_mcp_http
 from gateway._serve import open_gateway, serve_http
 from tests.gateway.gateway_support import WORKER, Env, gateway_params, make_env, server_entry
@@ -208,3 +209,51 @@ def test_a_padded_pass_is_refused_by_awl_gateway_pass(tmp_path: Path) -> None:
     assert padded.returncode != 0
     assert len(padded.stderr.strip().splitlines()) == 1 and "not canonical" in padded.stderr
     assert runs["as issued"].returncode == 0, runs["as issued"].stderr
+
+
+@pytest.mark.spec("DP-13")
+async def test_a_running_gateway_trusts_rotated_keys_and_drops_retired_ones(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With the gateway serving, ``awl pass rotate`` makes a new key whose passes are accepted
+    at once, and ``awl pass retire OLD`` makes every pass the old key signed (and the
+    sub-agent's pass derived from one) 401 from the next request, an open session included."""
+    with anyio.fail_after(60):
+        async with served(tmp_path) as s, httpx2.AsyncClient(timeout=30) as raw:
+            keys = KeyStore(s.env.home)
+            old = keys.current_kid
+            session = await _session(raw, s.url, s.worker_pass)
+            assert main(["pass", "rotate", "--home", str(s.env.home)]) == 0
+            fresh = issue_recorded_pass(s.env.store, s.env.order_id, keys=keys, subject=WORKER)
+            after_rotate = await raw.post(s.url, json=INITIALIZE, headers={
+                **ACCEPT, "Authorization": f"Bearer {fresh}"})
+            assert main(["pass", "retire", old, "--home", str(s.env.home)]) == 0
+            retired = {name: await raw.post(s.url, json=INITIALIZE, headers={
+                **ACCEPT, "Authorization": f"Bearer {token}"})
+                for name, token in (("worker", s.worker_pass), ("sub", s.sub_pass),
+                                    ("fresh", fresh))}
+            in_session = await raw.post(s.url, json=_rpc(2, "tools/call", {
+                "name": "receiver__deliver", "arguments": {"to": "x", "body": "b"}}), headers={
+                **ACCEPT, "mcp-session-id": session, "Authorization": f"Bearer {s.worker_pass}"})
+    out = capsys.readouterr().out
+    assert after_rotate.status_code == 200
+    assert f"retired key {old}" in out
+    assert retired["worker"].status_code == 401 and retired["sub"].status_code == 401
+    assert "unknown_kid" in retired["worker"].json()["error_description"]
+    assert retired["fresh"].status_code == 200
+    assert in_session.status_code == 401
+    assert not (tmp_path / "receiver.jsonl").exists()
+
+
+@pytest.mark.spec("DP-13")
+def test_awl_pass_retire_refuses_the_current_key_and_unknown_kids(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Retiring the current key would stop all signing: it is refused in one line, as is a kid
+    the desk does not have; neither deletes anything."""
+    keys = KeyStore(tmp_path)
+    current = keys.current_kid
+    codes = [main(["pass", "retire", current, "--home", str(tmp_path)]),
+             main(["pass", "retire", "no-such-kid", "--home", str(tmp_path)])]
+    err = capsys.readouterr().err.splitlines()
+    assert codes == [1, 1] and len(err) == 2
+    assert "awl pass rotate" in err[0] and "NOT_FOUND" in err[1]
+    assert keys.kids() == [current]

@@ -505,10 +505,15 @@ class Desk:
                     frontier.append(child.order.id)
         return count
 
-    def track(self, worker: str) -> TrackRecord:
-        """How the worker's orders turned out; see :func:`awl._track.track_record`."""
+    def track(self, worker: str, *, viewer: str | None = None) -> TrackRecord:
+        """How the worker's orders turned out, as ``viewer`` may see it (SEC-8); see
+        :func:`awl._track.track_record`.
+
+        Raises:
+            Forbidden: ``viewer`` is neither the worker nor a manager of its orders.
+        """
         from awl._track import track_record
-        return track_record(self.store, worker)
+        return track_record(self.store, worker, viewer=viewer)
 
     def handoff(self, order_id: str) -> str:
         """A Markdown briefing for whoever continues the order.
@@ -1113,9 +1118,9 @@ class AsyncDesk:
         """See :meth:`Desk.questions`."""
         return await self._write(self.desk.questions, actor)
 
-    async def track(self, worker: str) -> TrackRecord:
+    async def track(self, worker: str, *, viewer: str | None = None) -> TrackRecord:
         """See :meth:`Desk.track`."""
-        return await self._call(self.desk.track, worker)
+        return await self._call(self.desk.track, worker, viewer=viewer)
 
     async def handoff(self, order_id: str) -> str:
         """See :meth:`Desk.handoff`."""

@@ -47,6 +47,7 @@ import anyio.to_thread
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
 
 from awl._desk import Desk, format_time
 from awl._errors import Conflict, PassError
@@ -55,6 +56,7 @@ from awl._models import CallRecord, WorkOrder
 from awl._passes import DEFAULT_AUDIENCE, VerifiedPass, verify_pass
 from awl._patterns import parse_ref
 from awl._store import OrderRecord, Scope, Store
+from awl.server._transport import identity_of
 from gateway._config import GatewayConfig
 from gateway._names import NameTable, split_canonical
 from gateway._policy import (
@@ -174,7 +176,9 @@ class Gateway:
         pool: The open upstream connections.
         pass_token: The Delegation Pass the worker runs under (stdio and in-process); over
             HTTP each request's Bearer pass is used instead. None: the order's worker.
-        jwks: The desk's public key set, needed to verify passes.
+        jwks: The desk's public key set, needed to verify passes: a JWKS document, or a
+            callable (a :class:`~awl.KeySet`) asked for the current one at every check, so
+            rotated and retired keys count from the next call (DP-13).
         audience: The audience passes must name.
         safe: Safe mode (hold every tool not marked read-only); default the config's.
         clock: Returns the current time, timezone-aware (tests pass a fake one).
@@ -192,7 +196,7 @@ class Gateway:
         store: Store,
         pool: UpstreamPool,
         pass_token: str | None = None,
-        jwks: Mapping[str, Any] | None = None,
+        jwks: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
         audience: str = DEFAULT_AUDIENCE,
         safe: bool | None = None,
         clock: Clock | None = None,
@@ -310,14 +314,21 @@ class Gateway:
     # ------------------------------------------------------------------ authority
 
     def _token_for(self, ctx: ServerRequestContext[Any] | None) -> str | None:
+        """The pass a request runs under (BIND-7).
+
+        Over HTTP it is the pass the transport verified for this very request; the headers
+        are never read again here, and an HTTP request without a verified pass is refused:
+        it never runs as the order's worker. Other transports run under the configured pass
+        (None: the order's worker).
+        """
         request = getattr(ctx, "request", None) if ctx is not None else None
-        headers = getattr(request, "headers", None)
-        if headers is not None:
-            value = str(headers.get("authorization", ""))
-            scheme, _, token = value.partition(" ")
-            if scheme.lower() == "bearer" and token.strip():
-                return token.strip()
-        return self._pass_token
+        if request is None:
+            return self._pass_token
+        identity = identity_of(ctx)
+        if isinstance(identity, Authority) and identity.verified is not None:
+            return identity.token
+        raise MCPError(types.INVALID_REQUEST, "this HTTP request carries no verified "
+                       "Delegation Pass; send yours as 'Authorization: Bearer <pass>'")
 
     def verify(self, token: str | None) -> Authority:
         """Who ``token`` makes the caller, checked now (revocation and expiry included).
@@ -331,7 +342,8 @@ class Gateway:
                 "this gateway was started without the desk's key set, so it cannot check "
                 "passes", reason="unknown_kid"))
         try:
-            verified = verify_pass(token, jwks=self._jwks, revoked=self.store.revoked(),
+            jwks = self._jwks() if callable(self._jwks) else self._jwks
+            verified = verify_pass(token, jwks=jwks, revoked=self.store.revoked(),
                                    audience=self.audience, now=self.now())
         except PassError as exc:
             return Authority(token, error=exc)

@@ -472,7 +472,7 @@ class DeskServer:
 
     async def _track(self, actor: str, args: Data) -> tuple[Data, str]:
         worker = args.get("worker", actor)
-        record = await self.desk.track(worker)
+        record = await self.desk.track(worker, viewer=actor)
         data = record.to_json()
         return data, f"{worker}: {record.orders} order(s), {record.approved} approved"
 

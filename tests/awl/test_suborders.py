@@ -34,15 +34,11 @@ T = "2030-01-01T09:00:00Z"
 
 
 @pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+def desk(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Desk]:
+    """A desk on each kind of store."""
     opened = open_store(request.param, tmp_path)
-    yield opened
+    yield Desk(opened, clock=Clock())
     opened.close()
-
-
-@pytest.fixture
-def desk(store: Store) -> Desk:
-    return Desk(store, clock=Clock())
 
 
 def child_fields(parent_id: str, creator: str, **over: Any) -> dict[str, Any]:
@@ -141,9 +137,10 @@ def test_no_order_below_reaches_a_tool_staged_above(desk: Desk) -> None:
 # --------------------------------------------------------------------------- C1 / LC-15
 
 @pytest.mark.spec("C1", "LC-15")
-def test_a_sub_order_is_carved_from_what_the_parent_has_left(desk: Desk, store: Store) -> None:
+def test_a_sub_order_is_carved_from_what_the_parent_has_left(desk: Desk) -> None:
     """The attack: with tool_calls 3 spent, the worker splits two sub-orders of 3. Each is
     refused as C1 against the 0 left; once some is left, a child fits only within it."""
+    store = desk.store
     root = working(desk, budget={"usd": 10, "tool_calls": 3})
     assert spend(store, root.id, 3, scopes=[Scope(None, max_calls=3)]) == [
         f"filings/search#{n}" for n in (1, 2, 3)]
@@ -163,11 +160,11 @@ def test_a_sub_order_is_carved_from_what_the_parent_has_left(desk: Desk, store: 
 
 
 @pytest.mark.spec("LC-15", "GW-5")
-def test_a_sub_order_s_calls_are_charged_to_every_order_above(desk: Desk,
-                                                              store: Store) -> None:
+def test_a_sub_order_s_calls_are_charged_to_every_order_above(desk: Desk) -> None:
     """Calls reserved under a grandchild count in the child's and the root's usage (calls,
     usd, first call), and are refused, whatever the grandchild's own budget, once any order
     above has none left; the scope refused is named ``order <id>``."""
+    store = desk.store
     root = working(desk, budget={"usd": 10, "tool_calls": 4})
     child = desk.create(child_fields(root.id, WORKER, budget={"usd": 10, "tool_calls": 4}),
                         WORKER)

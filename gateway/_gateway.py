@@ -50,8 +50,9 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
+from awl._checks import to_plain
 from awl._desk import Desk, format_time
-from awl._errors import Conflict, PassError
+from awl._errors import Conflict, DocumentError, PassError
 from awl._lineage import ancestors
 from awl._memory import stale_order
 from awl._models import CallRecord, WorkOrder
@@ -407,7 +408,12 @@ class Gateway:
     async def _on_call_tool(self, ctx: ServerRequestContext[Any],
                             params: types.CallToolRequestParams) -> types.CallToolResult:
         token = self._token_for(ctx)
-        arguments = dict(params.arguments or {})
+        try:
+            # The wire refuses values JSON cannot carry (SEC-7); an in-process client can
+            # still pass them, and a call that cannot be recorded gets a protocol error (GW-7).
+            arguments = to_plain(dict(params.arguments or {}))
+        except DocumentError as exc:
+            raise MCPError(types.INVALID_PARAMS, f"Invalid params: {exc.message}") from None
         if params.name in WORKER_TOOL_NAMES:
             authority = await anyio.to_thread.run_sync(self.verify, token)
             return await self._worker.call(params.name, arguments, authority)
@@ -426,13 +432,17 @@ class Gateway:
 
         Returns:
             The upstream's result, a ``pending:`` placeholder, or a tool error.
+
+        Raises:
+            DocumentError: ``arguments`` hold what JSON cannot (NaN, a lone surrogate, ...);
+                nothing was recorded or forwarded.
         """
+        args = to_plain(dict(arguments))
         table = await self._catalog()
         server = tool = canonical = None
         if name in table:
             canonical = table.canonical(name)
             server, tool = table.resolve(name)
-        args = dict(arguments)
         admission = await self._run(
             self._admit, name, canonical, args, token if token is not None else self._pass_token)
         if admission.answer is not None:

@@ -409,7 +409,7 @@ class Gateway:
                             params: types.CallToolRequestParams) -> types.CallToolResult:
         token = self._token_for(ctx)
         try:
-            # The wire refuses values JSON cannot carry (SEC-7); an in-process client can
+            # The wire refuses values JSON cannot carry (SEC-9); an in-process client can
             # still pass them, and a call that cannot be recorded gets a protocol error (GW-7).
             arguments = to_plain(dict(params.arguments or {}))
         except DocumentError as exc:

@@ -3,7 +3,7 @@
 The MCP SDK's transports drop a frame they cannot read (invalid JSON, a batch, an id of
 the wrong type) without an answer, and pass on frames whose values the rest of the server
 cannot hold (``NaN``, ``1e400``, a lone surrogate, deep nesting), which then fail deep
-inside a handler. SPEC SEC-7 asks for a protocol error instead, so both serving paths run
+inside a handler. SPEC SEC-9 asks for a protocol error instead, so both serving paths run
 every incoming frame through :func:`check_frame` first:
 
 - over stdio, :func:`stdio_frames` replaces the SDK's ``stdio_server``: it reads the lines

@@ -262,7 +262,7 @@ class DeskServer:
                                 "with --as PRINCIPAL or send a desk token",
                                 actor="", action=name)
             # Values JSON cannot carry (NaN, a lone surrogate) never reach a tool: the wire
-            # refuses them (SEC-7), and so does this, for in-process callers.
+            # refuses them (SEC-9), and so does this, for in-process callers.
             plain = to_plain(dict(arguments))
             _check_arguments(name, plain)
             data, summary = await handler(actor, plain)

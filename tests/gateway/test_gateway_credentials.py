@@ -25,7 +25,14 @@ from awl._passes import KeyStore, issue_recorded_pass
 from awl.cli import main
 from awl.server._transport import serve_http as serve_mcp_http
 from gateway._serve import open_gateway, serve_http
-from tests.gateway.gateway_support import WORKER, Env, gateway_params, make_env, server_entry
+from tests.gateway.gateway_support import (
+    WORKER,
+    Env,
+    gateway_client,
+    gateway_params,
+    make_env,
+    server_entry,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -257,3 +264,58 @@ def test_awl_pass_retire_refuses_the_current_key_and_unknown_kids(
     assert codes == [1, 1] and len(err) == 2
     assert "awl pass rotate" in err[0] and "NOT_FOUND" in err[1]
     assert keys.kids() == [current]
+
+
+def _command_lines() -> list[str]:
+    """Every process's command line on this machine, as ``ps`` would show it to anyone."""
+    lines = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                lines.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+            except OSError:
+                continue
+    return lines
+
+
+@pytest.mark.spec("SEC-10")
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc")
+@pytest.mark.parametrize("way", ["--pass-file", "AWL_PASS"])
+async def test_a_pass_given_by_file_or_environment_never_shows_in_the_process_list(
+        tmp_path: Path, way: str) -> None:
+    """``awl gateway --pass-file PATH`` and ``AWL_PASS`` run the worker under the pass (the
+    desk tools act as its holder) while no process's command line holds the token."""
+    env = make_env(tmp_path, servers={}, tools=["notes/*"], staged=[])
+    keys = KeyStore(env.home)
+    worker = issue_recorded_pass(env.store, env.order_id, keys=keys, subject=WORKER)
+    token = issue_recorded_pass(env.store, env.order_id, keys=keys, subject=SUB_AGENT,
+                                parent_token=worker, tools=["notes/search_notes"])
+    pass_file = tmp_path / "helper.pass"
+    pass_file.write_text(token + "\n")
+    extra, env_extra = ((["--pass-file", str(pass_file)], None) if way == "--pass-file"
+                        else ([], {"AWL_PASS": token}))
+    with anyio.fail_after(60):
+        async with gateway_client(env, *extra, env_extra=env_extra) as client:
+            order = await client.call_tool("awl_get_order", {})
+            seen = _command_lines()
+    assert order.structured_content is not None
+    assert order.structured_content["acting_as"] == SUB_AGENT
+    assert any("gateway" in line and str(env.home) in line for line in seen)
+    assert not any(token in line or token[-40:] in line for line in seen)
+
+
+@pytest.mark.spec("SEC-10")
+@pytest.mark.parametrize(("content", "problem"), [
+    (None, "cannot read the pass file"), ("", "must hold one pass token")])
+def test_a_missing_or_empty_pass_file_is_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None,
+        problem: str) -> None:
+    """A pass file that cannot be read, or holds nothing, stops `awl gateway` in one line."""
+    env = make_env(tmp_path, servers={}, tools=["notes/*"], staged=[])
+    pass_file = tmp_path / "worker.pass"
+    if content is not None:
+        pass_file.write_text(content)
+    code = main(["gateway", "--order", env.order_id, "--config", str(env.config),
+                 "--home", str(env.home), "--pass-file", str(pass_file)])
+    err = capsys.readouterr().err
+    assert code != 0 and err.count("\n") == 1 and problem in err

@@ -51,6 +51,7 @@ from awl._errors import (
 )
 from awl._findings import Finding
 from awl._lifecycle import ACTIVE, DESK_ACTOR, NOTE_ACTIONS, TABLE, TERMINAL, Role, targets
+from awl._lineage import ancestors, remaining_of, self_review_problem
 from awl._models import Event, Handoff, Review, WorkOrder, WorkReport, parse_time
 from awl._patterns import parse_ref
 from awl._store import OrderRecord, Store
@@ -575,7 +576,9 @@ class Desk:
             Forbidden: ``from`` is not ``actor``, or ``actor`` may not split the parent.
             NotFound: the parent or the continued order does not exist.
             InvalidTransition: the parent is finished, or the continued order is not.
-            BadRequest: the deadline has passed, or a principal is reserved (``awl:``).
+            BadRequest: the deadline has passed, a principal is reserved (``awl:``), or
+                the worker is the manager of the order or of an order above it, or the
+                escalation contact is its worker or manager (LC-13).
             Conflict: the id is taken.
         """
         from awl._checks import iter_order_findings, iter_suborder_findings, to_plain
@@ -605,9 +608,16 @@ class Desk:
                     doc["handoff"] = handoff.to_json()
         parent_id = doc.get("parent_id")
         parent: OrderView | None = None
+        above: tuple[WorkOrder, ...] = ()
         if isinstance(parent_id, str) and parent_id != doc.get("id"):
             parent = self._parent(parent_id, actor)
-            findings = list(iter_suborder_findings(doc, parent.order))
+            above = (parent.order, *ancestors(self.store, parent.order))
+        problem = self_review_problem(doc, above)
+        if problem is not None:
+            raise BadRequest(problem)
+        if parent is not None:
+            left = remaining_of(parent.order, self.store.usage(parent.id), now)
+            findings = list(iter_suborder_findings(doc, parent.order, left))
             _raise_invalid("sub-order", findings)
         else:
             findings = list(iter_order_findings(doc))

@@ -26,11 +26,11 @@ from typing import Any, TextIO
 import anyio
 import anyio.abc
 import anyio.to_thread
-from mcp.server.stdio import stdio_server
 
 from awl._errors import BadRequest
 from awl._passes import DEFAULT_AUDIENCE, KeySet, KeyStore
 from awl._store import Store
+from awl.server._frames import stdio_frames
 from awl.server._transport import Unauthorized, is_loopback, parse_address
 from awl.server._transport import serve_http as _serve_mcp_http
 from gateway._config import GatewayConfig, load_config
@@ -124,7 +124,7 @@ async def open_gateway(
 async def serve_stdio(gateway: Gateway) -> None:
     """Serve the gateway to one worker over this process's stdin and stdout."""
     server = gateway.server
-    async with stdio_server() as (read, write):
+    async with stdio_frames() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
 

@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from awl._errors import BadRequest
+from awl.server._frames import MAX_FRAME_BYTES, FrameGuard
 
 __all__ = [
     "IDENTITY_KEY",
@@ -222,9 +223,10 @@ async def serve_http(
         raise BadRequest(f"refusing to serve on {host}: it is not a loopback address; pass "
                          "--allow-remote to accept connections from other machines")
     sock = _listen(host, port)
-    app = BearerAuth(server.streamable_http_app(streamable_http_path=MCP_PATH, host=host,
-                                                transport_security=_security(host)),
-                     authenticate)
+    mcp_app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host,
+                                         transport_security=_security(host),
+                                         max_request_body_size=MAX_FRAME_BYTES)
+    app = BearerAuth(FrameGuard(mcp_app), authenticate)
     # log_config=None leaves the process's logging alone (uvicorn would reconfigure it).
     config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False,
                             lifespan="on", timeout_graceful_shutdown=2)

@@ -1,4 +1,4 @@
-"""Files the desk keeps: readable and writable by their owner only (SEC-9).
+"""Files the desk keeps: readable and writable by their owner only (SEC-10).
 
 The desk's file, its journals and everything else under the home folder hold orders,
 reports, recorded arguments and token digests, so nobody but the owner may read them,

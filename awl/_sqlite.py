@@ -398,7 +398,7 @@ class SQLiteStore:
         self.close()
 
     def _private_files(self) -> None:
-        """Make the desk file, and so its journals, owner-only (SEC-9).
+        """Make the desk file, and so its journals, owner-only (SEC-10).
 
         SQLite gives its ``-wal``, ``-shm`` and ``-journal`` files the desk file's own mode,
         so a desk file created 0600 before SQLite first opens it keeps all of them private,

@@ -54,7 +54,7 @@ def test_default_store_lives_in_the_home(tmp_path: Path) -> None:
         assert store.list_orders() == []
 
 
-@pytest.mark.spec("SEC-9", "DP-4")
+@pytest.mark.spec("SEC-10", "DP-4")
 @pytest.mark.parametrize("folder_mode", [None, 0o777])
 def test_every_file_the_desk_makes_is_owner_only_under_a_permissive_umask(
         tmp_path: Path, folder_mode: int | None) -> None:
@@ -91,7 +91,7 @@ def test_every_file_the_desk_makes_is_owner_only_under_a_permissive_umask(
         assert stat.S_IMODE(home.stat().st_mode) == 0o700 and ".gitignore" in files
 
 
-@pytest.mark.spec("SEC-9")
+@pytest.mark.spec("SEC-10")
 def test_a_desk_file_left_open_by_an_older_version_is_closed_up(tmp_path: Path) -> None:
     """A desk file made 0644 before this rule is made owner-only when next opened, and so
     are the journals SQLite then makes beside it."""

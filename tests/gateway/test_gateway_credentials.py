@@ -278,7 +278,7 @@ def _command_lines() -> list[str]:
     return lines
 
 
-@pytest.mark.spec("SEC-10")
+@pytest.mark.spec("SEC-11")
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc")
 @pytest.mark.parametrize("way", ["--pass-file", "AWL_PASS"])
 async def test_a_pass_given_by_file_or_environment_never_shows_in_the_process_list(
@@ -304,7 +304,7 @@ async def test_a_pass_given_by_file_or_environment_never_shows_in_the_process_li
     assert not any(token in line or token[-40:] in line for line in seen)
 
 
-@pytest.mark.spec("SEC-10")
+@pytest.mark.spec("SEC-11")
 @pytest.mark.parametrize(("content", "problem"), [
     (None, "cannot read the pass file"), ("", "must hold one pass token")])
 def test_a_missing_or_empty_pass_file_is_one_line(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ import anyio
 import httpx2
 import pytest
 
-from awl._passes import KeyStore, issue_recorded_pass
+from awl._passes import KeyStore, issue_recorded_pass, unverified_claims
 from awl.cli import main
 from awl.server._transport import serve_http as serve_mcp_http
 from gateway._serve import open_gateway, serve_http
@@ -319,3 +320,22 @@ def test_a_missing_or_empty_pass_file_is_one_line(
                  "--home", str(env.home), "--pass-file", str(pass_file)])
     err = capsys.readouterr().err
     assert code != 0 and err.count("\n") == 1 and problem in err
+
+
+@pytest.mark.spec("DP-14", "P9")
+async def test_a_pass_for_another_issuer_or_dated_ahead_gets_401(tmp_path: Path) -> None:
+    """Signed with the desk's own key but naming another issuer, or dated a minute ahead of
+    the gateway's clock: each is refused at the door with its reason, and nothing runs."""
+    with anyio.fail_after(60):
+        async with served(tmp_path) as s, httpx2.AsyncClient(timeout=30) as raw:
+            keys = KeyStore(s.env.home)
+            claims = unverified_claims(s.worker_pass)[1]
+            forged = {"wrong_issuer": keys.sign({**claims, "iss": "awl:other-desk"}),
+                      "issued_in_future": keys.sign({**claims, "iat": int(time.time()) + 90})}
+            answers = {reason: await raw.post(s.url, json=INITIALIZE, headers={
+                **ACCEPT, "Authorization": f"Bearer {token}"})
+                for reason, token in forged.items()}
+    for reason, answer in answers.items():
+        assert answer.status_code == 401
+        assert answer.json()["error_description"].startswith(f"{reason}:")
+    assert not (tmp_path / "receiver.jsonl").exists()

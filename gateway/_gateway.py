@@ -65,6 +65,7 @@ from gateway._policy import (
     is_staged,
     refuse,
 )
+from gateway._results import OutputSchemas
 from gateway._staging import check_arguments
 from gateway._upstream import RESERVED_META_PREFIX, UpstreamError, UpstreamPool
 from gateway._worker_tools import WORKER_TOOL_NAMES, WorkerTools
@@ -211,6 +212,7 @@ class Gateway:
         self._clock: Clock = clock or _utc_now
         self._tools: Mapping[str, types.Tool] = {}
         self._known_facts: dict[str, tuple[float, bool, bool | None]] = {}
+        self._schemas = OutputSchemas()
         self._table = NameTable((), reserved=WORKER_TOOL_NAMES)
         self._order: WorkOrder | None = None
         self._order_scope: Scope | None = None
@@ -368,11 +370,12 @@ class Gateway:
         if held:
             description += ("\nHeld for the manager's approval: the call is recorded, not "
                             "run, and answers pending:server/tool#N for your report's effects.")
-        update: dict[str, Any] = {"name": exposed, "description": description}
-        if held:
-            # A held call answers with a placeholder, which the upstream's output schema
-            # would reject on the worker's side.
-            update["output_schema"] = None
+        # A held call answers with a placeholder, which the upstream's output schema would
+        # reject on the worker's side; a schema that is not valid JSON Schema is not
+        # advertised either (GW-12).
+        schema = None if held else self._schemas.advertised(canonical, tool)
+        update: dict[str, Any] = {"name": exposed, "description": description,
+                                  "output_schema": schema}
         return tool.model_copy(update=update)
 
     async def _on_list_tools(self, ctx: ServerRequestContext[Any],
@@ -420,6 +423,7 @@ class Gateway:
             return admission.answer
         record = admission.record
         assert record is not None and server is not None and tool is not None
+        assert canonical is not None
         outcome, result, error = "error", None, None
         answer: types.CallToolResult
         try:
@@ -428,7 +432,8 @@ class Gateway:
                 meta=forward_meta(meta, ref=record.ref, order_id=self.order_id,
                                   attempt=record.attempt))
             outcome = "error" if answer.is_error else "ok"
-            result = _wire(answer)
+            result = _wire(answer)  # what the upstream answered (bounded), as evidence
+            answer = self._schemas.conform(canonical, self._tools.get(canonical), answer)
         except UpstreamError as exc:
             error = f"AWL_{exc.code}: {exc.message}"
             answer = _text_result(error, error=True)

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any, get_args
 import anyio.to_thread
 import mcp_types as types
 
-from awl._errors import AWLError, BadRequest, ValidationFailed
+from awl._errors import AWLError, BadRequest
 from awl._models import CallOutcome
+from awl.server._server import tool_error
 
 if TYPE_CHECKING:
     from gateway._gateway import Authority, Gateway
@@ -174,16 +175,6 @@ def _ok(data: Any, text: str) -> types.CallToolResult:
                                 structured_content=data)
 
 
-def _error(exc: AWLError) -> types.CallToolResult:
-    data: dict[str, Any] = {"code": exc.code, "message": exc.message}
-    text = f"{exc.code}: {exc.message}"
-    if isinstance(exc, ValidationFailed):
-        data["findings"] = [f.to_dict() for f in exc.findings]
-        text += "".join(f"\n{f.rule} {f.path}: {f.message}" for f in exc.findings[:20])
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                structured_content=data, is_error=True)
-
-
 class WorkerTools:
     """The desk tools of one gateway."""
 
@@ -205,13 +196,13 @@ class WorkerTools:
                    authority: Authority) -> types.CallToolResult:
         """Run one desk tool as the caller; errors come back as tool errors with their code."""
         if authority.error is not None:
-            return _error(authority.error)
+            return tool_error(authority.error)
         actor = self.gateway.actor(authority)
         handler = self._handlers[name]
         try:
             return await anyio.to_thread.run_sync(handler, arguments, actor)
         except AWLError as exc:
-            return _error(exc)
+            return tool_error(exc)
 
     # Handlers run in a worker thread: the desk and the store are synchronous.
 

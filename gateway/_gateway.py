@@ -606,8 +606,10 @@ class Gateway:
                     + ". Fix them and call again.")
             self.store.finish_call(self.order_id, record.ref, outcome="error", result=None,
                                    error=text, ended_at=ended)
-            return _Admission(refuse(AWL_INVALID_ARGUMENTS, text), record,
-                              _text_result(text, error=True))
+            # The call was made and counts, so it is answered with its ref like any other.
+            answer = _text_result(text, error=True)
+            answer.meta = {META_REF: record.ref}
+            return _Admission(refuse(AWL_INVALID_ARGUMENTS, text), record, answer)
         answer = types.CallToolResult(
             content=[
                 types.TextContent(type="text", text=f"pending:{record.ref}"),

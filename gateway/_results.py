@@ -1,14 +1,15 @@
 """Upstream results made fit to pass on: bounded in size, and agreeing with the tool's schema.
 
 :func:`bound_result` cuts a result larger than the server's ``max_result_bytes`` (GW-8,
-GW-12): it keeps ``is_error``, the text blocks in order (at most :data:`MAX_CONTENT_BLOCKS`
-of them) and as much of the structured content as fits, shortening the longest strings first
-(every string longer than some length is cut to that length), and ends with one text block
+GW-12, DOC-15): it keeps ``is_error``, the text blocks in order (at most
+:data:`~awl._limits.MAX_CONTENT_BLOCKS` of them) and as much of the structured content as
+fits, shortening the longest strings first (every string longer than some length is cut to
+that length), and ends with one text block
 that says in words what was cut and by how much. Its time is linear in the result's size
 (one sort of the string lengths aside), whatever the number of blocks.
 
 :class:`OutputSchemas` makes a forwarded result agree with the ``outputSchema`` the gateway
-advertises for its tool (GW-12, BIND-7), because MCP clients reject a result that does not:
+advertises for its tool (GW-12, BIND-8), because MCP clients reject a result that does not:
 a success whose structured content is missing or does not validate becomes a tool error that
 says so (the call did run; its text follows), and an error's structured content that does
 not validate is left out.
@@ -26,9 +27,10 @@ from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
 from jsonschema.validators import validator_for  # type: ignore[import-untyped]
 
+from awl._limits import MAX_CONTENT_BLOCKS
+
 __all__ = [
     "AWL_UPSTREAM_BAD_RESULT",
-    "MAX_CONTENT_BLOCKS",
     "TRUNCATED_META_KEY",
     "OutputSchemas",
     "bound_result",
@@ -39,9 +41,6 @@ log = logging.getLogger("awl.gateway")
 
 TRUNCATED_META_KEY = "awl/truncated"
 """Set in a bounded result's ``_meta``: ``{"bytes": original size, "limit": the limit}``."""
-
-MAX_CONTENT_BLOCKS = 1000
-"""The most content blocks of one upstream answer passed on; the rest are left out, said so."""
 
 AWL_UPSTREAM_BAD_RESULT = "AWL_UPSTREAM_BAD_RESULT"
 """A success whose structured content does not fit the tool's advertised output schema."""

@@ -85,12 +85,12 @@ Handler = Callable[[str, Data], Awaitable[tuple[Data, str]]]
 
 
 ERROR_META = "awl/error"
-"""The ``_meta`` member of a tool error that carries its code and details (BIND-7)."""
+"""The ``_meta`` member of a tool error that carries its code and details (BIND-8)."""
 
 
 def tool_error(exc: AWLError) -> types.CallToolResult:
     """A refusal as the tool error a model reads: ``CODE: message``, with the details in
-    ``_meta`` (BIND-7).
+    ``_meta`` (BIND-8).
 
     A tool error carries no structured content: clients check structured content against
     the tool's output schema even on errors, and that schema describes the tool's success.

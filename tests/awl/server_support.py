@@ -109,7 +109,7 @@ class Desk:
         return result.structured_content
 
     async def refused(self, name: str, **arguments: Any) -> dict[str, Any]:
-        """Call a tool that must be refused; returns the error's details (BIND-7)."""
+        """Call a tool that must be refused; returns the error's details (BIND-8)."""
         result = await self.raw(name, **arguments)
         assert result.is_error, f"{name} was not refused: {text_of(result)}"
         # No structured content: a TypeScript client would check it against the tool's

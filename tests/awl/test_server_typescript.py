@@ -3,7 +3,7 @@ process), over stdio and HTTP: every refusal reaches the client readable, code f
 
 The TypeScript client checks a result's structured content against the tool's output
 schema even on errors; a refusal that carried ``{code, message}`` as structured content
-came out as ``-32602 Structured content does not match...`` and the code was lost (BIND-7).
+came out as ``-32602 Structured content does not match...`` and the code was lost (BIND-8).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _desk(home: Path) -> tuple[SQLiteStore, str, str]:
     return store, offered, working
 
 
-@pytest.mark.spec("BIND-4", "BIND-7")
+@pytest.mark.spec("BIND-4", "BIND-8")
 def test_every_refusal_code_is_readable_in_the_typescript_sdk(tmp_path: Path) -> None:
     """NOT_FOUND, FORBIDDEN, BAD_REQUEST, INVALID_TRANSITION, VALIDATION_FAILED and CONFLICT
     each reach the TypeScript client as a tool error starting with its code; a success is
@@ -69,7 +69,7 @@ def test_every_refusal_code_is_readable_in_the_typescript_sdk(tmp_path: Path) ->
             assert answer["result"]["_meta"]["awl/error"]["code"] == code
 
 
-@pytest.mark.spec("BIND-7")
+@pytest.mark.spec("BIND-8")
 def test_the_inspector_cli_reads_a_refusal_over_stdio(tmp_path: Path) -> None:
     """The report's own case: `awl serve --as agent:w`, get_work_order with an unknown id."""
     home = tmp_path / "home"
@@ -82,7 +82,7 @@ def test_the_inspector_cli_reads_a_refusal_over_stdio(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.spec("BIND-3", "BIND-7")
+@pytest.mark.spec("BIND-3", "BIND-8")
 async def test_the_inspector_cli_reads_a_refusal_over_http(tmp_path: Path) -> None:
     """Over streamable HTTP with a desk token in --header: an outsider's read is FORBIDDEN,
     readable; the worker's own read is accepted."""

@@ -1,6 +1,6 @@
 """The gateway driven by the TypeScript SDK (its client in one process, and the MCP Inspector
 CLI) over stdio and HTTP, in front of the published filesystem server: refusals, held calls,
-the gateway's own tools and a 1 MB file read all reach the client readable (BIND-7, GW-12).
+the gateway's own tools and a 1 MB file read all reach the client readable (BIND-8, GW-12).
 The Python SDK client, which checks output schemas too, reads the same file."""
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def _check_big_read(result: dict[str, Any], size: int) -> None:
     assert note.startswith("[AWL: the fs/read_text_file result was ") and "cut" in note
 
 
-@pytest.mark.spec("BIND-7", "GW-6", "GW-9", "GW-12")
+@pytest.mark.spec("BIND-8", "GW-6", "GW-9", "GW-12")
 async def test_every_gateway_answer_is_readable_in_the_typescript_sdk(tmp_path: Path) -> None:
     """Over stdio (`awl gateway`), the TypeScript SDK reads: an AWL_FORBIDDEN refusal, an
     AWL_INVALID_ARGUMENTS held call (with its awl/ref), the gateway's own BAD_REQUEST and

@@ -11,10 +11,10 @@ import anyio
 import mcp_types as types
 import pytest
 
+from awl._limits import MAX_CONTENT_BLOCKS
 from awl.server._server import ERROR_META
 from gateway._results import (
     AWL_UPSTREAM_BAD_RESULT,
-    MAX_CONTENT_BLOCKS,
     TRUNCATED_META_KEY,
     bound_result,
     result_size,
@@ -35,7 +35,7 @@ def _last_text(result: types.CallToolResult) -> str:
     return block.text
 
 
-@pytest.mark.spec("GW-8", "GW-12")
+@pytest.mark.spec("GW-8", "GW-12", "DOC-15")
 def test_bounding_many_blocks_is_linear() -> None:
     """100,000 small blocks are bounded in well under a second per 100,000 (the old cut took
     minutes at 20,000), to at most MAX_CONTENT_BLOCKS blocks, saying how many were left out."""
@@ -68,7 +68,7 @@ def test_a_cut_keeps_every_block_and_shortens_only_the_longest() -> None:
     assert "2 text block(s) shortened" in texts[-1]
 
 
-@pytest.mark.spec("GW-8", "GW-12", "BIND-7")
+@pytest.mark.spec("GW-8", "GW-12", "DOC-15", "BIND-8")
 async def test_a_huge_answer_is_answered_within_seconds(tmp_path: Path) -> None:
     """An upstream answer of 100,000 blocks reaches the worker, bounded, within seconds."""
     env = _shapes(tmp_path)
@@ -104,7 +104,7 @@ async def test_a_large_file_is_cut_and_still_fits_its_output_schema(tmp_path: Pa
     assert result_size(result) <= 100_000 + 200  # the gateway's own awl/ref comes on top
 
 
-@pytest.mark.spec("GW-12", "BIND-7")
+@pytest.mark.spec("GW-12", "BIND-8")
 async def test_results_that_break_the_advertised_schema_are_readable(tmp_path: Path) -> None:
     """A success whose structured content breaks the tool's schema, or is missing, becomes
     a readable tool error (the call is still recorded as the upstream answered); an error's

@@ -52,6 +52,7 @@ from awl._checks import (
 )
 from awl._errors import BadRequest, DocumentError, InvalidTransition, PassError
 from awl._findings import Finding, pointer
+from awl._limits import MAX_EPOCH, MIN_EPOCH, check_epoch, check_instant, show_value
 from awl._models import Budget, PassClaims, WorkOrder, parse_time
 from awl._patterns import covered_by_any, matches_any, overlap
 from awl._store import PassRecord, Scope, Store, Usage
@@ -149,17 +150,52 @@ def _json_object(data: bytes) -> dict[str, Any]:
     return value
 
 
-def _epoch(when: datetime | str | float | None) -> float:
-    """Seconds since the epoch for ``now``-like arguments (None: the clock)."""
+def _epoch(when: datetime | str | float | None, name: str = "now") -> float:
+    """Seconds since the epoch for ``now``-like arguments (None: the clock).
+
+    Raises:
+        BadRequest: not an aware datetime, an RFC 3339 string or a number of seconds
+            within years 1 to 9999 (DOC-14).
+    """
     if when is None:
         return time.time()
     if isinstance(when, datetime):
         if when.tzinfo is None:
             raise BadRequest("a time without an offset is ambiguous: give an aware datetime")
-        return when.timestamp()
+        try:
+            return check_instant(when, name=name).timestamp()
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
     if isinstance(when, str):
-        return parse_time(when).timestamp()
-    return float(when)
+        try:
+            return parse_time(when).timestamp()
+        except ValueError as exc:
+            raise BadRequest(f"{name}: {exc}") from None
+    return float(check_epoch(when, name=name))
+
+
+def _remaining(remaining: Any) -> Mapping[str, float] | None:
+    """``remaining`` as given, once it is known to map unit names to finite numbers.
+
+    Raises:
+        BadRequest: it is not such a mapping.
+    """
+    if remaining is None:
+        return None
+    if not isinstance(remaining, Mapping) or not all(
+            isinstance(k, str) and _is_finite(v) for k, v in remaining.items()):
+        raise BadRequest(f"remaining must map budget units to finite numbers, e.g. "
+                         f"{{'usd': 1.5}}, not {show_value(remaining)}")
+    return remaining
+
+
+def _is_finite(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _thumbprint(x: str) -> str:
@@ -478,7 +514,11 @@ def iter_pass_findings(
     Raises:
         DocumentError: ``claims`` cannot be a JSON document at all, or ``order`` or
             ``parent`` is not a valid document.
+        BadRequest: ``now`` is not a time within years 1 to 9999, or ``remaining`` does not
+            map unit names to finite numbers.
     """
+    remaining = _remaining(remaining)
+    t = None if now is None else _epoch(now)
     _, model, found = check_structure(claims, "pass")
     yield from found
     if model is None:
@@ -488,7 +528,7 @@ def iter_pass_findings(
                     else context_model(parent, "pass", PassClaims, "parent"))
     yield from _rule_findings(cast(PassClaims, model),
                               _OrderFacts.of_order(order_model) if order_model else None,
-                              parent_model, remaining, None if now is None else _epoch(now))
+                              parent_model, remaining, t)
 
 
 def is_valid_pass(
@@ -506,6 +546,8 @@ def is_valid_pass(
     Raises:
         DocumentError: ``claims`` cannot be a JSON document at all, or ``order`` or
             ``parent`` is not a valid document.
+        BadRequest: ``now`` is not a time within years 1 to 9999, or ``remaining`` does not
+            map unit names to finite numbers.
     """
     return _no_invalid(iter_pass_findings(claims, order=order, parent=parent,
                                           remaining=remaining, now=now))
@@ -528,6 +570,8 @@ def validate_pass(
         ValidationFailed: with every finding, when one is ``invalid``.
         DocumentError: ``claims`` cannot be a JSON document at all, or ``order`` or
             ``parent`` is not a valid document.
+        BadRequest: ``now`` is not a time within years 1 to 9999, or ``remaining`` does not
+            map unit names to finite numbers.
     """
     found = iter_pass_findings(claims, order=order, parent=parent, remaining=remaining,
                                now=now)
@@ -755,6 +799,7 @@ def verify_pass(
 
     Raises:
         PassError: with ``reason`` one of :data:`REASONS`.
+        BadRequest: ``now`` is not a time within years 1 to 9999.
     """
     check = _Check(_public_keys(jwks), revoked, audience, _epoch(now), leeway)
     kid, links = check.chain(token)
@@ -794,10 +839,13 @@ def _expiry(now: float, cap: float, expires_in: timedelta | float | None,
         raise BadRequest("give expires_in or exp, not both")
     if expires_in is not None:
         seconds = (expires_in.total_seconds() if isinstance(expires_in, timedelta)
-                   else float(expires_in))
+                   else expires_in)
+        if not _is_finite(seconds) or not MIN_EPOCH <= now + seconds <= MAX_EPOCH:
+            raise BadRequest(f"expires_in must be a number of seconds that ends within years "
+                             f"1 to 9999, not {show_value(seconds)}")
         return math.floor(now + seconds)
     if exp is not None:
-        return math.floor(_epoch(exp))
+        return math.floor(_epoch(exp, "exp"))
     return math.floor(cap)
 
 
@@ -842,9 +890,11 @@ def issue_pass(
         PassError: ``reason`` is the rule id the pass would break (``P4``, ``P7`` ...),
             ``not_worker`` for a worker's pass to anyone but the order's worker, or a
             verification reason when ``parent_token`` does not verify.
-        BadRequest: for contradictory arguments.
+        BadRequest: for contradictory or malformed arguments (``now``, ``exp``, ``expires_in``
+            or ``remaining`` that is not a time within years 1 to 9999 or a number).
     """
     t = _epoch(now)
+    remaining = _remaining(remaining)
     parent: VerifiedPass | None = None
     if parent_token is None and subject != order.to:
         raise PassError(f"a worker's pass goes to the order's worker {order.to}, not {subject}; "

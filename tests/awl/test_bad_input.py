@@ -20,6 +20,7 @@ import pytest
 
 from awl import BadRequest, ValidationFailed
 from awl._desk import Desk as LibraryDesk
+from awl._desk import OrderView
 from awl._passes import KeyStore, iter_pass_findings, verify_pass
 from awl._sqlite import SQLiteStore
 from awl.cli import main
@@ -57,6 +58,18 @@ def test_a_deadline_in_the_year_10000_in_utc_is_refused_at_creation(tmp_path: Pa
         with pytest.raises(ValidationFailed) as caught:
             LibraryDesk(store).create(order_fields(deadline=YEAR_10000_IN_UTC), MANAGER)
         assert [(f.rule, f.path) for f in caught.value.findings] == [("O1", "/deadline")]
+    finally:
+        store.close()
+
+
+def _desk_with_an_order(tmp_path: Path, *, accepted: bool = False) -> tuple[Path, OrderView]:
+    home = tmp_path / "home"
+    home.mkdir()
+    store = SQLiteStore(home / "desk.sqlite3")
+    try:
+        desk = LibraryDesk(store)
+        view = desk.create(order_fields(), MANAGER)
+        return home, desk.accept(view.id, WORKER) if accepted else view
     finally:
         store.close()
 
@@ -99,15 +112,7 @@ def test_pass_show_describes_hostile_claims(capsys: pytest.CaptureFixture[str], 
 @pytest.mark.spec("DOC-14", "SEC-4", "BIND-4")
 async def test_issue_delegation_pass_refuses_before_signing(tmp_path: Path) -> None:
     """A lifetime past the year 9999 is BAD_REQUEST, and no pass was recorded."""
-    home = tmp_path / "home"
-    home.mkdir()
-    store = SQLiteStore(home / "desk.sqlite3")
-    try:
-        desk = LibraryDesk(store)
-        view = desk.create(order_fields(), MANAGER)
-        desk.accept(view.id, WORKER)
-    finally:
-        store.close()
+    home, view = _desk_with_an_order(tmp_path, accepted=True)
     with anyio.fail_after(60):
         async with serve_as(home, WORKER, "legacy") as w:
             for seconds in (1e300, 10**30, 300_000_000_000):
@@ -145,13 +150,7 @@ def test_the_public_pass_checks_refuse_a_bad_now_or_remaining(home: Path) -> Non
 @pytest.mark.anyio
 @pytest.mark.spec("DOC-12", "DOC-5", "BIND-4")
 async def test_integers_beyond_64_bits_never_reach_sqlite(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    store = SQLiteStore(home / "desk.sqlite3")
-    try:
-        view = LibraryDesk(store).create(order_fields(), MANAGER)
-    finally:
-        store.close()
+    home, view = _desk_with_an_order(tmp_path)
     with anyio.fail_after(60):
         async with serve_as(home, WORKER, "legacy") as w:
             for arguments in ({"offset": 2**63}, {"offset": 2**64}, {"limit": 2**63},

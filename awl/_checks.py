@@ -307,11 +307,20 @@ def validate_order(doc: Any) -> WorkOrder:
 
 # --------------------------------------------------------------------------- sub-order
 
-def iter_suborder_findings(child: Any, parent: Any) -> Iterator[Finding]:
-    """Every finding of a sub-order: its own order findings, then C1-C5 against ``parent``.
+def iter_suborder_findings(child: Any, parent: Any,
+                           remaining: Mapping[str, float] | None = None) -> Iterator[Finding]:
+    """Every finding of a sub-order: its own order findings, then C1-C3, C5, C6 against
+    ``parent``.
 
-    Authority only shrinks: budget, tools and deadline stay within the parent's, and a tool
-    the parent stages stays staged.
+    Authority only shrinks: budget, tools and deadline stay within the parent's, and no
+    tool the parent stages is handed down (its held calls would be approved by the
+    sub-order's manager, not the parent's).
+
+    Args:
+        child: The sub-order.
+        parent: The order it is split from.
+        remaining: Per budget unit, what is left of the parent's budget (C1); the
+            parent's whole budget when not given.
 
     Raises:
         DocumentError: ``child`` cannot be a JSON document, or ``parent`` is not a valid order.
@@ -323,51 +332,61 @@ def iter_suborder_findings(child: Any, parent: Any) -> Iterator[Finding]:
         return
     order = cast(WorkOrder, model)
     yield from _order_rules(order)
-    yield from _suborder_rules(order, parent_order)
+    yield from _suborder_rules(order, parent_order, remaining or {})
 
 
-def _suborder_rules(child: WorkOrder, parent: WorkOrder) -> Iterator[Finding]:
+def _suborder_rules(child: WorkOrder, parent: WorkOrder,
+                    remaining: Mapping[str, float]) -> Iterator[Finding]:
     child_budget = child.budget.units()
     for unit, limit in parent.budget.units().items():
         value = child_budget.get(unit)
+        left = remaining.get(unit)
         if value is None:
             yield Finding("C1", "invalid", pointer("budget", unit),
                           f"the parent budgets {unit}; the sub-order must too")
         elif value > limit:
             yield Finding("C1", "invalid", pointer("budget", unit),
                           f"{unit} {value} is more than the parent's {limit}")
+        elif left is not None and value > left:
+            yield Finding("C1", "invalid", pointer("budget", unit),
+                          f"{unit} {value} is more than the {left:g} left of the parent's "
+                          f"{limit}")
     for i, pattern in enumerate(child.tools):
         if not covered_by_any(parent.tools, pattern):
             yield Finding("C2", "invalid", pointer("tools", i),
                           f"tool pattern {_show(pattern)} is not covered by the parent's tools")
     if parse_time(child.deadline) > parse_time(parent.deadline):
         yield Finding("C3", "invalid", "/deadline", "deadline is after the parent's deadline")
-    for i, pattern in enumerate(child.tools):
-        for staged in parent.staged:
-            shared = overlap(pattern, staged)
-            if shared is not None and not covered_by_any(child.staged, shared):
-                yield Finding("C4", "invalid", pointer("tools", i),
-                              f"the parent stages {_show(staged)}; the sub-order must stage "
-                              f"{_show(shared)} too")
-                break
     if child.parent_id != parent.id:
         yield Finding("C5", "invalid", "/parent_id",
                       f"parent_id must be the parent's id {_show(parent.id)}")
+    for i, pattern in enumerate(child.tools):
+        for staged in parent.staged:
+            shared = overlap(pattern, staged)
+            if shared is not None:
+                yield Finding("C6", "invalid", pointer("tools", i),
+                              f"the parent stages {_show(shared)}; a sub-order may not carry "
+                              "it (its held calls would be approved by the sub-order's "
+                              "manager, not the parent's); leave it out of tools")
+                break
 
 
-def is_valid_suborder(child: Any, parent: Any) -> bool:
+def is_valid_suborder(child: Any, parent: Any,
+                      remaining: Mapping[str, float] | None = None) -> bool:
     """Whether the sub-order has no ``invalid`` finding against its parent."""
-    return _no_invalid(iter_suborder_findings(child, parent))
+    return _no_invalid(iter_suborder_findings(child, parent, remaining))
 
 
-def validate_suborder(child: Any, parent: Any) -> WorkOrder:
+def validate_suborder(child: Any, parent: Any,
+                      remaining: Mapping[str, float] | None = None) -> WorkOrder:
     """The sub-order as a model, when it has no ``invalid`` finding against its parent.
 
     Raises:
         ValidationFailed: with every finding, when one is ``invalid``.
         DocumentError: ``child`` cannot be a JSON document, or ``parent`` is not a valid order.
     """
-    return _validated(WorkOrder, "sub-order", iter_suborder_findings(child, parent), child)
+    return _validated(WorkOrder, "sub-order", iter_suborder_findings(child, parent, remaining),
+                      child)
 
 
 # --------------------------------------------------------------------------- report
@@ -726,7 +745,8 @@ def check(doc: Any, type: DocType | None = None, *, order: Any = None, parent: A
         parent: for an order, the parent order (runs the sub-order rules); for a pass, the
             parent pass's claims.
         calls: for a report, the order's call records.
-        remaining: for a pass, the budget that remains for it.
+        remaining: for a pass, the budget that remains for it; for a sub-order, what is
+            left of the parent's budget.
         now: for a pass, the time to check against (seconds since the epoch).
 
     Raises:
@@ -737,7 +757,7 @@ def check(doc: Any, type: DocType | None = None, *, order: Any = None, parent: A
     doc_type = type or detect_type(doc)
     if doc_type == "order":
         if parent is not None:
-            return list(iter_suborder_findings(doc, parent))
+            return list(iter_suborder_findings(doc, parent, remaining))
         return list(iter_order_findings(doc))
     if doc_type == "report":
         return list(iter_report_findings(doc, order, calls))

@@ -14,9 +14,10 @@ same steps, and nothing is answered before its record is in the store:
    :meth:`~awl.Store.record_call` (it never counts) and answered as a tool error
    ``CODE: message``.
 3. Reserve the call with :meth:`~awl.Store.reserve_call`, which numbers it
-   (``server/tool#N``) and checks the order's and every pass link's ``tool_calls`` and
-   ``usd`` limits in one transaction: exact under concurrent calls, from any number of
-   gateway processes on the same store.
+   (``server/tool#N``) and checks the order's, every pass link's and (for a sub-order)
+   every order above's ``tool_calls`` and ``usd`` limits in one transaction, charging the
+   call to each order above: exact under concurrent calls, from any number of gateway
+   processes on the same store.
 4. A staged call is checked against the upstream's input schema, stored as ``held`` with
    its exact arguments (and its effect state ``held``), never forwarded, and answered
    ``pending:server/tool#N``; arguments that do not fit are answered
@@ -47,14 +48,18 @@ import anyio.to_thread
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
 
+from awl._checks import to_plain
 from awl._desk import Desk, format_time
-from awl._errors import Conflict, PassError
+from awl._errors import Conflict, DocumentError, PassError
+from awl._lineage import ancestors
 from awl._memory import stale_order
 from awl._models import CallRecord, WorkOrder
 from awl._passes import DEFAULT_AUDIENCE, VerifiedPass, verify_pass
 from awl._patterns import parse_ref
 from awl._store import OrderRecord, Scope, Store
+from awl.server._transport import identity_of
 from gateway._config import GatewayConfig
 from gateway._names import NameTable, split_canonical
 from gateway._policy import (
@@ -174,7 +179,9 @@ class Gateway:
         pool: The open upstream connections.
         pass_token: The Delegation Pass the worker runs under (stdio and in-process); over
             HTTP each request's Bearer pass is used instead. None: the order's worker.
-        jwks: The desk's public key set, needed to verify passes.
+        jwks: The desk's public key set, needed to verify passes: a JWKS document, or a
+            callable (a :class:`~awl.KeySet`) asked for the current one at every check, so
+            rotated and retired keys count from the next call (DP-13).
         audience: The audience passes must name.
         safe: Safe mode (hold every tool not marked read-only); default the config's.
         clock: Returns the current time, timezone-aware (tests pass a fake one).
@@ -192,7 +199,7 @@ class Gateway:
         store: Store,
         pool: UpstreamPool,
         pass_token: str | None = None,
-        jwks: Mapping[str, Any] | None = None,
+        jwks: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
         audience: str = DEFAULT_AUDIENCE,
         safe: bool | None = None,
         clock: Clock | None = None,
@@ -214,6 +221,9 @@ class Gateway:
         self._table = NameTable((), reserved=WORKER_TOOL_NAMES)
         self._order: WorkOrder | None = None
         self._order_scope: Scope | None = None
+        # The orders above this one with a seconds budget (LC-15): the store checks the
+        # other units of every order above when it reserves a call.
+        self._timed_above: tuple[WorkOrder, ...] = ()
         self.desk = Desk(store, clock=self._clock)
         self._worker = WorkerTools(self)
         self.server: Server[Any] = Server(
@@ -252,6 +262,8 @@ class Gateway:
         """
         record = await anyio.to_thread.run_sync(self.store.load, self.order_id)
         self._order = record.order
+        above = await anyio.to_thread.run_sync(ancestors, self.store, record.order)
+        self._timed_above = tuple(o for o in above if o.budget.seconds is not None)
         if self._pass_token is not None:
             authority = await anyio.to_thread.run_sync(self.verify, self._pass_token)
             if authority.error is not None:
@@ -310,14 +322,21 @@ class Gateway:
     # ------------------------------------------------------------------ authority
 
     def _token_for(self, ctx: ServerRequestContext[Any] | None) -> str | None:
+        """The pass a request runs under (BIND-7).
+
+        Over HTTP it is the pass the transport verified for this very request; the headers
+        are never read again here, and an HTTP request without a verified pass is refused:
+        it never runs as the order's worker. Other transports run under the configured pass
+        (None: the order's worker).
+        """
         request = getattr(ctx, "request", None) if ctx is not None else None
-        headers = getattr(request, "headers", None)
-        if headers is not None:
-            value = str(headers.get("authorization", ""))
-            scheme, _, token = value.partition(" ")
-            if scheme.lower() == "bearer" and token.strip():
-                return token.strip()
-        return self._pass_token
+        if request is None:
+            return self._pass_token
+        identity = identity_of(ctx)
+        if isinstance(identity, Authority) and identity.verified is not None:
+            return identity.token
+        raise MCPError(types.INVALID_REQUEST, "this HTTP request carries no verified "
+                       "Delegation Pass; send yours as 'Authorization: Bearer <pass>'")
 
     def verify(self, token: str | None) -> Authority:
         """Who ``token`` makes the caller, checked now (revocation and expiry included).
@@ -331,7 +350,8 @@ class Gateway:
                 "this gateway was started without the desk's key set, so it cannot check "
                 "passes", reason="unknown_kid"))
         try:
-            verified = verify_pass(token, jwks=self._jwks, revoked=self.store.revoked(),
+            jwks = self._jwks() if callable(self._jwks) else self._jwks
+            verified = verify_pass(token, jwks=jwks, revoked=self.store.revoked(),
                                    audience=self.audience, now=self.now())
         except PassError as exc:
             return Authority(token, error=exc)
@@ -388,7 +408,12 @@ class Gateway:
     async def _on_call_tool(self, ctx: ServerRequestContext[Any],
                             params: types.CallToolRequestParams) -> types.CallToolResult:
         token = self._token_for(ctx)
-        arguments = dict(params.arguments or {})
+        try:
+            # The wire refuses values JSON cannot carry (SEC-9); an in-process client can
+            # still pass them, and a call that cannot be recorded gets a protocol error (GW-7).
+            arguments = to_plain(dict(params.arguments or {}))
+        except DocumentError as exc:
+            raise MCPError(types.INVALID_PARAMS, f"Invalid params: {exc.message}") from None
         if params.name in WORKER_TOOL_NAMES:
             authority = await anyio.to_thread.run_sync(self.verify, token)
             return await self._worker.call(params.name, arguments, authority)
@@ -407,13 +432,17 @@ class Gateway:
 
         Returns:
             The upstream's result, a ``pending:`` placeholder, or a tool error.
+
+        Raises:
+            DocumentError: ``arguments`` hold what JSON cannot (NaN, a lone surrogate, ...);
+                nothing was recorded or forwarded.
         """
+        args = to_plain(dict(arguments))
         table = await self._catalog()
         server = tool = canonical = None
         if name in table:
             canonical = table.canonical(name)
             server, tool = table.resolve(name)
-        args = dict(arguments)
         admission = await self._run(
             self._admit, name, canonical, args, token if token is not None else self._pass_token)
         if admission.answer is not None:
@@ -561,11 +590,12 @@ class Gateway:
             usage = self.store.usage(self.order_id)
         if grant is not None and grant.budget.seconds is not None:
             pass_usage = self.store.usage(self.order_id, scopes[-1].jtis)
+        above = [(o, self.store.usage(o.id)) for o in self._timed_above]
         decision = decide(
             order=record.order, state=record.state, now=now, tool=canonical,
             requested=name, usage=usage, usd=usd, grant=grant, pass_usage=pass_usage,
             pass_problem=authority.problem, hold=[canonical] if hold and canonical else (),
-            safe=self.safe, read_only=read_only)
+            safe=self.safe, read_only=read_only, above=above)
         if decision.action == "refuse":
             self._check_fresh(record)
             return self._refused(decision, tool=canonical or UNRESOLVED_TOOL,
@@ -575,7 +605,7 @@ class Gateway:
             self.order_id, attempt=attempt, tool=canonical, arguments=arguments, pass_jti=jti,
             usd=usd, started_at=started, scopes=scopes, seq=record.seq)
         if isinstance(reserved, str):
-            hit = next((sc for sc in scopes if sc.name == reserved), scopes[0])
+            hit = next((sc for sc in scopes if sc.name == reserved), reserved)
             return self._refused(budget_refusal(hit, self.order_id), tool=canonical,
                                  arguments=arguments, attempt=attempt, jti=jti, started=started)
         if decision.action == "hold":

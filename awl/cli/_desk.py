@@ -451,8 +451,9 @@ def _review(args: argparse.Namespace) -> int:
 
 
 def _track(args: argparse.Namespace) -> int:
+    viewer = args.actor or os.environ.get(ACTOR_ENV) or None  # None: the operator (SEC-8)
     with _desk(args) as desk:
-        record = desk.track(args.worker)
+        record = desk.track(args.worker, viewer=viewer)
     if args.json:
         _print_json(record.to_json())
     else:

@@ -80,6 +80,16 @@ def register(subparsers: Any) -> None:
     _common(rotate)
     rotate.set_defaults(func=_rotate)
 
+    retire = sub.add_parser(
+        "retire", help="delete an old signing key: every pass it signed stops verifying",
+        description="Delete a signing key that is no longer current (a leaked one, say). Every "
+                    "pass it signed, and every pass derived from one, is refused from the next "
+                    "request of any running gateway; the current key cannot be retired "
+                    "(rotate first).")
+    retire.add_argument("kid", metavar="KID", help="the key's kid (`awl pass jwks` lists them)")
+    _common(retire)
+    retire.set_defaults(func=_retire)
+
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--home", metavar="DIR", help="the desk's home (default: $AWL_HOME, "
@@ -294,4 +304,14 @@ def _rotate(args: argparse.Namespace) -> int:
         print(json.dumps({"kid": kid, "kids": keys.kids()}))
     else:
         print(f"new signing key {kid}; {len(keys.kids()) - 1} older key(s) still verify")
+    return 0
+
+
+def _retire(args: argparse.Namespace) -> int:
+    keys = KeyStore(home_dir(args.home))
+    keys.retire(args.kid)
+    if args.json:
+        print(json.dumps({"retired": args.kid, "kids": keys.kids()}))
+    else:
+        print(f"retired key {args.kid}: passes it signed are refused from the next request on")
     return 0

@@ -54,6 +54,7 @@ from awl._limits import INT64_MAX, check_integer, check_json_value
 from awl._models import Event, WorkOrder, parse_time
 from awl._passes import KeyStore, issue_recorded_pass, unverified_claims
 from awl._store import Store
+from awl.server._frames import stdio_frames
 from awl.server._tokens import check_principal, principal_for_token
 from awl.server._tools import (
     INSTRUCTIONS,
@@ -278,9 +279,11 @@ class DeskServer:
                 raise Forbidden("this connection is bound to no principal; start the server "
                                 "with --as PRINCIPAL or send a desk token",
                                 actor="", action=name)
-            arguments = check_json_value(arguments, where=f"the arguments of {name}")
-            _check_arguments(name, arguments)
-            data, summary = await handler(actor, _whole_numbers(name, arguments))
+            # Values JSON cannot carry (NaN, a lone surrogate) never reach a tool: the wire
+            # refuses them (SEC-9), and so does this, for in-process callers.
+            plain = check_json_value(dict(arguments), where=f"the arguments of {name}")
+            _check_arguments(name, plain)
+            data, summary = await handler(actor, _whole_numbers(name, plain))
         except AWLError as exc:
             return tool_error(exc)
         except Exception as exc:  # a bug must reach the model as an error, not kill the server
@@ -329,12 +332,6 @@ class DeskServer:
 
     async def _create(self, actor: str, args: Data) -> tuple[Data, str]:
         order: Data = args["order"]
-        mine = order.get("from", actor) == actor  # else the desk refuses it as FORBIDDEN
-        for field in ("to", "escalate_to"):
-            if mine and order.get(field) == actor:
-                raise BadRequest(f"you ({actor}) cannot be the order's {field}: you would "
-                                 "review your own work or answer your own questions; name "
-                                 "another principal")
         view = await self.desk.create(order, actor,
                                       copy_handoff=bool(args.get("copy_handoff", False)))
         return _view(view, actor), f"order {view.id} offered to {view.order.to}"
@@ -492,7 +489,7 @@ class DeskServer:
 
     async def _track(self, actor: str, args: Data) -> tuple[Data, str]:
         worker = args.get("worker", actor)
-        record = await self.desk.track(worker)
+        record = await self.desk.track(worker, viewer=actor)
         data = record.to_json()
         return data, f"{worker}: {record.orders} order(s), {record.approved} approved"
 
@@ -526,10 +523,8 @@ async def serve_stdio(desk_server: DeskServer) -> None:
 
     Stdout is then the protocol stream: nothing else may be printed there.
     """
-    from mcp.server.stdio import stdio_server
-
     server = desk_server.server
-    async with stdio_server() as (read, write):
+    async with stdio_frames() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
 

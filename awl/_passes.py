@@ -52,7 +52,15 @@ from awl._checks import (
 )
 from awl._errors import BadRequest, DocumentError, InvalidTransition, NotFound, PassError
 from awl._findings import Finding, pointer
-from awl._limits import MAX_EPOCH, MIN_EPOCH, check_epoch, check_instant, show_value
+from awl._limits import (
+    MAX_EPOCH,
+    MIN_EPOCH,
+    check_amounts,
+    check_epoch,
+    check_instant,
+    is_finite_number,
+    show_value,
+)
 from awl._models import Budget, PassClaims, WorkOrder, parse_time
 from awl._patterns import covered_by_any, matches_any, overlap
 from awl._store import PassRecord, Scope, Store, Usage
@@ -187,30 +195,6 @@ def _epoch(when: datetime | str | float | None, name: str = "now") -> float:
         except ValueError as exc:
             raise BadRequest(f"{name}: {exc}") from None
     return float(check_epoch(when, name=name))
-
-
-def _remaining(remaining: Any) -> Mapping[str, float] | None:
-    """``remaining`` as given, once it is known to map unit names to finite numbers.
-
-    Raises:
-        BadRequest: it is not such a mapping.
-    """
-    if remaining is None:
-        return None
-    if not isinstance(remaining, Mapping) or not all(
-            isinstance(k, str) and _is_finite(v) for k, v in remaining.items()):
-        raise BadRequest(f"remaining must map budget units to finite numbers, e.g. "
-                         f"{{'usd': 1.5}}, not {show_value(remaining)}")
-    return remaining
-
-
-def _is_finite(value: Any) -> bool:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 def _thumbprint(x: str) -> str:
@@ -591,7 +575,7 @@ def iter_pass_findings(
         BadRequest: ``now`` is not a time within years 1 to 9999, or ``remaining`` does not
             map unit names to finite numbers.
     """
-    remaining = _remaining(remaining)
+    remaining = check_amounts(remaining, name="remaining")
     t = None if now is None else _epoch(now)
     _, model, found = check_structure(claims, "pass")
     yield from found
@@ -931,7 +915,7 @@ def _expiry(now: float, cap: float, expires_in: timedelta | float | None,
     if expires_in is not None:
         seconds = (expires_in.total_seconds() if isinstance(expires_in, timedelta)
                    else expires_in)
-        if not _is_finite(seconds) or not MIN_EPOCH <= now + seconds <= MAX_EPOCH:
+        if not is_finite_number(seconds) or not MIN_EPOCH <= now + seconds <= MAX_EPOCH:
             raise BadRequest(f"expires_in must be a number of seconds that ends within years "
                              f"1 to 9999, not {show_value(seconds)}")
         return math.floor(now + seconds)
@@ -985,7 +969,7 @@ def issue_pass(
             or ``remaining`` that is not a time within years 1 to 9999 or a number).
     """
     t = _epoch(now)
-    remaining = _remaining(remaining)
+    remaining = check_amounts(remaining, name="remaining")
     parent: VerifiedPass | None = None
     if parent_token is None and subject != order.to:
         raise PassError(f"a worker's pass goes to the order's worker {order.to}, not {subject}; "

@@ -1,4 +1,4 @@
-"""Resources, prompts and completions through the gateway (GW-15).
+"""Resources, prompts and completions through the gateway (GW-16).
 
 They are reads: nothing runs that the order's budget or staging would govern, so they are
 neither counted nor recorded as calls. They are governed by servers instead: the

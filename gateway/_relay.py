@@ -1,4 +1,4 @@
-"""What passes between an upstream and the worker besides requests and answers (GW-12..GW-14).
+"""What passes between an upstream and the worker besides requests and answers (GW-13..GW-15).
 
 During a forwarded call the upstream may send progress, log messages, and requests of its
 own (sampling, elicitation, roots); a 2026-07-28 upstream asks for the same input by

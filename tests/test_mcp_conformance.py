@@ -1,4 +1,4 @@
-"""The official MCP conformance suite against the desk and the gateway, both eras (DOC-11).
+"""The official MCP conformance suite against the desk and the gateway, both eras (DOC-18).
 
 Each target runs as the real command (``awl serve --http``, ``awl gateway --http`` in front
 of the fixture ``tests/servers/everything.py``), reached through the Bearer relay. The suite
@@ -24,7 +24,7 @@ import pytest
 from awl._passes import KeyStore, issue_recorded_pass
 from tests.bearer_relay import bearer_relay
 from tests.gateway.gateway_support import ROOT, WORKER, make_env, server_entry
-from tests.node_support import CONFORMANCE, NODE22, need
+from tests.node_support import conformance
 
 pytestmark = pytest.mark.anyio
 
@@ -33,7 +33,7 @@ _ROW = re.compile(r"^\| (desk|gateway) \| (both|2025-11-25|2026-07-28) \| ([^|]+
 
 
 def exclusions(target: str, revision: str) -> list[str]:
-    """The scenarios (or ``scenario:check``) SPEC.md's DOC-11 table excludes."""
+    """The scenarios (or ``scenario:check``) SPEC.md's DOC-18 table excludes."""
     text = (ROOT / "SPEC.md").read_text(encoding="utf-8")
     section = text.split("### 18.1 The official MCP conformance suite", 1)[1]
     names: list[str] = []
@@ -79,7 +79,7 @@ async def run_suite(url: str, target: str, revision: str, tmp: Path) -> tuple[in
     baseline.write_text("server:\n" + "".join(
         f"  - {name}\n" for name in exclusions(target, revision)), encoding="utf-8")
     done = await anyio.run_process(
-        [str(need(NODE22)), str(need(CONFORMANCE)), "server", "--url", url,
+        [*conformance(), "server", "--url", url,
          "--requirements", revision, "--expected-failures", str(baseline),
          "-o", str(tmp / f"results-{target}-{revision}")],
         check=False, cwd=tmp)
@@ -87,10 +87,10 @@ async def run_suite(url: str, target: str, revision: str, tmp: Path) -> tuple[in
     return done.returncode, out[-6000:]
 
 
-@pytest.mark.spec("DOC-11")
+@pytest.mark.spec("DOC-18")
 @pytest.mark.parametrize("revision", REVISIONS)
 async def test_the_desk_passes_the_suite(tmp_path: Path, revision: str) -> None:
-    need(CONFORMANCE)
+    conformance()
     home = tmp_path / "home"
     home.mkdir()
     token = subprocess.run([sys.executable, "-m", "awl", "token", "issue", "human:ana",
@@ -104,10 +104,10 @@ async def test_the_desk_passes_the_suite(tmp_path: Path, revision: str) -> None:
     assert code == 0, out
 
 
-@pytest.mark.spec("DOC-11", "GW-15")
+@pytest.mark.spec("DOC-18", "GW-16")
 @pytest.mark.parametrize("revision", REVISIONS)
 async def test_the_gateway_passes_the_suite(tmp_path: Path, revision: str) -> None:
-    need(CONFORMANCE)
+    conformance()
     env = make_env(tmp_path, servers={"everything": server_entry("everything")},
                    tools=["everything/*"], staged=[])
     token = issue_recorded_pass(env.store, env.order_id, keys=KeyStore(env.home), subject=WORKER)

@@ -1,4 +1,4 @@
-"""What passes through the gateway besides tool calls and answers (GW-12..GW-15).
+"""What passes through the gateway besides tool calls and answers (GW-13..GW-16).
 
 ``awl gateway`` runs as a stdio subprocess in front of the chatty test server, itself a real
 subprocess speaking either protocol era; the worker is the SDK client in either era. What
@@ -74,7 +74,7 @@ async def worker(env: Env, mode: str, logs: list[Any] | None = None) -> AsyncIte
             yield client
 
 
-@pytest.mark.spec("GW-12", "GW-13")
+@pytest.mark.spec("GW-13", "GW-14")
 @pytest.mark.parametrize("mode", ERAS)
 @pytest.mark.parametrize("upstream", ["modern", "legacy"])
 async def test_progress_and_log_messages_reach_the_worker(tmp_path: Path, mode: str,
@@ -99,7 +99,7 @@ async def test_progress_and_log_messages_reach_the_worker(tmp_path: Path, mode: 
     assert [c.outcome for c in env.calls()] == ["ok", "ok"]
 
 
-@pytest.mark.spec("GW-14")
+@pytest.mark.spec("GW-15")
 @pytest.mark.parametrize("mode", ERAS)
 @pytest.mark.parametrize("upstream", ["modern", "legacy"])
 async def test_upstream_questions_reach_the_worker(tmp_path: Path, mode: str,
@@ -135,7 +135,7 @@ async def test_upstream_questions_reach_the_worker(tmp_path: Path, mode: str,
         assert len(records) == 3
 
 
-@pytest.mark.spec("GW-12")
+@pytest.mark.spec("GW-13")
 @pytest.mark.parametrize("upstream", ["modern", "legacy"])
 async def test_a_cancelled_call_is_cancelled_upstream(tmp_path: Path, upstream: str) -> None:
     """A worker's cancellation reaches the upstream, and the call is recorded cancelled."""
@@ -162,7 +162,7 @@ async def test_a_cancelled_call_is_cancelled_upstream(tmp_path: Path, upstream: 
     assert "may have run" in first.error
 
 
-@pytest.mark.spec("GW-15")
+@pytest.mark.spec("GW-16")
 @pytest.mark.parametrize("mode", ERAS)
 async def test_resources_and_prompts_pass_for_a_server_the_order_covers(
         tmp_path: Path, mode: str) -> None:
@@ -188,7 +188,7 @@ async def test_resources_and_prompts_pass_for_a_server_the_order_covers(
     assert env.calls() == []  # reads, not calls: not recorded, not counted
 
 
-@pytest.mark.spec("GW-15")
+@pytest.mark.spec("GW-16")
 async def test_resources_of_a_server_the_order_covers_only_in_part_stay_closed(
         tmp_path: Path) -> None:
     """With only chatty/steps allowed, nothing of chatty's resources or prompts passes."""

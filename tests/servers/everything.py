@@ -6,7 +6,7 @@ resources ``test://static-text``, ``test://static-binary``, the template
 ``test_prompt_with_arguments``, ``test_prompt_with_embedded_resource``,
 ``test_prompt_with_image``; completion for ``test_prompt_with_arguments``. Its reference
 server is not published, so this is ours, written from the suite's scenario descriptions;
-the gateway passes these through unchanged (GW-15). Tool scenarios call bare tool names,
+the gateway passes these through unchanged (GW-16). Tool scenarios call bare tool names,
 which the gateway renames (GW-1), so this fixture offers one tool only
 (``test_simple_text``). Serves stdio, either protocol era.
 """

@@ -89,8 +89,8 @@ def _view_lines(order_id: str, views: Sequence[EffectView]) -> Iterator[str]:
         extra = " (retryable)" if v.retryable else ""
         yield f"{v.ref}  {v.state}{extra}  attempt {v.attempt}  sent {v.dispatches}x"
         yield f"  arguments: {json.dumps(v.arguments, sort_keys=True)}"
-        if v.result is not None and "structuredContent" in v.result:
-            yield f"  result: {json.dumps(v.result['structuredContent'], sort_keys=True)}"
+        if v.result is not None:
+            yield f"  result: {_result_text(v.result)}"
         if v.error:
             yield f"  note: {v.error}"
         if v.settlement is not None:
@@ -99,6 +99,23 @@ def _view_lines(order_id: str, views: Sequence[EffectView]) -> Iterator[str]:
         elif v.state == "unknown":
             yield (f"  unsettled: find out whether it ran, then `awl effects settle "
                    f"{order_id} {v.ref} --happened|--did-not-happen --evidence ...`")
+
+
+_RESULT_CHARS = 500
+"""The most characters of an effect's result ``awl effects list`` prints (--json has all)."""
+
+
+def _result_text(result: dict[str, Any]) -> str:
+    """An effect's recorded result in one line: its structured content, else its text."""
+    if "structuredContent" in result:
+        shown = json.dumps(result["structuredContent"], sort_keys=True, ensure_ascii=False)
+    else:
+        blocks = result.get("content")
+        texts = [b.get("text") for b in blocks if isinstance(b, dict)] if isinstance(
+            blocks, list) else []
+        shown = " ".join(" ".join(t.split()) for t in texts if isinstance(t, str))
+        shown = shown or "(no text)"
+    return shown if len(shown) <= _RESULT_CHARS else shown[:_RESULT_CHARS - 1] + "…"
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -60,7 +60,8 @@ def register(subparsers: Any) -> None:
         "retry", help="send an effect settled as did-not-happen again",
         description="Send an effect settled as did-not-happen again, with the same awl/ref, "
                     "after checking the order still gives the authority (approved, before "
-                    "its deadline, tool allowed and staged). Exit 1 unless it commits.")
+                    "its deadline, tool allowed and staged). Exit 1 unless it commits, 3 "
+                    "when a commit of the order holds its lock (nothing was sent).")
     retry.add_argument("order", metavar="ORDER")
     retry.add_argument("ref", metavar="REF", help="the effect, server/tool#N")
     retry.add_argument("--config", required=True, metavar="FILE",
@@ -156,8 +157,9 @@ def _outcome_line(outcome: EffectOutcome) -> str:
 
 
 def _retry(args: argparse.Namespace) -> int:
-    from gateway._commit import retry_sync
+    from gateway._commit import locked_exit, retry_sync
     from gateway._config import load_config
+    from gateway._lock import LockBusy
 
     config = load_config(args.config)
     store = default_store(home_dir(args.home))
@@ -165,6 +167,8 @@ def _retry(args: argparse.Namespace) -> int:
         outcome = retry_sync(args.order, args.ref, args.actor, store=store,
                              pool_or_config=config, timeout=args.timeout,
                              lock_wait=args.lock_wait)
+    except LockBusy as exc:
+        return locked_exit(args.order, exc, json_out=args.json)
     finally:
         store.close()
     if args.json:

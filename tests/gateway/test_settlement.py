@@ -4,6 +4,7 @@ The receiver counts what really reached it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import anyio
@@ -15,8 +16,9 @@ from awl._errors import InvalidTransition
 from awl.cli import main
 from awl.server import DeskServer
 from awl.server._server import ERROR_META
-from gateway._commit import commit_sync, retry_sync
+from gateway._commit import commit_sync, lock_name, retry_sync
 from gateway._config import load_config
+from gateway._lock import EXIT_LOCKED, OrderLock
 from tests.gateway.commit_support import MANAGER, Setup, make_setup
 
 
@@ -101,3 +103,30 @@ def test_only_the_first_settlement_in_a_log_counts(tmp_path: Path) -> None:
         retry_sync(oid, ref, MANAGER, store=setup.store,
                    pool_or_config=load_config(setup.config))
     assert setup.counts() == {ref: 1}
+
+
+@pytest.mark.spec("CM-10", "CM-12")
+def test_a_commit_that_cannot_take_the_lock_says_so_with_its_own_exit_code(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """While a live committer holds the order's lock, `awl gateway --commit` (text and
+    --json) and `awl effects retry` exit 3 saying the lock is held, and send nothing."""
+    setup = make_setup(tmp_path, [("receiver/deliver", {"to": "cfo"})])
+    oid = setup.order_id
+    commit = ["gateway", "--order", oid, "--config", str(setup.config), "--home",
+              str(setup.home), "--commit"]
+    lock = OrderLock(setup.store, lock_name(oid))
+    assert lock.try_acquire()
+    try:
+        assert main(commit) == EXIT_LOCKED
+        err = capfd.readouterr().err.strip()
+        assert err.startswith("awl: LOCKED: lock ") and "nothing was sent" in err
+        assert main([*commit, "--json"]) == EXIT_LOCKED
+        answer = json.loads(capfd.readouterr().out)
+        assert (answer["order_id"], answer["ok"], answer["error"]) == (oid, False, "LOCKED")
+        assert _cli(setup, "retry", oid, setup.refs[0], "--config", str(setup.config),
+                    "--as", MANAGER) == EXIT_LOCKED
+    finally:
+        lock.release()
+    assert setup.deliveries() == []
+    assert main(commit) == 0
+    assert setup.counts() == {setup.refs[0]: 1}

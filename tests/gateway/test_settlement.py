@@ -20,6 +20,7 @@ from gateway._commit import commit_sync, lock_name, retry_sync
 from gateway._config import load_config
 from gateway._lock import EXIT_LOCKED, OrderLock
 from tests.gateway.commit_support import MANAGER, Setup, make_setup
+from tests.gateway.gateway_support import server_entry
 
 
 def _delivered_but_unknown(tmp_path: Path) -> tuple[Setup, str]:
@@ -130,3 +131,26 @@ def test_a_commit_that_cannot_take_the_lock_says_so_with_its_own_exit_code(
     assert setup.deliveries() == []
     assert main(commit) == 0
     assert setup.counts() == {setup.refs[0]: 1}
+
+
+@pytest.mark.spec("CM-7", "CM-12")
+def test_an_effect_whose_tool_the_upstream_lacks_stays_held_until_the_config_is_fixed(
+        tmp_path: Path) -> None:
+    """A config naming the wrong server for `receiver` (one without `deliver`) sends
+    nothing and leaves the effect held, not failed; with the config fixed it commits once."""
+    setup = make_setup(tmp_path, [("receiver/deliver", {"to": "cfo"})])
+    ref = setup.refs[0]
+    good = json.loads(setup.config.read_text())
+    wrong = {"mcpServers": {"receiver": server_entry("shapes")}}
+    setup.config.write_text(json.dumps(wrong), encoding="utf-8")
+    summary = commit_sync(setup.order_id, store=setup.store,
+                          pool_or_config=load_config(setup.config))
+    [outcome] = summary.effects
+    assert (outcome.state, outcome.sent) == ("held", False)
+    assert "does not offer a tool 'deliver'" in outcome.reason
+    assert setup.states()[ref].state == "held" and setup.states()[ref].dispatches == 0
+    setup.config.write_text(json.dumps(good), encoding="utf-8")
+    summary = commit_sync(setup.order_id, store=setup.store,
+                          pool_or_config=load_config(setup.config))
+    assert [e.state for e in summary.effects] == ["committed"]
+    assert setup.counts() == {ref: 1}

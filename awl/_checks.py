@@ -36,7 +36,14 @@ from awl._bounded import (
 from awl._errors import BadRequest, DocumentError, ValidationFailed
 from awl._findings import Finding, pointer
 from awl._lifecycle import is_row
-from awl._limits import MAX_DEPTH, MAX_DOCUMENT_BYTES, check_json_value, loads, read_regular_file
+from awl._limits import (
+    MAX_DEPTH,
+    MAX_DOCUMENT_BYTES,
+    check_amounts,
+    check_json_value,
+    loads,
+    read_regular_file,
+)
 from awl._models import CallRecord, Event, PassClaims, Review, WorkOrder, WorkReport, parse_time
 from awl._patterns import covered_by_any, matches_any, overlap, parse_ref
 from awl._schemas import schema_findings
@@ -332,7 +339,8 @@ def iter_suborder_findings(child: Any, parent: Any,
         return
     order = cast(WorkOrder, model)
     yield from _order_rules(order)
-    yield from _suborder_rules(order, parent_order, remaining or {})
+    yield from _suborder_rules(order, parent_order,
+                               check_amounts(remaining, name="remaining") or {})
 
 
 def _suborder_rules(child: WorkOrder, parent: WorkOrder,

@@ -37,11 +37,13 @@ __all__ = [
     "MAX_YEAR",
     "MIN_EPOCH",
     "MIN_YEAR",
+    "check_amounts",
     "check_epoch",
     "check_instant",
     "check_integer",
     "check_json_value",
     "check_text",
+    "is_finite_number",
     "loads",
     "read_regular_file",
     "show_value",
@@ -79,12 +81,19 @@ def _show(value: str, limit: int = 60) -> str:
 
 
 def show_value(value: Any) -> str:
-    """``repr(value)`` cut to 40 characters; an integer of many digits is described instead
-    (``repr`` of one of more than 4,300 digits raises)."""
+    """A short description of any value for a message: ``repr`` cut to 40 characters for
+    scalars, the size of an array or object (their ``repr`` may be huge, deep or raise), and
+    the digit count of a long integer (``repr`` of one over 4,300 digits raises)."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
         return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
-    text = repr(value)
-    return text if len(text) <= 40 else text[:40] + "…"
+    if isinstance(value, Mapping):
+        return f"an object of {len(value)} member(s)"
+    if isinstance(value, list | tuple):
+        return f"an array of {len(value)} item(s)"
+    if isinstance(value, str | bytes | int | float | None):
+        text = repr(value[:41] if isinstance(value, str | bytes) else value)
+        return text if len(text) <= 40 else text[:40] + "…"
+    return f"a {type(value).__name__} value"
 
 
 # --------------------------------------------------------------------------- JSON text
@@ -252,6 +261,31 @@ def check_integer(value: Any, *, name: str, minimum: int = 0,
         raise BadRequest(f"{name} must be a whole number from {minimum} to {maximum}, "
                          f"not {show_value(value)}")
     return int(value)
+
+
+def is_finite_number(value: Any) -> bool:
+    """``value`` is an int or float (never a bool) that a double holds finitely."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond the double range
+        return False
+
+
+def check_amounts(value: Any, *, name: str) -> Mapping[str, int | float] | None:
+    """None, or a mapping of unit names to finite numbers (what is left of a budget).
+
+    Raises:
+        BadRequest: anything else.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and is_finite_number(v) for k, v in value.items()):
+        raise BadRequest(f"{name} must map budget units to finite numbers, e.g. "
+                         f"{{'usd': 1.5}}, not {show_value(value)}")
+    return value
 
 
 def check_text(value: str, *, name: str) -> str:

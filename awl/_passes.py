@@ -52,6 +52,15 @@ from awl._checks import (
 )
 from awl._errors import BadRequest, DocumentError, InvalidTransition, NotFound, PassError
 from awl._findings import Finding, pointer
+from awl._limits import (
+    MAX_EPOCH,
+    MIN_EPOCH,
+    check_amounts,
+    check_epoch,
+    check_instant,
+    is_finite_number,
+    show_value,
+)
 from awl._models import Budget, PassClaims, WorkOrder, parse_time
 from awl._patterns import covered_by_any, matches_any, overlap
 from awl._store import PassRecord, Scope, Store, Usage
@@ -164,17 +173,28 @@ def _json_object(data: bytes) -> dict[str, Any]:
     return value
 
 
-def _epoch(when: datetime | str | float | None) -> float:
-    """Seconds since the epoch for ``now``-like arguments (None: the clock)."""
+def _epoch(when: datetime | str | float | None, name: str = "now") -> float:
+    """Seconds since the epoch for ``now``-like arguments (None: the clock).
+
+    Raises:
+        BadRequest: not an aware datetime, an RFC 3339 string or a number of seconds
+            within years 1 to 9999 (DOC-14).
+    """
     if when is None:
         return time.time()
     if isinstance(when, datetime):
         if when.tzinfo is None:
             raise BadRequest("a time without an offset is ambiguous: give an aware datetime")
-        return when.timestamp()
+        try:
+            return check_instant(when, name=name).timestamp()
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
     if isinstance(when, str):
-        return parse_time(when).timestamp()
-    return float(when)
+        try:
+            return parse_time(when).timestamp()
+        except ValueError as exc:
+            raise BadRequest(f"{name}: {exc}") from None
+    return float(check_epoch(when, name=name))
 
 
 def _thumbprint(x: str) -> str:
@@ -552,7 +572,11 @@ def iter_pass_findings(
     Raises:
         DocumentError: ``claims`` cannot be a JSON document at all, or ``order`` or
             ``parent`` is not a valid document.
+        BadRequest: ``now`` is not a time within years 1 to 9999, or ``remaining`` does not
+            map unit names to finite numbers.
     """
+    remaining = check_amounts(remaining, name="remaining")
+    t = None if now is None else _epoch(now)
     _, model, found = check_structure(claims, "pass")
     yield from found
     if model is None:
@@ -562,7 +586,7 @@ def iter_pass_findings(
                     else context_model(parent, "pass", PassClaims, "parent"))
     yield from _rule_findings(cast(PassClaims, model),
                               _OrderFacts.of_order(order_model) if order_model else None,
-                              parent_model, remaining, None if now is None else _epoch(now))
+                              parent_model, remaining, t)
 
 
 def is_valid_pass(
@@ -580,6 +604,8 @@ def is_valid_pass(
     Raises:
         DocumentError: ``claims`` cannot be a JSON document at all, or ``order`` or
             ``parent`` is not a valid document.
+        BadRequest: ``now`` is not a time within years 1 to 9999, or ``remaining`` does not
+            map unit names to finite numbers.
     """
     return _no_invalid(iter_pass_findings(claims, order=order, parent=parent,
                                           remaining=remaining, now=now))
@@ -602,6 +628,8 @@ def validate_pass(
         ValidationFailed: with every finding, when one is ``invalid``.
         DocumentError: ``claims`` cannot be a JSON document at all, or ``order`` or
             ``parent`` is not a valid document.
+        BadRequest: ``now`` is not a time within years 1 to 9999, or ``remaining`` does not
+            map unit names to finite numbers.
     """
     found = iter_pass_findings(claims, order=order, parent=parent, remaining=remaining,
                                now=now)
@@ -759,7 +787,8 @@ class _Check:
         kid = header["kid"]
         key = self.keys.get(kid)
         if key is None:
-            raise _refuse("unknown_kid", f"no published key has kid {kid!r}")
+            raise _refuse("unknown_kid", f"no published key has kid {kid!r} (another desk's, "
+                          "or retired)")
         try:
             payload = jwt.api_jws.decode_complete(token, key, algorithms=[ALGORITHM])["payload"]
         except jwt.InvalidSignatureError:
@@ -846,6 +875,7 @@ def verify_pass(
 
     Raises:
         PassError: with ``reason`` one of :data:`REASONS`.
+        BadRequest: ``now`` is not a time within years 1 to 9999.
     """
     check = _Check(_public_keys(jwks), revoked, audience, issuer, _epoch(now), leeway)
     kid, links = check.chain(token)
@@ -885,10 +915,13 @@ def _expiry(now: float, cap: float, expires_in: timedelta | float | None,
         raise BadRequest("give expires_in or exp, not both")
     if expires_in is not None:
         seconds = (expires_in.total_seconds() if isinstance(expires_in, timedelta)
-                   else float(expires_in))
+                   else expires_in)
+        if not is_finite_number(seconds) or not MIN_EPOCH <= now + seconds <= MAX_EPOCH:
+            raise BadRequest(f"expires_in must be a number of seconds that ends within years "
+                             f"1 to 9999, not {show_value(seconds)}")
         return math.floor(now + seconds)
     if exp is not None:
-        return math.floor(_epoch(exp))
+        return math.floor(_epoch(exp, "exp"))
     return math.floor(cap)
 
 
@@ -933,9 +966,11 @@ def issue_pass(
         PassError: ``reason`` is the rule id the pass would break (``P4``, ``P7`` ...),
             ``not_worker`` for a worker's pass to anyone but the order's worker, or a
             verification reason when ``parent_token`` does not verify.
-        BadRequest: for contradictory arguments.
+        BadRequest: for contradictory or malformed arguments (``now``, ``exp``, ``expires_in``
+            or ``remaining`` that is not a time within years 1 to 9999 or a number).
     """
     t = _epoch(now)
+    remaining = check_amounts(remaining, name="remaining")
     parent: VerifiedPass | None = None
     if parent_token is None and subject != order.to:
         raise PassError(f"a worker's pass goes to the order's worker {order.to}, not {subject}; "

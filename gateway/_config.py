@@ -39,7 +39,6 @@ is allowed there.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Mapping
@@ -49,7 +48,14 @@ from types import MappingProxyType
 from typing import Any
 
 from awl._errors import BadRequest, DocumentError
-from awl._limits import INT64_MAX, check_json_value, loads, read_regular_file, show_value
+from awl._limits import (
+    INT64_MAX,
+    check_json_value,
+    is_finite_number,
+    loads,
+    read_regular_file,
+    show_value,
+)
 
 SERVER_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,40}")
 """Server names become the ``server`` part of canonical ``server/tool`` names.
@@ -231,7 +237,7 @@ class _Parser:
             return []
         word = "key" if len(extra) == 1 else "keys"
         loc = _pointer(*where)
-        return [(loc, f"{loc or '/'}: unknown {word} {', '.join(repr(k) for k in extra)}; "
+        return [(loc, f"{loc or '/'}: unknown {word} {', '.join(show_value(k) for k in extra)}; "
                       f"allowed here: {', '.join(sorted(allowed))}{hint}")]
 
     def string(self, value: Any, where: tuple[str, ...], *, empty: bool = False) -> str:
@@ -244,7 +250,7 @@ class _Parser:
     def seconds(self, value: Any, where: tuple[str, ...]) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.fail(where, f"must be a number of seconds, not {_kind(value)}")
-        if not _is_number(value) or not 0 < value <= MAX_SECONDS:
+        if not is_finite_number(value) or not 0 < value <= MAX_SECONDS:
             raise self.fail(where, f"must be more than 0 and at most {MAX_SECONDS} seconds "
                                    f"(a year), not {show_value(value)}")
         return float(value)
@@ -269,15 +275,6 @@ class _Parser:
             return found
 
         return _VAR_RE.sub(sub, text)
-
-
-def _is_number(value: Any) -> bool:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    try:
-        return math.isfinite(float(value))
-    except OverflowError:  # an integer beyond the double range
-        return False
 
 
 def _kind(value: Any) -> str:
@@ -348,7 +345,7 @@ def _server(p: _Parser, name: str, entry: Any, base: Path) -> ServerConfig:
     if not SERVER_NAME_RE.fullmatch(name):
         raise p.fail(
             where,
-            f"server name {name!r} is not allowed; use 1 to 40 of A-Z a-z 0-9 _ . - "
+            f"server name {show_value(name)} is not allowed; use 1 to 40 of A-Z a-z 0-9 _ . - "
             "(it becomes the server part of server/tool names)",
         )
     raw = p.obj(entry, where)
@@ -371,7 +368,7 @@ def _server(p: _Parser, name: str, entry: Any, base: Path) -> ServerConfig:
     else:
         url = p.string(raw.get("url"), (*where, "url"))
         if not url.startswith(("http://", "https://")):
-            raise p.fail((*where, "url"), f"{url!r} is not an http:// or https:// URL")
+            raise p.fail((*where, "url"), f"{show_value(url)} is not an http:// or https:// URL")
         headers = p.str_map(raw.get("headers", {}), (*where, "headers"))
         transport = HttpTransport(url=url, headers=headers)
 
@@ -384,7 +381,7 @@ def _server(p: _Parser, name: str, entry: Any, base: Path) -> ServerConfig:
         at = (*where, "costs", tool)
         if isinstance(price, bool) or not isinstance(price, int | float):
             raise p.fail(at, f"must be a price in USD, not {_kind(price)}")
-        if not _is_number(price) or not 0 <= price <= MAX_PRICE:
+        if not is_finite_number(price) or not 0 <= price <= MAX_PRICE:
             raise p.fail(at, f"must be from 0 to {MAX_PRICE} USD, not {show_value(price)}")
         costs[tool] = float(price)
     hold_raw = raw.get("hold", [])
@@ -416,7 +413,8 @@ def _kind_of(p: _Parser, raw: Mapping[str, Any], where: tuple[str, ...]) -> str:
         if not isinstance(declared, str) or declared not in _TYPES:
             raise p.fail(
                 (*where, "type"),
-                f"unsupported transport {declared!r}; use one of: {', '.join(sorted(_TYPES))}",
+                f"unsupported transport {show_value(declared)}; use one of: "
+                f"{', '.join(sorted(_TYPES))}",
             )
         kind = _TYPES[declared]
         needed = "command" if kind == "stdio" else "url"

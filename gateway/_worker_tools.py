@@ -19,6 +19,7 @@ import anyio.to_thread
 import mcp_types as types
 
 from awl._errors import AWLError, BadRequest
+from awl._limits import INT64_MAX, check_integer
 from awl._models import CallOutcome
 from awl._patterns import matches_any
 from awl.server._server import tool_error
@@ -156,16 +157,11 @@ _USED = frozenset({"ok", "error", "held"})
 
 
 def _whole_number(value: Any, name: str, low: int, high: int | None) -> int | None:
-    """An optional integer argument in ``[low, high]``; BadRequest otherwise."""
+    """An optional integer argument in ``[low, high]`` (DOC-12); BadRequest otherwise."""
     if value is None:
         return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if (isinstance(value, bool) or not isinstance(value, int) or value < low
-            or (high is not None and value > high)):
-        span = f"from {low} to {high}" if high is not None else f"of at least {low}"
-        raise BadRequest(f"{name} must be a whole number {span}")
-    return value
+    return check_integer(value, name=name, minimum=low,
+                         maximum=INT64_MAX if high is None else high)
 
 
 def _cut(text: str) -> str:

@@ -38,7 +38,6 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 
 from awl import __version__
-from awl._checks import to_plain
 from awl._desk import AsyncDesk, Desk, OrderView
 from awl._effects import list_effects, settle
 from awl._errors import (
@@ -51,6 +50,7 @@ from awl._errors import (
     ValidationFailed,
 )
 from awl._lifecycle import TABLE, TERMINAL
+from awl._limits import INT64_MAX, check_integer, check_json_value
 from awl._models import Event, WorkOrder, parse_time
 from awl._passes import KeyStore, issue_recorded_pass, unverified_claims
 from awl._store import Store
@@ -136,6 +136,24 @@ def _check_arguments(name: str, arguments: Mapping[str, Any]) -> None:
                  for e in errors[:5]]
         raise BadRequest(f"bad arguments for {name}: {'; '.join(parts)}; see the tool's "
                          "input schema")
+
+
+@cache
+def _integer_ranges(name: str) -> dict[str, tuple[int, int]]:
+    properties = argument_schema(name).get("properties", {})
+    return {key: (int(spec.get("minimum", -INT64_MAX - 1)),
+                  min(int(spec.get("maximum", INT64_MAX)), INT64_MAX))
+            for key, spec in properties.items() if spec.get("type") == "integer"}
+
+
+def _whole_numbers(name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments with each integer one an ``int`` within 64 bits (DOC-5, DOC-12):
+    ``2.0`` is 2, and ``2**63`` is refused before it reaches the store."""
+    out = dict(arguments)
+    for key, (low, high) in _integer_ranges(name).items():
+        if key in out:
+            out[key] = check_integer(out[key], name=key, minimum=low, maximum=high)
+    return out
 
 
 def _roles(order: WorkOrder, principal: str) -> list[str]:
@@ -273,9 +291,9 @@ class DeskServer:
                                 actor="", action=name)
             # Values JSON cannot carry (NaN, a lone surrogate) never reach a tool: the wire
             # refuses them (SEC-9), and so does this, for in-process callers.
-            plain = to_plain(dict(arguments))
+            plain = check_json_value(dict(arguments), where=f"the arguments of {name}")
             _check_arguments(name, plain)
-            data, summary = await handler(actor, plain)
+            data, summary = await handler(actor, _whole_numbers(name, plain))
         except AWLError as exc:
             return tool_error(exc)
         except Exception as exc:  # a bug must reach the model as an error, not kill the server

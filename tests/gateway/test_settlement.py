@@ -154,3 +154,21 @@ def test_an_effect_whose_tool_the_upstream_lacks_stays_held_until_the_config_is_
                           pool_or_config=load_config(setup.config))
     assert [e.state for e in summary.effects] == ["committed"]
     assert setup.counts() == {ref: 1}
+
+
+@pytest.mark.spec("CM-7", "CM-11")
+def test_a_retry_through_a_config_without_the_tool_stays_retryable(tmp_path: Path) -> None:
+    """An unknown effect settled did_not_happen, retried through a config whose server
+    lacks the tool, is not sent and stays unknown and retryable."""
+    setup, ref = _delivered_but_unknown(tmp_path)
+    oid = setup.order_id
+    settle(oid, ref, "did_not_happen", "not in the receiver's log", MANAGER, store=setup.store)
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps({"mcpServers": {"receiver": server_entry("shapes")}}),
+                     encoding="utf-8")
+    outcome = retry_sync(oid, ref, MANAGER, store=setup.store,
+                         pool_or_config=load_config(wrong))
+    assert (outcome.state, outcome.sent) == ("unknown", False)
+    [view] = list_effects(oid, store=setup.store)
+    assert view.retryable and view.dispatches == 1
+    assert setup.counts() == {ref: 1}

@@ -787,7 +787,8 @@ class _Check:
         kid = header["kid"]
         key = self.keys.get(kid)
         if key is None:
-            raise _refuse("unknown_kid", f"no published key has kid {kid!r}")
+            raise _refuse("unknown_kid", f"no published key has kid {kid!r} (another desk's, "
+                          "or retired)")
         try:
             payload = jwt.api_jws.decode_complete(token, key, algorithms=[ALGORITHM])["payload"]
         except jwt.InvalidSignatureError:

@@ -23,7 +23,7 @@ Optional per-server keys added by the gateway:
 - ``costs``: USD per call, by tool name; ``"*"`` is the price of every other tool (default 0);
 - ``hold``: tool names the operator always wants held for approval; ``"*"`` holds them all;
 - ``max_result_bytes``: the largest result passed on, in bytes of JSON (default 1 MiB,
-  at least 1024); larger results are truncated (see :func:`gateway._upstream.bound_result`).
+  at least 1024); larger results are truncated (see :func:`gateway._results.bound_result`).
 
 Top-level ``gateway`` settings: ``safe_mode`` (hold every allowed tool whose upstream
 annotations do not mark it read-only; default false).

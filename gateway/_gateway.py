@@ -57,7 +57,7 @@ from awl._lineage import ancestors
 from awl._memory import stale_order
 from awl._models import CallRecord, WorkOrder
 from awl._passes import DEFAULT_AUDIENCE, VerifiedPass, verify_pass
-from awl._patterns import parse_ref
+from awl._patterns import matches_any, parse_ref
 from awl._store import OrderRecord, Scope, Store
 from awl.server._transport import identity_of
 from gateway._config import GatewayConfig
@@ -70,6 +70,7 @@ from gateway._policy import (
     is_staged,
     refuse,
 )
+from gateway._results import OutputSchemas
 from gateway._staging import check_arguments
 from gateway._upstream import RESERVED_META_PREFIX, UpstreamError, UpstreamPool
 from gateway._worker_tools import WORKER_TOOL_NAMES, WorkerTools
@@ -133,6 +134,17 @@ def forward_meta(meta: Mapping[str, Any] | None, *, ref: str, order_id: str,
            and k not in ("progressToken", "progress_token")}
     out.update({META_REF: ref, META_ORDER: order_id, META_ATTEMPT: attempt})
     return out
+
+
+def held_note(tool: str, order: WorkOrder) -> str:
+    """What the worker is told about a held tool: listed as an effect, or never run (GW-9)."""
+    if matches_any(order.staged, tool):
+        return ("Held for the manager's approval: the call is recorded, not run, and answers "
+                "pending:server/tool#N for your report's effects.")
+    return (f"Held, and never run: the gateway holds {tool} (safe mode or the operator's "
+            "hold list) but the order does not stage it, so no report may list its calls as "
+            "effects (rule R13) and no approval runs them. Leave them out of your report's "
+            "effects; if the work needs this tool, say so in your report.")
 
 
 def attempt_of(record: OrderRecord) -> int:
@@ -218,6 +230,7 @@ class Gateway:
         self._clock: Clock = clock or _utc_now
         self._tools: Mapping[str, types.Tool] = {}
         self._known_facts: dict[str, tuple[float, bool, bool | None]] = {}
+        self._schemas = OutputSchemas()
         self._table = NameTable((), reserved=WORKER_TOOL_NAMES)
         self._order: WorkOrder | None = None
         self._order_scope: Scope | None = None
@@ -284,8 +297,10 @@ class Gateway:
         if order.staged or self.safe or any(c.hold for c in self.config.servers.values()):
             lines.append(
                 "Some tools are held for the manager's approval: they answer "
-                "pending:server/tool#N and run only after approval; list each in your "
-                "report's effects (awl_list_held_calls gives them ready to copy).")
+                "pending:server/tool#N and run only after approval; list each call of a "
+                "tool the order stages in your report's effects (awl_list_held_calls gives "
+                "them ready to copy). A held tool the order does not stage never runs: "
+                "its description says so.")
         lines.append("Desk tools awl_get_order, awl_post_progress, awl_list_calls, "
                      "awl_list_held_calls and awl_submit_report cost nothing.")
         return "\n".join(lines)
@@ -386,13 +401,13 @@ class Gateway:
         held = self.staged(canonical)
         description = f"[{canonical}] {tool.description or ''}".rstrip()
         if held:
-            description += ("\nHeld for the manager's approval: the call is recorded, not "
-                            "run, and answers pending:server/tool#N for your report's effects.")
-        update: dict[str, Any] = {"name": exposed, "description": description}
-        if held:
-            # A held call answers with a placeholder, which the upstream's output schema
-            # would reject on the worker's side.
-            update["output_schema"] = None
+            description += "\n" + held_note(canonical, self.order)
+        # A held call answers with a placeholder, which the upstream's output schema would
+        # reject on the worker's side; a schema that is not valid JSON Schema is not
+        # advertised either (GW-12).
+        schema = None if held else self._schemas.advertised(canonical, tool)
+        update: dict[str, Any] = {"name": exposed, "description": description,
+                                  "output_schema": schema}
         return tool.model_copy(update=update)
 
     async def _on_list_tools(self, ctx: ServerRequestContext[Any],
@@ -449,6 +464,7 @@ class Gateway:
             return admission.answer
         record = admission.record
         assert record is not None and server is not None and tool is not None
+        assert canonical is not None
         outcome, result, error = "error", None, None
         answer: types.CallToolResult
         try:
@@ -457,7 +473,8 @@ class Gateway:
                 meta=forward_meta(meta, ref=record.ref, order_id=self.order_id,
                                   attempt=record.attempt))
             outcome = "error" if answer.is_error else "ok"
-            result = _wire(answer)
+            result = _wire(answer)  # what the upstream answered (bounded), as evidence
+            answer = self._schemas.conform(canonical, self._tools.get(canonical), answer)
         except UpstreamError as exc:
             error = f"AWL_{exc.code}: {exc.message}"
             answer = _text_result(error, error=True)
@@ -631,18 +648,22 @@ class Gateway:
                     + ". Fix them and call again.")
             self.store.finish_call(self.order_id, record.ref, outcome="error", result=None,
                                    error=text, ended_at=ended)
-            return _Admission(refuse(AWL_INVALID_ARGUMENTS, text), record,
-                              _text_result(text, error=True))
+            # The call was made and counts, so it is answered with its ref like any other.
+            answer = _text_result(text, error=True)
+            answer.meta = {META_REF: record.ref}
+            return _Admission(refuse(AWL_INVALID_ARGUMENTS, text), record, answer)
+        if matches_any(self.order.staged, record.tool):
+            advice = (f"Held for the manager's approval, not run. List it in your report's "
+                      f"effects as {{\"ref\": \"{record.ref}\", \"tool\": \"{record.tool}\", "
+                      "\"arguments\": <exactly these arguments>}; a later held call may use "
+                      f"{{\"$ref\": \"{record.ref}\", \"pointer\": \"/structuredContent/...\"}} "
+                      "for a value from its future result.")
+        else:
+            advice = f"Recorded, not run. {held_note(record.tool, self.order)}"
         answer = types.CallToolResult(
             content=[
                 types.TextContent(type="text", text=f"pending:{record.ref}"),
-                types.TextContent(
-                    type="text",
-                    text=f"Held for the manager's approval, not run. List it in your report's "
-                         f"effects as {{\"ref\": \"{record.ref}\", \"tool\": \"{record.tool}\", "
-                         "\"arguments\": <exactly these arguments>}; a later held call may use "
-                         f"{{\"$ref\": \"{record.ref}\", \"pointer\": \"/structuredContent/...\"}} "
-                         "for a value from its future result."),
+                types.TextContent(type="text", text=advice),
             ],
             structured_content={"pending": record.ref, "status": "held"},
             meta={META_REF: record.ref},

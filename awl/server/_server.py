@@ -65,7 +65,8 @@ from awl.server._tools import (
 )
 from awl.server._transport import Unauthorized, identity_of, serve_http
 
-__all__ = ["WAIT_LIMIT", "DeskServer", "serve_desk_http", "serve_stdio", "tool_error"]
+__all__ = ["ERROR_META", "WAIT_LIMIT", "DeskServer", "serve_desk_http", "serve_stdio",
+           "tool_error"]
 
 log = logging.getLogger("awl.server")
 
@@ -83,10 +84,17 @@ Data = dict[str, Any]
 Handler = Callable[[str, Data], Awaitable[tuple[Data, str]]]
 
 
-def tool_error(exc: AWLError) -> types.CallToolResult:
-    """A refusal as the tool error a model reads: ``CODE: message`` plus structured data.
+ERROR_META = "awl/error"
+"""The ``_meta`` member of a tool error that carries its code and details (BIND-8)."""
 
-    The structured content is ``{code, message}`` and, where they apply, ``findings``
+
+def tool_error(exc: AWLError) -> types.CallToolResult:
+    """A refusal as the tool error a model reads: ``CODE: message``, with the details in
+    ``_meta`` (BIND-8).
+
+    A tool error carries no structured content: clients check structured content against
+    the tool's output schema even on errors, and that schema describes the tool's success.
+    ``_meta["awl/error"]`` holds ``{code, message}`` and, where they apply, ``findings``
     (VALIDATION_FAILED), ``reason`` (a refused Delegation Pass), ``state`` and ``action``
     (INVALID_TRANSITION).
     """
@@ -100,17 +108,19 @@ def tool_error(exc: AWLError) -> types.CallToolResult:
         data["reason"] = exc.reason
     if isinstance(exc, InvalidTransition):
         data.update(state=exc.state, action=exc.action)
+    return _error_result(text, data)
+
+
+def _error_result(text: str, data: Data) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                structured_content=data, is_error=True)
+                                is_error=True, _meta={ERROR_META: data})
 
 
 def _internal_error(name: str, exc: Exception) -> types.CallToolResult:
     log.exception("tool %s failed unexpectedly", name)
     message = (f"the desk failed unexpectedly ({type(exc).__name__}); the operation may or "
                "may not have been written: read the order again before retrying")
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=f"INTERNAL: {message}")],
-        structured_content={"code": "INTERNAL", "message": message}, is_error=True)
+    return _error_result(f"INTERNAL: {message}", {"code": "INTERNAL", "message": message})
 
 
 @cache

@@ -3,6 +3,7 @@ own tools, each through the door an outsider would use."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -93,3 +94,24 @@ def test_awl_track_as_an_outsider_is_refused_in_one_line(
     assert (refused, as_manager, operator) == (1, 0, 0)
     assert err.count("\n") == 1 and "FORBIDDEN" in err
     assert json.loads(out_manager)["orders"] == json.loads(out_operator)["orders"] == 1
+
+
+@pytest.mark.spec("SEC-11")
+def test_awl_token_revoke_reads_the_token_from_stdin(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`awl token revoke --token -` takes the token from stdin, so it never sits in the
+    process list; the token is revoked."""
+    store = SQLiteStore(tmp_path / "desk.sqlite3")
+    try:
+        token = issue_token(store, MANAGER)
+    finally:
+        store.close()
+    monkeypatch.setattr("sys.stdin", io.StringIO(token + "\n"))
+    code = main(["token", "revoke", "--token", "-", "--home", str(tmp_path), "--json"])
+    capsys.readouterr()
+    store = SQLiteStore(tmp_path / "desk.sqlite3")
+    try:
+        assert code == 0 and store.tokens() == []
+    finally:
+        store.close()

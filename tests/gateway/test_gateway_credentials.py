@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -21,11 +22,18 @@ import anyio
 import httpx2
 import pytest
 
-from awl._passes import KeyStore, issue_recorded_pass
+from awl._passes import KeyStore, issue_recorded_pass, unverified_claims
 from awl.cli import main
 from awl.server._transport import serve_http as serve_mcp_http
 from gateway._serve import open_gateway, serve_http
-from tests.gateway.gateway_support import WORKER, Env, gateway_params, make_env, server_entry
+from tests.gateway.gateway_support import (
+    WORKER,
+    Env,
+    gateway_client,
+    gateway_params,
+    make_env,
+    server_entry,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -96,33 +104,35 @@ ATTACKS = {
 
 
 @pytest.mark.spec("SEC-7", "BIND-7")
-@pytest.mark.parametrize("attack", sorted(ATTACKS))
 async def test_a_second_or_malformed_authorization_header_never_lifts_a_pass_to_the_worker(
-        tmp_path: Path, attack: str) -> None:
-    """Every request with more than one Authorization header, or one that is not a single
-    ``Bearer <token>``, gets 401: tools/list, a forbidden tool and the desk tools are never
-    served, nothing reaches the upstream, nobody is ``acting_as`` the worker."""
+        tmp_path: Path) -> None:
+    """For every attack of :data:`ATTACKS`, each request with more than one Authorization
+    header, or one that is not a single ``Bearer <token>``, gets 401: tools/list, a forbidden
+    tool and the desk tools are never served, nothing reaches the upstream, nobody is
+    ``acting_as`` the worker. (One gateway serves all of them, in one open session.)"""
+    codes: dict[str, list[int]] = {}
+    leaked: list[str] = []
     with anyio.fail_after(60):
         async with served(tmp_path) as s, httpx2.AsyncClient(timeout=30) as raw:
             session = await _session(raw, s.url, s.sub_pass)
-            values = [v.format(sub=s.sub_pass, worker=s.worker_pass) for v in ATTACKS[attack]]
-            headers = [*ACCEPT.items(), ("mcp-session-id", session),
-                       *(("Authorization", v) for v in values)]
-            answers = []
-            for n, (method, params) in enumerate([
-                    ("tools/list", {}),
-                    ("tools/call", {"name": "receiver__deliver",
-                                    "arguments": {"to": "x", "body": "forbidden"}}),
-                    ("tools/call", {"name": "awl_get_order", "arguments": {}}),
-            ], start=2):
-                answer = await raw.post(s.url, content=json.dumps(_rpc(n, method, params)),
-                                        headers=headers)
-                answers.append(answer)
+            for attack, template in sorted(ATTACKS.items()):
+                values = [v.format(sub=s.sub_pass, worker=s.worker_pass) for v in template]
+                headers = [*ACCEPT.items(), ("mcp-session-id", session),
+                           *(("Authorization", v) for v in values)]
+                for n, (method, params) in enumerate([
+                        ("tools/list", {}),
+                        ("tools/call", {"name": "receiver__deliver",
+                                        "arguments": {"to": "x", "body": "forbidden"}}),
+                        ("tools/call", {"name": "awl_get_order", "arguments": {}}),
+                ], start=2):
+                    answer = await raw.post(s.url, content=json.dumps(_rpc(n, method, params)),
+                                            headers=headers)
+                    codes.setdefault(attack, []).append(answer.status_code)
+                    if answer.status_code != 401 or answer.json()["error"] != "invalid_token":
+                        leaked.append(f"{attack} {method}: {answer.text[:200]}")
             calls = s.env.calls()
     log = tmp_path / "receiver.jsonl"
-    assert [a.status_code for a in answers] == [401, 401, 401]
-    assert all(a.json()["error"] == "invalid_token" for a in answers)
-    assert not any("acting_as" in a.text or WORKER in a.text for a in answers)
+    assert codes == {attack: [401, 401, 401] for attack in ATTACKS}, leaked
     assert not log.exists() or log.read_text() == ""
     assert calls == []
 
@@ -257,3 +267,77 @@ def test_awl_pass_retire_refuses_the_current_key_and_unknown_kids(
     assert codes == [1, 1] and len(err) == 2
     assert "awl pass rotate" in err[0] and "NOT_FOUND" in err[1]
     assert keys.kids() == [current]
+
+
+def _command_lines() -> list[str]:
+    """Every process's command line on this machine, as ``ps`` would show it to anyone."""
+    lines = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                lines.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+            except OSError:
+                continue
+    return lines
+
+
+@pytest.mark.spec("SEC-11")
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc")
+@pytest.mark.parametrize("way", ["--pass-file", "AWL_PASS"])
+async def test_a_pass_given_by_file_or_environment_never_shows_in_the_process_list(
+        tmp_path: Path, way: str) -> None:
+    """``awl gateway --pass-file PATH`` and ``AWL_PASS`` run the worker under the pass (the
+    desk tools act as its holder) while no process's command line holds the token."""
+    env = make_env(tmp_path, servers={}, tools=["notes/*"], staged=[])
+    keys = KeyStore(env.home)
+    worker = issue_recorded_pass(env.store, env.order_id, keys=keys, subject=WORKER)
+    token = issue_recorded_pass(env.store, env.order_id, keys=keys, subject=SUB_AGENT,
+                                parent_token=worker, tools=["notes/search_notes"])
+    pass_file = tmp_path / "helper.pass"
+    pass_file.write_text(token + "\n")
+    extra, env_extra = ((["--pass-file", str(pass_file)], None) if way == "--pass-file"
+                        else ([], {"AWL_PASS": token}))
+    with anyio.fail_after(60):
+        async with gateway_client(env, *extra, env_extra=env_extra) as client:
+            order = await client.call_tool("awl_get_order", {})
+            seen = _command_lines()
+    assert order.structured_content is not None
+    assert order.structured_content["acting_as"] == SUB_AGENT
+    assert any("gateway" in line and str(env.home) in line for line in seen)
+    assert not any(token in line or token[-40:] in line for line in seen)
+
+
+@pytest.mark.spec("SEC-11")
+@pytest.mark.parametrize(("content", "problem"), [
+    (None, "cannot read the pass file"), ("", "must hold one pass token")])
+def test_a_missing_or_empty_pass_file_is_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None,
+        problem: str) -> None:
+    """A pass file that cannot be read, or holds nothing, stops `awl gateway` in one line."""
+    env = make_env(tmp_path, servers={}, tools=["notes/*"], staged=[])
+    pass_file = tmp_path / "worker.pass"
+    if content is not None:
+        pass_file.write_text(content)
+    code = main(["gateway", "--order", env.order_id, "--config", str(env.config),
+                 "--home", str(env.home), "--pass-file", str(pass_file)])
+    err = capsys.readouterr().err
+    assert code != 0 and err.count("\n") == 1 and problem in err
+
+
+@pytest.mark.spec("DP-14", "P9")
+async def test_a_pass_for_another_issuer_or_dated_ahead_gets_401(tmp_path: Path) -> None:
+    """Signed with the desk's own key but naming another issuer, or dated a minute ahead of
+    the gateway's clock: each is refused at the door with its reason, and nothing runs."""
+    with anyio.fail_after(60):
+        async with served(tmp_path) as s, httpx2.AsyncClient(timeout=30) as raw:
+            keys = KeyStore(s.env.home)
+            claims = unverified_claims(s.worker_pass)[1]
+            forged = {"wrong_issuer": keys.sign({**claims, "iss": "awl:other-desk"}),
+                      "issued_in_future": keys.sign({**claims, "iat": int(time.time()) + 90})}
+            answers = {reason: await raw.post(s.url, json=INITIALIZE, headers={
+                **ACCEPT, "Authorization": f"Bearer {token}"})
+                for reason, token in forged.items()}
+    for reason, answer in answers.items():
+        assert answer.status_code == 401
+        assert answer.json()["error_description"].startswith(f"{reason}:")
+    assert not (tmp_path / "receiver.jsonl").exists()

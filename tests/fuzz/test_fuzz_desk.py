@@ -111,13 +111,15 @@ def _arguments(name: str, r: Any, ids: list[str]) -> dict[str, Any]:
 
 
 def _judge(name: str, arguments: dict[str, Any], result: types.CallToolResult) -> Any:
-    data = result.structured_content
-    assert isinstance(data, dict), (name, arguments)
-    if result.is_error:
-        assert data.get("code") in CODES, (name, arguments, data)
+    if result.is_error:  # BIND-8: the code is in _meta, the text starts with it
+        error = (result.meta or {}).get("awl/error", {})
+        assert error.get("code") in CODES, (name, arguments, result)
         text = result.content[0]
         assert isinstance(text, types.TextContent) and "Traceback" not in text.text
+        assert text.text.startswith(f"{error['code']}: ")
         return None
+    data = result.structured_content
+    assert isinstance(data, dict), (name, arguments)
     OUTPUTS[name].validate(data)
     return data
 

@@ -179,11 +179,14 @@ def test_awl_validate_and_order_create_judge_bad_patterns_quickly(tmp_path: Path
 
 # ----------------------------------------------------------------------------- the desk
 
-@pytest.mark.anyio
-@pytest.mark.spec("DOC-16", "SEC-4", "O4", "R11")
-async def test_the_backtracking_report_never_freezes_awl_serve(tmp_path: Path) -> None:
-    """Issue 23's check: the report goes to a running `awl serve`, and another call on the
-    same connection answers within a second; `a{99999999999}` is an O4 refusal."""
+EVIL_REPORT = {"status": "done", "result": {"summary": "done", "output": EVIL_OUTPUT},
+               "evidence": [{"criterion": "c1", "type": "note", "note": "written"},
+                            {"criterion": "c2", "type": "note", "note": "sent"}],
+               "cost": {"usd": 1, "tool_calls": 1}, "tools_used": []}
+
+
+def _working_order(tmp_path: Path) -> tuple[Path, str]:
+    """A desk home with a working order whose output_schema backtracks."""
     home = tmp_path / "home"
     home.mkdir()
     store = SQLiteStore(home / "desk.sqlite3")
@@ -192,19 +195,25 @@ async def test_the_backtracking_report_never_freezes_awl_serve(tmp_path: Path) -
         view = desk.create(order_fields(output_schema=BACKTRACKS), MANAGER)
         desk.accept(view.id, WORKER)
         desk.start(view.id, WORKER)
+        return home, view.id
     finally:
         store.close()
-    report = {"status": "done", "result": {"summary": "done", "output": EVIL_OUTPUT},
-              "evidence": [{"criterion": "c1", "type": "note", "note": "written"},
-                           {"criterion": "c2", "type": "note", "note": "sent"}],
-              "cost": {"usd": 1, "tool_calls": 1}, "tools_used": []}
+
+
+@pytest.mark.anyio
+@pytest.mark.spec("DOC-16", "SEC-4", "O4", "R11")
+async def test_the_backtracking_report_never_freezes_awl_serve(tmp_path: Path) -> None:
+    """Issue 23's check: the report goes to a running `awl serve`, and another call on the
+    same connection answers within a second; `a{99999999999}` is an O4 refusal."""
+    home, order_id = _working_order(tmp_path)
+    report = EVIL_REPORT
     answered: dict[str, float] = {}
     with anyio.fail_after(60):
         async with serve_as(home, WORKER, "legacy") as w:
             await w.call("list_work_orders")  # the server is up
 
             async def submit() -> None:
-                refused = await w.refused("submit_work_report", order_id=view.id,
+                refused = await w.refused("submit_work_report", order_id=order_id,
                                           report=report)
                 assert refused["code"] == "VALIDATION_FAILED"
                 assert [f["rule"] for f in refused["findings"]] == ["R11"]
@@ -213,7 +222,7 @@ async def test_the_backtracking_report_never_freezes_awl_serve(tmp_path: Path) -
             async def meanwhile() -> None:
                 await anyio.sleep(0.05)
                 asked = time.monotonic()
-                await w.call("get_work_order", order_id=view.id)
+                await w.call("get_work_order", order_id=order_id)
                 answered["other"] = time.monotonic() - asked
 
             async with anyio.create_task_group() as tg:
@@ -262,22 +271,9 @@ async def test_the_backtracking_report_never_stalls_the_gateway(tmp_path: Path) 
 
 @pytest.mark.spec("DOC-16", "R11", "SEC-4")
 def test_awl_work_report_refuses_the_backtracking_report_at_once(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    store = SQLiteStore(home / "desk.sqlite3")
-    try:
-        desk = LibraryDesk(store)
-        view = desk.create(order_fields(output_schema=BACKTRACKS), MANAGER)
-        desk.accept(view.id, WORKER)
-        desk.start(view.id, WORKER)
-    finally:
-        store.close()
+    home, order_id = _working_order(tmp_path)
     report = tmp_path / "report.json"
-    report.write_text(json.dumps({
-        "status": "done", "result": {"summary": "done", "output": EVIL_OUTPUT},
-        "evidence": [{"criterion": "c1", "type": "note", "note": "written"},
-                     {"criterion": "c2", "type": "note", "note": "sent"}],
-        "cost": {"usd": 1, "tool_calls": 1}, "tools_used": []}))
-    result = _awl("work", "report", view.id, report, "--as", WORKER, "--home", home, timeout=20)
+    report.write_text(json.dumps(EVIL_REPORT))
+    result = _awl("work", "report", order_id, report, "--as", WORKER, "--home", home, timeout=20)
     assert result.returncode != 0 and "R11" in result.stderr + result.stdout
     assert "Traceback" not in result.stderr

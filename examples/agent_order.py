@@ -36,7 +36,7 @@ from typing import Any
 
 import anyio
 
-from awl import AWLError, Desk, SQLiteStore
+from awl import AWLError, Desk, OrderView, SQLiteStore
 from awl.integrations import Attempt, ReviewTimeout, draft_report, work_order
 
 EXAMPLES = Path(__file__).resolve().parent
@@ -181,16 +181,22 @@ async def run_order(setting: Setting, order_id: str, run_agent: RunAgent, *,
         print(f"[worker] submits attempt {this.number}: effects "
               f"{[e['ref'] for e in report['effects']]}, evidence "
               f"{[e['ref'] for e in report['evidence']]}", flush=True)
-        print(f"[worker] waiting for review of {order_id} (outbox: {len(setting.sent())} sent)",
-              flush=True)
         return report
 
-    view = setting.desk.get(order_id)
-    if view.state == "submitted":
-        print(f"[worker] waiting for review of {order_id} (attempt {view.attempt} is already "
-              "submitted)", flush=True)
-    outcome = await work_order(setting.desk, order_id, WORKER, attempt, config=setting.config,
-                               review_timeout=review_timeout)
+    ran: list[int] = []
+
+    def waiting(view: OrderView) -> None:
+        already = "" if view.attempt in ran else f"; attempt {view.attempt} is already submitted"
+        print(f"[worker] waiting for review of {order_id} (outbox: {len(setting.sent())} "
+              f"sent{already})", flush=True)
+
+    async def attempt_once(this: Attempt) -> dict[str, Any]:
+        ran.append(this.number)
+        return await attempt(this)
+
+    outcome = await work_order(setting.desk, order_id, WORKER, attempt_once,
+                               config=setting.config, review_timeout=review_timeout,
+                               on_wait=waiting)
     verdict = outcome.verdict
     if verdict.decision != "approved" or outcome.commit is None:
         print(f"order {order_id} ended without approval: {verdict.reason}", file=sys.stderr)

@@ -275,13 +275,15 @@ class Outcome:
 async def work_order(desk: Desk, order_id: str, worker: str,
                      run: Callable[[Attempt], Awaitable[dict[str, Any]]], *,
                      config: str | os.PathLike[str] | Mapping[str, Any],
-                     review_timeout: float = 600.0, max_attempts: int = 5) -> Outcome:
+                     review_timeout: float = 600.0, max_attempts: int = 5,
+                     on_wait: Callable[[OrderView], object] | None = None) -> Outcome:
     """Run the order to its end: work, report, wait for review, rework or commit.
 
     ``run(attempt)`` runs the framework's agent through the gateway and returns the Work
     Report to submit (build it with :func:`draft_report`). The loop reads the order's state
     first, so it resumes where the order is: a submitted report is waited on, not redone;
-    an approved order is committed (again: nothing is sent twice).
+    an approved order is committed (again: nothing is sent twice). ``on_wait(view)`` is
+    called each time the loop starts waiting for a review (to tell someone, say).
 
     Raises:
         ReviewTimeout: no review within ``review_timeout``.
@@ -307,6 +309,8 @@ async def work_order(desk: Desk, order_id: str, worker: str,
             view = desk.report(order_id, worker, report)
             continue
         if view.state == "submitted" or view.state == "approved":
+            if view.state == "submitted" and on_wait is not None:
+                on_wait(view)
             verdict = await wait_for_review(desk, order_id, timeout=review_timeout)
             if verdict.decision == "rework":
                 view = desk.get(order_id)

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -46,12 +47,12 @@ def _env() -> dict[str, str]:
 class Example:
     """One run of an example as a subprocess, its output read line by line as it comes."""
 
-    def __init__(self, script: str, home: Path, *args: str) -> None:
+    def __init__(self, script: str, home: Path, *args: str, manager: str = "none") -> None:
         self.home = home
         self.lines: list[str] = []
         self._new = threading.Condition()
         self.proc = subprocess.Popen(
-            [sys.executable, str(EXAMPLES / script), "--home", str(home), "--manager", "none",
+            [sys.executable, str(EXAMPLES / script), "--home", str(home), "--manager", manager,
              "--review-timeout", str(LIMIT), *args],
             cwd=home.parent, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True)
@@ -99,8 +100,8 @@ class Example:
 
 
 @contextmanager
-def example(script: str, home: Path, *args: str) -> Iterator[Example]:
-    run = Example(script, home, *args)
+def example(script: str, home: Path, *args: str, manager: str = "none") -> Iterator[Example]:
+    run = Example(script, home, *args, manager=manager)
     try:
         yield run
     finally:
@@ -232,4 +233,23 @@ def test_the_approval_reaches_an_agent_process_started_again(tmp_path: Path) -> 
     [email] = sent(home)
     assert email["awl_ref"] == "mail/send_email#3"
     # The second process did not run the agent again: the upstream saw each read once.
+    assert tools_called(home) == ["search_notes", "get_note", "send_email"]
+
+
+def test_run_as_the_readme_shows_the_example_manager_approves_and_the_email_goes_once(
+        tmp_path: Path) -> None:
+    """The default run (the example's own manager approves): exit 0, one email, after it."""
+    home = tmp_path / "desk"
+    with example(OPENAI_AGENTS, home, manager="auto") as run:
+        order_id = run.order_id()
+        assert run.finish() == 0, run.output()
+    assert "[manager] human:ana approves attempt 1" in run.output()
+    [email] = sent(home)
+    desk, store = desk_of(home)
+    try:
+        [approval] = [e for e in desk.events(order_id) if e.action == "approve"]
+    finally:
+        store.close()
+    assert email["awl_ref"] == "mail/send_email#3"
+    assert datetime.fromisoformat(email["at"]) > datetime.fromisoformat(approval.at)
     assert tools_called(home) == ["search_notes", "get_note", "send_email"]

@@ -51,6 +51,7 @@ from awl._errors import (
 )
 from awl._findings import Finding
 from awl._lifecycle import ACTIVE, DESK_ACTOR, NOTE_ACTIONS, TABLE, TERMINAL, Role, targets
+from awl._limits import check_integer
 from awl._lineage import ancestors, remaining_of, self_review_problem
 from awl._models import Event, Handoff, Review, WorkOrder, WorkReport, parse_time
 from awl._patterns import parse_ref
@@ -380,6 +381,9 @@ class Desk:
         if unknown:
             raise BadRequest(f"unknown state {unknown[0]!r}; use one of "
                              f"{', '.join(sorted(ACTIVE | TERMINAL))}")
+        if limit is not None:
+            limit = check_integer(limit, name="limit")
+        offset = check_integer(offset, name="offset")
         records = self.store.list_orders(state=state, worker=worker, manager=manager,
                                          parent_id=parent_id, limit=limit, offset=offset)
         views = [self._fresh(r) for r in records]
@@ -392,6 +396,9 @@ class Desk:
         Raises:
             NotFound: no such order.
         """
+        after = check_integer(after, name="after")
+        if limit is not None:
+            limit = check_integer(limit, name="limit")
         self.get(order_id)
         return self.store.events(order_id, after=after, limit=limit)
 
@@ -407,6 +414,7 @@ class Desk:
         Raises:
             NotFound: no such order.
         """
+        after = check_integer(after, name="after")
         end = time.monotonic() + max(0.0, timeout)
         pause = self._poll
         while True:
@@ -434,6 +442,8 @@ class Desk:
         Stops once the order is terminal (when ``until_terminal``) or when ``timeout``
         seconds have passed without the order ending (None: no limit).
         """
+        if timeout is not None and (isinstance(timeout, bool) or timeout != timeout):
+            raise BadRequest(f"timeout must be a number of seconds, not {timeout!r}")
         end = None if timeout is None else time.monotonic() + timeout
         while True:
             slice_ = 5.0 if end is None else min(5.0, end - time.monotonic())
@@ -506,10 +516,15 @@ class Desk:
                     frontier.append(child.order.id)
         return count
 
-    def track(self, worker: str) -> TrackRecord:
-        """How the worker's orders turned out; see :func:`awl._track.track_record`."""
+    def track(self, worker: str, *, viewer: str | None = None) -> TrackRecord:
+        """How the worker's orders turned out, as ``viewer`` may see it (SEC-8); see
+        :func:`awl._track.track_record`.
+
+        Raises:
+            Forbidden: ``viewer`` is neither the worker nor a manager of its orders.
+        """
         from awl._track import track_record
-        return track_record(self.store, worker)
+        return track_record(self.store, worker, viewer=viewer)
 
     def handoff(self, order_id: str) -> str:
         """A Markdown briefing for whoever continues the order.
@@ -1123,9 +1138,9 @@ class AsyncDesk:
         """See :meth:`Desk.questions`."""
         return await self._write(self.desk.questions, actor)
 
-    async def track(self, worker: str) -> TrackRecord:
+    async def track(self, worker: str, *, viewer: str | None = None) -> TrackRecord:
         """See :meth:`Desk.track`."""
-        return await self._call(self.desk.track, worker)
+        return await self._call(self.desk.track, worker, viewer=viewer)
 
     async def handoff(self, order_id: str) -> str:
         """See :meth:`Desk.handoff`."""
@@ -1162,6 +1177,8 @@ class AsyncDesk:
     async def follow(self, order_id: str, after: int = 0, *, timeout: float | None = None,
                      until_terminal: bool = True) -> AsyncIterator[Event]:
         """See :meth:`Desk.follow`."""
+        if timeout is not None and (isinstance(timeout, bool) or timeout != timeout):
+            raise BadRequest(f"timeout must be a number of seconds, not {timeout!r}")
         end = None if timeout is None else time.monotonic() + timeout
         while True:
             slice_ = 5.0 if end is None else min(5.0, end - time.monotonic())

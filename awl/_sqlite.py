@@ -28,6 +28,7 @@ exist only to filter, order and check.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -40,6 +41,7 @@ from types import TracebackType
 from typing import Any
 
 from awl._errors import AWLError, Conflict
+from awl._files import create_private, make_private
 from awl._memory import (
     MAX_CHAIN,
     call_not_found,
@@ -385,6 +387,7 @@ class SQLiteStore:
         self._idle_fast: list[sqlite3.Connection] = []
         self._guard = threading.Lock()
         self._closed = False
+        self._private_files()
         with self._connection() as conn:
             self._migrate(conn)
 
@@ -393,6 +396,18 @@ class SQLiteStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _private_files(self) -> None:
+        """Make the desk file, and so its journals, owner-only (SEC-10).
+
+        SQLite gives its ``-wal``, ``-shm`` and ``-journal`` files the desk file's own mode,
+        so a desk file created 0600 before SQLite first opens it keeps all of them private,
+        whatever the umask. Files an older version left open to others are closed up.
+        """
+        with contextlib.suppress(OSError):  # a missing folder: SQLite's own error says so
+            create_private(self.path)
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            make_private(self.path.with_name(self.path.name + suffix))
 
     # Connections and transactions -------------------------------------------------------
     def _open(self, *, durable: bool) -> sqlite3.Connection:

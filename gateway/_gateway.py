@@ -48,15 +48,18 @@ import anyio.to_thread
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
 
+from awl._checks import to_plain
 from awl._desk import Desk, format_time
-from awl._errors import Conflict, PassError
+from awl._errors import Conflict, DocumentError, PassError
 from awl._lineage import ancestors
 from awl._memory import stale_order
 from awl._models import CallRecord, WorkOrder
 from awl._passes import DEFAULT_AUDIENCE, VerifiedPass, verify_pass
-from awl._patterns import parse_ref
+from awl._patterns import matches_any, parse_ref
 from awl._store import OrderRecord, Scope, Store
+from awl.server._transport import identity_of
 from gateway._config import GatewayConfig
 from gateway._names import NameTable, split_canonical
 from gateway._policy import (
@@ -67,6 +70,7 @@ from gateway._policy import (
     is_staged,
     refuse,
 )
+from gateway._results import OutputSchemas
 from gateway._staging import check_arguments
 from gateway._upstream import RESERVED_META_PREFIX, UpstreamError, UpstreamPool
 from gateway._worker_tools import WORKER_TOOL_NAMES, WorkerTools
@@ -132,6 +136,17 @@ def forward_meta(meta: Mapping[str, Any] | None, *, ref: str, order_id: str,
     return out
 
 
+def held_note(tool: str, order: WorkOrder) -> str:
+    """What the worker is told about a held tool: listed as an effect, or never run (GW-9)."""
+    if matches_any(order.staged, tool):
+        return ("Held for the manager's approval: the call is recorded, not run, and answers "
+                "pending:server/tool#N for your report's effects.")
+    return (f"Held, and never run: the gateway holds {tool} (safe mode or the operator's "
+            "hold list) but the order does not stage it, so no report may list its calls as "
+            "effects (rule R13) and no approval runs them. Leave them out of your report's "
+            "effects; if the work needs this tool, say so in your report.")
+
+
 def attempt_of(record: OrderRecord) -> int:
     """The report attempt in progress: 1 + the reworks so far."""
     return 1 + sum(1 for r in record.reviews if r.decision == "rework")
@@ -176,7 +191,9 @@ class Gateway:
         pool: The open upstream connections.
         pass_token: The Delegation Pass the worker runs under (stdio and in-process); over
             HTTP each request's Bearer pass is used instead. None: the order's worker.
-        jwks: The desk's public key set, needed to verify passes.
+        jwks: The desk's public key set, needed to verify passes: a JWKS document, or a
+            callable (a :class:`~awl.KeySet`) asked for the current one at every check, so
+            rotated and retired keys count from the next call (DP-13).
         audience: The audience passes must name.
         safe: Safe mode (hold every tool not marked read-only); default the config's.
         clock: Returns the current time, timezone-aware (tests pass a fake one).
@@ -194,7 +211,7 @@ class Gateway:
         store: Store,
         pool: UpstreamPool,
         pass_token: str | None = None,
-        jwks: Mapping[str, Any] | None = None,
+        jwks: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
         audience: str = DEFAULT_AUDIENCE,
         safe: bool | None = None,
         clock: Clock | None = None,
@@ -213,6 +230,7 @@ class Gateway:
         self._clock: Clock = clock or _utc_now
         self._tools: Mapping[str, types.Tool] = {}
         self._known_facts: dict[str, tuple[float, bool, bool | None]] = {}
+        self._schemas = OutputSchemas()
         self._table = NameTable((), reserved=WORKER_TOOL_NAMES)
         self._order: WorkOrder | None = None
         self._order_scope: Scope | None = None
@@ -279,8 +297,10 @@ class Gateway:
         if order.staged or self.safe or any(c.hold for c in self.config.servers.values()):
             lines.append(
                 "Some tools are held for the manager's approval: they answer "
-                "pending:server/tool#N and run only after approval; list each in your "
-                "report's effects (awl_list_held_calls gives them ready to copy).")
+                "pending:server/tool#N and run only after approval; list each call of a "
+                "tool the order stages in your report's effects (awl_list_held_calls gives "
+                "them ready to copy). A held tool the order does not stage never runs: "
+                "its description says so.")
         lines.append("Desk tools awl_get_order, awl_post_progress, awl_list_calls, "
                      "awl_list_held_calls and awl_submit_report cost nothing.")
         return "\n".join(lines)
@@ -317,14 +337,21 @@ class Gateway:
     # ------------------------------------------------------------------ authority
 
     def _token_for(self, ctx: ServerRequestContext[Any] | None) -> str | None:
+        """The pass a request runs under (BIND-7).
+
+        Over HTTP it is the pass the transport verified for this very request; the headers
+        are never read again here, and an HTTP request without a verified pass is refused:
+        it never runs as the order's worker. Other transports run under the configured pass
+        (None: the order's worker).
+        """
         request = getattr(ctx, "request", None) if ctx is not None else None
-        headers = getattr(request, "headers", None)
-        if headers is not None:
-            value = str(headers.get("authorization", ""))
-            scheme, _, token = value.partition(" ")
-            if scheme.lower() == "bearer" and token.strip():
-                return token.strip()
-        return self._pass_token
+        if request is None:
+            return self._pass_token
+        identity = identity_of(ctx)
+        if isinstance(identity, Authority) and identity.verified is not None:
+            return identity.token
+        raise MCPError(types.INVALID_REQUEST, "this HTTP request carries no verified "
+                       "Delegation Pass; send yours as 'Authorization: Bearer <pass>'")
 
     def verify(self, token: str | None) -> Authority:
         """Who ``token`` makes the caller, checked now (revocation and expiry included).
@@ -338,7 +365,8 @@ class Gateway:
                 "this gateway was started without the desk's key set, so it cannot check "
                 "passes", reason="unknown_kid"))
         try:
-            verified = verify_pass(token, jwks=self._jwks, revoked=self.store.revoked(),
+            jwks = self._jwks() if callable(self._jwks) else self._jwks
+            verified = verify_pass(token, jwks=jwks, revoked=self.store.revoked(),
                                    audience=self.audience, now=self.now())
         except PassError as exc:
             return Authority(token, error=exc)
@@ -373,13 +401,13 @@ class Gateway:
         held = self.staged(canonical)
         description = f"[{canonical}] {tool.description or ''}".rstrip()
         if held:
-            description += ("\nHeld for the manager's approval: the call is recorded, not "
-                            "run, and answers pending:server/tool#N for your report's effects.")
-        update: dict[str, Any] = {"name": exposed, "description": description}
-        if held:
-            # A held call answers with a placeholder, which the upstream's output schema
-            # would reject on the worker's side.
-            update["output_schema"] = None
+            description += "\n" + held_note(canonical, self.order)
+        # A held call answers with a placeholder, which the upstream's output schema would
+        # reject on the worker's side; a schema that is not valid JSON Schema is not
+        # advertised either (GW-12).
+        schema = None if held else self._schemas.advertised(canonical, tool)
+        update: dict[str, Any] = {"name": exposed, "description": description,
+                                  "output_schema": schema}
         return tool.model_copy(update=update)
 
     async def _on_list_tools(self, ctx: ServerRequestContext[Any],
@@ -395,7 +423,12 @@ class Gateway:
     async def _on_call_tool(self, ctx: ServerRequestContext[Any],
                             params: types.CallToolRequestParams) -> types.CallToolResult:
         token = self._token_for(ctx)
-        arguments = dict(params.arguments or {})
+        try:
+            # The wire refuses values JSON cannot carry (SEC-9); an in-process client can
+            # still pass them, and a call that cannot be recorded gets a protocol error (GW-7).
+            arguments = to_plain(dict(params.arguments or {}))
+        except DocumentError as exc:
+            raise MCPError(types.INVALID_PARAMS, f"Invalid params: {exc.message}") from None
         if params.name in WORKER_TOOL_NAMES:
             authority = await anyio.to_thread.run_sync(self.verify, token)
             return await self._worker.call(params.name, arguments, authority)
@@ -414,19 +447,24 @@ class Gateway:
 
         Returns:
             The upstream's result, a ``pending:`` placeholder, or a tool error.
+
+        Raises:
+            DocumentError: ``arguments`` hold what JSON cannot (NaN, a lone surrogate, ...);
+                nothing was recorded or forwarded.
         """
+        args = to_plain(dict(arguments))
         table = await self._catalog()
         server = tool = canonical = None
         if name in table:
             canonical = table.canonical(name)
             server, tool = table.resolve(name)
-        args = dict(arguments)
         admission = await self._run(
             self._admit, name, canonical, args, token if token is not None else self._pass_token)
         if admission.answer is not None:
             return admission.answer
         record = admission.record
         assert record is not None and server is not None and tool is not None
+        assert canonical is not None
         outcome, result, error = "error", None, None
         answer: types.CallToolResult
         try:
@@ -435,7 +473,8 @@ class Gateway:
                 meta=forward_meta(meta, ref=record.ref, order_id=self.order_id,
                                   attempt=record.attempt))
             outcome = "error" if answer.is_error else "ok"
-            result = _wire(answer)
+            result = _wire(answer)  # what the upstream answered (bounded), as evidence
+            answer = self._schemas.conform(canonical, self._tools.get(canonical), answer)
         except UpstreamError as exc:
             error = f"AWL_{exc.code}: {exc.message}"
             answer = _text_result(error, error=True)
@@ -609,18 +648,22 @@ class Gateway:
                     + ". Fix them and call again.")
             self.store.finish_call(self.order_id, record.ref, outcome="error", result=None,
                                    error=text, ended_at=ended)
-            return _Admission(refuse(AWL_INVALID_ARGUMENTS, text), record,
-                              _text_result(text, error=True))
+            # The call was made and counts, so it is answered with its ref like any other.
+            answer = _text_result(text, error=True)
+            answer.meta = {META_REF: record.ref}
+            return _Admission(refuse(AWL_INVALID_ARGUMENTS, text), record, answer)
+        if matches_any(self.order.staged, record.tool):
+            advice = (f"Held for the manager's approval, not run. List it in your report's "
+                      f"effects as {{\"ref\": \"{record.ref}\", \"tool\": \"{record.tool}\", "
+                      "\"arguments\": <exactly these arguments>}; a later held call may use "
+                      f"{{\"$ref\": \"{record.ref}\", \"pointer\": \"/structuredContent/...\"}} "
+                      "for a value from its future result.")
+        else:
+            advice = f"Recorded, not run. {held_note(record.tool, self.order)}"
         answer = types.CallToolResult(
             content=[
                 types.TextContent(type="text", text=f"pending:{record.ref}"),
-                types.TextContent(
-                    type="text",
-                    text=f"Held for the manager's approval, not run. List it in your report's "
-                         f"effects as {{\"ref\": \"{record.ref}\", \"tool\": \"{record.tool}\", "
-                         "\"arguments\": <exactly these arguments>}; a later held call may use "
-                         f"{{\"$ref\": \"{record.ref}\", \"pointer\": \"/structuredContent/...\"}} "
-                         "for a value from its future result."),
+                types.TextContent(type="text", text=advice),
             ],
             structured_content={"pending": record.ref, "status": "held"},
             meta={META_REF: record.ref},

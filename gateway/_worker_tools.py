@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, get_args
 import anyio.to_thread
 import mcp_types as types
 
-from awl._errors import AWLError, BadRequest, ValidationFailed
+from awl._errors import AWLError, BadRequest
 from awl._limits import INT64_MAX, check_integer
 from awl._models import CallOutcome
 from awl._patterns import matches_any

@@ -53,7 +53,7 @@ from mcp.shared.exceptions import MCPError
 from awl._checks import to_plain
 from awl._desk import Desk, format_time
 from awl._errors import Conflict, DocumentError, PassError
-from awl._lineage import ancestors
+from awl._lineage import ancestors, staging_ancestor
 from awl._memory import stale_order
 from awl._models import CallRecord, WorkOrder
 from awl._passes import DEFAULT_AUDIENCE, VerifiedPass, verify_pass
@@ -237,6 +237,9 @@ class Gateway:
         # The orders above this one with a seconds budget (LC-15): the store checks the
         # other units of every order above when it reserves a call.
         self._timed_above: tuple[WorkOrder, ...] = ()
+        # The orders above this one that stage tools: those tools are never called here
+        # (LC-14; C6 keeps them out of a sub-order the desk creates).
+        self._staging_above: tuple[WorkOrder, ...] = ()
         self.desk = Desk(store, clock=self._clock)
         self._worker = WorkerTools(self)
         self.server: Server[Any] = Server(
@@ -277,6 +280,7 @@ class Gateway:
         self._order = record.order
         above = await anyio.to_thread.run_sync(ancestors, self.store, record.order)
         self._timed_above = tuple(o for o in above if o.budget.seconds is not None)
+        self._staging_above = tuple(o for o in above if o.staged)
         if self._pass_token is not None:
             authority = await anyio.to_thread.run_sync(self.verify, self._pass_token)
             if authority.error is not None:
@@ -394,7 +398,8 @@ class Gateway:
         if authority.token is not None and authority.verified is None:
             return []
         grant = authority.verified.claims.grant if authority.verified else None
-        return [(c, e) for c, e in self._table.items() if allowed(c, self.order, grant)]
+        return [(c, e) for c, e in self._table.items() if allowed(c, self.order, grant)
+                and staging_ancestor(c, self._staging_above) is None]
 
     def _exposed_tool(self, canonical: str, exposed: str) -> types.Tool:
         tool = self._tools[canonical]
@@ -612,7 +617,8 @@ class Gateway:
             order=record.order, state=record.state, now=now, tool=canonical,
             requested=name, usage=usage, usd=usd, grant=grant, pass_usage=pass_usage,
             pass_problem=authority.problem, hold=[canonical] if hold and canonical else (),
-            safe=self.safe, read_only=read_only, above=above)
+            safe=self.safe, read_only=read_only, above=above,
+            staging_above=self._staging_above)
         if decision.action == "refuse":
             self._check_fresh(record)
             return self._refused(decision, tool=canonical or UNRESOLVED_TOOL,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from awl._lineage import staging_ancestor
 from awl._models import Grant, WorkOrder, parse_time
 from awl._patterns import is_tool_name, matches_any
 from awl._store import Scope, Usage
@@ -140,6 +141,7 @@ def decide(
     safe: bool = False,
     read_only: bool | None = None,
     above: Sequence[tuple[WorkOrder, Usage]] = (),
+    staging_above: Sequence[WorkOrder] = (),
 ) -> Decision:
     """Decide what happens to one call.
 
@@ -167,6 +169,9 @@ def decide(
             here, each with what is charged to it (its sub-orders' spending included):
             a call is charged to every order above (LC-15). The store checks their
             ``tool_calls`` and ``usd`` exactly; ``seconds`` is checked only here.
+        staging_above: For a sub-order, the orders above it that stage tools: a tool one of
+            them stages is forbidden here (LC-14), since only that order's manager may
+            approve it.
 
     Returns:
         The decision; a refusal carries a code from :data:`REFUSAL_CODES`.
@@ -190,6 +195,12 @@ def decide(
         return refuse(AWL_FORBIDDEN,
                       f"tool {name[:100]!r} is not allowed by {scope}; call only the tools "
                       "listed by tools/list")
+    stager = staging_ancestor(tool, staging_above)
+    if stager is not None:
+        return refuse(AWL_FORBIDDEN,
+                      f"tool {tool!r} is staged by order {stager.id}, which order {order.id} "
+                      f"is split from; only its manager {stager.manager} may approve it, so "
+                      "it cannot be called here; call only the tools listed by tools/list")
     problem = _budget_problem(f"order {order.id}", order.budget.units(), usage or Usage(),
                               now=now, usd=usd)
     for parent, spent in above:

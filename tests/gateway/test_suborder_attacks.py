@@ -27,6 +27,7 @@ from mcp import Client
 from awl._desk import format_time
 from awl._errors import ValidationFailed
 from awl._models import Event, WorkOrder
+from tests.gateway.commit_support import hold
 from tests.gateway.gateway_support import (
     ROOT,
     WORKER,
@@ -62,13 +63,31 @@ def _working_child(env: Env, to: str, **over: Any) -> Env:
     return replace(env, order_id=view.id)
 
 
+def _stored_around_the_desk(env: Env, order_id: str, fields: dict[str, Any]) -> Env:
+    """A sub-order written straight into the store (as a desk before C6, or a damaged store,
+    could hold it), accepted and started by its worker."""
+    now = format_time(env.desk.now())
+    legacy = WorkOrder.model_validate({
+        **fields, "spec": "awl/work-order@0.3", "id": order_id, "created_at": now,
+        "from": WORKER})
+    env.store.create_order(legacy, Event.model_validate({
+        "seq": 1, "at": now, "actor": WORKER, "action": "create", "from": None,
+        "to": "offered"}))
+    env.desk.accept(legacy.id, legacy.to)
+    env.desk.start(legacy.id, legacy.to)
+    return replace(env, order_id=legacy.id)
+
+
 @pytest.mark.spec("C6", "LC-14", "CM-3")
 async def test_a_staged_write_split_into_a_sub_order_never_runs(tmp_path: Path) -> None:
     """The attack as found: the worker splits a sub-order to a sub-agent with the staged
     create_issue in its tools and staged list, the sub-agent's call is held, the worker
     approves it as the sub-order's manager and runs ``awl gateway --commit``. The desk
-    refuses the sub-order (C6); one written to the store around the desk is held, approved,
-    and then stopped by the commit (staged_above): 0 calls reach the upstream."""
+    refuses the sub-order (C6). One written to the store around the desk, staging the tool
+    or not, gets no such tool from the gateway (not listed, refused AWL_FORBIDDEN); and a
+    call held under it before (recorded as the gateway recorded held calls), reported and
+    approved by the worker, is stopped by the commit (staged_above). 0 calls reach the
+    upstream."""
     env = make_env(tmp_path, staged=["receiver/create_issue"])
     attack = _child(env, SUB, tools=["receiver/create_issue"],
                     staged=["receiver/create_issue"])
@@ -76,30 +95,27 @@ async def test_a_staged_write_split_into_a_sub_order_never_runs(tmp_path: Path) 
         env.desk.create(attack, WORKER)
     assert [(f.rule, f.path) for f in caught.value.findings] == [("C6", "/tools/0")]
 
-    now = format_time(env.desk.now())
-    legacy = WorkOrder.model_validate({
-        **attack, "spec": "awl/work-order@0.3", "id": "wo_legacy", "created_at": now,
-        "from": WORKER})
-    env.store.create_order(legacy, Event.model_validate({
-        "seq": 1, "at": now, "actor": WORKER, "action": "create", "from": None,
-        "to": "offered"}))
-    env.desk.accept(legacy.id, SUB)
-    env.desk.start(legacy.id, SUB)
-    sub = replace(env, order_id=legacy.id)
+    staged = _stored_around_the_desk(env, "wo_legacy", attack)
+    unstaged = _stored_around_the_desk(env, "wo_unstaged", {**attack, "staged": []})
     with anyio.fail_after(60):
-        async with connect(sub) as (_gw, client):
-            held = await client.call_tool("receiver__create_issue", {"title": "wire $1M"})
-            assert not held.is_error and text(held) == "pending:receiver/create_issue#1"
-            report = await client.call_tool("awl_submit_report", {"report": {
-                "status": "done", "result": {"summary": "filed"},
-                "evidence": [{"criterion": "c1", "type": "tool_call",
-                              "ref": "receiver/create_issue#1"}],
-                "cost": {"tool_calls": 1, "usd": 0}, "tools_used": ["receiver/create_issue"],
-                "effects": [{"ref": "receiver/create_issue#1", "tool": "receiver/create_issue",
-                             "arguments": {"title": "wire $1M"}}]}})
-            assert not report.is_error, report.content
-    sub.desk.review(legacy.id, WORKER, "approve")  # the worker, as the sub-order's manager
-    command = [sys.executable, "-m", "awl", "gateway", "--order", legacy.id, "--config",
+        for sub in (staged, unstaged):
+            async with connect(sub) as (_gw, client):
+                listed = {t.name for t in (await client.list_tools()).tools}
+                assert "receiver__create_issue" not in listed
+                refused = await client.call_tool("receiver__create_issue", {"title": "wire"})
+                assert refused.is_error and text(refused).startswith("AWL_FORBIDDEN: ")
+                assert env.order_id in text(refused)
+    assert env.deliveries() == []
+
+    ref = hold(env.store, staged.order_id, "receiver/create_issue", {"title": "wire $1M"})
+    staged.desk.report(staged.order_id, SUB, {
+        "status": "done", "result": {"summary": "filed"},
+        "evidence": [{"criterion": "c1", "type": "tool_call", "ref": ref}],
+        "cost": {"tool_calls": 2, "usd": 0}, "tools_used": ["receiver/create_issue"],
+        "effects": [{"ref": ref, "tool": "receiver/create_issue",
+                     "arguments": {"title": "wire $1M"}}]})
+    staged.desk.review(staged.order_id, WORKER, "approve")  # as the sub-order's manager
+    command = [sys.executable, "-m", "awl", "gateway", "--order", staged.order_id, "--config",
                str(env.config), "--commit", "--home", str(env.home), "--json"]
     done = await anyio.to_thread.run_sync(lambda: subprocess.run(
         command, capture_output=True, text=True, cwd=str(ROOT), timeout=120,
@@ -107,10 +123,10 @@ async def test_a_staged_write_split_into_a_sub_order_never_runs(tmp_path: Path) 
     assert done.returncode != 0
     summary = json.loads(done.stdout)
     assert [(m["ref"], m["problem"]) for m in summary["mismatches"]] == [
-        ("receiver/create_issue#1", "staged_above")]
+        (ref, "staged_above")]
     assert env.order_id in summary["mismatches"][0]["message"]
     assert env.deliveries() == []
-    assert [e.state for e in env.store.effects(legacy.id)] == ["held"]
+    assert [e.state for e in env.store.effects(staged.order_id)] == ["held"]
 
 
 async def _deliver_many(client: Client, tag: str, n: int,

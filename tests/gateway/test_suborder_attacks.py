@@ -25,8 +25,11 @@ import pytest
 from mcp import Client
 
 from awl._desk import format_time
-from awl._errors import ValidationFailed
+from awl._effects import settle
+from awl._errors import InvalidTransition, ValidationFailed
 from awl._models import Event, WorkOrder
+from gateway._commit import commit, retry
+from gateway._config import load_config
 from tests.gateway.commit_support import hold
 from tests.gateway.gateway_support import (
     ROOT,
@@ -78,7 +81,7 @@ def _stored_around_the_desk(env: Env, order_id: str, fields: dict[str, Any]) -> 
     return replace(env, order_id=legacy.id)
 
 
-@pytest.mark.spec("C6", "LC-14", "CM-3")
+@pytest.mark.spec("C6", "LC-14", "CM-3", "CM-11")
 async def test_a_staged_write_split_into_a_sub_order_never_runs(tmp_path: Path) -> None:
     """The attack as found: the worker splits a sub-order to a sub-agent with the staged
     create_issue in its tools and staged list, the sub-agent's call is held, the worker
@@ -127,6 +130,17 @@ async def test_a_staged_write_split_into_a_sub_order_never_runs(tmp_path: Path) 
     assert env.order_id in summary["mismatches"][0]["message"]
     assert env.deliveries() == []
     assert [e.state for e in env.store.effects(staged.order_id)] == ["held"]
+
+    # A retry rechecks it too: an effect a dead committer left dispatching becomes unknown,
+    # the worker settles it as not sent, and the retry is refused before anything is sent.
+    env.store.set_effect(staged.order_id, ref, expect=["held"], state="dispatching",
+                         count_dispatch=True, at=format_time(env.desk.now()))
+    config = load_config(env.config)
+    await commit(staged.order_id, store=env.store, pool_or_config=config)
+    settle(staged.order_id, ref, "did_not_happen", "no trace", WORKER, store=env.store)
+    with pytest.raises(InvalidTransition, match=f"order {env.order_id}.*stages"):
+        await retry(staged.order_id, ref, WORKER, store=env.store, pool_or_config=config)
+    assert env.deliveries() == []
 
 
 async def _deliver_many(client: Client, tag: str, n: int,

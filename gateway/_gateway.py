@@ -53,6 +53,7 @@ from mcp.shared.exceptions import MCPError
 from awl._checks import to_plain
 from awl._desk import Desk, format_time
 from awl._errors import Conflict, DocumentError, PassError
+from awl._lifecycle import TERMINAL
 from awl._lineage import ancestors, staging_ancestor
 from awl._memory import stale_order
 from awl._models import CallRecord, WorkOrder
@@ -240,6 +241,8 @@ class Gateway:
         # The orders above this one that stage tools: those tools are never called here
         # (LC-14; C6 keeps them out of a sub-order the desk creates).
         self._staging_above: tuple[WorkOrder, ...] = ()
+        # Every order above this one: its calls run only while they are all active (LC-16).
+        self._above_ids: tuple[str, ...] = ()
         self.desk = Desk(store, clock=self._clock)
         self._worker = WorkerTools(self)
         self.server: Server[Any] = Server(
@@ -281,6 +284,7 @@ class Gateway:
         above = await anyio.to_thread.run_sync(ancestors, self.store, record.order)
         self._timed_above = tuple(o for o in above if o.budget.seconds is not None)
         self._staging_above = tuple(o for o in above if o.staged)
+        self._above_ids = tuple(o.id for o in above)
         if self._pass_token is not None:
             authority = await anyio.to_thread.run_sync(self.verify, self._pass_token)
             if authority.error is not None:
@@ -613,12 +617,18 @@ class Gateway:
         if grant is not None and grant.budget.seconds is not None:
             pass_usage = self.store.usage(self.order_id, scopes[-1].jtis)
         above = [(o, self.store.usage(o.id)) for o in self._timed_above]
+        ended_above = None
+        for above_id in self._above_ids:  # states change, so they are read on every call
+            above_state = self.store.load(above_id).state
+            if above_state in TERMINAL:
+                ended_above = (above_id, above_state)
+                break
         decision = decide(
             order=record.order, state=record.state, now=now, tool=canonical,
             requested=name, usage=usage, usd=usd, grant=grant, pass_usage=pass_usage,
             pass_problem=authority.problem, hold=[canonical] if hold and canonical else (),
             safe=self.safe, read_only=read_only, above=above,
-            staging_above=self._staging_above)
+            staging_above=self._staging_above, ended_above=ended_above)
         if decision.action == "refuse":
             self._check_fresh(record)
             return self._refused(decision, tool=canonical or UNRESOLVED_TOOL,

@@ -142,6 +142,7 @@ def decide(
     read_only: bool | None = None,
     above: Sequence[tuple[WorkOrder, Usage]] = (),
     staging_above: Sequence[WorkOrder] = (),
+    ended_above: tuple[str, str] | None = None,
 ) -> Decision:
     """Decide what happens to one call.
 
@@ -172,6 +173,8 @@ def decide(
         staging_above: For a sub-order, the orders above it that stage tools: a tool one of
             them stages is forbidden here (LC-14), since only that order's manager may
             approve it.
+        ended_above: For a sub-order, ``(order id, state)`` of an order above it that has
+            ended: its authority is gone, so the call is refused as not active (LC-16).
 
     Returns:
         The decision; a refusal carries a code from :data:`REFUSAL_CODES`.
@@ -184,6 +187,12 @@ def decide(
         return refuse(AWL_NOT_ACTIVE,
                       f"order {order.id} is {state}; tools run only while it is accepted or "
                       "working")
+    if ended_above is not None:
+        above_id, above_state = ended_above
+        return refuse(AWL_NOT_ACTIVE,
+                      f"order {above_id}, which order {order.id} is split from, is "
+                      f"{above_state}; a sub-order's tools run only while every order above it "
+                      "is active; stop and submit your report")
     deadline = parse_time(order.deadline)
     if now >= deadline:
         return refuse(AWL_EXPIRED,

@@ -32,6 +32,7 @@ from gateway._commit import commit, retry
 from gateway._config import load_config
 from tests.gateway.commit_support import hold
 from tests.gateway.gateway_support import (
+    MANAGER,
     ROOT,
     WORKER,
     Clock,
@@ -205,3 +206,26 @@ async def test_a_parent_s_seconds_stop_its_sub_orders(tmp_path: Path) -> None:
     assert late.is_error and text(late).startswith("AWL_BUDGET_EXHAUSTED: ")
     assert "split from" in text(late) and env.order_id in text(late)
     assert [d["arguments"]["to"] for d in env.deliveries()] == ["w", "a"]
+
+
+@pytest.mark.spec("LC-16", "GW-4")
+async def test_a_sub_order_stops_when_the_order_above_it_ends(tmp_path: Path) -> None:
+    """Once the manager cancels the order, calls under the sub-order split from it (and
+    under that one's own sub-order) are refused as not active; nothing more is sent."""
+    env = make_env(tmp_path, staged=[], budget={"tool_calls": 10, "usd": 1})
+    child = _working_child(env, SUB)
+    deep = child.desk.create({**_child(child, "agent:deep", budget={"tool_calls": 1, "usd": 1}),
+                              "from": SUB}, SUB)
+    env.desk.accept(deep.id, "agent:deep")
+    env.desk.start(deep.id, "agent:deep")
+    with anyio.fail_after(60):
+        async with (connect(child) as (_gw, theirs),
+                    connect(replace(env, order_id=deep.id)) as (_gw2, deepest)):
+            assert not (await theirs.call_tool("receiver__deliver", {"to": "a"})).is_error
+            env.desk.cancel(env.order_id, MANAGER, "the customer withdrew")
+            late = [await c.call_tool("receiver__deliver", {"to": "b"})
+                    for c in (theirs, deepest)]
+    for answer in late:
+        assert answer.is_error and text(answer).startswith("AWL_NOT_ACTIVE: ")
+        assert env.order_id in text(answer) and "cancelled" in text(answer)
+    assert [d["arguments"]["to"] for d in env.deliveries()] == ["a"]

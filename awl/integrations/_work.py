@@ -74,8 +74,10 @@ def gateway_command(order_id: str, config: str | os.PathLike[str], *,
         home: The desk's folder (default: ``AWL_HOME`` or ``./.awl``, read by the gateway).
         pass_file: Run the connection under the Delegation Pass in this file.
         safe: Hold every tool the upstream does not mark read-only (``--safe``).
-        env: The gateway's environment (default: this process's). MCP stdio clients start
-            servers with a bare environment unless told otherwise, so it is always given.
+        env: The gateway's environment (default: this process's, so ``$VAR`` values in
+            the config resolve as they do for ``awl gateway`` run from your shell). MCP
+            stdio clients start servers with a bare environment unless told otherwise, so
+            it is always given.
     """
     args = ["-m", "awl", "gateway", "--order", order_id, "--config", str(Path(config).resolve())]
     if home is not None:

@@ -35,22 +35,17 @@ from awl._models import CallRecord
 from gateway._commit import CommitSummary, commit
 from gateway._worker_tools import listable_effects, tools_used
 
-__all__ = [
-    "Attempt",
-    "GatewayCommand",
-    "Outcome",
-    "ReportDraft",
-    "ReviewTimeout",
-    "Verdict",
-    "commit_approved",
-    "draft_report",
-    "gateway_command",
-    "wait_for_review",
-    "work_order",
-]
-
-
 # --------------------------------------------------------------------------- the gateway
+
+STARTUP_TIMEOUT = 60.0
+"""Seconds the gateway may take to start (its upstreams first) and answer the handshake;
+the frameworks' own defaults (5 s) are too short on a busy machine."""
+
+
+def missing_extra(module: str, extra: str) -> str:
+    """The one line an integration module raises when its framework is not installed."""
+    return f'{module} needs the {extra} extra: pip install "agent-work-layer[{extra}]"'
+
 
 @dataclass(frozen=True)
 class GatewayCommand:

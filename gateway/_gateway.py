@@ -54,7 +54,8 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from awl._checks import to_plain
 from awl._desk import Desk, format_time
 from awl._errors import Conflict, DocumentError, PassError
-from awl._lineage import ancestors
+from awl._lifecycle import TERMINAL
+from awl._lineage import ancestors, staging_ancestor
 from awl._memory import stale_order
 from awl._models import CallRecord, WorkOrder
 from awl._passes import DEFAULT_AUDIENCE, VerifiedPass, verify_pass
@@ -252,6 +253,11 @@ class Gateway:
         # The orders above this one with a seconds budget (LC-15): the store checks the
         # other units of every order above when it reserves a call.
         self._timed_above: tuple[WorkOrder, ...] = ()
+        # The orders above this one that stage tools: those tools are never called here
+        # (LC-14; C6 keeps them out of a sub-order the desk creates).
+        self._staging_above: tuple[WorkOrder, ...] = ()
+        # Every order above this one: its calls run only while they are all active (LC-16).
+        self._above_ids: tuple[str, ...] = ()
         self.desk = Desk(store, clock=self._clock)
         self._worker = WorkerTools(self)
         with warnings.catch_warnings():
@@ -297,6 +303,8 @@ class Gateway:
         self._order = record.order
         above = await anyio.to_thread.run_sync(ancestors, self.store, record.order)
         self._timed_above = tuple(o for o in above if o.budget.seconds is not None)
+        self._staging_above = tuple(o for o in above if o.staged)
+        self._above_ids = tuple(o.id for o in above)
         if self._pass_token is not None:
             authority = await anyio.to_thread.run_sync(self.verify, self._pass_token)
             if authority.error is not None:
@@ -381,8 +389,19 @@ class Gateway:
         """``CODE: why`` when the order, as stored now, is not active or is past its
         deadline; None while calls may run."""
         record = await self._run(self._load_record)
-        refusal = inactive_refusal(record.order, record.state, self.now())
+        ended_above = await self._run(self._ended_above)
+        refusal = inactive_refusal(record.order, record.state, self.now(),
+                                   ended_above=ended_above)
         return None if refusal is None else refusal.text
+
+    def _ended_above(self) -> tuple[str, str] | None:
+        """``(id, state)`` of the first order above this one that has ended (LC-16), or
+        None; states change, so they are read anew each time."""
+        for above_id in self._above_ids:
+            above_state = self.store.load(above_id).state
+            if above_state in TERMINAL:
+                return above_id, above_state
+        return None
 
     def verify(self, token: str | None) -> Authority:
         """Who ``token`` makes the caller, checked now (revocation and expiry included).
@@ -425,7 +444,8 @@ class Gateway:
         if authority.token is not None and authority.verified is None:
             return []
         grant = authority.verified.claims.grant if authority.verified else None
-        return [(c, e) for c, e in self._table.items() if allowed(c, self.order, grant)]
+        return [(c, e) for c, e in self._table.items() if allowed(c, self.order, grant)
+                and staging_ancestor(c, self._staging_above) is None]
 
     def _exposed_tool(self, canonical: str, exposed: str) -> types.Tool:
         tool = self._tools[canonical]
@@ -697,11 +717,13 @@ class Gateway:
         if grant is not None and grant.budget.seconds is not None:
             pass_usage = self.store.usage(self.order_id, scopes[-1].jtis)
         above = [(o, self.store.usage(o.id)) for o in self._timed_above]
+        ended_above = self._ended_above()
         decision = decide(
             order=record.order, state=record.state, now=now, tool=canonical,
             requested=name, usage=usage, usd=usd, grant=grant, pass_usage=pass_usage,
             pass_problem=authority.problem, hold=[canonical] if hold and canonical else (),
-            safe=self.safe, read_only=read_only, above=above)
+            safe=self.safe, read_only=read_only, above=above,
+            staging_above=self._staging_above, ended_above=ended_above)
         if decision.action == "refuse":
             self._check_fresh(record)
             return self._refused(decision, tool=canonical or UNRESOLVED_TOOL,

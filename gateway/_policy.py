@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from awl._lineage import staging_ancestor
 from awl._models import Grant, WorkOrder, parse_time
 from awl._patterns import is_tool_name, matches_any
 from awl._store import Scope, Usage
@@ -140,6 +141,8 @@ def decide(
     safe: bool = False,
     read_only: bool | None = None,
     above: Sequence[tuple[WorkOrder, Usage]] = (),
+    staging_above: Sequence[WorkOrder] = (),
+    ended_above: tuple[str, str] | None = None,
 ) -> Decision:
     """Decide what happens to one call.
 
@@ -167,6 +170,11 @@ def decide(
             here, each with what is charged to it (its sub-orders' spending included):
             a call is charged to every order above (LC-15). The store checks their
             ``tool_calls`` and ``usd`` exactly; ``seconds`` is checked only here.
+        staging_above: For a sub-order, the orders above it that stage tools: a tool one of
+            them stages is forbidden here (LC-14), since only that order's manager may
+            approve it.
+        ended_above: For a sub-order, ``(order id, state)`` of an order above it that has
+            ended: its authority is gone, so the call is refused as not active (LC-16).
 
     Returns:
         The decision; a refusal carries a code from :data:`REFUSAL_CODES`.
@@ -175,7 +183,7 @@ def decide(
         return refuse(AWL_PASS_INVALID,
                       f"the Delegation Pass you run under is not valid any more ({pass_problem}); "
                       "stop calling tools and ask whoever issued it for a new pass")
-    inactive = inactive_refusal(order, state, now)
+    inactive = inactive_refusal(order, state, now, ended_above=ended_above)
     if inactive is not None:
         return inactive
     name = tool if tool is not None else requested or ""
@@ -184,6 +192,12 @@ def decide(
         return refuse(AWL_FORBIDDEN,
                       f"tool {name[:100]!r} is not allowed by {scope}; call only the tools "
                       "listed by tools/list")
+    stager = staging_ancestor(tool, staging_above)
+    if stager is not None:
+        return refuse(AWL_FORBIDDEN,
+                      f"tool {tool!r} is staged by order {stager.id}, which order {order.id} "
+                      f"is split from; only its manager {stager.manager} may approve it, so "
+                      "it cannot be called here; call only the tools listed by tools/list")
     problem = _budget_problem(f"order {order.id}", order.budget.units(), usage or Usage(),
                               now=now, usd=usd)
     for parent, spent in above:
@@ -201,13 +215,21 @@ def decide(
     return FORWARD
 
 
-def inactive_refusal(order: WorkOrder, state: str, now: datetime) -> Decision | None:
-    """The refusal for anything done under an order that is not active or is past its
-    deadline at ``now``; None while it is accepted or working in time."""
+def inactive_refusal(order: WorkOrder, state: str, now: datetime, *,
+                     ended_above: tuple[str, str] | None = None) -> Decision | None:
+    """The refusal for anything done under an order that is not active, has an order above
+    it that ended (``ended_above``: its id and state, LC-16), or is past its deadline at
+    ``now``; None while it is accepted or working in time."""
     if state not in ACTIVE_STATES:
         return refuse(AWL_NOT_ACTIVE,
                       f"order {order.id} is {state}; tools run only while it is accepted or "
                       "working")
+    if ended_above is not None:
+        above_id, above_state = ended_above
+        return refuse(AWL_NOT_ACTIVE,
+                      f"order {above_id}, which order {order.id} is split from, is "
+                      f"{above_state}; a sub-order's tools run only while every order above it "
+                      "is active; stop and submit your report")
     if now >= parse_time(order.deadline):
         return refuse(AWL_EXPIRED,
                       f"order {order.id} passed its deadline {order.deadline}; stop and "

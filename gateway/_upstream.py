@@ -17,6 +17,8 @@ outcome                    meaning
                            is unknown; the pool never retries it
 :class:`UpstreamUnavailable` cannot connect, or the connection was lost; ``sent`` tells
                            whether the request may have left (``False`` only when certain)
+:class:`UpstreamNoSuchTool` the server is up and does not list the tool (even when listed
+                           again): nothing was sent
 =========================  ====================================================================
 
 A crashed server is noticed when its output ends and is restarted by the next call that
@@ -130,6 +132,16 @@ class UpstreamTimeout(UpstreamError):
         super().__init__(message, server=server)
         self.timeout = timeout
         self.sent = True
+
+
+class UpstreamNoSuchTool(UpstreamUnavailable):
+    """The server is up and does not list the tool (a configuration mistake, most likely):
+    the request was not sent (``sent`` is False)."""
+
+    code = "UPSTREAM_NO_SUCH_TOOL"
+
+    def __init__(self, message: str, *, server: str) -> None:
+        super().__init__(message, server=server, sent=False)
 
 
 class UpstreamRejected(UpstreamError):
@@ -591,6 +603,7 @@ class UpstreamPool:
 
         Raises:
             NotFound: ``server`` is not configured.
+            UpstreamNoSuchTool: The server does not list ``tool``; nothing was sent.
             UpstreamUnavailable: Cannot connect, or the connection was lost (``sent``).
             UpstreamTimeout: Sent, and no answer in time.
             UpstreamRejected: The server answered with a protocol error, or asked for
@@ -626,6 +639,12 @@ class UpstreamPool:
         up = self._upstream(server)
         limit = timeout if timeout is not None else up.config.timeout
         conn = await self._connection(up)
+        if f"{server}/{tool}" not in up.tools:
+            await self._refresh(up)  # it may have added the tool since it was listed
+            if f"{server}/{tool}" not in up.tools:
+                raise UpstreamNoSuchTool(
+                    f"upstream {server!r} does not offer a tool {tool!r}, so the call was not "
+                    "sent; check that server's entry in the upstream config", server=server)
         if before_send is not None:
             await before_send()
         client = conn.client

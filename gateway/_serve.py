@@ -110,7 +110,9 @@ async def open_gateway(
             jwks = await anyio.to_thread.run_sync(keys.jwks)
         # A missing order is the likeliest mistake; say so before starting any upstream.
         await anyio.to_thread.run_sync(store.load, order_id)
-        pool = await stack.enter_async_context(UpstreamPool(config, errlog=errlog))
+        # Started in the background: a slow or hanging upstream holds up no one (the
+        # config's startup_wait says how long tools/list waits for them).
+        pool = await stack.enter_async_context(UpstreamPool(config, errlog=errlog, wait=False))
         gateway = Gateway(order_id, store=store, pool=pool, pass_token=pass_token, jwks=jwks,
                           audience=audience, safe=safe, clock=clock,
                           offload_store=offload_store)

@@ -129,9 +129,11 @@ def make_env(tmp: Path, *, servers: dict[str, dict[str, Any]] | None = None,
             "notes": server_entry("notes", env={"OUTBOX_PATH": str(outbox)}),
             "receiver": server_entry("receiver", env={"RECEIVER_LOG": str(log)}),
         }
-    document: dict[str, Any] = {"mcpServers": servers}
-    if gateway is not None:
-        document["gateway"] = gateway
+    # Tests list tools right after starting, on a busy machine: unless a test says otherwise,
+    # tools/list waits for every upstream's start (the default startup_wait is 3 s).
+    document: dict[str, Any] = {"mcpServers": servers,
+                                "gateway": gateway if gateway is not None else {
+                                    "startup_wait": 60}}
     config = tmp / "upstream.json"
     config.write_text(json.dumps(document), encoding="utf-8")
     return Env(home, store, desk, view.id, config, outbox, log)

@@ -310,7 +310,8 @@ class UpstreamStatus:
     server: str
     """Its configured name."""
     state: Literal["connected", "down"]
-    """``connected``: a live connection exists; ``down``: none (the next call tries to start it)."""
+    """``connected``: a live connection exists; ``down``: none (the next call tries to start it,
+    after the backoff if its last start failed)."""
     starts: int
     """How many times a connection was made (1 on a healthy run; more after restarts)."""
     attempts: int

@@ -59,6 +59,7 @@ from awl._models import (
     parse_time,
 )
 from awl._passes import (
+    KeySet,
     KeyStore,
     VerifiedPass,
     is_valid_pass,
@@ -99,6 +100,7 @@ __all__ = [
     "Grant",
     "Handoff",
     "InvalidTransition",
+    "KeySet",
     "KeyStore",
     "MemoryStore",
     "NotFound",

@@ -14,12 +14,9 @@ for that document, because the later rules assume its structure.
 from __future__ import annotations
 
 import importlib
-import json
-import math
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
 # jsonschema ships no type hints (types-jsonschema is not a dependency).
@@ -29,9 +26,24 @@ from pydantic import BaseModel, ValidationError
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 
+from awl._bounded import (
+    PatternError,
+    SchemaTooCostly,
+    bounded_errors,
+    bounded_validator,
+    meta_errors,
+)
 from awl._errors import BadRequest, DocumentError, ValidationFailed
 from awl._findings import Finding, pointer
 from awl._lifecycle import is_row
+from awl._limits import (
+    MAX_DEPTH,
+    MAX_DOCUMENT_BYTES,
+    check_amounts,
+    check_json_value,
+    loads,
+    read_regular_file,
+)
 from awl._models import CallRecord, Event, PassClaims, Review, WorkOrder, WorkReport, parse_time
 from awl._patterns import covered_by_any, matches_any, overlap, parse_ref
 from awl._schemas import schema_findings
@@ -69,12 +81,10 @@ __all__ = [
     "version_findings",
 ]
 
-DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_BYTES = MAX_DOCUMENT_BYTES
 """Largest document :func:`load_document` reads, in bytes."""
-DEFAULT_MAX_DEPTH = 64
+DEFAULT_MAX_DEPTH = MAX_DEPTH
 """Deepest nesting of arrays and objects a document may have."""
-_DEPTH_CEILING = 512  # beyond this the recursive walk itself would be at risk
-_MAX_INT_BITS = 13_000  # about 3900 digits: Python refuses to print much longer ints
 
 KNOWN_VERSIONS = ("0.1", "0.2", "0.3")
 """Versions of every document format this implementation reads."""
@@ -95,7 +105,6 @@ _MODELS: Mapping[str, type[BaseModel]] = {
     "call": CallRecord, "event": Event, "review": Review,
 }
 _VERSION_RE = re.compile(r"^awl/[a-z-]+@(?P<v>[0-9]+\.[0-9]+)$")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _M = TypeVar("_M", bound=BaseModel)
 
 
@@ -119,7 +128,7 @@ def load_document(source: bytes | bytearray | str | os.PathLike[str], *,
             duplicate keys, NaN or Infinity.
     """
     if isinstance(source, os.PathLike):
-        source = _read_file(Path(source), max_bytes)
+        source = read_regular_file(source, max_bytes=max_bytes, what="document")
     if isinstance(source, bytes | bytearray):
         if len(source) > max_bytes:
             raise DocumentError(f"document is larger than {_size(max_bytes)}; "
@@ -131,49 +140,14 @@ def load_document(source: bytes | bytearray | str | os.PathLike[str], *,
                                 "save it as UTF-8 JSON") from None
     elif isinstance(source, str):
         text = source
-        if len(text) > max_bytes:  # every character is at least one UTF-8 byte
-            raise DocumentError(f"document is larger than {_size(max_bytes)}; "
-                                "split it or raise the limit")
     else:
         raise DocumentError(f"cannot read a document from {type(source).__name__}; "
                             "give bytes, text or a path")
-    text = text.removeprefix("\ufeff")  # editors add a byte-order mark; it carries nothing
-    try:
-        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-    except json.JSONDecodeError as exc:
-        raise DocumentError(f"not valid JSON: {exc.msg} (line {exc.lineno}, column "
-                            f"{exc.colno})") from None
-    except RecursionError:
-        raise DocumentError(f"document nests deeper than {max_depth} levels") from None
-    except ValueError as exc:  # raised by the hooks below, or for an absurdly long number
-        raise DocumentError(str(exc).splitlines()[0]) from None
-    return to_plain(data, max_depth=max_depth, max_bytes=max_bytes)
-
-
-def _read_file(path: Path, max_bytes: int) -> bytes:
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(max_bytes + 1)
-    except OSError as exc:
-        raise DocumentError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return data
+    return loads(text, where="document", max_depth=max_depth, max_bytes=max_bytes)
 
 
 def _size(n: int) -> str:
     return f"{n // (1024 * 1024)} MiB" if n % (1024 * 1024) == 0 else f"{n} bytes"
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {_show(key)} in an object; keep only one")
-        out[key] = value
-    return out
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number; write a finite number or null")
 
 
 def _show(value: str, limit: int = 60) -> str:
@@ -187,69 +161,11 @@ def to_plain(value: Any, *, max_depth: int = DEFAULT_MAX_DEPTH,
     Raises:
         DocumentError: ``value`` holds something JSON cannot (bytes, NaN, non-string keys,
             lone surrogates, other objects), nests deeper than ``max_depth``, or is larger
-            than about ``max_bytes``.
+            than about ``max_bytes`` (the limits of :mod:`awl._limits`).
     """
-    if not 1 <= max_depth <= _DEPTH_CEILING:
-        raise ValueError(f"max_depth must be between 1 and {_DEPTH_CEILING}")
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json", by_alias=True, exclude_unset=True)
-    walker = _Walker(max_depth, max_bytes)
-    return walker.copy(value, 1, ())
-
-
-class _Walker:
-    """Copies JSON-like data while counting depth and approximate size."""
-
-    def __init__(self, max_depth: int, max_bytes: int) -> None:
-        self.max_depth = max_depth
-        self.max_bytes = max_bytes
-        self.size = 0
-
-    def _grow(self, n: int) -> None:
-        self.size += n
-        if self.size > self.max_bytes:
-            raise DocumentError(f"document is larger than {_size(self.max_bytes)}; "
-                                "split it or raise the limit")
-
-    def _refuse(self, what: str, path: tuple[str | int, ...]) -> DocumentError:
-        where = _show(pointer(*path), 80) if path else "the top"
-        return DocumentError(f"not a JSON document: {what} at {where}")
-
-    def copy(self, value: Any, depth: int, path: tuple[str | int, ...]) -> Any:
-        if value is None or isinstance(value, bool):
-            self._grow(5)
-            return value
-        if isinstance(value, str):
-            self._grow(len(value) + 2)
-            if _SURROGATE.search(value):
-                raise self._refuse("a string with a lone surrogate", path)
-            return value
-        if isinstance(value, int):
-            if value.bit_length() > _MAX_INT_BITS:
-                raise self._refuse("an integer too large to print", path)
-            self._grow(8)
-            return int(value)
-        if isinstance(value, float):
-            if not math.isfinite(value):
-                raise self._refuse(f"{value!r}, which is not a JSON number,", path)
-            self._grow(8)
-            return float(value)
-        if isinstance(value, Mapping | list | tuple):
-            if depth > self.max_depth:
-                raise DocumentError(f"document nests deeper than {self.max_depth} levels")
-            self._grow(2)
-            if isinstance(value, Mapping):
-                out: dict[str, Any] = {}
-                for key, item in value.items():
-                    if not isinstance(key, str):
-                        raise self._refuse(f"a {type(key).__name__} key", path)
-                    if _SURROGATE.search(key):
-                        raise self._refuse("a key with a lone surrogate", path)
-                    self._grow(len(key) + 3)
-                    out[key] = self.copy(item, depth + 1, (*path, key))
-                return out
-            return [self.copy(item, depth + 1, (*path, i)) for i, item in enumerate(value)]
-        raise self._refuse(f"a {type(value).__name__} value", path)
+    return check_json_value(value, where="document", max_depth=max_depth, max_bytes=max_bytes)
 
 
 # --------------------------------------------------------------------------- structure
@@ -367,19 +283,17 @@ def _order_rules(order: WorkOrder) -> Iterator[Finding]:
         yield Finding("O6", "invalid", "/continues", "continues is the order's own id")
 
 
-_META_VALIDATOR = Draft202012Validator(Draft202012Validator.META_SCHEMA,
-                                       format_checker=Draft202012Validator.FORMAT_CHECKER)
-
-
 def _schema_problem(schema: Any) -> str | None:
     try:
-        errors = sorted(_META_VALIDATOR.iter_errors(schema), key=lambda e: e.path)
+        errors = meta_errors(schema, draft=Draft202012Validator)
     except RecursionError:
         return "nested too deeply"
     if not errors:
         return None
     error = errors[0]
     where = pointer(*error.absolute_path) or "/"
+    if isinstance(error.cause, PatternError):
+        return f"at {where}: pattern {_show(error.instance)} cannot be used: {error.cause}"
     return f"at {where}: {error.message[:200]}"
 
 
@@ -400,11 +314,20 @@ def validate_order(doc: Any) -> WorkOrder:
 
 # --------------------------------------------------------------------------- sub-order
 
-def iter_suborder_findings(child: Any, parent: Any) -> Iterator[Finding]:
-    """Every finding of a sub-order: its own order findings, then C1-C5 against ``parent``.
+def iter_suborder_findings(child: Any, parent: Any,
+                           remaining: Mapping[str, float] | None = None) -> Iterator[Finding]:
+    """Every finding of a sub-order: its own order findings, then C1-C3, C5, C6 against
+    ``parent``.
 
-    Authority only shrinks: budget, tools and deadline stay within the parent's, and a tool
-    the parent stages stays staged.
+    Authority only shrinks: budget, tools and deadline stay within the parent's, and no
+    tool the parent stages is handed down (its held calls would be approved by the
+    sub-order's manager, not the parent's).
+
+    Args:
+        child: The sub-order.
+        parent: The order it is split from.
+        remaining: Per budget unit, what is left of the parent's budget (C1); the
+            parent's whole budget when not given.
 
     Raises:
         DocumentError: ``child`` cannot be a JSON document, or ``parent`` is not a valid order.
@@ -416,51 +339,62 @@ def iter_suborder_findings(child: Any, parent: Any) -> Iterator[Finding]:
         return
     order = cast(WorkOrder, model)
     yield from _order_rules(order)
-    yield from _suborder_rules(order, parent_order)
+    yield from _suborder_rules(order, parent_order,
+                               check_amounts(remaining, name="remaining") or {})
 
 
-def _suborder_rules(child: WorkOrder, parent: WorkOrder) -> Iterator[Finding]:
+def _suborder_rules(child: WorkOrder, parent: WorkOrder,
+                    remaining: Mapping[str, float]) -> Iterator[Finding]:
     child_budget = child.budget.units()
     for unit, limit in parent.budget.units().items():
         value = child_budget.get(unit)
+        left = remaining.get(unit)
         if value is None:
             yield Finding("C1", "invalid", pointer("budget", unit),
                           f"the parent budgets {unit}; the sub-order must too")
         elif value > limit:
             yield Finding("C1", "invalid", pointer("budget", unit),
                           f"{unit} {value} is more than the parent's {limit}")
+        elif left is not None and value > left:
+            yield Finding("C1", "invalid", pointer("budget", unit),
+                          f"{unit} {value} is more than the {left:g} left of the parent's "
+                          f"{limit}")
     for i, pattern in enumerate(child.tools):
         if not covered_by_any(parent.tools, pattern):
             yield Finding("C2", "invalid", pointer("tools", i),
                           f"tool pattern {_show(pattern)} is not covered by the parent's tools")
     if parse_time(child.deadline) > parse_time(parent.deadline):
         yield Finding("C3", "invalid", "/deadline", "deadline is after the parent's deadline")
-    for i, pattern in enumerate(child.tools):
-        for staged in parent.staged:
-            shared = overlap(pattern, staged)
-            if shared is not None and not covered_by_any(child.staged, shared):
-                yield Finding("C4", "invalid", pointer("tools", i),
-                              f"the parent stages {_show(staged)}; the sub-order must stage "
-                              f"{_show(shared)} too")
-                break
     if child.parent_id != parent.id:
         yield Finding("C5", "invalid", "/parent_id",
                       f"parent_id must be the parent's id {_show(parent.id)}")
+    for i, pattern in enumerate(child.tools):
+        for staged in parent.staged:
+            shared = overlap(pattern, staged)
+            if shared is not None:
+                yield Finding("C6", "invalid", pointer("tools", i),
+                              f"the parent stages {_show(shared)}; a sub-order may not carry "
+                              "it (its held calls would be approved by the sub-order's "
+                              "manager, not the parent's); leave it out of tools")
+                break
 
 
-def is_valid_suborder(child: Any, parent: Any) -> bool:
+def is_valid_suborder(child: Any, parent: Any,
+                      remaining: Mapping[str, float] | None = None) -> bool:
     """Whether the sub-order has no ``invalid`` finding against its parent."""
-    return _no_invalid(iter_suborder_findings(child, parent))
+    return _no_invalid(iter_suborder_findings(child, parent, remaining))
 
 
-def validate_suborder(child: Any, parent: Any) -> WorkOrder:
+def validate_suborder(child: Any, parent: Any,
+                      remaining: Mapping[str, float] | None = None) -> WorkOrder:
     """The sub-order as a model, when it has no ``invalid`` finding against its parent.
 
     Raises:
         ValidationFailed: with every finding, when one is ``invalid``.
         DocumentError: ``child`` cannot be a JSON document, or ``parent`` is not a valid order.
     """
-    return _validated(WorkOrder, "sub-order", iter_suborder_findings(child, parent), child)
+    return _validated(WorkOrder, "sub-order", iter_suborder_findings(child, parent, remaining),
+                      child)
 
 
 # --------------------------------------------------------------------------- report
@@ -580,10 +514,12 @@ def _report_order_rules(report: WorkReport, data: Mapping[str, Any],
 def _output_problem(schema: Mapping[str, Any], output: Any) -> str | None:
     # An empty registry: refs stay inside the schema and nothing is fetched from the network.
     try:
-        checker = Draft202012Validator(schema, registry=Registry())
-        errors = sorted(checker.iter_errors(output), key=lambda e: e.path)
-    except (SchemaError, Unresolvable, re.error) as exc:
+        checker = bounded_validator(schema, draft=Draft202012Validator, registry=Registry())
+        errors = sorted(bounded_errors(checker, output), key=lambda e: e.path)
+    except (SchemaError, Unresolvable, PatternError) as exc:
         return f"the schema cannot be applied ({str(exc).splitlines()[0][:200]})"
+    except SchemaTooCostly as exc:
+        return f"the schema is too costly to apply: {exc}; simplify the order's output_schema"
     except RecursionError:
         return "the schema recurses without end"
     if not errors:
@@ -817,7 +753,8 @@ def check(doc: Any, type: DocType | None = None, *, order: Any = None, parent: A
         parent: for an order, the parent order (runs the sub-order rules); for a pass, the
             parent pass's claims.
         calls: for a report, the order's call records.
-        remaining: for a pass, the budget that remains for it.
+        remaining: for a pass, the budget that remains for it; for a sub-order, what is
+            left of the parent's budget.
         now: for a pass, the time to check against (seconds since the epoch).
 
     Raises:
@@ -828,7 +765,7 @@ def check(doc: Any, type: DocType | None = None, *, order: Any = None, parent: A
     doc_type = type or detect_type(doc)
     if doc_type == "order":
         if parent is not None:
-            return list(iter_suborder_findings(doc, parent))
+            return list(iter_suborder_findings(doc, parent, remaining))
         return list(iter_order_findings(doc))
     if doc_type == "report":
         return list(iter_report_findings(doc, order, calls))

@@ -208,7 +208,8 @@ def run_test(doc_type: str, test: Mapping[str, Any], context: Mapping[str, Any],
 def _run_checks(doc_type: str, document: Any, context: Mapping[str, Any]) -> Iterator[Finding]:
     runners: dict[str, Callable[[], Iterator[Finding]]] = {
         "order": lambda: iter_order_findings(document),
-        "suborder": lambda: iter_suborder_findings(document, context.get("parent")),
+        "suborder": lambda: iter_suborder_findings(document, context.get("parent"),
+                                                    context.get("remaining")),
         "report": lambda: iter_report_findings(document, context.get("order"),
                                                context.get("calls")),
         "pass": lambda: _pass_findings(document, context),

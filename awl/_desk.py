@@ -51,6 +51,8 @@ from awl._errors import (
 )
 from awl._findings import Finding
 from awl._lifecycle import ACTIVE, DESK_ACTOR, NOTE_ACTIONS, TABLE, TERMINAL, Role, targets
+from awl._limits import check_integer
+from awl._lineage import ancestors, remaining_of, self_review_problem
 from awl._models import Event, Handoff, Review, WorkOrder, WorkReport, parse_time
 from awl._patterns import parse_ref
 from awl._store import OrderRecord, Store
@@ -379,6 +381,9 @@ class Desk:
         if unknown:
             raise BadRequest(f"unknown state {unknown[0]!r}; use one of "
                              f"{', '.join(sorted(ACTIVE | TERMINAL))}")
+        if limit is not None:
+            limit = check_integer(limit, name="limit")
+        offset = check_integer(offset, name="offset")
         records = self.store.list_orders(state=state, worker=worker, manager=manager,
                                          parent_id=parent_id, limit=limit, offset=offset)
         views = [self._fresh(r) for r in records]
@@ -391,6 +396,9 @@ class Desk:
         Raises:
             NotFound: no such order.
         """
+        after = check_integer(after, name="after")
+        if limit is not None:
+            limit = check_integer(limit, name="limit")
         self.get(order_id)
         return self.store.events(order_id, after=after, limit=limit)
 
@@ -406,6 +414,7 @@ class Desk:
         Raises:
             NotFound: no such order.
         """
+        after = check_integer(after, name="after")
         end = time.monotonic() + max(0.0, timeout)
         pause = self._poll
         while True:
@@ -433,6 +442,8 @@ class Desk:
         Stops once the order is terminal (when ``until_terminal``) or when ``timeout``
         seconds have passed without the order ending (None: no limit).
         """
+        if timeout is not None and (isinstance(timeout, bool) or timeout != timeout):
+            raise BadRequest(f"timeout must be a number of seconds, not {timeout!r}")
         end = None if timeout is None else time.monotonic() + timeout
         while True:
             slice_ = 5.0 if end is None else min(5.0, end - time.monotonic())
@@ -505,10 +516,15 @@ class Desk:
                     frontier.append(child.order.id)
         return count
 
-    def track(self, worker: str) -> TrackRecord:
-        """How the worker's orders turned out; see :func:`awl._track.track_record`."""
+    def track(self, worker: str, *, viewer: str | None = None) -> TrackRecord:
+        """How the worker's orders turned out, as ``viewer`` may see it (SEC-8); see
+        :func:`awl._track.track_record`.
+
+        Raises:
+            Forbidden: ``viewer`` is neither the worker nor a manager of its orders.
+        """
         from awl._track import track_record
-        return track_record(self.store, worker)
+        return track_record(self.store, worker, viewer=viewer)
 
     def handoff(self, order_id: str) -> str:
         """A Markdown briefing for whoever continues the order.
@@ -570,7 +586,9 @@ class Desk:
             Forbidden: ``from`` is not ``actor``, or ``actor`` may not split the parent.
             NotFound: the parent or the continued order does not exist.
             InvalidTransition: the parent is finished, or the continued order is not.
-            BadRequest: the deadline has passed, or a principal is reserved (``awl:``).
+            BadRequest: the deadline has passed, a principal is reserved (``awl:``), or
+                the worker is the manager of the order or of an order above it, or the
+                escalation contact is its worker or manager (LC-13).
             Conflict: the id is taken.
         """
         from awl._checks import iter_order_findings, iter_suborder_findings, to_plain
@@ -600,9 +618,16 @@ class Desk:
                     doc["handoff"] = handoff.to_json()
         parent_id = doc.get("parent_id")
         parent: OrderView | None = None
+        above: tuple[WorkOrder, ...] = ()
         if isinstance(parent_id, str) and parent_id != doc.get("id"):
             parent = self._parent(parent_id, actor)
-            findings = list(iter_suborder_findings(doc, parent.order))
+            above = (parent.order, *ancestors(self.store, parent.order))
+        problem = self_review_problem(doc, above)
+        if problem is not None:
+            raise BadRequest(problem)
+        if parent is not None:
+            left = remaining_of(parent.order, self.store.usage(parent.id), now)
+            findings = list(iter_suborder_findings(doc, parent.order, left))
             _raise_invalid("sub-order", findings)
         else:
             findings = list(iter_order_findings(doc))
@@ -1113,9 +1138,9 @@ class AsyncDesk:
         """See :meth:`Desk.questions`."""
         return await self._write(self.desk.questions, actor)
 
-    async def track(self, worker: str) -> TrackRecord:
+    async def track(self, worker: str, *, viewer: str | None = None) -> TrackRecord:
         """See :meth:`Desk.track`."""
-        return await self._call(self.desk.track, worker)
+        return await self._call(self.desk.track, worker, viewer=viewer)
 
     async def handoff(self, order_id: str) -> str:
         """See :meth:`Desk.handoff`."""
@@ -1152,6 +1177,8 @@ class AsyncDesk:
     async def follow(self, order_id: str, after: int = 0, *, timeout: float | None = None,
                      until_terminal: bool = True) -> AsyncIterator[Event]:
         """See :meth:`Desk.follow`."""
+        if timeout is not None and (isinstance(timeout, bool) or timeout != timeout):
+            raise BadRequest(f"timeout must be a number of seconds, not {timeout!r}")
         end = None if timeout is None else time.monotonic() + timeout
         while True:
             slice_ = 5.0 if end is None else min(5.0, end - time.monotonic())

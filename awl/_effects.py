@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EffectView",
+    "Settles",
     "Verdict",
     "drop_held",
     "find_call",
@@ -179,23 +180,34 @@ class EffectView:
         return out
 
 
-def settle_events(events: Sequence[Event]) -> dict[str, Event]:
-    """The latest ``settle`` event of each ref, from an order's log."""
-    latest: dict[str, Event] = {}
+Settles = Mapping[int, Event]
+"""One effect's settlements: the first ``settle`` event for each dispatch count."""
+
+
+def settle_events(events: Sequence[Event]) -> dict[str, Settles]:
+    """Each ref's settlements from an order's log: per dispatch count, the first ``settle``
+    event. A settlement is final (CM-11): a later one for the same dispatch never counts
+    (:func:`settle` refuses to write one; a log from before that rule may hold one)."""
+    found: dict[str, dict[int, Event]] = {}
     for event in events:
-        if event.action == "settle" and event.data and isinstance(event.data.get("ref"), str):
-            latest[event.data["ref"]] = event
-    return latest
+        data = event.data
+        if event.action != "settle" or not data or not isinstance(data.get("ref"), str):
+            continue
+        dispatches = data.get("dispatches")
+        if isinstance(dispatches, int) and not isinstance(dispatches, bool):
+            found.setdefault(data["ref"], {}).setdefault(dispatches, event)
+    return dict(found)
 
 
-def valid_settlement(state: EffectState | None, event: Event | None) -> Settlement | None:
-    """The settlement that still describes the effect: made while it was unknown with the
-    dispatch count it has now (any later dispatch makes it stale)."""
-    if state is None or state.state != "unknown" or event is None or event.data is None:
+def valid_settlement(state: EffectState | None, settles: Settles | None) -> Settlement | None:
+    """The settlement that still describes the effect: the first made while it was unknown
+    with the dispatch count it has now (any later dispatch makes it stale)."""
+    if state is None or state.state != "unknown" or not settles:
+        return None
+    event = settles.get(state.dispatches)
+    if event is None or event.data is None:
         return None
     data = event.data
-    if data.get("dispatches") != state.dispatches:
-        return None
     verdict = data.get("verdict")
     if verdict not in ("happened", "did_not_happen"):
         return None
@@ -290,15 +302,35 @@ def settle(order_id: str, ref: str, verdict: Verdict, evidence: str, by: str, *,
         name = "held" if state is None else state.state
         raise InvalidTransition(f"effect {call.ref} of order {order_id!r} is {name}; only "
                                 "an unknown effect is settled", state=name, action="settle")
+    _refuse_settled(order_id, call.ref, state, store)
     at = format_time(clock())
     # The event is the authority for a retry (it carries the dispatch count it describes);
     # the copy on the effect is for readers of the store.
     record_event(desk, order_id, by, "settle", note=evidence,
                  data={"ref": call.ref, "verdict": verdict, "evidence": evidence,
                        "dispatches": state.dispatches})
+    # Another manager's settlement may have been logged between the check and ours: the
+    # first one counts, and ours is refused.
+    _refuse_settled(order_id, call.ref, state, store, mine=(by, verdict, evidence))
     settlement = Settlement(verdict=verdict, evidence=evidence, by=by, at=at)
     # Conflict: it was retried meanwhile; the event's dispatch count makes it stale anyway.
     with contextlib.suppress(Conflict):
         store.set_effect(order_id, call.ref, expect=["unknown"], state="unknown",
                          result=state.result, error=state.error, settlement=settlement, at=at)
     return next(v for v in list_effects(order_id, store=store) if v.ref == call.ref)
+
+
+def _refuse_settled(order_id: str, ref: str, state: EffectState, store: Store, *,
+                    mine: tuple[str, str, str] | None = None) -> None:
+    """InvalidTransition when the effect was already settled for its current dispatch
+    (by another settlement than ``mine``, when given: actor, verdict, evidence)."""
+    first = valid_settlement(state, settle_events(store.events(order_id)).get(ref))
+    if first is None or (mine is not None
+                         and (first.by, first.verdict, first.evidence) == mine):
+        return
+    verdict = first.verdict.replace("_", " ")
+    then = ("it will never be sent again" if first.verdict == "happened"
+            else f"retry it with `awl effects retry {order_id} {ref}`")
+    raise InvalidTransition(
+        f"effect {ref} of order {order_id!r} was already settled as {verdict} by {first.by} "
+        f"at {first.at}; a settlement is final: {then}", state="unknown", action="settle")

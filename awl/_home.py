@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from awl._errors import BadRequest
+from awl._files import create_private
 from awl._sqlite import SQLiteStore
 
 __all__ = ["DESK_FILE", "ENV_VAR", "default_store", "home_dir"]
@@ -54,7 +55,7 @@ def home_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
             f"cannot create the AWL home {path} ({exc.strerror}); set {ENV_VAR} to a "
             "writable folder"
         ) from None
-    (path / ".gitignore").write_text("*\n", encoding="utf-8")
+    create_private(path / ".gitignore", b"*\n")
     return path
 
 

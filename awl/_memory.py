@@ -12,7 +12,7 @@ import json
 import threading
 from _json import encode_basestring, make_encoder
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, cast, get_args
 
 from pydantic import ValidationError
@@ -120,6 +120,32 @@ def exceeded_scope(
             return scope.name
         if scope.max_usd is not None and used + usd > scope.max_usd + USD_TOLERANCE:
             return scope.name
+    return None
+
+
+MAX_CHAIN = 64
+"""The most orders above an order that a reservation charges (a deeper chain, or a cycle in
+a damaged store, stops there; the desk's chains are far shorter)."""
+
+
+def above_scope(order_id: str) -> str:
+    """The scope name a reservation returns for an order above the calling one."""
+    return f"order {order_id}"
+
+
+def exceeded_above(
+    above: Sequence[tuple[str, float | None, float | None, int, float]], usd: float,
+) -> str | None:
+    """The scope name of the first order above that one more call costing ``usd`` exceeds.
+
+    Each entry is ``(order_id, max tool_calls, max usd, calls charged, usd charged)``: an
+    order's own counted calls plus those of every sub-order below it.
+    """
+    for order_id, max_calls, max_usd, calls, used in above:
+        if max_calls is not None and calls + 1 > max_calls:
+            return above_scope(order_id)
+        if max_usd is not None and used + usd > max_usd + USD_TOLERANCE:
+            return above_scope(order_id)
     return None
 
 
@@ -332,6 +358,15 @@ class _Call:
 
 
 @dataclass
+class _Charged:
+    """What an order's sub-orders, at any depth, have spent: charged to its budget."""
+
+    calls: int = 0
+    usd: float = 0.0
+    first: _Call | None = None  # their earliest call, counted or not
+
+
+@dataclass
 class _Order:
     order: WorkOrder
     state: str
@@ -340,6 +375,7 @@ class _Order:
     reviews: list[Review]
     calls: dict[int, _Call]
     effects: dict[int, EffectState]
+    charged: _Charged = field(default_factory=_Charged)
 
     def record(self) -> OrderRecord:
         return OrderRecord(
@@ -472,9 +508,17 @@ class MemoryStore:
             def spent(jtis: frozenset[str] | None) -> tuple[int, float]:
                 mine = [c.usd for c in found.calls.values()
                         if c.counted and (jtis is None or c.record.pass_jti in jtis)]
+                if jtis is None:
+                    return len(mine) + found.charged.calls, sum(mine) + found.charged.usd
                 return len(mine), sum(mine)
 
             over = exceeded_scope(scopes, spent, usd)
+            above = self._above(found)
+            over = over or exceeded_above([
+                (o.order.id, o.order.budget.tool_calls, o.order.budget.usd,
+                 sum(1 for c in o.calls.values() if c.counted) + o.charged.calls,
+                 sum(c.usd for c in o.calls.values() if c.counted) + o.charged.usd)
+                for o in above], usd)
             if over is not None:
                 return over
             n = len(found.calls) + 1
@@ -482,8 +526,34 @@ class MemoryStore:
                 order_id, n, attempt=attempt, tool=tool, arguments=arguments,
                 pass_jti=pass_jti, started_at=started_at,
             )
-            found.calls[n] = _Call(record, True, usd, timestamp(started_at))
+            call = found.calls[n] = _Call(record, True, usd, timestamp(started_at))
+            self._charge(above, call)
             return record
+
+    def _above(self, found: _Order) -> list[_Order]:
+        """The orders above ``found``, its parent first (see :data:`MAX_CHAIN`)."""
+        chain: list[_Order] = []
+        seen = {found.order.id}
+        parent_id = found.order.parent_id
+        while parent_id is not None and parent_id not in seen and len(chain) < MAX_CHAIN:
+            parent = self._orders.get(parent_id)
+            if parent is None:
+                break
+            chain.append(parent)
+            seen.add(parent_id)
+            parent_id = parent.order.parent_id
+        return chain
+
+    @staticmethod
+    def _charge(above: Sequence[_Order], call: _Call) -> None:
+        """Charge a sub-order's call to every order above it."""
+        for order in above:
+            charged = order.charged
+            if call.counted:
+                charged.calls += 1
+                charged.usd += call.usd
+            if charged.first is None or call.started < charged.first.started:
+                charged.first = call
 
     def record_call(self, record_fields: dict[str, Any]) -> CallRecord:
         """Number and store a call that does not count (a refusal)."""
@@ -492,7 +562,8 @@ class MemoryStore:
             found = self._get(order_id)
             n = len(found.calls) + 1
             record = make_call(record_fields, n)
-            found.calls[n] = _Call(record, False, 0.0, timestamp(record.started_at))
+            call = found.calls[n] = _Call(record, False, 0.0, timestamp(record.started_at))
+            self._charge(self._above(found), call)
             return record
 
     def finish_call(
@@ -526,14 +597,15 @@ class MemoryStore:
     def usage(self, order_id: str, jtis: frozenset[str] | None = None) -> Usage:
         """Counted calls and USD so far (for the calls under ``jtis`` if given)."""
         with self._lock:
-            mine = [
-                c for c in self._get(order_id).calls.values()
-                if jtis is None or c.record.pass_jti in jtis
-            ]
+            found = self._get(order_id)
+            mine = [c for c in found.calls.values() if jtis is None or c.record.pass_jti in jtis]
+            charged = _Charged() if jtis is not None else replace(found.charged)
         counted = [c for c in mine if c.counted]
-        first = min(mine, key=lambda c: c.started, default=None)
+        starts = [*mine, *([] if charged.first is None else [charged.first])]
+        first = min(starts, key=lambda c: c.started, default=None)
         return Usage(
-            tool_calls=len(counted), usd=sum(c.usd for c in counted),
+            tool_calls=len(counted) + charged.calls,
+            usd=sum(c.usd for c in counted) + charged.usd,
             first_call_at=None if first is None else first.record.started_at,
         )
 

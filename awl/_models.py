@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from awl._limits import MAX_EPOCH, check_instant
 from awl._patterns import NAME
 
 __all__ = [
@@ -71,7 +72,11 @@ def parse_time(text: str) -> datetime:
 def _parse_time(text: str) -> datetime:
     if not _RFC3339.match(text):
         raise ValueError(f"not an RFC 3339 timestamp with an offset: {text[:64]!r}")
-    return datetime.fromisoformat(text.upper().replace("Z", "+00:00"))
+    try:
+        moment = datetime.fromisoformat(text.upper().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"not a date and time that exists: {text[:64]!r}") from None
+    return check_instant(moment, name=f"the time {text[:64]!r}")
 
 
 def _check_time(text: str) -> str:
@@ -393,9 +398,9 @@ class PassClaims(_Document):
     sub: Principal
     aud: Principal
     jti: Annotated[StrictStr, Field(min_length=1, max_length=128)]
-    iat: Annotated[Integer, Field(ge=0)]
-    nbf: Annotated[Integer, Field(ge=0)]
-    exp: Annotated[Integer, Field(ge=0)]
+    iat: Annotated[Integer, Field(ge=0, le=MAX_EPOCH)]
+    nbf: Annotated[Integer, Field(ge=0, le=MAX_EPOCH)]
+    exp: Annotated[Integer, Field(ge=0, le=MAX_EPOCH)]
     grant: Grant
 
 

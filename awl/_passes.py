@@ -10,7 +10,7 @@ A pass is a JWS compact token (EdDSA over Ed25519) whose payload is a
   parent's ``jti`` and its protected header carries the parent token itself (``parent``),
   which carries its own parent, back to the worker's pass. So a verifier holding only the
   JWKS and the revocation list can check every link and re-check that each one narrows its
-  parent (rules P3..P8 of SPEC.md).
+  parent (rules P3..P9 of SPEC.md).
 
 Issuing refuses with :class:`~awl.PassError` whose ``reason`` is the broken rule id (``P4``);
 verifying refuses with a stable reason code (see :data:`REASONS`).
@@ -50,8 +50,17 @@ from awl._checks import (
     context_model,
     load_document,
 )
-from awl._errors import BadRequest, DocumentError, InvalidTransition, PassError
+from awl._errors import BadRequest, DocumentError, InvalidTransition, NotFound, PassError
 from awl._findings import Finding, pointer
+from awl._limits import (
+    MAX_EPOCH,
+    MIN_EPOCH,
+    check_amounts,
+    check_epoch,
+    check_instant,
+    is_finite_number,
+    show_value,
+)
 from awl._models import Budget, PassClaims, WorkOrder, parse_time
 from awl._patterns import covered_by_any, matches_any, overlap
 from awl._store import PassRecord, Scope, Store, Usage
@@ -65,6 +74,7 @@ __all__ = [
     "PASS_SPEC",
     "PASS_TYPE",
     "REASONS",
+    "KeySet",
     "KeyStore",
     "VerifiedPass",
     "is_valid_pass",
@@ -92,7 +102,7 @@ DEFAULT_ISSUER = "awl:desk"
 DEFAULT_AUDIENCE = "awl:gateway"
 """``aud`` of a worker's pass when none is asked for."""
 LEEWAY = 30
-"""Seconds of clock skew tolerated on ``exp`` and ``nbf``."""
+"""Seconds of clock skew tolerated on ``exp``, ``nbf`` and ``iat``."""
 MAX_CHAIN = 8
 """Most links in a chain (the worker's pass counts as one)."""
 MAX_TOKEN_BYTES = 64 * 1024
@@ -101,11 +111,14 @@ MAX_TOKEN_BYTES = 64 * 1024
 _HEADER_FIELDS = frozenset({"alg", "typ", "kid", "parent"})
 _COUNT_UNITS = frozenset({"tokens", "tool_calls"})
 _KID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
+_BASE64_ANY = re.compile(r"[A-Za-z0-9_+/-]*=*")
 # A pass is only worth having while its holder may work (SPEC DP-7).
 _ISSUING_STATES = frozenset({"accepted", "working"})
 
 REASONS: Mapping[str, str] = {
     "malformed": "not a well-formed pass (token, header or claims)",
+    "not_canonical": "a part of the token is not canonical unpadded base64url (DP-11)",
     "bad_algorithm": "the header names an algorithm other than EdDSA",
     "unknown_kid": "no key in the key set has the header's kid",
     "bad_signature": "the signature does not match the token",
@@ -113,6 +126,8 @@ REASONS: Mapping[str, str] = {
     "expired": "exp has passed (beyond the leeway)",
     "not_yet_valid": "nbf is still ahead (beyond the leeway)",
     "wrong_audience": "aud is not the verifier's audience",
+    "wrong_issuer": "iss is not the issuer the verifier trusts (DP-14)",
+    "issued_in_future": "iat is ahead of the verifier's clock beyond the leeway (P9)",
     "revoked": "this pass or one it derives from is revoked",
     "chain_broken": "the parent token does not belong to this pass (P3, P8)",
     "chain_too_long": f"more than {MAX_CHAIN} links",
@@ -135,9 +150,18 @@ def _b64encode(data: bytes) -> str:
 
 
 def _b64decode(text: str) -> bytes:
-    if not isinstance(text, str) or "=" in text:
-        raise ValueError("not unpadded base64url")
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    """The bytes of canonical unpadded base64url text (DP-11), else ValueError.
+
+    Canonical: the base64url alphabet only, no padding, and the unused low bits of the last
+    character zero, so each byte string has exactly one spelling and a token cannot be
+    respelt (``T==``, another last character) into one that still verifies.
+    """
+    if not isinstance(text, str) or _B64URL.fullmatch(text) is None or len(text) % 4 == 1:
+        raise ValueError("not canonical unpadded base64url")
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64encode(data) != text:
+        raise ValueError("not canonical base64url (the last character's unused bits are set)")
+    return data
 
 
 def _json_object(data: bytes) -> dict[str, Any]:
@@ -149,17 +173,28 @@ def _json_object(data: bytes) -> dict[str, Any]:
     return value
 
 
-def _epoch(when: datetime | str | float | None) -> float:
-    """Seconds since the epoch for ``now``-like arguments (None: the clock)."""
+def _epoch(when: datetime | str | float | None, name: str = "now") -> float:
+    """Seconds since the epoch for ``now``-like arguments (None: the clock).
+
+    Raises:
+        BadRequest: not an aware datetime, an RFC 3339 string or a number of seconds
+            within years 1 to 9999 (DOC-14).
+    """
     if when is None:
         return time.time()
     if isinstance(when, datetime):
         if when.tzinfo is None:
             raise BadRequest("a time without an offset is ambiguous: give an aware datetime")
-        return when.timestamp()
+        try:
+            return check_instant(when, name=name).timestamp()
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
     if isinstance(when, str):
-        return parse_time(when).timestamp()
-    return float(when)
+        try:
+            return parse_time(when).timestamp()
+        except ValueError as exc:
+            raise BadRequest(f"{name}: {exc}") from None
+    return float(check_epoch(when, name=name))
 
 
 def _thumbprint(x: str) -> str:
@@ -290,6 +325,32 @@ class KeyStore:
         self._point_current(kid, replace=True)
         return kid
 
+    def retire(self, kid: str) -> None:
+        """Delete key ``kid`` for good, so every pass it signed stops verifying (DP-13).
+
+        Verifiers that read this folder (a :class:`KeySet`: the gateway, the desk) refuse
+        those passes, and every pass derived from one, from their next request on.
+
+        Raises:
+            NotFound: there is no key ``kid``.
+            BadRequest: ``kid`` is the current signing key (rotate first).
+        """
+        self._ensure_folder()
+        if _KID.match(kid) is None or not (self.folder / f"{kid}.pem").is_file():
+            raise NotFound(f"no signing key {kid!r} in {self.folder}; `awl pass jwks` lists "
+                           "the kids")
+        if kid == self.current_kid:
+            raise BadRequest(f"{kid} is the current signing key; run `awl pass rotate` first, "
+                             "then retire it")
+        (self.folder / f"{kid}.pem").unlink()
+
+    def key_files(self) -> frozenset[str]:
+        """The names of the key files kept now: one directory listing, no key is read."""
+        try:
+            return frozenset(n for n in os.listdir(self.folder) if n.endswith(".pem"))
+        except FileNotFoundError:
+            return frozenset()
+
     def jwks(self) -> dict[str, Any]:
         """The public JWKS document: every kept key's public part, current key first."""
         current = self.current_kid
@@ -313,6 +374,30 @@ class KeyStore:
         payload = json.dumps(dict(claims), separators=(",", ":"), sort_keys=True)
         return jwt.api_jws.encode(payload.encode("utf-8"), self.private_key(kid),
                                   algorithm=ALGORITHM, headers=headers)
+
+
+class KeySet:
+    """The public key set of a desk's keys folder for a running verifier, always current.
+
+    Calling it returns the JWKS document. It lists the folder on every call and reads the
+    keys again whenever a key file was added (``awl pass rotate``) or removed (``awl pass
+    retire``), so a long-running gateway trusts exactly the keys kept now, from the next
+    request on, without a restart (DP-13).
+    """
+
+    def __init__(self, keys: KeyStore) -> None:
+        self.keys = keys
+        """Where the keys are read from."""
+        self._known: tuple[frozenset[str], dict[str, Any]] | None = None
+
+    def __call__(self) -> dict[str, Any]:
+        names = self.keys.key_files()  # listed before reading: a change after it reloads
+        known = self._known
+        if known is not None and known[0] == names:
+            return known[1]
+        jwks = self.keys.jwks()
+        self._known = (names, jwks)
+        return jwks
 
 
 # -- rules --------------------------------------------------------------------------------
@@ -355,6 +440,14 @@ def _time_findings(claims: PassClaims, now: float | None) -> Iterator[Finding]:
         problems.append(f"exp {claims.exp} is not after the time of issue {int(now)}")
     if problems:
         yield _bad("P2", "/exp", "; ".join(problems))
+    if now is not None and _issued_ahead(claims, now, LEEWAY):
+        yield _bad("P9", "/iat", f"iat {claims.iat} is more than {LEEWAY} s after the time "
+                   f"{int(now)}: a pass is never dated in the future")
+
+
+def _issued_ahead(claims: PassClaims, now: float, leeway: float) -> bool:
+    """Whether ``iat`` lies further ahead of ``now`` than the clock leeway (P9)."""
+    return claims.iat > now + leeway
 
 
 def _order_findings(claims: PassClaims, facts: _OrderFacts) -> Iterator[Finding]:
@@ -463,7 +556,7 @@ def iter_pass_findings(
     remaining: Mapping[str, float] | None = None,
     now: datetime | str | float | None = None,
 ) -> Iterator[Finding]:
-    """Findings for a pass's claims: V1, P1 (schema), then P2..P8.
+    """Findings for a pass's claims: V1, P1 (schema), then P2..P9.
 
     When V1 or P1 fails, nothing else runs (the later rules assume the structure).
 
@@ -473,12 +566,17 @@ def iter_pass_findings(
         parent: the parent pass's claims, for a derived pass (P4, P5, P6, P8).
         remaining: per budget unit, what is left of the parent's (or the order's) budget;
             a unit not given counts as its full limit.
-        now: the time of issue; when given, P2 also wants ``exp`` after it.
+        now: the time of issue; when given, P2 also wants ``exp`` after it and P9 wants
+            ``iat`` no later than it plus the leeway.
 
     Raises:
         DocumentError: ``claims`` cannot be a JSON document at all, or ``order`` or
             ``parent`` is not a valid document.
+        BadRequest: ``now`` is not a time within years 1 to 9999, or ``remaining`` does not
+            map unit names to finite numbers.
     """
+    remaining = check_amounts(remaining, name="remaining")
+    t = None if now is None else _epoch(now)
     _, model, found = check_structure(claims, "pass")
     yield from found
     if model is None:
@@ -488,7 +586,7 @@ def iter_pass_findings(
                     else context_model(parent, "pass", PassClaims, "parent"))
     yield from _rule_findings(cast(PassClaims, model),
                               _OrderFacts.of_order(order_model) if order_model else None,
-                              parent_model, remaining, None if now is None else _epoch(now))
+                              parent_model, remaining, t)
 
 
 def is_valid_pass(
@@ -506,6 +604,8 @@ def is_valid_pass(
     Raises:
         DocumentError: ``claims`` cannot be a JSON document at all, or ``order`` or
             ``parent`` is not a valid document.
+        BadRequest: ``now`` is not a time within years 1 to 9999, or ``remaining`` does not
+            map unit names to finite numbers.
     """
     return _no_invalid(iter_pass_findings(claims, order=order, parent=parent,
                                           remaining=remaining, now=now))
@@ -528,6 +628,8 @@ def validate_pass(
         ValidationFailed: with every finding, when one is ``invalid``.
         DocumentError: ``claims`` cannot be a JSON document at all, or ``order`` or
             ``parent`` is not a valid document.
+        BadRequest: ``now`` is not a time within years 1 to 9999, or ``remaining`` does not
+            map unit names to finite numbers.
     """
     found = iter_pass_findings(claims, order=order, parent=parent, remaining=remaining,
                                now=now)
@@ -623,8 +725,17 @@ def _split(token: str) -> dict[str, Any]:
     parts = token.split(".")
     if len(parts) != 3:
         raise _refuse("malformed", "a pass has three dot-separated parts")
+    decoded = []
+    for name, part in zip(("header", "claims", "signature"), parts, strict=True):
+        try:
+            decoded.append(_b64decode(part))
+        except ValueError as exc:
+            # Base64 of some spelling is a respelt token; anything else is not one at all.
+            reason = "not_canonical" if _BASE64_ANY.fullmatch(part) else "malformed"
+            raise _refuse(reason, f"the pass {name} is {exc}: send the token exactly as it "
+                          "was issued") from None
     try:
-        header = _json_object(_b64decode(parts[0]))
+        header = _json_object(decoded[0])
     except (ValueError, binascii.Error, DocumentError) as exc:
         raise _refuse("malformed", f"the pass header is not base64url JSON: {exc}") from None
     alg = header.get("alg")
@@ -666,6 +777,7 @@ class _Check:
     keys: Mapping[str, Ed25519PublicKey]
     revoked: Container[str]
     audience: str
+    issuer: str
     now: float
     leeway: float
 
@@ -675,7 +787,8 @@ class _Check:
         kid = header["kid"]
         key = self.keys.get(kid)
         if key is None:
-            raise _refuse("unknown_kid", f"no published key has kid {kid!r}")
+            raise _refuse("unknown_kid", f"no published key has kid {kid!r} (another desk's, "
+                          "or retired)")
         try:
             payload = jwt.api_jws.decode_complete(token, key, algorithms=[ALGORITHM])["payload"]
         except jwt.InvalidSignatureError:
@@ -690,6 +803,13 @@ class _Check:
         if self.now < claims.nbf - self.leeway:
             raise _refuse("not_yet_valid", f"pass {claims.jti} is not valid before "
                           f"{claims.nbf}")
+        if _issued_ahead(claims, self.now, self.leeway):
+            raise _refuse("issued_in_future", f"pass {claims.jti} says it was issued at "
+                          f"{claims.iat}, later than now ({int(self.now)}) beyond the "
+                          f"{self.leeway:g} s leeway")
+        if claims.iss != self.issuer:
+            raise _refuse("wrong_issuer", f"pass {claims.jti} is issued by {claims.iss!r}, "
+                          f"not {self.issuer!r}")
         if claims.aud != self.audience:
             raise _refuse("wrong_audience", f"pass {claims.jti} is for {claims.aud!r}, "
                           f"not {self.audience!r}")
@@ -721,9 +841,6 @@ class _Check:
             raise _refuse("malformed", f"worker's pass {root.jti} does not state staged tools")
         facts = _OrderFacts.of_root(root)
         for parent, child in zip([None, *links[:-1]], links, strict=True):
-            if parent is not None and child.iss != parent.iss:
-                raise _refuse("chain_broken", f"pass {child.jti} and its parent have "
-                              "different issuers")
             for finding in _rule_findings(child, facts, parent, None, None):
                 raise _refuse(_RULE_REASON[finding.rule],
                               f"pass {child.jti}: {finding.rule} {finding.path}: "
@@ -736,13 +853,15 @@ def verify_pass(
     jwks: Mapping[str, Any],
     revoked: Container[str],
     audience: str,
+    issuer: str = DEFAULT_ISSUER,
     now: datetime | str | float | None = None,
     leeway: float = LEEWAY,
 ) -> VerifiedPass:
     """Verify a pass and its whole chain with only the public keys and the revocation list.
 
-    Every link is checked the same way (algorithm EdDSA only, known kid, signature, claims,
-    not revoked, ``exp``/``nbf`` within ``leeway`` seconds, audience), then each derived
+    Every link is checked the same way (canonical spelling, algorithm EdDSA only, known kid,
+    signature, claims, not revoked, ``exp``/``nbf``/``iat`` within ``leeway`` seconds,
+    audience, issuer), then each derived
     link is checked to narrow its parent and the order stated in the worker's pass.
 
     Args:
@@ -750,13 +869,15 @@ def verify_pass(
         jwks: the desk's public JWKS document (:meth:`KeyStore.jwks`).
         revoked: revoked jtis (a set, or the mapping :meth:`awl.Store.revoked` returns).
         audience: who is verifying; every link's ``aud`` must equal it.
+        issuer: the desk whose passes are trusted; every link's ``iss`` must equal it.
         now: the time to check against (default: the clock).
         leeway: clock skew tolerated on ``exp`` and ``nbf``, in seconds.
 
     Raises:
         PassError: with ``reason`` one of :data:`REASONS`.
+        BadRequest: ``now`` is not a time within years 1 to 9999.
     """
-    check = _Check(_public_keys(jwks), revoked, audience, _epoch(now), leeway)
+    check = _Check(_public_keys(jwks), revoked, audience, issuer, _epoch(now), leeway)
     kid, links = check.chain(token)
     return VerifiedPass(token=token, kid=kid, claims=links[-1], chain=tuple(links))
 
@@ -794,10 +915,13 @@ def _expiry(now: float, cap: float, expires_in: timedelta | float | None,
         raise BadRequest("give expires_in or exp, not both")
     if expires_in is not None:
         seconds = (expires_in.total_seconds() if isinstance(expires_in, timedelta)
-                   else float(expires_in))
+                   else expires_in)
+        if not is_finite_number(seconds) or not MIN_EPOCH <= now + seconds <= MAX_EPOCH:
+            raise BadRequest(f"expires_in must be a number of seconds that ends within years "
+                             f"1 to 9999, not {show_value(seconds)}")
         return math.floor(now + seconds)
     if exp is not None:
-        return math.floor(_epoch(exp))
+        return math.floor(_epoch(exp, "exp"))
     return math.floor(cap)
 
 
@@ -842,9 +966,11 @@ def issue_pass(
         PassError: ``reason`` is the rule id the pass would break (``P4``, ``P7`` ...),
             ``not_worker`` for a worker's pass to anyone but the order's worker, or a
             verification reason when ``parent_token`` does not verify.
-        BadRequest: for contradictory arguments.
+        BadRequest: for contradictory or malformed arguments (``now``, ``exp``, ``expires_in``
+            or ``remaining`` that is not a time within years 1 to 9999 or a number).
     """
     t = _epoch(now)
+    remaining = check_amounts(remaining, name="remaining")
     parent: VerifiedPass | None = None
     if parent_token is None and subject != order.to:
         raise PassError(f"a worker's pass goes to the order's worker {order.to}, not {subject}; "
@@ -855,10 +981,15 @@ def issue_pass(
             aud = unverified_claims(parent_token)[1].get("aud")
             audience = aud if isinstance(aud, str) else DEFAULT_AUDIENCE
         parent = verify_pass(parent_token, jwks=keys.jwks(), revoked=revoked,
-                             audience=audience, now=t)
+                             audience=audience, issuer=issuer, now=t)
         if parent.order_id != order.id:
             raise PassError(f"the parent pass is for order {parent.order_id}, not {order.id}",
                             reason="P3")
+        if len(parent.chain) >= MAX_CHAIN:
+            # Never sign what no verifier would accept (DP-12).
+            raise PassError(f"the parent pass is already link {len(parent.chain)} of a chain "
+                            f"and verifiers accept at most {MAX_CHAIN} links; derive from a "
+                            "pass nearer the worker's", reason="chain_too_long")
     audience = audience or DEFAULT_AUDIENCE
     base = parent.claims.grant if parent is not None else None
     if budget is None:
@@ -1040,7 +1171,8 @@ def issue_recorded_pass(
     if parent_token is not None:
         aud = audience or unverified_claims(parent_token)[1].get("aud")
         parent = verify_pass(parent_token, jwks=keys.jwks(), revoked=revoked,
-                             audience=aud if isinstance(aud, str) else DEFAULT_AUDIENCE, now=t)
+                             audience=aud if isinstance(aud, str) else DEFAULT_AUDIENCE,
+                             issuer=issuer, now=t)
     token = issue_pass(record.order, subject=subject, keys=keys, audience=audience, tools=tools,
                        budget=budget, expires_in=expires_in, parent_token=parent_token,
                        remaining=remaining_budget(store, record.order, parent),

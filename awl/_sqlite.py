@@ -28,6 +28,7 @@ exist only to filter, order and check.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -40,13 +41,16 @@ from types import TracebackType
 from typing import Any
 
 from awl._errors import AWLError, Conflict
+from awl._files import create_private, make_private
 from awl._memory import (
+    MAX_CHAIN,
     call_not_found,
     call_number,
     check_ending,
     check_first_event,
     check_takeover,
     dump_json,
+    exceeded_above,
     exceeded_scope,
     json_text,
     may_take,
@@ -230,6 +234,34 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         SELECT order_id, first_started, first_n, first_at FROM call_totals""",
         "DROP TABLE call_totals",
     ),
+    (
+        # What each order's sub-orders, at any depth, have spent: charged to its budget
+        # (LC-15). A reservation under a sub-order adds its call to the row of every order
+        # above it, in the same transaction; `first_*` is their earliest call, counted or
+        # not, which starts the order's seconds. Rows exist only for orders with sub-orders
+        # that made calls.
+        """CREATE TABLE suborder_totals (
+            order_id TEXT PRIMARY KEY REFERENCES orders (id),
+            calls INTEGER NOT NULL,
+            usd REAL NOT NULL,
+            first_started REAL NOT NULL,
+            first_at TEXT NOT NULL
+        ) WITHOUT ROWID""",
+        # The calls sub-orders already made. Each (sub-order, order above it) pair is taken
+        # once, whatever path led to it (a damaged store's cycle cannot count twice).
+        """INSERT INTO suborder_totals (order_id, calls, usd, first_started, first_at)
+        WITH RECURSIVE up (below, above, depth) AS (
+            SELECT id, parent_id, 1 FROM orders WHERE parent_id IS NOT NULL
+            UNION
+            SELECT up.below, o.parent_id, up.depth + 1 FROM up JOIN orders AS o
+                ON o.id = up.above WHERE o.parent_id IS NOT NULL AND up.depth < 64
+        ), pairs AS (SELECT DISTINCT below, above FROM up WHERE below != above)
+        SELECT pairs.above, SUM(c.counted), TOTAL(c.usd * c.counted), MIN(c.started),
+            json_extract(c.doc, '$.started_at')
+        FROM pairs JOIN calls AS c ON c.order_id = pairs.below
+        WHERE pairs.above IN (SELECT id FROM orders)
+        GROUP BY pairs.above""",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -256,13 +288,48 @@ _ADD_TO_PASS_TOTALS = """
         first_at = CASE WHEN excluded.first_started < first_started
             THEN excluded.first_at ELSE first_at END"""
 
-# An order's totals: its newest call row (if any) and its first call (see migration 4).
+# An order's totals: its newest call row (if any), its first call (see migration 4), and
+# what its sub-orders have spent (migration 5).
 _ORDER_TOTALS = """
-    SELECT o.seq, c.n, c.total_calls, c.total_usd, f.started, f.at FROM orders AS o
+    SELECT o.seq, c.n, c.total_calls, c.total_usd, f.started, f.at, o.parent_id,
+        s.calls, s.usd, s.first_started, s.first_at
+    FROM orders AS o
     LEFT JOIN calls AS c ON c.order_id = o.id
         AND c.n = (SELECT MAX(n) FROM calls WHERE order_id = o.id)
     LEFT JOIN first_calls AS f ON f.order_id = o.id
+    LEFT JOIN suborder_totals AS s ON s.order_id = o.id
     WHERE o.id = ?"""
+
+# The orders above one (its parent first) with their tool_calls and usd budgets and what is
+# charged to them: their own counted calls plus their sub-orders'.
+_ABOVE = """
+    WITH RECURSIVE up (id, depth) AS (
+        SELECT parent_id, 1 FROM orders WHERE id = ?1 AND parent_id IS NOT NULL
+        UNION
+        SELECT o.parent_id, up.depth + 1 FROM up JOIN orders AS o ON o.id = up.id
+            WHERE o.parent_id IS NOT NULL AND up.depth < ?2
+    )
+    SELECT o.id, json_extract(o.doc, '$.budget.tool_calls'),
+        json_extract(o.doc, '$.budget.usd'),
+        COALESCE((SELECT total_calls FROM calls WHERE order_id = o.id ORDER BY n DESC
+            LIMIT 1), 0) + COALESCE(s.calls, 0),
+        COALESCE((SELECT total_usd FROM calls WHERE order_id = o.id ORDER BY n DESC
+            LIMIT 1), 0) + COALESCE(s.usd, 0)
+    FROM up JOIN orders AS o ON o.id = up.id
+    LEFT JOIN suborder_totals AS s ON s.order_id = o.id
+    WHERE o.id != ?1
+    ORDER BY up.depth"""
+
+# One call of a sub-order charged to an order above it.
+_CHARGE = """
+    INSERT INTO suborder_totals (order_id, calls, usd, first_started, first_at)
+    VALUES (?1, ?2, ?3, ?4, ?5)
+    ON CONFLICT (order_id) DO UPDATE SET
+        calls = calls + excluded.calls,
+        usd = usd + excluded.usd,
+        first_started = MIN(first_started, excluded.first_started),
+        first_at = CASE WHEN excluded.first_started < first_started
+            THEN excluded.first_at ELSE first_at END"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +341,12 @@ class _Totals:
     usd: float
     first_started: float | None
     first_at: str | None
+    parent_id: str | None = None
+    charged_calls: int = 0
+    """What its sub-orders have spent (charged to it)."""
+    charged_usd: float = 0.0
+    charged_first: tuple[float, str] | None = None
+    """Their earliest call: its start, as a number and as written."""
 
 
 def _effect_doc(effect: EffectState) -> str:
@@ -314,6 +387,7 @@ class SQLiteStore:
         self._idle_fast: list[sqlite3.Connection] = []
         self._guard = threading.Lock()
         self._closed = False
+        self._private_files()
         with self._connection() as conn:
             self._migrate(conn)
 
@@ -322,6 +396,18 @@ class SQLiteStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _private_files(self) -> None:
+        """Make the desk file, and so its journals, owner-only (SEC-10).
+
+        SQLite gives its ``-wal``, ``-shm`` and ``-journal`` files the desk file's own mode,
+        so a desk file created 0600 before SQLite first opens it keeps all of them private,
+        whatever the umask. Files an older version left open to others are closed up.
+        """
+        with contextlib.suppress(OSError):  # a missing folder: SQLite's own error says so
+            create_private(self.path)
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            make_private(self.path.with_name(self.path.name + suffix))
 
     # Connections and transactions -------------------------------------------------------
     def _open(self, *, durable: bool) -> sqlite3.Connection:
@@ -601,9 +687,9 @@ class SQLiteStore:
     # Gateway call records --------------------------------------------------------------
     @staticmethod
     def _insert_call(conn: sqlite3.Connection, record: CallRecord, doc: str, totals: _Totals,
-                     *, counted: bool, usd: float) -> None:
+                     *, counted: bool, usd: float, above: Sequence[str] = ()) -> None:
         """Store a new call (numbered ``totals.last_n + 1``) with the order's totals through
-        it, and add it to its pass's running totals."""
+        it, add it to its pass's running totals, and charge it to every order above."""
         n = totals.last_n + 1
         started = timestamp(record.started_at)
         adds, spends = (1, usd) if counted else (0, 0.0)  # what it adds to the totals
@@ -621,6 +707,8 @@ class SQLiteStore:
         if record.pass_jti is not None:
             conn.execute(_ADD_TO_PASS_TOTALS, (record.order_id, record.pass_jti, adds, spends,
                                                started, n, record.started_at))
+        for above_id in above:
+            conn.execute(_CHARGE, (above_id, adds, spends, started, record.started_at))
 
     @staticmethod
     def _totals(conn: sqlite3.Connection, order_id: str, seq: int | None = None) -> _Totals:
@@ -630,12 +718,29 @@ class SQLiteStore:
         row = conn.execute(_ORDER_TOTALS, (order_id,)).fetchone()
         if row is None:
             raise order_not_found(order_id)
-        actual, last_n, calls, usd, first_started, first_at = row
+        (actual, last_n, calls, usd, first_started, first_at, parent_id, sub_calls, sub_usd,
+         sub_started, sub_at) = row
         if seq is not None and actual != seq:
             raise stale_order(order_id, seq, actual)
+        charged = {} if sub_calls is None else {
+            "charged_calls": sub_calls, "charged_usd": sub_usd,
+            "charged_first": (sub_started, sub_at)}
         if last_n is None:  # no call yet
-            return _Totals(0, 0, 0.0, None, None)
-        return _Totals(last_n, calls, usd, first_started, first_at)
+            return _Totals(0, 0, 0.0, None, None, parent_id, **charged)
+        return _Totals(last_n, calls, usd, first_started, first_at, parent_id, **charged)
+
+    @staticmethod
+    def _above(conn: sqlite3.Connection, order_id: str,
+               ) -> list[tuple[str, float | None, float | None, int, float]]:
+        """The orders above ``order_id`` with their limits and charges (see ``_ABOVE``),
+        each once (a cycle, only possible in a damaged store, ends at the first repeat)."""
+        found: dict[str, tuple[str, float | None, float | None, int, float]] = {}
+        for i, calls_limit, usd_limit, calls, used in conn.execute(
+                _ABOVE, (order_id, MAX_CHAIN)).fetchall():
+            if i in found:
+                break
+            found[i] = (str(i), calls_limit, usd_limit, int(calls), float(used))
+        return list(found.values())
 
     @staticmethod
     def _pass_spent(conn: sqlite3.Connection, order_id: str,
@@ -667,17 +772,21 @@ class SQLiteStore:
 
             def spent(jtis: frozenset[str] | None) -> tuple[int, float]:
                 if jtis is None:
-                    return totals.calls, totals.usd
+                    return (totals.calls + totals.charged_calls,
+                            totals.usd + totals.charged_usd)
                 return self._pass_spent(conn, order_id, jtis)
 
             over = exceeded_scope(scopes, spent, usd)
+            above = [] if totals.parent_id is None else self._above(conn, order_id)
+            over = over or exceeded_above(above, usd)
             if over is not None:
                 return over
             record, doc = new_call(
                 order_id, totals.last_n + 1, attempt=attempt, tool=tool, arguments=arguments,
                 pass_jti=pass_jti, started_at=started_at,
             )
-            self._insert_call(conn, record, doc, totals, counted=True, usd=usd)
+            self._insert_call(conn, record, doc, totals, counted=True, usd=usd,
+                              above=[a[0] for a in above])
             return record
 
     def record_call(self, record_fields: dict[str, Any]) -> CallRecord:
@@ -686,7 +795,9 @@ class SQLiteStore:
         with self._write(durable=False) as conn:
             totals = self._totals(conn, order_id)
             record, doc = stored_call(record_fields, totals.last_n + 1)
-            self._insert_call(conn, record, doc, totals, counted=False, usd=0.0)
+            above = [] if totals.parent_id is None else self._above(conn, order_id)
+            self._insert_call(conn, record, doc, totals, counted=False, usd=0.0,
+                              above=[a[0] for a in above])
             return record
 
     @staticmethod
@@ -758,7 +869,13 @@ class SQLiteStore:
         """Counted calls and USD so far (for the calls under ``jtis`` if given)."""
         with self._read() as conn:
             totals = self._totals(conn, order_id)
-            calls, usd, first_at = totals.calls, totals.usd, totals.first_at
+            calls = totals.calls + totals.charged_calls
+            usd = totals.usd + totals.charged_usd
+            first_at = totals.first_at
+            sub_first = totals.charged_first
+            if sub_first is not None and (totals.first_started is None
+                                          or sub_first[0] < totals.first_started):
+                first_at = sub_first[1]
             if jtis is not None:
                 calls, usd = self._pass_spent(conn, order_id, jtis)
                 clause, params = _jti_filter(jtis)

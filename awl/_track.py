@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from awl._errors import Forbidden
 from awl._models import Event, parse_time
 from awl._store import OrderRecord, Store
 
@@ -151,9 +152,27 @@ def outcome_of(row: TrackRow | OrderRecord) -> str:
     return "active"
 
 
-def track_record(store: Store, worker: str) -> TrackRecord:
-    """The track record of ``worker`` from every order addressed to it."""
-    return summarize(worker, store.track_rows(worker))
+def track_record(store: Store, worker: str, *, viewer: str | None = None) -> TrackRecord:
+    """The track record of ``worker``, as ``viewer`` may see it (SEC-8).
+
+    The worker itself sees every order addressed to it. Any other principal sees the record
+    of only the orders it issued to the worker (as their manager), and is refused when it
+    issued none: a track record tells nobody about orders they are not part of. ``viewer``
+    None is the desk's operator (the library, the CLI without ``--as``), who holds the whole
+    store anyway.
+
+    Raises:
+        Forbidden: ``viewer`` is neither the worker nor the manager of any of its orders.
+    """
+    rows = store.track_rows(worker)
+    if viewer is None or viewer == worker:
+        return summarize(worker, rows)
+    issued = {r.order.id for r in store.list_orders(worker=worker, manager=viewer, limit=None)}
+    if not issued:
+        raise Forbidden(f"{viewer} may not read the track record of {worker}: only the worker "
+                        "itself, and the managers of its orders (for those orders), may",
+                        actor=viewer, action="track")
+    return summarize(worker, [row for row in rows if row.order_id in issued])
 
 
 def summarize(worker: str, rows: Iterable[TrackRow]) -> TrackRecord:

@@ -42,7 +42,8 @@ Checks before anything runs. The latest report's effects are compared with the c
 each ref must name a call of this order, of the report's attempt (the latest), recorded
 with outcome ``held``, with the same tool and exactly the same arguments (JSON equality).
 Then authority is checked again: the order is ``approved``, each approved effect's tool is
-still allowed and staged by the order, and the Delegation Pass it was held under was valid
+still allowed and staged by the order and staged by no order it was split from (only that
+order's manager could approve it), and the Delegation Pass it was held under was valid
 when the call was held: neither it nor a pass it derives from had been revoked by then. A
 revocation after the hold does not count, since every pass is revoked when its order ends,
 approval included (DP-8). Any problem runs **nothing** and is named in
@@ -109,7 +110,8 @@ from awl._effects import (
 )
 from awl._effects import record_event as _log
 from awl._errors import BadRequest, Conflict, InvalidTransition, NotFound
-from awl._models import CallRecord, WorkReport, parse_time
+from awl._lineage import ancestors, staging_ancestor
+from awl._models import CallRecord, WorkOrder, WorkReport, parse_time
 from awl._patterns import canonical_ref, matches_any, parse_ref
 from awl._store import EffectState, OrderRecord, Revocation, Store
 from gateway._lock import DEFAULT_LEASE, LockLost, OrderLock
@@ -166,9 +168,10 @@ class Mismatch:
 
     ``problem`` is a stable code: ``bad_ref``, ``duplicate``, ``not_recorded``,
     ``other_order``, ``tool``, ``arguments``, ``attempt``, ``not_held``, ``not_latest``,
-    ``not_in_report``, ``not_allowed``, ``not_staged``, ``pass_revoked``, ``no_report``,
-    ``no_approval``. ``path`` is a JSON pointer into the report (``/effects/2/arguments``)
-    or, for the manager's choice, into the approving review (``/review/effects/0``).
+    ``not_in_report``, ``not_allowed``, ``not_staged``, ``staged_above``, ``pass_revoked``,
+    ``no_report``, ``no_approval``. ``path`` is a JSON pointer into the report
+    (``/effects/2/arguments``) or, for the manager's choice, into the approving review
+    (``/review/effects/0``).
     """
 
     ref: str
@@ -464,8 +467,11 @@ class _Plan:
 
 
 def _precheck(record: OrderRecord, calls: Sequence[CallRecord], revoked: _Revocations,
-              ) -> _Plan:
-    """Compare the approved report with the call log and recheck authority."""
+              above: Sequence[WorkOrder] = ()) -> _Plan:
+    """Compare the approved report with the call log and recheck authority.
+
+    ``above`` is the chain of orders the order was split from (parent first): a tool one
+    of them stages never runs on this order's approval (LC-14)."""
     order = record.order
     if not record.reports:
         plan = _Plan(record, None, 0)
@@ -547,6 +553,12 @@ def _precheck(record: OrderRecord, calls: Sequence[CallRecord], revoked: _Revoca
         if not matches_any(order.staged, call.tool):
             bad(Mismatch(ref, f"{where}/tool", "not_staged",
                          f"order {order.id} does not stage {call.tool}"))
+        stager = staging_ancestor(call.tool, above)
+        if stager is not None:
+            bad(Mismatch(ref, f"{where}/tool", "staged_above",
+                         f"order {stager.id}, which order {order.id} is split from, stages "
+                         f"{call.tool}; only its manager {stager.manager} can approve that, "
+                         "so it never runs on this sub-order's approval"))
         problem = revoked.problem(call)
         if problem is not None:
             bad(Mismatch(ref, where, "pass_revoked", f"{ref} was held under {problem}"))
@@ -788,7 +800,8 @@ async def commit(
                 f"cannot commit order {order_id!r}: it is {record.state}; only an approved "
                 "order's effects run", state=record.state, action="commit")
         calls = store.calls(order_id)
-        plan = _precheck(record, calls, _Revocations.of(store, order_id))
+        plan = _precheck(record, calls, _Revocations.of(store, order_id),
+                         ancestors(store, record.order))
         took_over = None if lock.took_over is None else (
             f"pid {lock.took_over.pid} on {lock.took_over.host}")
         if plan.mismatches:
@@ -897,7 +910,8 @@ async def retry(
             raise InvalidTransition(
                 f"effect {call.ref} was settled as happened by {settlement.by}; it can "
                 "never be sent again", state="unknown", action="retry")
-        _check_authority(record, call, _Revocations.of(store, order_id), clock())
+        _check_authority(record, call, _Revocations.of(store, order_id), clock(),
+                         ancestors(store, record.order))
         arguments, problem = fill_refs(dict(call.arguments), committer.states)
         if problem is not None:
             raise InvalidTransition(f"cannot retry {call.ref}: it {problem}",
@@ -913,7 +927,7 @@ async def retry(
 
 
 def _check_authority(record: OrderRecord, call: CallRecord, revoked: _Revocations,
-                     moment: datetime) -> None:
+                     moment: datetime, above: Sequence[WorkOrder]) -> None:
     order = record.order
     problems: list[str] = []
     if record.state != "approved":
@@ -924,6 +938,9 @@ def _check_authority(record: OrderRecord, call: CallRecord, revoked: _Revocation
         problems.append(f"the order does not allow {call.tool}")
     if not matches_any(order.staged, call.tool):
         problems.append(f"the order does not stage {call.tool}")
+    stager = staging_ancestor(call.tool, above)
+    if stager is not None:
+        problems.append(f"order {stager.id}, which it is split from, stages {call.tool}")
     problem = revoked.problem(call)
     if problem is not None:
         problems.append(f"it was held under {problem}")

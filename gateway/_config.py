@@ -23,7 +23,7 @@ Optional per-server keys added by the gateway:
 - ``costs``: USD per call, by tool name; ``"*"`` is the price of every other tool (default 0);
 - ``hold``: tool names the operator always wants held for approval; ``"*"`` holds them all;
 - ``max_result_bytes``: the largest result passed on, in bytes of JSON (default 1 MiB,
-  at least 1024); larger results are truncated (see :func:`gateway._upstream.bound_result`).
+  at least 1024); larger results are truncated (see :func:`gateway._results.bound_result`).
 
 Top-level ``gateway`` settings: ``safe_mode`` (hold every allowed tool whose upstream
 annotations do not mark it read-only; default false) and ``startup_wait`` (seconds after the
@@ -40,8 +40,6 @@ is allowed there.
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import re
 from collections.abc import Mapping
@@ -50,7 +48,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from awl._errors import BadRequest
+from awl._errors import BadRequest, DocumentError
+from awl._limits import (
+    INT64_MAX,
+    check_json_value,
+    is_finite_number,
+    loads,
+    read_regular_file,
+    show_value,
+)
 
 SERVER_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,40}")
 """Server names become the ``server`` part of canonical ``server/tool`` names.
@@ -58,6 +64,10 @@ SERVER_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,40}")
 Capped at 40 characters so an exposed name always keeps its ``__`` separator (see
 :mod:`gateway._names`)."""
 
+MAX_SECONDS = 365 * 24 * 3600
+"""Longest ``timeout`` or ``connect_timeout`` accepted, in seconds."""
+MAX_PRICE = 1e9
+"""Largest per-call price in ``costs``, in USD."""
 DEFAULT_STARTUP_WAIT = 3.0
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_CONNECT_TIMEOUT = 60.0
@@ -186,25 +196,24 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> GatewayCo
             message names the key and its location and says what is allowed.
     """
     if not isinstance(source, str | os.PathLike):
-        return _parse(source, base=Path.cwd(), origin=None)
+        try:
+            document = check_json_value(source, where="the gateway config")
+        except DocumentError as exc:
+            raise ConfigError(exc.message, location="") from None
+        return _parse(document, base=Path.cwd(), origin=None)
     path = Path(source)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot read the gateway config {str(path)!r}: {exc.strerror or exc}; "
-            "pass the path of an existing JSON file",
-            location="",
-        ) from None
+        data = read_regular_file(path, what="the gateway config")
+    except DocumentError as exc:
+        raise ConfigError(exc.message, location="") from None
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: the gateway config is not UTF-8 text", location="") from None
     try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{path}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
-            location="",
-        ) from None
+        document = loads(text, where=f"{path}: the gateway config")
+    except DocumentError as exc:
+        raise ConfigError(exc.message, location="") from None
     return _parse(document, base=path.resolve().parent, origin=str(path))
 
 
@@ -231,7 +240,8 @@ class _Parser:
             if key not in allowed:
                 raise self.fail(
                     where,
-                    f"unknown key {key!r}; allowed here: {', '.join(sorted(allowed))}{hint}",
+                    f"unknown key {show_value(key)}; allowed here: "
+                    f"{', '.join(sorted(allowed))}{hint}",
                 )
 
     def string(self, value: Any, where: tuple[str, ...], *, empty: bool = False) -> str:
@@ -242,10 +252,11 @@ class _Parser:
         return value
 
     def seconds(self, value: Any, where: tuple[str, ...]) -> float:
-        if not _is_number(value):
+        if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.fail(where, f"must be a number of seconds, not {_kind(value)}")
-        if value <= 0:
-            raise self.fail(where, f"must be more than 0 seconds, not {value}")
+        if not is_finite_number(value) or not 0 < value <= MAX_SECONDS:
+            raise self.fail(where, f"must be more than 0 and at most {MAX_SECONDS} seconds "
+                                   f"(a year), not {show_value(value)}")
         return float(value)
 
     def str_map(self, value: Any, where: tuple[str, ...]) -> Mapping[str, str]:
@@ -268,10 +279,6 @@ class _Parser:
             return found
 
         return _VAR_RE.sub(sub, text)
-
-
-def _is_number(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
 def _kind(value: Any) -> str:
@@ -316,7 +323,7 @@ def _server(p: _Parser, name: str, entry: Any, base: Path) -> ServerConfig:
     if not SERVER_NAME_RE.fullmatch(name):
         raise p.fail(
             where,
-            f"server name {name!r} is not allowed; use 1 to 40 of A-Z a-z 0-9 _ . - "
+            f"server name {show_value(name)} is not allowed; use 1 to 40 of A-Z a-z 0-9 _ . - "
             "(it becomes the server part of server/tool names)",
         )
     raw = p.obj(entry, where)
@@ -342,7 +349,7 @@ def _server(p: _Parser, name: str, entry: Any, base: Path) -> ServerConfig:
     else:
         url = p.string(raw.get("url"), (*where, "url"))
         if not url.startswith(("http://", "https://")):
-            raise p.fail((*where, "url"), f"{url!r} is not an http:// or https:// URL")
+            raise p.fail((*where, "url"), f"{show_value(url)} is not an http:// or https:// URL")
         headers = p.str_map(raw.get("headers", {}), (*where, "headers"))
         transport = HttpTransport(url=url, headers=headers)
 
@@ -353,20 +360,22 @@ def _server(p: _Parser, name: str, entry: Any, base: Path) -> ServerConfig:
     costs: dict[str, float] = {}
     for tool, price in p.obj(raw.get("costs", {}), (*where, "costs")).items():
         at = (*where, "costs", tool)
-        if not _is_number(price):
+        if isinstance(price, bool) or not isinstance(price, int | float):
             raise p.fail(at, f"must be a price in USD, not {_kind(price)}")
-        if price < 0:
-            raise p.fail(at, f"must not be negative, not {price}")
+        if not is_finite_number(price) or not 0 <= price <= MAX_PRICE:
+            raise p.fail(at, f"must be from 0 to {MAX_PRICE} USD, not {show_value(price)}")
         costs[tool] = float(price)
     hold_raw = raw.get("hold", [])
     if not isinstance(hold_raw, list):
         raise p.fail((*where, "hold"), f"must be an array of tool names, not {_kind(hold_raw)}")
     hold = frozenset(p.string(t, (*where, "hold", str(i))) for i, t in enumerate(hold_raw))
     limit = raw.get("max_result_bytes", DEFAULT_MAX_RESULT_BYTES)
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < MIN_RESULT_BYTES:
+    if (isinstance(limit, bool) or not isinstance(limit, int)
+            or not MIN_RESULT_BYTES <= limit <= INT64_MAX):
         raise p.fail(
             (*where, "max_result_bytes"),
-            f"must be a whole number of bytes, at least {MIN_RESULT_BYTES}, not {limit!r}",
+            f"must be a whole number of bytes, at least {MIN_RESULT_BYTES}, "
+            f"not {show_value(limit)}",
         )
     return ServerConfig(
         name=name,
@@ -385,7 +394,8 @@ def _kind_of(p: _Parser, raw: Mapping[str, Any], where: tuple[str, ...]) -> str:
         if not isinstance(declared, str) or declared not in _TYPES:
             raise p.fail(
                 (*where, "type"),
-                f"unsupported transport {declared!r}; use one of: {', '.join(sorted(_TYPES))}",
+                f"unsupported transport {show_value(declared)}; use one of: "
+                f"{', '.join(sorted(_TYPES))}",
             )
         kind = _TYPES[declared]
         needed = "command" if kind == "stdio" else "url"

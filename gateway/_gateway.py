@@ -14,9 +14,10 @@ same steps, and nothing is answered before its record is in the store:
    :meth:`~awl.Store.record_call` (it never counts) and answered as a tool error
    ``CODE: message``.
 3. Reserve the call with :meth:`~awl.Store.reserve_call`, which numbers it
-   (``server/tool#N``) and checks the order's and every pass link's ``tool_calls`` and
-   ``usd`` limits in one transaction: exact under concurrent calls, from any number of
-   gateway processes on the same store.
+   (``server/tool#N``) and checks the order's, every pass link's and (for a sub-order)
+   every order above's ``tool_calls`` and ``usd`` limits in one transaction, charging the
+   call to each order above: exact under concurrent calls, from any number of gateway
+   processes on the same store.
 4. A staged call is checked against the upstream's input schema, stored as ``held`` with
    its exact arguments (and its effect state ``held``), never forwarded, and answered
    ``pending:server/tool#N``; arguments that do not fit are answered
@@ -54,14 +55,16 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 
-from awl._checks import to_plain
 from awl._desk import Desk, format_time
 from awl._errors import Conflict, DocumentError, PassError
+from awl._limits import check_json_value
+from awl._lineage import ancestors
 from awl._memory import stale_order
 from awl._models import CallRecord, WorkOrder
 from awl._passes import DEFAULT_AUDIENCE, VerifiedPass, verify_pass
-from awl._patterns import parse_ref
+from awl._patterns import matches_any, parse_ref
 from awl._store import OrderRecord, Scope, Store
+from awl.server._transport import identity_of
 from gateway._config import GatewayConfig
 from gateway._names import NameTable, server_of, split_canonical
 from gateway._policy import (
@@ -72,6 +75,7 @@ from gateway._policy import (
     is_staged,
     refuse,
 )
+from gateway._results import OutputSchemas
 from gateway._staging import check_arguments
 from gateway._upstream import (
     RESERVED_META_PREFIX,
@@ -156,6 +160,17 @@ def forward_meta(meta: Mapping[str, Any] | None, *, ref: str, order_id: str,
     return out
 
 
+def held_note(tool: str, order: WorkOrder) -> str:
+    """What the worker is told about a held tool: listed as an effect, or never run (GW-9)."""
+    if matches_any(order.staged, tool):
+        return ("Held for the manager's approval: the call is recorded, not run, and answers "
+                "pending:server/tool#N for your report's effects.")
+    return (f"Held, and never run: the gateway holds {tool} (safe mode or the operator's "
+            "hold list) but the order does not stage it, so no report may list its calls as "
+            "effects (rule R13) and no approval runs them. Leave them out of your report's "
+            "effects; if the work needs this tool, say so in your report.")
+
+
 def attempt_of(record: OrderRecord) -> int:
     """The report attempt in progress: 1 + the reworks so far."""
     return 1 + sum(1 for r in record.reviews if r.decision == "rework")
@@ -200,7 +215,9 @@ class Gateway:
         pool: The open upstream connections.
         pass_token: The Delegation Pass the worker runs under (stdio and in-process); over
             HTTP each request's Bearer pass is used instead. None: the order's worker.
-        jwks: The desk's public key set, needed to verify passes.
+        jwks: The desk's public key set, needed to verify passes: a JWKS document, or a
+            callable (a :class:`~awl.KeySet`) asked for the current one at every check, so
+            rotated and retired keys count from the next call (DP-13).
         audience: The audience passes must name.
         safe: Safe mode (hold every tool not marked read-only); default the config's.
         clock: Returns the current time, timezone-aware (tests pass a fake one).
@@ -218,7 +235,7 @@ class Gateway:
         store: Store,
         pool: UpstreamPool,
         pass_token: str | None = None,
-        jwks: Mapping[str, Any] | None = None,
+        jwks: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
         audience: str = DEFAULT_AUDIENCE,
         safe: bool | None = None,
         clock: Clock | None = None,
@@ -237,9 +254,13 @@ class Gateway:
         self._clock: Clock = clock or _utc_now
         self._tools: Mapping[str, types.Tool] = {}
         self._known_facts: dict[str, tuple[float, bool, bool | None]] = {}
+        self._schemas = OutputSchemas()
         self._table = NameTable((), reserved=WORKER_TOOL_NAMES)
         self._order: WorkOrder | None = None
         self._order_scope: Scope | None = None
+        # The orders above this one with a seconds budget (LC-15): the store checks the
+        # other units of every order above when it reserves a call.
+        self._timed_above: tuple[WorkOrder, ...] = ()
         self.desk = Desk(store, clock=self._clock)
         self._worker = WorkerTools(self)
         self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -283,6 +304,8 @@ class Gateway:
         """
         record = await anyio.to_thread.run_sync(self.store.load, self.order_id)
         self._order = record.order
+        above = await anyio.to_thread.run_sync(ancestors, self.store, record.order)
+        self._timed_above = tuple(o for o in above if o.budget.seconds is not None)
         if self._pass_token is not None:
             authority = await anyio.to_thread.run_sync(self.verify, self._pass_token)
             if authority.error is not None:
@@ -303,8 +326,10 @@ class Gateway:
         if order.staged or self.safe or any(c.hold for c in self.config.servers.values()):
             lines.append(
                 "Some tools are held for the manager's approval: they answer "
-                "pending:server/tool#N and run only after approval; list each in your "
-                "report's effects (awl_list_held_calls gives them ready to copy).")
+                "pending:server/tool#N and run only after approval; list each call of a "
+                "tool the order stages in your report's effects (awl_list_held_calls gives "
+                "them ready to copy). A held tool the order does not stage never runs: "
+                "its description says so.")
         lines.append("Desk tools awl_get_order, awl_post_progress, awl_list_calls, "
                      "awl_list_held_calls and awl_submit_report cost nothing.")
         return "\n".join(lines)
@@ -341,14 +366,21 @@ class Gateway:
     # ------------------------------------------------------------------ authority
 
     def _token_for(self, ctx: ServerRequestContext[Any] | None) -> str | None:
+        """The pass a request runs under (BIND-7).
+
+        Over HTTP it is the pass the transport verified for this very request; the headers
+        are never read again here, and an HTTP request without a verified pass is refused:
+        it never runs as the order's worker. Other transports run under the configured pass
+        (None: the order's worker).
+        """
         request = getattr(ctx, "request", None) if ctx is not None else None
-        headers = getattr(request, "headers", None)
-        if headers is not None:
-            value = str(headers.get("authorization", ""))
-            scheme, _, token = value.partition(" ")
-            if scheme.lower() == "bearer" and token.strip():
-                return token.strip()
-        return self._pass_token
+        if request is None:
+            return self._pass_token
+        identity = identity_of(ctx)
+        if isinstance(identity, Authority) and identity.verified is not None:
+            return identity.token
+        raise MCPError(types.INVALID_REQUEST, "this HTTP request carries no verified "
+                       "Delegation Pass; send yours as 'Authorization: Bearer <pass>'")
 
     def verify(self, token: str | None) -> Authority:
         """Who ``token`` makes the caller, checked now (revocation and expiry included).
@@ -362,7 +394,8 @@ class Gateway:
                 "this gateway was started without the desk's key set, so it cannot check "
                 "passes", reason="unknown_kid"))
         try:
-            verified = verify_pass(token, jwks=self._jwks, revoked=self.store.revoked(),
+            jwks = self._jwks() if callable(self._jwks) else self._jwks
+            verified = verify_pass(token, jwks=jwks, revoked=self.store.revoked(),
                                    audience=self.audience, now=self.now())
         except PassError as exc:
             return Authority(token, error=exc)
@@ -397,13 +430,13 @@ class Gateway:
         held = self.staged(canonical)
         description = f"[{canonical}] {tool.description or ''}".rstrip()
         if held:
-            description += ("\nHeld for the manager's approval: the call is recorded, not "
-                            "run, and answers pending:server/tool#N for your report's effects.")
-        update: dict[str, Any] = {"name": exposed, "description": description}
-        if held:
-            # A held call answers with a placeholder, which the upstream's output schema
-            # would reject on the worker's side.
-            update["output_schema"] = None
+            description += "\n" + held_note(canonical, self.order)
+        # A held call answers with a placeholder, which the upstream's output schema would
+        # reject on the worker's side; a schema that is not valid JSON Schema is not
+        # advertised either (GW-12).
+        schema = None if held else self._schemas.advertised(canonical, tool)
+        update: dict[str, Any] = {"name": exposed, "description": description,
+                                  "output_schema": schema}
         return tool.model_copy(update=update)
 
     async def _on_list_tools(self, ctx: ServerRequestContext[Any],
@@ -445,9 +478,9 @@ class Gateway:
                             params: types.CallToolRequestParams) -> types.CallToolResult:
         token = self._token_for(ctx)
         try:
-            # The wire refuses values JSON cannot carry (SEC-7); an in-process client can
+            # The wire refuses values JSON cannot carry (SEC-9); an in-process client can
             # still pass them, and a call that cannot be recorded gets a protocol error (GW-7).
-            arguments = to_plain(dict(params.arguments or {}))
+            arguments = check_json_value(dict(params.arguments or {}), where="the arguments")
         except DocumentError as exc:
             raise MCPError(types.INVALID_PARAMS, f"Invalid params: {exc.message}") from None
         if params.name in WORKER_TOOL_NAMES:
@@ -473,7 +506,7 @@ class Gateway:
             DocumentError: ``arguments`` hold what JSON cannot (NaN, a lone surrogate, ...);
                 nothing was recorded or forwarded.
         """
-        args = to_plain(dict(arguments))
+        args = check_json_value(dict(arguments), where="the arguments")
         table = await self._catalog()
         server = tool = canonical = unavailable = None
         meant = server_of(name, self.config.servers) if name not in table else None
@@ -495,6 +528,7 @@ class Gateway:
             return admission.answer
         record = admission.record
         assert record is not None and server is not None and tool is not None
+        assert canonical is not None
         outcome, result, error = "error", None, None
         answer: types.CallToolResult
         try:
@@ -503,7 +537,8 @@ class Gateway:
                 meta=forward_meta(meta, ref=record.ref, order_id=self.order_id,
                                   attempt=record.attempt))
             outcome = "error" if answer.is_error else "ok"
-            result = _wire(answer)
+            result = _wire(answer)  # what the upstream answered (bounded), as evidence
+            answer = self._schemas.conform(canonical, self._tools.get(canonical), answer)
         except UpstreamError as exc:
             error = f"AWL_{exc.code}: {exc.message}"
             answer = _text_result(error, error=True)
@@ -637,11 +672,12 @@ class Gateway:
             usage = self.store.usage(self.order_id)
         if grant is not None and grant.budget.seconds is not None:
             pass_usage = self.store.usage(self.order_id, scopes[-1].jtis)
+        above = [(o, self.store.usage(o.id)) for o in self._timed_above]
         decision = decide(
             order=record.order, state=record.state, now=now, tool=canonical,
             requested=name, usage=usage, usd=usd, grant=grant, pass_usage=pass_usage,
             pass_problem=authority.problem, hold=[canonical] if hold and canonical else (),
-            safe=self.safe, read_only=read_only, unavailable=unavailable)
+            safe=self.safe, read_only=read_only, above=above, unavailable=unavailable)
         if decision.action == "refuse":
             self._check_fresh(record)
             return self._refused(decision, tool=canonical or UNRESOLVED_TOOL,
@@ -651,7 +687,7 @@ class Gateway:
             self.order_id, attempt=attempt, tool=canonical, arguments=arguments, pass_jti=jti,
             usd=usd, started_at=started, scopes=scopes, seq=record.seq)
         if isinstance(reserved, str):
-            hit = next((sc for sc in scopes if sc.name == reserved), scopes[0])
+            hit = next((sc for sc in scopes if sc.name == reserved), reserved)
             return self._refused(budget_refusal(hit, self.order_id), tool=canonical,
                                  arguments=arguments, attempt=attempt, jti=jti, started=started)
         if decision.action == "hold":
@@ -677,18 +713,22 @@ class Gateway:
                     + ". Fix them and call again.")
             self.store.finish_call(self.order_id, record.ref, outcome="error", result=None,
                                    error=text, ended_at=ended)
-            return _Admission(refuse(AWL_INVALID_ARGUMENTS, text), record,
-                              _text_result(text, error=True))
+            # The call was made and counts, so it is answered with its ref like any other.
+            answer = _text_result(text, error=True)
+            answer.meta = {META_REF: record.ref}
+            return _Admission(refuse(AWL_INVALID_ARGUMENTS, text), record, answer)
+        if matches_any(self.order.staged, record.tool):
+            advice = (f"Held for the manager's approval, not run. List it in your report's "
+                      f"effects as {{\"ref\": \"{record.ref}\", \"tool\": \"{record.tool}\", "
+                      "\"arguments\": <exactly these arguments>}; a later held call may use "
+                      f"{{\"$ref\": \"{record.ref}\", \"pointer\": \"/structuredContent/...\"}} "
+                      "for a value from its future result.")
+        else:
+            advice = f"Recorded, not run. {held_note(record.tool, self.order)}"
         answer = types.CallToolResult(
             content=[
                 types.TextContent(type="text", text=f"pending:{record.ref}"),
-                types.TextContent(
-                    type="text",
-                    text=f"Held for the manager's approval, not run. List it in your report's "
-                         f"effects as {{\"ref\": \"{record.ref}\", \"tool\": \"{record.tool}\", "
-                         "\"arguments\": <exactly these arguments>}; a later held call may use "
-                         f"{{\"$ref\": \"{record.ref}\", \"pointer\": \"/structuredContent/...\"}} "
-                         "for a value from its future result."),
+                types.TextContent(type="text", text=advice),
             ],
             structured_content={"pending": record.ref, "status": "held"},
             meta={META_REF: record.ref},

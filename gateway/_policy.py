@@ -9,7 +9,7 @@ limits are enforced once more, atomically, when the store reserves the call.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -144,6 +144,7 @@ def decide(
     safe: bool = False,
     read_only: bool | None = None,
     unavailable: str | None = None,
+    above: Sequence[tuple[WorkOrder, Usage]] = (),
 ) -> Decision:
     """Decide what happens to one call.
 
@@ -169,6 +170,10 @@ def decide(
         read_only: The upstream's ``readOnlyHint`` for the tool, if it gave one.
         unavailable: When ``tool`` is None because the server the name is meant for could
             not be started: why (the refusal then says so instead of ``AWL_FORBIDDEN``).
+        above: For a sub-order, orders it was split from whose budget must be checked
+            here, each with what is charged to it (its sub-orders' spending included):
+            a call is charged to every order above (LC-15). The store checks their
+            ``tool_calls`` and ``usd`` exactly; ``seconds`` is checked only here.
 
     Returns:
         The decision; a refusal carries a code from :data:`REFUSAL_CODES`.
@@ -198,6 +203,10 @@ def decide(
                       "listed by tools/list")
     problem = _budget_problem(f"order {order.id}", order.budget.units(), usage or Usage(),
                               now=now, usd=usd)
+    for parent, spent in above:
+        problem = problem or _budget_problem(
+            f"order {parent.id}, which this order is split from,", parent.budget.units(),
+            spent, now=now, usd=usd)
     if problem is None and grant is not None:
         problem = _budget_problem("your pass", grant.budget.units(), pass_usage or Usage(),
                                   now=now, usd=usd)
@@ -209,8 +218,14 @@ def decide(
     return FORWARD
 
 
-def budget_refusal(scope: Scope, order_id: str) -> Decision:
-    """The refusal for a reservation the store turned down on ``scope``'s limits."""
+def budget_refusal(scope: Scope | str, order_id: str) -> Decision:
+    """The refusal for a reservation the store turned down on ``scope``'s limits, or on an
+    order above (the name the store gave, ``order <id>``)."""
+    if isinstance(scope, str):
+        return refuse(AWL_BUDGET_EXHAUSTED,
+                      f"{scope}, which order {order_id} is split from, has spent its budget "
+                      "(its own calls and its sub-orders') or this call would pass it; stop "
+                      "calling tools and submit your report")
     who = f"order {order_id}" if scope.jtis is None else "your pass"
     limits = [f"{n:g} {unit}" for n, unit in ((scope.max_calls, "tool_calls"),
                                               (scope.max_usd, "usd")) if n is not None]

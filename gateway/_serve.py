@@ -19,7 +19,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, TextIO
 
@@ -28,7 +28,7 @@ import anyio.abc
 import anyio.to_thread
 
 from awl._errors import BadRequest
-from awl._passes import DEFAULT_AUDIENCE, KeyStore
+from awl._passes import DEFAULT_AUDIENCE, KeySet, KeyStore
 from awl._store import Store
 from awl.server._frames import stdio_frames
 from awl.server._transport import Unauthorized, is_loopback, parse_address
@@ -59,7 +59,7 @@ async def open_gateway(
     store: Store | None = None,
     home: str | os.PathLike[str] | None = None,
     pass_token: str | None = None,
-    jwks: Mapping[str, Any] | None = None,
+    jwks: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
     load_keys: bool = False,
     audience: str = DEFAULT_AUDIENCE,
     safe: bool | None = None,
@@ -78,8 +78,9 @@ async def open_gateway(
             closed on exit).
         home: The home folder (default ``AWL_HOME`` or ``./.awl``).
         pass_token: Run the worker under this Delegation Pass instead of the whole order.
-        jwks: The desk's public key set; default read from the home folder's keys when a
-            pass is given or ``load_keys`` is set.
+        jwks: The desk's public key set (a JWKS document, or a callable giving the current
+            one); default the home folder's keys, read again whenever a key is rotated in or
+            retired, when a pass is given or ``load_keys`` is set.
         load_keys: Read the key set even without ``pass_token`` (serving HTTP needs it).
         audience: The audience passes must name.
         safe: Safe mode; default the config's ``gateway.safe_mode``.
@@ -106,8 +107,10 @@ async def open_gateway(
         if jwks is None and (pass_token is not None or load_keys):
             from awl._home import home_dir
 
-            keys = KeyStore(home_dir(home))
-            jwks = await anyio.to_thread.run_sync(keys.jwks)
+            # Read again whenever a key is rotated in or retired (DP-13); read once now so
+            # an unusable key folder is an error before anything starts.
+            jwks = KeySet(KeyStore(home_dir(home)))
+            await anyio.to_thread.run_sync(jwks)
         # A missing order is the likeliest mistake; say so before starting any upstream.
         await anyio.to_thread.run_sync(store.load, order_id)
         # Started in the background: a slow or hanging upstream holds up no one (the

@@ -15,17 +15,24 @@ from dataclasses import dataclass
 from typing import Any
 
 # No stubs ship for jsonschema; the unused-ignore keeps mypy quiet once someone adds them.
-from jsonschema import Draft202012Validator  # type: ignore[import-untyped, unused-ignore]
 from jsonschema.exceptions import (  # type: ignore[import-untyped, unused-ignore]
     SchemaError,
     ValidationError,
 )
-from jsonschema.validators import validator_for  # type: ignore[import-untyped, unused-ignore]
+from referencing.exceptions import Unresolvable
 
+from awl._bounded import (
+    PatternError,
+    SchemaTooCostly,
+    bounded_errors,
+    bounded_validator,
+    meta_errors,
+)
 from awl._models import CallRecord
 from awl._patterns import parse_ref
 
 REF_KEY = "$ref"
+_CHECK_SECONDS = 1.0  # a held call's check runs on the gateway's loop: keep it short
 POINTER_KEY = "pointer"
 
 Path = tuple[str | int, ...]
@@ -121,13 +128,19 @@ def check_arguments(
                 f"$ref {item.ref} does not name an earlier held call of this attempt; "
                 "reference only refs you got back as pending:server/tool#N")
     if schema is not None:
+        # The upstream's schema is applied as DOC-16 says: RE2 patterns, bounded work.
+        errors: list[ValidationError] = []
         try:
-            cls = validator_for(schema, default=Draft202012Validator)
-            cls.check_schema(schema)
-            validator = cls(schema)
-            errors = [e for e in validator.iter_errors(dict(arguments)) if _counts(e, roots)]
-        except SchemaError:
+            if not meta_errors(schema):
+                validator = bounded_validator(schema)
+                errors = [e for e in bounded_errors(validator, dict(arguments),
+                                                    seconds=_CHECK_SECONDS)
+                          if _counts(e, roots)]
+        except (SchemaError, PatternError, Unresolvable, RecursionError):
             errors = []  # the upstream's own schema is broken; it will judge the call itself
+        except SchemaTooCostly as exc:
+            problems.append(f"the arguments are too costly to check against the tool's input "
+                            f"schema ({exc}); send smaller arguments")
         for error in sorted(errors, key=lambda e: list(map(str, e.absolute_path))):
             problems.append(f"{_where(error)}: {error.message[:300]}")
     return problems[:10]

@@ -40,12 +40,12 @@ outcome. If the connection drops while ``before_send`` runs, the call ends with
 ``UpstreamUnavailable(sent=False)`` after the mark: marked, certainly not sent.
 
 Results larger than the server's ``max_result_bytes`` are *truncated*, not refused: a
-write that ran and answered at length must not look failed. See :func:`bound_result`.
+write that ran and answered at length must not look failed. See
+:func:`gateway._results.bound_result`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import sys
@@ -68,6 +68,7 @@ from pydantic import ValidationError
 from awl._errors import AWLError, NotFound
 from awl._patterns import is_tool_name
 from gateway._config import GatewayConfig, HttpTransport, ServerConfig
+from gateway._results import bound_result
 
 logger = logging.getLogger("awl.gateway.upstream")
 
@@ -76,9 +77,6 @@ CLIENT_INFO = types.Implementation(name="awl-gateway", version="0.1.0")
 
 RESERVED_META_PREFIX = "io.modelcontextprotocol/"
 """``_meta`` keys the protocol reserves for the connection they arrived on."""
-
-TRUNCATED_META_KEY = "awl/truncated"
-"""Set in a bounded result's ``_meta``: ``{"bytes": original size, "limit": the limit}``."""
 
 RETRY_FIRST = 1.0
 """Seconds after a failed start before the next call may try to start the server again."""
@@ -161,64 +159,6 @@ def clean_meta(meta: Mapping[str, Any] | None) -> dict[str, Any] | None:
         if not k.startswith(RESERVED_META_PREFIX) and k not in ("progressToken", "progress_token")
     }
     return out or None
-
-
-def result_size(result: types.CallToolResult) -> int:
-    """Bytes of the result's JSON as the wire carries it."""
-    return len(result.model_dump_json(by_alias=True, exclude_none=True))
-
-
-def bound_result(
-    result: types.CallToolResult, limit: int, *, label: str = "tool"
-) -> types.CallToolResult:
-    """``result`` if its JSON fits in ``limit`` bytes, else a truncated copy that fits.
-
-    Truncation keeps ``is_error`` as the upstream said it and the text blocks in order,
-    shortening the longest ones; other blocks (images, audio, resources) become a short
-    text note; ``structuredContent`` is dropped when it takes more than half the limit;
-    one text block at the end says what was cut, and ``_meta["awl/truncated"]`` records
-    the original size. Truncation rather than refusal: the call did run, and its effect
-    must not look failed. Limits under about 1 KiB may not be met.
-    """
-    size = result_size(result)
-    if size <= limit:
-        return result
-    note = types.TextContent(
-        type="text",
-        text=f"[AWL: the {label} result was {size} bytes; it was cut to the gateway's limit "
-        f"of {limit} bytes]",
-    )
-    meta = dict(result.meta or {})
-    meta[TRUNCATED_META_KEY] = {"bytes": size, "limit": limit}
-    structured = result.structured_content
-    if structured is not None and len(json.dumps(structured)) > limit // 2:
-        structured = None
-    texts: list[str] = [
-        block.text if isinstance(block, types.TextContent) else f"[AWL: a {block.type} was cut]"
-        for block in result.content
-    ]
-
-    def build() -> types.CallToolResult:
-        content: list[types.ContentBlock] = [types.TextContent(type="text", text=t) for t in texts]
-        content.append(note)
-        return types.CallToolResult(
-            content=content, structured_content=structured, is_error=result.is_error, _meta=meta
-        )
-
-    bounded = build()
-    # Each round removes at least the excess (a character is at least one byte of JSON),
-    # so this ends after about one round per text block.
-    for _ in range(len(texts) + 4):
-        excess = result_size(bounded) - limit
-        if excess <= 0:
-            return bounded
-        longest = max(range(len(texts)), key=lambda i: len(texts[i]), default=None)
-        if longest is None or not texts[longest]:
-            break
-        text = texts[longest]
-        texts[longest] = text[: max(len(text) - excess - 8, 0)]
-        bounded = build()
-    return types.CallToolResult(content=[note], is_error=result.is_error, _meta=meta)
 
 
 def _without_reserved(result: types.CallToolResult) -> types.CallToolResult:
@@ -700,7 +640,7 @@ class UpstreamPool:
 
         Returns:
             The upstream's result, without protocol-reserved ``_meta`` keys, bounded to the
-            server's ``max_result_bytes`` (see :func:`bound_result`).
+            server's ``max_result_bytes`` (see :func:`gateway._results.bound_result`).
 
         Raises:
             NotFound: ``server`` is not configured.

@@ -18,8 +18,11 @@ from typing import TYPE_CHECKING, Any, get_args
 import anyio.to_thread
 import mcp_types as types
 
-from awl._errors import AWLError, BadRequest, ValidationFailed
+from awl._errors import AWLError, BadRequest
+from awl._limits import INT64_MAX, check_integer
 from awl._models import CallOutcome
+from awl._patterns import matches_any
+from awl.server._server import tool_error
 
 if TYPE_CHECKING:
     from gateway._gateway import Authority, Gateway
@@ -128,7 +131,8 @@ TOOLS = (
     types.Tool(
         name=LIST_HELD_CALLS,
         description="[awl desk] The calls held for approval in this attempt, each as "
-                    "{ref, tool, arguments}: copy them into your report's effects. Free.",
+                    "{ref, tool, arguments}: copy them into your report's effects. Calls "
+                    "of tools the order does not stage never run and are left out. Free.",
         input_schema=_NO_ARGS,
         annotations=_READ,
     ),
@@ -153,16 +157,11 @@ _USED = frozenset({"ok", "error", "held"})
 
 
 def _whole_number(value: Any, name: str, low: int, high: int | None) -> int | None:
-    """An optional integer argument in ``[low, high]``; BadRequest otherwise."""
+    """An optional integer argument in ``[low, high]`` (DOC-12); BadRequest otherwise."""
     if value is None:
         return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if (isinstance(value, bool) or not isinstance(value, int) or value < low
-            or (high is not None and value > high)):
-        span = f"from {low} to {high}" if high is not None else f"of at least {low}"
-        raise BadRequest(f"{name} must be a whole number {span}")
-    return value
+    return check_integer(value, name=name, minimum=low,
+                         maximum=INT64_MAX if high is None else high)
 
 
 def _cut(text: str) -> str:
@@ -172,16 +171,6 @@ def _cut(text: str) -> str:
 def _ok(data: Any, text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
                                 structured_content=data)
-
-
-def _error(exc: AWLError) -> types.CallToolResult:
-    data: dict[str, Any] = {"code": exc.code, "message": exc.message}
-    text = f"{exc.code}: {exc.message}"
-    if isinstance(exc, ValidationFailed):
-        data["findings"] = [f.to_dict() for f in exc.findings]
-        text += "".join(f"\n{f.rule} {f.path}: {f.message}" for f in exc.findings[:20])
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                structured_content=data, is_error=True)
 
 
 class WorkerTools:
@@ -205,13 +194,13 @@ class WorkerTools:
                    authority: Authority) -> types.CallToolResult:
         """Run one desk tool as the caller; errors come back as tool errors with their code."""
         if authority.error is not None:
-            return _error(authority.error)
+            return tool_error(authority.error)
         actor = self.gateway.actor(authority)
         handler = self._handlers[name]
         try:
             return await anyio.to_thread.run_sync(handler, arguments, actor)
         except AWLError as exc:
-            return _error(exc)
+            return tool_error(exc)
 
     # Handlers run in a worker thread: the desk and the store are synchronous.
 
@@ -279,10 +268,17 @@ class WorkerTools:
     def _list_held(self, arguments: dict[str, Any], actor: str) -> types.CallToolResult:
         gw = self.gateway
         view = gw.desk.get(gw.order_id)
+        calls = [c for c in gw.store.calls(gw.order_id, attempt=view.attempt)
+                 if c.outcome == "held"]
+        # Only calls of tools the order stages may be listed as effects (R13); the others
+        # (held by safe mode or the operator's hold list) never run.
         held = [{"ref": c.ref, "tool": c.tool, "arguments": c.arguments}
-                for c in gw.store.calls(gw.order_id, attempt=view.attempt)
-                if c.outcome == "held"]
-        lines = [f"{h['ref']}" for h in held] or ["no held calls in this attempt"]
+                for c in calls if matches_any(view.order.staged, c.tool)]
+        lines = [f"{h['ref']}" for h in held] or ["no held calls to list in this attempt"]
+        never = len(calls) - len(held)
+        if never:
+            lines.append(f"{never} more held call(s) of tools the order does not stage are "
+                         "left out: they never run and a report may not list them (R13)")
         return _ok({"attempt": view.attempt, "effects": held}, "\n".join(lines))
 
     def _submit(self, arguments: dict[str, Any], actor: str) -> types.CallToolResult:

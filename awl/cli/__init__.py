@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from awl._errors import AWLError
+from awl._limits import check_text
 
 # Modules that add subcommands, in the order they appear in --help.
 _COMMAND_MODULES = (
@@ -53,15 +55,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``awl`` command; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    func = getattr(args, "func", None)
-    if func is None:
-        parser.print_help()
-        return 2
+    """Run the ``awl`` command; returns the exit code.
+
+    Every failure the user can cause ends here as one line on stderr: an argument that is
+    not UTF-8 (DOC-13), an :class:`AWLError`, a reader that went away (``awl ... | head``).
+    """
+    words = sys.argv[1:] if argv is None else list(argv)
     try:
+        _check_words(words)
+        parser = build_parser()
+        args = parser.parse_args(words)
+        func = getattr(args, "func", None)
+        if func is None:
+            parser.print_help()
+            return 2
         code: int = func(args)
+        sys.stdout.flush()
     except CLIError as exc:
         print(f"awl: {exc}", file=sys.stderr)
         return exc.code
@@ -70,7 +79,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _reader_gone()
     return code
+
+
+def _check_words(words: Sequence[str]) -> None:
+    """Refuse an argument that is not UTF-8 (Python hands it over as lone surrogates)."""
+    for i, word in enumerate(words):
+        after = f" (after {words[i - 1]!r})" if i and words[i - 1].isprintable() else ""
+        check_text(word, name=f"argument {i + 1}{after}")
+
+
+def _reader_gone() -> int:
+    # Whoever read our output stopped (``| head -c 1``): not an error of ours. Point stdout
+    # at /dev/null so the interpreter's last flush at exit finds nowhere to fail.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return 141  # what a shell reports for a process ended by SIGPIPE
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -27,6 +28,7 @@ from awl._desk import Desk, OrderView, Question
 from awl._errors import ValidationFailed
 from awl._home import default_store, home_dir
 from awl._lifecycle import ACTIVE, TERMINAL
+from awl._limits import check_integer
 from awl._models import Event
 from awl._track import TrackRecord
 
@@ -363,8 +365,7 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    if args.limit < 1:
-        raise _fail("--limit must be at least 1")
+    check_integer(args.limit, name="--limit", minimum=1)
     with _desk(args) as desk:
         views = desk.list(state=args.state, worker=args.worker, manager=args.manager,
                           parent_id=args.parent, limit=args.limit)
@@ -396,6 +397,9 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _follow(args: argparse.Namespace) -> int:
+    check_integer(args.after, name="--after")
+    if args.timeout is not None and not 0 < args.timeout < math.inf:
+        raise _fail(f"--timeout takes a number of seconds above 0, not {args.timeout:g}")
     with _desk(args) as desk:
         ended = False
         for event in desk.follow(args.order_id, args.after, timeout=args.timeout):
@@ -447,8 +451,9 @@ def _review(args: argparse.Namespace) -> int:
 
 
 def _track(args: argparse.Namespace) -> int:
+    viewer = args.actor or os.environ.get(ACTOR_ENV) or None  # None: the operator (SEC-8)
     with _desk(args) as desk:
-        record = desk.track(args.worker)
+        record = desk.track(args.worker, viewer=viewer)
     if args.json:
         _print_json(record.to_json())
     else:

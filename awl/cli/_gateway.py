@@ -14,7 +14,11 @@ from typing import Any
 
 import anyio
 
+from awl._passes import MAX_TOKEN_BYTES
 from awl.cli import CLIError
+
+_MAX_PASS_FILE = MAX_TOKEN_BYTES + 1024
+"""A pass file holds one token (at most MAX_TOKEN_BYTES) and some white space."""
 
 
 def register(subparsers: Any) -> None:
@@ -29,9 +33,13 @@ def register(subparsers: Any) -> None:
                         help="upstream servers, in the mcpServers JSON shape")
     parser.add_argument("--home", metavar="DIR",
                         help="the desk's home folder (default: $AWL_HOME, else ./.awl)")
-    parser.add_argument("--pass", dest="pass_token", metavar="TOKEN",
-                        help="run the worker under this Delegation Pass (default: $AWL_PASS; "
-                             "without one, as the order's worker)")
+    given = parser.add_mutually_exclusive_group()
+    given.add_argument("--pass-file", metavar="PATH",
+                       help="run the worker under the Delegation Pass in this file (or set "
+                            "$AWL_PASS); without one, as the order's worker")
+    given.add_argument("--pass", dest="pass_token", metavar="TOKEN",
+                       help="the pass itself: other users of the machine can read it in the "
+                            "process list, so prefer --pass-file or $AWL_PASS")
     parser.add_argument("--safe", action="store_true",
                         help="hold every allowed tool its upstream does not mark read-only")
     parser.add_argument("--http", metavar="HOST:PORT",
@@ -52,9 +60,9 @@ def register(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     if args.commit:
-        if args.http or args.pass_token or args.safe or args.allow_remote:
+        if args.http or args.pass_token or args.pass_file or args.safe or args.allow_remote:
             raise CLIError("--commit runs approved effects and serves nothing; drop --http, "
-                           "--pass, --safe and --allow-remote")
+                           "--pass, --pass-file, --safe and --allow-remote")
         from gateway._commit import run_commit_cli
 
         return run_commit_cli(args)
@@ -62,16 +70,34 @@ def _run(args: argparse.Namespace) -> int:
         raise CLIError("--json, --timeout and --lock-wait go with --commit")
     from gateway._serve import PASS_ENV, parse_address, run_gateway
 
-    token = args.pass_token or os.environ.get(PASS_ENV) or None
     http = parse_address(args.http) if args.http else None
     if http is None and args.allow_remote:
         raise CLIError("--allow-remote goes with --http")
-    if http is not None and args.pass_token:
+    if http is not None and (args.pass_token or args.pass_file):
         raise CLIError("over --http each worker sends its own pass as a Bearer token; "
-                       "drop --pass")
+                       "drop --pass and --pass-file")
+    token = _pass_token(args) or os.environ.get(PASS_ENV) or None
     if http is not None:
         token = None
     anyio.run(lambda: run_gateway(
         args.order, args.config, http=http, allow_remote=args.allow_remote, home=args.home,
         pass_token=token, safe=True if args.safe else None, announce=sys.stderr))
     return 0
+
+
+def _pass_token(args: argparse.Namespace) -> str | None:
+    """The pass given by ``--pass-file`` (its text, stripped) or ``--pass``."""
+    if args.pass_file is None:
+        token: str | None = args.pass_token
+        return token
+    try:
+        with open(args.pass_file, encoding="utf-8") as f:
+            text = f.read(_MAX_PASS_FILE + 1)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CLIError(f"cannot read the pass file {args.pass_file} "
+                       f"({getattr(exc, 'strerror', None) or exc})") from None
+    token = text.strip()
+    if not token or len(text) > _MAX_PASS_FILE:
+        raise CLIError(f"the pass file {args.pass_file} must hold one pass token, as "
+                       "`awl pass issue` printed it")
+    return token

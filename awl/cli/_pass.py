@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import time
@@ -11,8 +12,9 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from awl._errors import PassError
+from awl._errors import BadRequest, PassError
 from awl._home import default_store, home_dir
+from awl._limits import INT64_MAX, check_epoch, show_value
 from awl._passes import (
     DEFAULT_AUDIENCE,
     KeyStore,
@@ -78,6 +80,16 @@ def register(subparsers: Any) -> None:
     _common(rotate)
     rotate.set_defaults(func=_rotate)
 
+    retire = sub.add_parser(
+        "retire", help="delete an old signing key: every pass it signed stops verifying",
+        description="Delete a signing key that is no longer current (a leaked one, say). Every "
+                    "pass it signed, and every pass derived from one, is refused from the next "
+                    "request of any running gateway; the current key cannot be retired "
+                    "(rotate first).")
+    retire.add_argument("kid", metavar="KID", help="the key's kid (`awl pass jwks` lists them)")
+    _common(retire)
+    retire.set_defaults(func=_retire)
+
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--home", metavar="DIR", help="the desk's home (default: $AWL_HOME, "
@@ -105,14 +117,16 @@ def _parse_budget(text: str) -> dict[str, float]:
             raise _fail(f"--budget {part!r}: write UNIT=N with UNIT one of "
                         f"{', '.join(_UNITS)}")
         try:
-            out[unit] = _UNITS[unit](value.strip())
+            number = _UNITS[unit](value.strip())
         except ValueError:
             raise _fail(f"--budget {unit}: {value.strip()!r} is not a "
                         f"{'whole ' if _UNITS[unit] is int else ''}number") from None
-        if out[unit] < 0:
+        if number < 0:
             raise _fail(f"--budget {unit}: a limit is never negative")
-        if out[unit] == int(out[unit]):
-            out[unit] = int(out[unit])  # usd=1 stays 1 in the claims, not 1.0
+        if not math.isfinite(number) or number > INT64_MAX:  # DOC-12: 1e400, inf, nan
+            raise _fail(f"--budget {unit}: {value.strip()[:40]!r} is not a finite number up "
+                        f"to {INT64_MAX}; give a real limit")
+        out[unit] = int(number) if number == int(number) else number  # usd=1 stays 1
     if not out:
         raise _fail("--budget names no unit; e.g. usd=1,tool_calls=5")
     return out
@@ -163,10 +177,26 @@ def _links(token: str) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
         current = parent if isinstance(parent, str) else None
 
 
-def _when(epoch: Any) -> str:
-    if not isinstance(epoch, int | float) or isinstance(epoch, bool):
-        return repr(epoch)
+def _epoch(value: Any) -> int | float | None:
+    """A claim that is a time within years 1 to 9999 (DOC-14), else None."""
+    try:
+        return check_epoch(value, name="the time")
+    except BadRequest:
+        return None
+
+
+def _when(value: Any) -> str:
+    epoch = _epoch(value)
+    if epoch is None:
+        return f"{show_value(value)} (not a time)"
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _names(value: Any) -> str:
+    """A claim that should be a list of patterns, shown whatever it holds."""
+    if not isinstance(value, list):
+        return f"{show_value(value)} (not a list)"
+    return ", ".join(map(str, value)) or "(none)"
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -213,8 +243,9 @@ def _describe(claims: dict[str, Any], chain: list[dict[str, Any]],
     budget = _object(grant.get("budget"))
     exp = claims.get("exp")
     left = ""
-    if isinstance(exp, int | float) and not isinstance(exp, bool):
-        seconds = int(exp - time.time())
+    until = _epoch(exp)
+    if until is not None:
+        seconds = int(until - time.time())
         left = (f" (expires in {_span(seconds)})" if seconds > 0
                 else f" (expired {_span(-seconds)} ago)")
     rows = [
@@ -224,8 +255,8 @@ def _describe(claims: dict[str, Any], chain: list[dict[str, Any]],
         ("audience", claims.get("aud")),
         ("order", f"{grant.get('order_id')} (manager {root.get('manager', '?')}, "
                   f"deadline {root.get('deadline', '?')})"),
-        ("tools", ", ".join(map(str, grant.get("tools", []))) or "(none)"),
-        ("staged", ", ".join(map(str, root.get("staged", []))) or "(none)"),
+        ("tools", _names(grant.get("tools", []))),
+        ("staged", _names(root.get("staged", []))),
         ("budget", " ".join(f"{k}={v}" for k, v in budget.items()) or "(none)"),
         ("valid", f"{_when(claims.get('nbf'))} to {_when(exp)}{left}"),
         ("chain", " -> ".join(f"{c.get('jti')} ({c.get('sub')})" for c in chain)),
@@ -273,4 +304,14 @@ def _rotate(args: argparse.Namespace) -> int:
         print(json.dumps({"kid": kid, "kids": keys.kids()}))
     else:
         print(f"new signing key {kid}; {len(keys.kids()) - 1} older key(s) still verify")
+    return 0
+
+
+def _retire(args: argparse.Namespace) -> int:
+    keys = KeyStore(home_dir(args.home))
+    keys.retire(args.kid)
+    if args.json:
+        print(json.dumps({"retired": args.kid, "kids": keys.kids()}))
+    else:
+        print(f"retired key {args.kid}: passes it signed are refused from the next request on")
     return 0

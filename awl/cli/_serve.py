@@ -53,7 +53,9 @@ def register(subparsers: Any) -> None:
     which = revoke.add_mutually_exclusive_group(required=True)
     which.add_argument("id", nargs="?", metavar="ID",
                        help="the token's id from `awl token list` (6 or more of its digits)")
-    which.add_argument("--token", metavar="TOKEN", help="the token itself")
+    which.add_argument("--token", metavar="TOKEN",
+                       help="the token itself; - reads it from stdin (a command line is "
+                            "readable by other users)")
     which.add_argument("--principal", metavar="PRINCIPAL",
                        help="revoke every token of this principal")
     for command, func in ((issue, _issue_token), (listing, _list_tokens),
@@ -161,7 +163,8 @@ def _revoke_tokens(args: argparse.Namespace) -> int:
 
     store = default_store(home_dir(args.home))
     try:
-        rows = _token_rows(revoke_tokens(store, id_prefix=args.id, token=args.token,
+        token = sys.stdin.read().strip() if args.token == "-" else args.token
+        rows = _token_rows(revoke_tokens(store, id_prefix=args.id, token=token,
                                          principal=args.principal))
     finally:
         store.close()

@@ -38,7 +38,6 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 
 from awl import __version__
-from awl._checks import to_plain
 from awl._desk import AsyncDesk, Desk, OrderView
 from awl._effects import list_effects, settle
 from awl._errors import (
@@ -51,6 +50,7 @@ from awl._errors import (
     ValidationFailed,
 )
 from awl._lifecycle import TABLE, TERMINAL
+from awl._limits import INT64_MAX, check_integer, check_json_value
 from awl._models import Event, WorkOrder, parse_time
 from awl._passes import KeyStore, issue_recorded_pass, unverified_claims
 from awl._store import Store
@@ -65,7 +65,8 @@ from awl.server._tools import (
 )
 from awl.server._transport import Unauthorized, identity_of, serve_http
 
-__all__ = ["WAIT_LIMIT", "DeskServer", "serve_desk_http", "serve_stdio", "tool_error"]
+__all__ = ["ERROR_META", "WAIT_LIMIT", "DeskServer", "serve_desk_http", "serve_stdio",
+           "tool_error"]
 
 log = logging.getLogger("awl.server")
 
@@ -83,10 +84,17 @@ Data = dict[str, Any]
 Handler = Callable[[str, Data], Awaitable[tuple[Data, str]]]
 
 
-def tool_error(exc: AWLError) -> types.CallToolResult:
-    """A refusal as the tool error a model reads: ``CODE: message`` plus structured data.
+ERROR_META = "awl/error"
+"""The ``_meta`` member of a tool error that carries its code and details (BIND-8)."""
 
-    The structured content is ``{code, message}`` and, where they apply, ``findings``
+
+def tool_error(exc: AWLError) -> types.CallToolResult:
+    """A refusal as the tool error a model reads: ``CODE: message``, with the details in
+    ``_meta`` (BIND-8).
+
+    A tool error carries no structured content: clients check structured content against
+    the tool's output schema even on errors, and that schema describes the tool's success.
+    ``_meta["awl/error"]`` holds ``{code, message}`` and, where they apply, ``findings``
     (VALIDATION_FAILED), ``reason`` (a refused Delegation Pass), ``state`` and ``action``
     (INVALID_TRANSITION).
     """
@@ -100,17 +108,19 @@ def tool_error(exc: AWLError) -> types.CallToolResult:
         data["reason"] = exc.reason
     if isinstance(exc, InvalidTransition):
         data.update(state=exc.state, action=exc.action)
+    return _error_result(text, data)
+
+
+def _error_result(text: str, data: Data) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                structured_content=data, is_error=True)
+                                is_error=True, _meta={ERROR_META: data})
 
 
 def _internal_error(name: str, exc: Exception) -> types.CallToolResult:
     log.exception("tool %s failed unexpectedly", name)
     message = (f"the desk failed unexpectedly ({type(exc).__name__}); the operation may or "
                "may not have been written: read the order again before retrying")
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=f"INTERNAL: {message}")],
-        structured_content={"code": "INTERNAL", "message": message}, is_error=True)
+    return _error_result(f"INTERNAL: {message}", {"code": "INTERNAL", "message": message})
 
 
 @cache
@@ -126,6 +136,24 @@ def _check_arguments(name: str, arguments: Mapping[str, Any]) -> None:
                  for e in errors[:5]]
         raise BadRequest(f"bad arguments for {name}: {'; '.join(parts)}; see the tool's "
                          "input schema")
+
+
+@cache
+def _integer_ranges(name: str) -> dict[str, tuple[int, int]]:
+    properties = argument_schema(name).get("properties", {})
+    return {key: (int(spec.get("minimum", -INT64_MAX - 1)),
+                  min(int(spec.get("maximum", INT64_MAX)), INT64_MAX))
+            for key, spec in properties.items() if spec.get("type") == "integer"}
+
+
+def _whole_numbers(name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments with each integer one an ``int`` within 64 bits (DOC-5, DOC-12):
+    ``2.0`` is 2, and ``2**63`` is refused before it reaches the store."""
+    out = dict(arguments)
+    for key, (low, high) in _integer_ranges(name).items():
+        if key in out:
+            out[key] = check_integer(out[key], name=key, minimum=low, maximum=high)
+    return out
 
 
 def _roles(order: WorkOrder, principal: str) -> list[str]:
@@ -262,10 +290,10 @@ class DeskServer:
                                 "with --as PRINCIPAL or send a desk token",
                                 actor="", action=name)
             # Values JSON cannot carry (NaN, a lone surrogate) never reach a tool: the wire
-            # refuses them (SEC-7), and so does this, for in-process callers.
-            plain = to_plain(dict(arguments))
+            # refuses them (SEC-9), and so does this, for in-process callers.
+            plain = check_json_value(dict(arguments), where=f"the arguments of {name}")
             _check_arguments(name, plain)
-            data, summary = await handler(actor, plain)
+            data, summary = await handler(actor, _whole_numbers(name, plain))
         except AWLError as exc:
             return tool_error(exc)
         except Exception as exc:  # a bug must reach the model as an error, not kill the server
@@ -314,12 +342,6 @@ class DeskServer:
 
     async def _create(self, actor: str, args: Data) -> tuple[Data, str]:
         order: Data = args["order"]
-        mine = order.get("from", actor) == actor  # else the desk refuses it as FORBIDDEN
-        for field in ("to", "escalate_to"):
-            if mine and order.get(field) == actor:
-                raise BadRequest(f"you ({actor}) cannot be the order's {field}: you would "
-                                 "review your own work or answer your own questions; name "
-                                 "another principal")
         view = await self.desk.create(order, actor,
                                       copy_handoff=bool(args.get("copy_handoff", False)))
         return _view(view, actor), f"order {view.id} offered to {view.order.to}"
@@ -477,7 +499,7 @@ class DeskServer:
 
     async def _track(self, actor: str, args: Data) -> tuple[Data, str]:
         worker = args.get("worker", actor)
-        record = await self.desk.track(worker)
+        record = await self.desk.track(worker, viewer=actor)
         data = record.to_json()
         return data, f"{worker}: {record.orders} order(s), {record.approved} approved"
 

@@ -388,7 +388,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         description=(
             "How a worker's orders turned out: approved first time or after rework, failed, "
             "expired, cancelled, declined, active; spend against budget; median time from "
-            "accept to approval. Default worker: you."),
+            "accept to approval. Default worker: you. You see all of your own orders; of "
+            "another worker, only the orders you issued to it."),
         input_schema=_object({"worker": _string("The worker (default: you).", minLength=1)}),
         output_schema=_object({
             "worker": {"type": "string"}, "orders": _COUNT,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import re
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -97,15 +98,32 @@ def parse_address(text: str) -> tuple[str, int]:
     return host, port
 
 
+# RFC 6750: the scheme (any case), one or more spaces, then one b64token and nothing else.
+_BEARER = re.compile(r"(?i:bearer) +([A-Za-z0-9._~+/-]+=*)")
+
+
 def bearer_token(scope: Scope) -> str | None:
-    """The Bearer token of an HTTP request's ``Authorization`` header, if it has one."""
-    for key, value in scope.get("headers", ()):
-        if key.lower() == b"authorization":
-            scheme, _, rest = value.decode("latin-1").partition(" ")
-            token: str = rest.strip()
-            if scheme.lower() == "bearer" and token:
-                return token
-    return None
+    """The one Bearer token of an HTTP request; None when it has no ``Authorization`` header.
+
+    A request presents its credential exactly one way (SEC-7): a second ``Authorization``
+    header, or one that is not ``Bearer <token>`` (``Basic ...``, a bare ``Bearer``,
+    ``Token ...``), is refused, never read as "no credential" nor skipped for another one.
+
+    Raises:
+        Unauthorized: more than one ``Authorization`` header, or a malformed one.
+    """
+    values = [value for key, value in scope.get("headers", ())
+              if key.lower() == b"authorization"]
+    if not values:
+        return None
+    if len(values) > 1:
+        raise Unauthorized(f"the request has {len(values)} Authorization headers; send exactly "
+                           "one: 'Authorization: Bearer <token>'")
+    found = _BEARER.fullmatch(values[0].decode("latin-1"))
+    if found is None:
+        raise Unauthorized("the Authorization header is not 'Bearer <token>'; send your token "
+                           "that way and no other credential")
+    return found.group(1)
 
 
 def identity_of(ctx: Any) -> Any:

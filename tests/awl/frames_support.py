@@ -1,4 +1,4 @@
-"""Malformed JSON-RPC frames, and the answers SEC-7 owes them, for every door that takes frames:
+"""Malformed JSON-RPC frames, and the answers SEC-9 owes them, for every door that takes frames:
 the desk and the gateway, over stdio and over streamable HTTP in both protocol eras.
 
 Each door's test sends these as raw bytes to a real ``awl serve`` / ``awl gateway``

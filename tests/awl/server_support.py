@@ -18,6 +18,7 @@ from mcp import Client, StdioServerParameters, stdio_client
 from awl._desk import format_time
 from awl._models import CallRecord
 from awl._store import Store
+from awl.server._server import ERROR_META
 
 ROOT = Path(__file__).resolve().parents[2]
 MANAGER = "human:ana"
@@ -108,10 +109,13 @@ class Desk:
         return result.structured_content
 
     async def refused(self, name: str, **arguments: Any) -> dict[str, Any]:
-        """Call a tool that must be refused; returns the error's structured content."""
+        """Call a tool that must be refused; returns the error's details (BIND-8)."""
         result = await self.raw(name, **arguments)
         assert result.is_error, f"{name} was not refused: {text_of(result)}"
-        data = result.structured_content
+        # No structured content: a TypeScript client would check it against the tool's
+        # output schema, which describes the tool's success.
+        assert result.structured_content is None
+        data = (result.meta or {}).get(ERROR_META)
         assert isinstance(data, dict)
         assert text_of(result).startswith(f"{data['code']}: ")
         return data

@@ -113,7 +113,7 @@ def test_ended_orders_say_how_and_why(desk: Desk) -> None:
 def test_a_sub_order_names_its_parent(desk: Desk) -> None:
     """Links to the parent and to the continued order are shown."""
     parent = working(desk)
-    child = desk.create(order_fields(to="agent:h", parent_id=parent.id,
-                                     budget={"usd": 1, "tool_calls": 1}, **{"from": WORKER}),
-                        WORKER)
+    child = desk.create(order_fields(to="agent:h", parent_id=parent.id, tools=["filings/*"],
+                                     staged=None, budget={"usd": 1, "tool_calls": 1},
+                                     **{"from": WORKER}), WORKER)
     assert f"Sub-order of `{parent.id}`" in desk.handoff(child.id)

@@ -440,8 +440,8 @@ def test_report_against_invalid_order_is_a_document_error() -> None:
 
 def make_child(**changes: Any) -> dict[str, Any]:
     base = make_order(id="wo_1.1", parent_id="wo_1", budget={"usd": 0.5, "tool_calls": 5},
-                      deadline="2026-10-02T08:00:00Z", tools=["filings/search", "gmail/send"],
-                      staged=["gmail/send"])
+                      deadline="2026-10-02T08:00:00Z", tools=["filings/search", "gmail/read"],
+                      staged=["gmail/read"])
     base.update(changes)
     return {k: v for k, v in base.items() if v is not None}
 
@@ -458,10 +458,25 @@ def test_c1_child_budget_within_parent() -> None:
     assert pairs(found) == {("C1", "/budget/usd"), ("C1", "/budget/tool_calls")}
 
 
+@pytest.mark.spec("C1", "LC-15")
+def test_c1_child_budget_within_what_the_parent_has_left() -> None:
+    """With what remains of the parent's budget given, a child asking more than that is C1,
+    even when it is within the parent's whole budget; a unit not given stays whole."""
+    child = make_child(budget={"usd": 0.5, "tool_calls": 5})
+    found = iter_suborder_findings(child, make_order(), {"tool_calls": 4, "usd": 0.5})
+    assert pairs(found) == {("C1", "/budget/tool_calls")}
+    assert "left" in next(f.message for f in iter_suborder_findings(
+        child, make_order(), {"tool_calls": 4}))
+    assert is_valid_suborder(child, make_order(), {"tool_calls": 5})
+    with pytest.raises(ValidationFailed):
+        validate_suborder(child, make_order(), {"usd": 0.25})
+
+
 def test_c2_child_tools_covered() -> None:
     """A child pattern the parent's patterns do not cover is C2 at /tools/i."""
-    found = iter_suborder_findings(make_child(tools=["filings/*", "*", "gmail/send"]),
-                                   make_order(tools=["filings/*", "gmail/send"]))
+    found = iter_suborder_findings(make_child(tools=["filings/*", "*", "gmail/send"],
+                                              staged=None),
+                                   make_order(tools=["filings/*", "gmail/send"], staged=None))
     assert pairs(found) == {("C2", "/tools/1")}
 
 
@@ -471,13 +486,19 @@ def test_c3_child_deadline_within_parent() -> None:
     assert pairs(found) == {("C3", "/deadline")}
 
 
-def test_c4_staged_stays_staged() -> None:
-    """A child pattern reaching a tool the parent stages, without staging it, is C4."""
-    found = iter_suborder_findings(make_child(tools=["filings/*", "gmail/*"], staged=[]),
-                                   make_order())
-    assert pairs(found) == {("C4", "/tools/1")}
-    narrower = make_child(tools=["gmail/*"], staged=["gmail/send"])
-    assert list(iter_suborder_findings(narrower, make_order())) == []
+@pytest.mark.spec("C6")
+def test_c6_a_staged_tool_is_never_handed_down() -> None:
+    """A child pattern reaching a tool the parent stages is C6 at /tools/i, staged by the
+    child or not: its held calls would be approved by the child's manager."""
+    for staged in ([], ["gmail/send"], ["gmail/*"]):
+        found = iter_suborder_findings(make_child(tools=["filings/*", "gmail/*"],
+                                                  staged=staged), make_order())
+        assert pairs(found) == {("C6", "/tools/1")}, staged
+    found = iter_suborder_findings(make_child(tools=["gmail/send", "*"], staged=[]),
+                                   make_order(tools=["*"]))
+    assert pairs(found) == {("C6", "/tools/0"), ("C6", "/tools/1")}
+    others = make_child(tools=["gmail/read", "gmail/drafts"], staged=["gmail/drafts"])
+    assert list(iter_suborder_findings(others, make_order())) == []
 
 
 def test_c5_parent_id_names_parent() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from awl._home import default_store
 from awl._models import Event, WorkOrder
-from awl._passes import unverified_claims, verify_pass
+from awl._passes import MAX_CHAIN, unverified_claims, verify_pass
 from awl.cli import main
 
 ORDER = WorkOrder.model_validate({
@@ -161,3 +161,21 @@ def test_the_installed_command_runs(home: Path) -> None:
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["keys"][0]["kty"] == "OKP"
+
+
+@pytest.mark.spec("DP-12")
+def test_awl_pass_issue_never_signs_a_chain_longer_than_verifiers_accept(
+        capsys: pytest.CaptureFixture[str], home: Path) -> None:
+    """Deriving link after link with `awl pass issue --parent`: every link up to the limit is
+    issued and verifies; the one past it is refused in one line, and nothing is printed."""
+    token = _issue(capsys, home, "--order", "ord-1", "--to", "agent:worker")
+    for i in range(MAX_CHAIN - 1):
+        token = _issue(capsys, home, "--parent", token, "--to", f"agent:sub{i}",
+                       "--tools", "fs/read")
+    code, out, _ = _run(capsys, home, "jwks")
+    assert len(verify_pass(token, jwks=json.loads(out), revoked=(),
+                           audience="awl:gateway").chain) == MAX_CHAIN
+    code, out, err = _run(capsys, home, "issue", "--parent", token, "--to", "agent:deepest",
+                          "--tools", "fs/read")
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and f"at most {MAX_CHAIN} links" in err

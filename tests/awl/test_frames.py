@@ -1,4 +1,4 @@
-"""Malformed frames reaching the desk server get JSON-RPC errors (SEC-7), over stdio and over
+"""Malformed frames reaching the desk server get JSON-RPC errors (SEC-9), over stdio and over
 streamable HTTP in both protocol eras, with no traceback; a valid call works after them."""
 
 from __future__ import annotations
@@ -34,17 +34,17 @@ pytestmark = pytest.mark.anyio
 TOOL = "list_work_orders"
 
 
-@pytest.mark.spec("SEC-7")
+@pytest.mark.spec("SEC-9")
 @pytest.mark.parametrize("frame", malformed(TOOL), ids=lambda f: f.label)
 def test_each_malformed_frame_is_refused_with_its_error(frame: Frame) -> None:
-    """check_frame answers every malformed frame with the code and id SEC-7 names."""
+    """check_frame answers every malformed frame with the code and id SEC-9 names."""
     checked = check_frame(frame.raw)
     assert isinstance(checked, Refused), frame.label
     assert checked.answer is not None
     check_answer(frame, checked.answer.model_dump(by_alias=True))
 
 
-@pytest.mark.spec("SEC-7")
+@pytest.mark.spec("SEC-9")
 def test_sound_frames_pass_and_bad_notifications_are_dropped_with_a_reason() -> None:
     """Requests, notifications and responses pass as their messages; a notification with
     an unreadable value cannot be answered and is refused without an answer."""
@@ -69,7 +69,7 @@ def _serve_env() -> dict[str, str]:
     return {"PYTHONPATH": str(ROOT), "PATH": os.environ.get("PATH", "")}
 
 
-@pytest.mark.spec("SEC-7", "SEC-4")
+@pytest.mark.spec("SEC-9", "SEC-4")
 async def test_awl_serve_over_stdio_answers_every_malformed_frame(tmp_path: Path) -> None:
     """Each malformed line gets its error on stdout; the desk still serves after them."""
     command = [sys.executable, "-m", "awl", "serve", "--home", str(tmp_path), "--as", MANAGER]
@@ -91,7 +91,7 @@ async def test_awl_serve_over_stdio_answers_every_malformed_frame(tmp_path: Path
     no_traceback(errlog.read_text())
 
 
-@pytest.mark.spec("SEC-7", "SEC-4")
+@pytest.mark.spec("SEC-9", "SEC-4")
 async def test_awl_serve_over_http_answers_every_malformed_frame_in_both_eras(
         tmp_path: Path) -> None:
     """Each malformed POST gets 400 and its error, in a handshake session and in the

@@ -347,7 +347,25 @@ def _unknown_kid(keys: KeyStore, root: str, child: str) -> str:
     return issue_pass(ORDER, subject="agent:worker", keys=other, now=NOW)
 
 
+def _dated_ahead(keys: KeyStore, root: str, child: str) -> str:
+    claims = _claims(root)
+    claims["iat"] = NOW + LEEWAY + 60  # valid from now (nbf), but "issued" in a minute
+    return keys.sign(claims)
+
+
+def _other_issuer(keys: KeyStore, root: str, child: str) -> str:
+    return issue_pass(ORDER, subject="agent:worker", keys=keys, issuer="awl:other-desk",
+                      now=NOW)
+
+
+def _padded(keys: KeyStore, root: str, child: str) -> str:
+    return child + "=="
+
+
 FORGERIES: dict[str, tuple[Callable[[KeyStore, str, str], str], str]] = {
+    "dated in the future": (_dated_ahead, "issued_in_future"),
+    "signed by our key for another issuer": (_other_issuer, "wrong_issuer"),
+    "padded": (_padded, "not_canonical"),
     "alg none": (_alg_none, "bad_algorithm"),
     "HS256 signed with the public key": (_hmac_with_public_key, "bad_algorithm"),
     "valid signature over edited claims": (_edited_claims, "bad_signature"),
@@ -362,7 +380,7 @@ FORGERIES: dict[str, tuple[Callable[[KeyStore, str, str], str], str]] = {
 
 
 @pytest.mark.parametrize("name", sorted(FORGERIES))
-@pytest.mark.spec("DP-2", "DP-3", "DP-5", "DP-6", "DP-8", "DP-9")
+@pytest.mark.spec("DP-2", "DP-3", "DP-5", "DP-6", "DP-8", "DP-9", "DP-11", "DP-14", "P9")
 def test_every_forgery_is_refused_with_its_own_reason(keys: KeyStore, root: str, child: str,
                                                       name: str) -> None:
     """Each way an attacker forges a pass is refused, with a reason naming that way."""
@@ -671,3 +689,68 @@ def test_every_link_of_a_chain_limits_the_call(store: Store, keys: KeyStore) -> 
 
     assert not isinstance(call(), str) and not isinstance(call(), str)
     assert call() == scopes[1].name
+
+
+# -- attacks on the token's spelling, the chain length, the issuer and the clock --------------
+
+
+def _respelt_last(part: str) -> str:
+    """``part`` with its last character replaced by one that decodes to the same bytes."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    unused = {2: 0b1111, 3: 0b11}[len(part) % 4]  # low bits the last character leaves unused
+    index = alphabet.index(part[-1])
+    return part[:-1] + alphabet[(index & ~unused) | (~index & unused & 1)]
+
+
+@pytest.mark.spec("DP-11")
+@pytest.mark.parametrize("spelling", ["padded", "padded header", "respelt signature",
+                                      "respelt parent", "standard alphabet"])
+def test_a_respelt_token_that_decodes_to_the_same_bytes_is_refused(
+        keys: KeyStore, root: str, child: str, spelling: str) -> None:
+    """A pass is taken only as issued: padding, a last character whose unused bits are set,
+    or the '+/' alphabet make another string of the same bytes, and each is refused."""
+    head, body, sig = child.split(".")
+    if spelling == "padded":
+        token = child + "=="
+    elif spelling == "padded header":
+        token = f"{head}==.{body}.{sig}"
+    elif spelling == "respelt signature":
+        token = f"{head}.{body}.{_respelt_last(sig)}"
+    elif spelling == "respelt parent":
+        r_head, r_body, r_sig = root.split(".")
+        header = json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
+        header["parent"] = f"{r_head}.{r_body}.{_respelt_last(r_sig)}"
+        token = keys.sign(_claims(child), parent=header["parent"])
+    else:
+        token = child.replace("-", "+").replace("_", "/")
+        assert token != child
+    assert _reason(lambda: _verify(token, keys)) == "not_canonical"
+    assert _verify(child, keys).subject == "agent:sub"
+
+
+@pytest.mark.spec("P9", "DP-5")
+def test_iat_ahead_is_tolerated_within_the_leeway_only(keys: KeyStore, root: str) -> None:
+    """A pass dated up to the leeway ahead of the verifier's clock verifies; further ahead it
+    is refused, when verified and when its claims are checked with the time given."""
+    claims = _claims(root)
+    for ahead, ok in ((LEEWAY, True), (LEEWAY + 1, False)):
+        claims["iat"] = NOW + ahead
+        token = keys.sign(claims)
+        if ok:
+            assert _verify(token, keys).jti == claims["jti"]
+        else:
+            assert _reason(lambda t=token: _verify(t, keys)) == "issued_in_future"
+        found = [(f.rule, f.path) for f in iter_pass_findings(claims, order=ORDER, now=NOW)]
+        assert found == ([] if ok else [("P9", "/iat")])
+
+
+@pytest.mark.spec("DP-14")
+def test_a_verifier_trusts_one_issuer_on_every_link(keys: KeyStore, root: str) -> None:
+    """Each link's iss must be the verifier's issuer: a child naming another issuer, or a
+    verifier set to trust another desk, refuses the chain."""
+    child_claims = _claims(_derived(keys, root))
+    child_claims["iss"] = "awl:other-desk"
+    assert _reason(lambda: _verify(keys.sign(child_claims, parent=root), keys)
+                   ) == "wrong_issuer"
+    assert _reason(lambda: _verify(root, keys, issuer="awl:other-desk")) == "wrong_issuer"
+    assert _verify(root, keys, issuer="awl:desk").subject == "agent:worker"

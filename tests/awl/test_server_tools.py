@@ -18,6 +18,7 @@ from awl._memory import MemoryStore
 from awl._passes import KeyStore
 from awl._store import OrderRecord, Store
 from awl.server import DeskServer
+from awl.server._server import ERROR_META
 from tests.awl.server_support import (
     MANAGER,
     OUTSIDER,
@@ -174,8 +175,8 @@ async def test_the_escalation_contact_answers_and_nobody_unbound_acts() -> None:
         async with Client(DeskServer(store).server) as client:
             result = await client.call_tool("list_work_orders", {})
             assert result.is_error
-            assert isinstance(result.structured_content, dict)
-            assert result.structured_content["code"] == "FORBIDDEN"
+            assert result.structured_content is None
+            assert (result.meta or {})[ERROR_META]["code"] == "FORBIDDEN"
 
 
 @pytest.mark.anyio

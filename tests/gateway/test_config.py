@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -163,3 +164,43 @@ def test_unreadable_or_broken_files_are_refused_in_one_line(tmp_path: Path) -> N
     error = _refused(wrong)
     assert error.message.startswith(str(wrong))
     assert error.location == "/mcpServers/a"
+
+
+@pytest.mark.spec("DOC-11", "DOC-12", "DOC-17", "SEC-4")
+@pytest.mark.parametrize(("text", "says"), [
+    ('{"mcpServers":' + "[" * 2000 + "]" * 2000 + "}", "nests deeper than 64 levels"),
+    ('{"mcpServers": {"a": {"command": "x", "timeout": ' + "1" * 4301 + "}}}",
+     "an integer of 4301 digits"),
+    ('{"mcpServers": {"a": {"command": "x", "timeout": 1' + "0" * 400 + "}}}",
+     "timeout: must be more than 0 and at most 31536000 seconds"),
+    ('{"mcpServers": {"a": {"command": "x", "connect_timeout": 1e308}}}',
+     "connect_timeout: must be more than 0 and at most"),
+    ('{"mcpServers": {"a": {"command": "x", "timeout": 1e400}}}', "too large to hold"),
+    ('{"mcpServers": {"a": {"command": "x", "costs": {"t": 1' + "0" * 400 + "}}}}",
+     "t: must be from 0 to"),
+    ('{"mcpServers": {"a": {"command": "x", "max_result_bytes": 1' + "0" * 400 + "}}}",
+     "max_result_bytes: must be a whole number of bytes, at least 1024, not an integer of"),
+    ('{"mcpServers": {"\\ud800": {"command": "x"}}}', "lone surrogate"),
+])
+def test_extreme_but_valid_json_configs_are_one_line(tmp_path: Path, text: str,
+                                                    says: str) -> None:
+    """Issue 23 item 9: nesting, long integers, huge numbers give one line, no traceback."""
+    path = tmp_path / "gateway.json"
+    path.write_text(text)
+    error = _refused(path)
+    assert says in error.message and "\n" not in error.message
+    assert error.message.startswith(str(path))
+
+
+@pytest.mark.spec("DOC-17")
+def test_a_fifo_config_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "gateway.json"
+    os.mkfifo(fifo)
+    error = _refused(fifo)
+    assert "it is a FIFO, not a regular file" in error.message
+
+
+@pytest.mark.spec("DOC-11")
+def test_a_config_given_as_data_is_held_to_the_same_limits() -> None:
+    error = _refused({"mcpServers": {"a": {"command": "x", "timeout": float("nan")}}})
+    assert "not a finite JSON number" in error.message

@@ -15,8 +15,8 @@ from mcp_types import RequestParamsMeta
 
 from awl._passes import KeyStore, issue_recorded_pass
 from gateway._gateway import UNRESOLVED_TOOL
+from gateway._results import TRUNCATED_META_KEY
 from gateway._serve import PASS_ENV
-from gateway._upstream import TRUNCATED_META_KEY
 from tests.gateway.gateway_support import (
     ROOT,
     WORKER,

@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 import pytest
 
+from awl.server._server import ERROR_META
 from tests.gateway.gateway_support import connect, make_env, text
 
 pytestmark = pytest.mark.anyio
@@ -30,7 +31,8 @@ def _report(**over: Any) -> dict[str, Any]:
 
 
 def _rules(result: Any) -> set[tuple[str, str]]:
-    findings = result.structured_content["findings"]
+    assert result.structured_content is None
+    findings = result.meta[ERROR_META]["findings"]
     return {(f["rule"], f["path"]) for f in findings if f["kind"] == "invalid"}
 
 

@@ -1,4 +1,4 @@
-"""Upstreams start in the background (GW-12): a hanging one holds up neither ``initialize`` nor
+"""Upstreams start in the background (GW-17): a hanging one holds up neither ``initialize`` nor
 ``tools/list``, one that comes up late is announced with ``tools/list_changed``, and one that
 cannot start answers its tools with the reason and is tried again after a short backoff."""
 
@@ -46,7 +46,7 @@ def _late_server(path: Path, receiver_log: Path, *, delay: float = 0) -> Path:
     return path
 
 
-@pytest.mark.spec("GW-12")
+@pytest.mark.spec("GW-17")
 async def test_a_hanging_upstream_holds_up_neither_initialize_nor_tools_list(
         tmp_path: Path) -> None:
     """`awl gateway` with one upstream that never finishes its handshake (default
@@ -73,7 +73,7 @@ async def test_a_hanging_upstream_holds_up_neither_initialize_nor_tools_list(
     assert not any(n.startswith("hang__") for n in names)
 
 
-@pytest.mark.spec("GW-12")
+@pytest.mark.spec("GW-17")
 @pytest.mark.parametrize("mode", MODES)
 async def test_an_upstream_that_comes_up_late_is_announced_with_list_changed(
         tmp_path: Path, mode: str) -> None:
@@ -104,7 +104,7 @@ async def test_an_upstream_that_comes_up_late_is_announced_with_list_changed(
     assert "slow__echo" in after
 
 
-@pytest.mark.spec("GW-12", "GW-6")
+@pytest.mark.spec("GW-17", "GW-6")
 async def test_a_server_that_cannot_start_answers_with_its_reason_and_is_retried(
         tmp_path: Path) -> None:
     """A server whose command is missing answers its tools AWL_UPSTREAM_UNAVAILABLE with the

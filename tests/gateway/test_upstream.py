@@ -17,16 +17,14 @@ from hypothesis import strategies as st
 
 from awl import NotFound
 from gateway._config import GatewayConfig, load_config
+from gateway._results import TRUNCATED_META_KEY, bound_result, result_size
 from gateway._upstream import (
     RETRY_FIRST,
-    TRUNCATED_META_KEY,
     UpstreamPool,
     UpstreamRejected,
     UpstreamTimeout,
     UpstreamUnavailable,
-    bound_result,
     clean_meta,
-    result_size,
 )
 
 pytestmark = pytest.mark.anyio

@@ -1,0 +1,106 @@
+"""An order's ancestors, and the rules that look up the chain of sub-orders (SPEC section 12).
+
+A sub-order names its parent (``parent_id``), which may itself be a sub-order. Three rules
+need the whole chain, not just the parent, and each has its one home here:
+
+- :func:`self_review_problem`: an order's worker is never its manager, nor the manager of
+  any order above it, so nobody approves, up the chain, a result that holds their own
+  work (LC-13). Its escalation contact is neither its worker nor its manager.
+- :func:`staging_ancestor`: the order above that stages a tool. A sub-order may not carry
+  a tool its parent stages (C6, so by C2 no tool any ancestor stages); the commit checks it
+  again (LC-14), because an effect's only approval is its own order's manager's.
+- :func:`remaining_of`: what is left of an order's budget, its sub-orders' spending
+  included, which caps a new sub-order's budget (C1, LC-15).
+
+Orders never change (LC-4), so a chain read once stays true.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from awl._errors import NotFound
+from awl._models import WorkOrder, parse_time
+from awl._patterns import matches_any
+from awl._store import Store, Usage
+
+__all__ = ["MAX_DEPTH", "ancestors", "remaining_of", "self_review_problem",
+           "staging_ancestor"]
+
+MAX_DEPTH = 64
+"""The most orders above any order; a longer (or cyclic, corrupt) chain stops there."""
+
+
+def ancestors(store: Store, order: WorkOrder) -> tuple[WorkOrder, ...]:
+    """The orders above ``order``, its parent first.
+
+    A parent missing from the store ends the chain there (the desk never stores one;
+    only a damaged store can hold such a sub-order). A cycle, possible only in a damaged
+    store, ends at the first repeat.
+    """
+    found: list[WorkOrder] = []
+    seen = {order.id}
+    parent_id = order.parent_id
+    while parent_id is not None and parent_id not in seen and len(found) < MAX_DEPTH:
+        try:
+            parent = store.load(parent_id).order
+        except NotFound:
+            break
+        found.append(parent)
+        seen.add(parent_id)
+        parent_id = parent.parent_id
+    return tuple(found)
+
+
+def self_review_problem(doc: Mapping[str, Any], above: Sequence[WorkOrder]) -> str | None:
+    """Why an order (as fields) would let someone review their own work, or None.
+
+    ``above`` is the chain of orders above it (:func:`ancestors` of its parent, parent
+    first). The worker (``to``) must differ from the manager (``from``) and from the
+    manager of every order above; ``escalate_to`` must differ from both ``to`` and
+    ``from``. Fields that are not strings are left to the schema checks.
+    """
+    manager, worker, escalation = (doc.get(k) for k in ("from", "to", "escalate_to"))
+    if isinstance(worker, str):
+        if worker == manager:
+            return (f"{worker} cannot be the worker of an order it issues: it would review "
+                    "its own work; name another principal as `to`")
+        for order in above:
+            if order.manager == worker:
+                return (f"{worker} manages order {order.id}, which this sub-order is split "
+                        "from, so it cannot be this sub-order's worker: it would approve its "
+                        "own work up the chain; name another principal as `to`")
+    if isinstance(escalation, str) and escalation in (manager, worker):
+        role = "manager" if escalation == manager else "worker"
+        return (f"{escalation} is the order's {role} and cannot also be its escalate_to: "
+                + ("it answers anyway" if role == "manager" else
+                   "it would answer its own questions") + "; name another principal or "
+                "leave escalate_to out")
+    return None
+
+
+def staging_ancestor(tool: str, above: Iterable[WorkOrder]) -> WorkOrder | None:
+    """The first order of ``above`` whose ``staged`` patterns match ``tool``, if any."""
+    return next((order for order in above if matches_any(order.staged, tool)), None)
+
+
+def remaining_of(order: WorkOrder, spent: Usage, now: datetime) -> dict[str, float]:
+    """What is left of each unit of ``order``'s budget after ``spent`` (never below 0).
+
+    ``spent`` is the order's usage with its sub-orders' charged to it
+    (:meth:`awl.Store.usage`). ``seconds`` runs from the first call under the order or any
+    sub-order; ``tokens`` are not counted by the desk, so they are left whole.
+    """
+    left: dict[str, float] = {}
+    for unit, limit in order.budget.units().items():
+        used: float = 0.0
+        if unit == "tool_calls":
+            used = spent.tool_calls
+        elif unit == "usd":
+            used = spent.usd
+        elif unit == "seconds" and spent.first_call_at is not None:
+            used = (now - parse_time(spent.first_call_at)).total_seconds()
+        left[unit] = max(0.0, limit - used)
+    return left

@@ -183,16 +183,33 @@ def _describe(exc: BaseException) -> str:
 # ---------------------------------------------------------------------------- connections
 
 
+_NOT_PARSED = "Failed to parse JSONRPC message from server"
+"""What the SDK's stdio client logs, with a traceback, for a line that is not JSON-RPC."""
+
+
+class _OneLineForUnreadLines(logging.Filter):
+    """Drops the SDK's traceback for an upstream line it cannot read: the connection's
+    :class:`_WatchedReadStream` logs one line instead, naming the server (SEC-4)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != _NOT_PARSED
+
+
+logging.getLogger("mcp.client.stdio").addFilter(_OneLineForUnreadLines())
+
+
 class _WatchedReadStream:
     """The transport's read side, telling us when the server's output has ended.
 
     Closing is the first sign of a crashed stdio server; noticing it lets the next call
-    restart the server instead of failing on a dead connection.
+    restart the server instead of failing on a dead connection. A line the server wrote
+    that is not a JSON-RPC message is logged here in one line, and ignored.
     """
 
-    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+    def __init__(self, inner: Any, on_end: Callable[[], None], server: str) -> None:
         self._inner = inner
         self._on_end = on_end
+        self._server = server
 
     @property
     def last_context(self) -> Any:
@@ -204,6 +221,10 @@ class _WatchedReadStream:
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._on_end()
             raise
+        if isinstance(item, Exception):
+            logger.warning("upstream %r wrote a line that is not a JSON-RPC message; it was "
+                           "ignored (an MCP server's stdout carries only protocol messages: "
+                           "its logs belong on stderr)", self._server)
         return item
 
     async def aclose(self) -> None:
@@ -312,7 +333,7 @@ class _Upstream:
                 http = create_mcp_http_client(headers=dict(transport.headers))
                 async with http, streamable_http_client(transport.url, http_client=http) as (r, w):
                     self.transport_open = True
-                    yield _WatchedReadStream(r, conn.end), w
+                    yield _WatchedReadStream(r, conn.end, self.config.name), w
             else:
                 params = StdioServerParameters(
                     command=transport.command,
@@ -322,7 +343,7 @@ class _Upstream:
                 )
                 async with stdio_client(params, errlog=self.errlog) as (r, w):
                     self.transport_open = True
-                    yield _WatchedReadStream(r, conn.end), w
+                    yield _WatchedReadStream(r, conn.end, self.config.name), w
 
         return watched()
 

@@ -24,9 +24,10 @@ from awl._checks import (
     iter_report_findings,
     iter_review_findings,
     iter_suborder_findings,
+    load_document,
     pass_checks,
 )
-from awl._errors import AWLError, BadRequest
+from awl._errors import AWLError, BadRequest, DocumentError
 from awl._findings import Finding
 from awl._schemas import conformance_dir
 
@@ -166,8 +167,8 @@ def _relative(file: Path, root: Path) -> str:
 def _run_file(file: Path, name: str,
               case_format: Draft202012Validator | None) -> Iterator[ConformanceResult]:
     try:
-        groups = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        groups = load_document(file)  # a FIFO or a folder named *.json is refused (DOC-17)
+    except DocumentError as exc:
         yield ConformanceResult(name, name, "failed", f"cannot read the case file: {exc}")
         return
     if case_format is not None:

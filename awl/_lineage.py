@@ -7,8 +7,9 @@ need the whole chain, not just the parent, and each has its one home here:
   any order above it, so nobody approves, up the chain, a result that holds their own
   work (LC-13). Its escalation contact is neither its worker nor its manager.
 - :func:`staging_ancestor`: the order above that stages a tool. A sub-order may not carry
-  a tool its parent stages (C6, so by C2 no tool any ancestor stages); the commit checks it
-  again (LC-14), because an effect's only approval is its own order's manager's.
+  a tool its parent stages (C6, so by C2 no tool any ancestor stages); the gateway and the
+  commit check it again (LC-14), because an effect's only approval is its own order's
+  manager's.
 - :func:`remaining_of`: what is left of an order's budget, its sub-orders' spending
   included, which caps a new sub-order's budget (C1, LC-15).
 

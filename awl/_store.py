@@ -206,17 +206,27 @@ class Store(Protocol):
         budget. Every scope is checked against the order's counted calls in the same
         transaction, so concurrent reservations (from any process) never overshoot.
 
+        The order's own scope (``jtis`` None) counts its sub-orders' calls too. A call under
+        a sub-order is also charged to every order above it (its parent, the parent's
+        parent, ...; LC-15), and refused when it would exceed the ``tool_calls`` or ``usd``
+        budget of any of them, read from the stored orders: the check and the charges are
+        part of the same transaction.
+
         Returns the new record, or the ``name`` of the first scope the call would exceed
-        (``max_calls`` counted calls, or ``max_usd`` summed usd), in which case nothing is
-        written. NotFound if the order is absent. With ``seq`` (the last event the caller
-        read), the order's log is checked in the same transaction: if it has moved past
-        ``seq``, nothing is written and :func:`stale_order` is raised (a Conflict), so a
-        caller that decided on the order as of ``seq`` never reserves on a stale decision.
+        (``max_calls`` counted calls, or ``max_usd`` summed usd; ``order <id>`` for an order
+        above), in which case nothing is written. NotFound if the order is absent. With
+        ``seq`` (the last event the caller read), the order's log is checked in the same
+        transaction: if it has moved past ``seq``, nothing is written and
+        :func:`stale_order` is raised (a Conflict), so a caller that decided on the order as
+        of ``seq`` never reserves on a stale decision.
         """
         ...
 
     def record_call(self, record_fields: dict[str, Any]) -> CallRecord:
         """Number and store a call that does not count (a refusal), in one transaction.
+
+        Like a counted call, it is charged to every order above (as a call that adds
+        nothing but may be the first, which starts their ``seconds``).
 
         ``record_fields`` are the CallRecord fields except ``ref``, which the store makes
         from the next N. BadRequest if they do not form a valid record; NotFound if the
@@ -245,7 +255,8 @@ class Store(Protocol):
         ``tool_calls`` counts every reserved call whatever its outcome (pending, ok, error,
         held); calls stored with :meth:`record_call` never count. ``usd`` sums the usd given
         at reservation. ``first_call_at`` is the earliest ``started_at`` of any call, counted
-        or not. NotFound if the order is absent."""
+        or not. Without ``jtis`` the calls of the order's sub-orders, at any depth, are
+        included: what is charged to its budget (LC-15). NotFound if the order is absent."""
         ...
 
     # Effects ---------------------------------------------------------------------------

@@ -18,7 +18,10 @@ Tools:
   the write a gateway should hold for approval;
 - ``create_issue(title)``: files an issue in memory, answering ``{"number": N}``.
 
-Everything it logs goes to stderr; stdout is the MCP stream in stdio mode.
+When ``CALL_LOG_PATH`` is set, every ``tools/call`` that reaches the server is appended to
+that file first, as one JSON line ``{"tool", "arguments", "awl_ref", "at"}``: the server's own
+record of what the gateway let through. Everything else it logs goes to stderr; stdout is
+the MCP stream in stdio mode.
 """
 
 from __future__ import annotations
@@ -127,12 +130,8 @@ class Outbox:
             "at": datetime.now(UTC).isoformat(),
             "awl_ref": meta.get("awl/ref"),
         }
-        # One write of one line, flushed and synced before answering: the outbox is the
-        # record of what was really sent.
-        with open(self.outbox_path, "a", encoding="utf-8") as out:
-            out.write(json.dumps(message) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
+        # One line, synced before answering: the outbox is the record of what was sent.
+        _append_line(self.outbox_path, message)
         return _text(f"sent {message['id']} to {args['to']}", structured={"id": message["id"]})
 
     def create_issue(self, title: str) -> types.CallToolResult:
@@ -140,9 +139,18 @@ class Outbox:
         return _text(f"issue #{self.issues}: {title}", structured={"number": self.issues})
 
 
+def _append_line(path: str, record: dict[str, Any]) -> None:
+    """One JSON line, flushed and synced before the server goes on."""
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(record) + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+
+
 def build_server(outbox_path: str | None = None) -> Server[Any]:
     """The MCP server; ``outbox_path`` defaults to the ``OUTBOX_PATH`` variable."""
     state = Outbox(outbox_path if outbox_path is not None else os.environ.get("OUTBOX_PATH"))
+    call_log = os.environ.get("CALL_LOG_PATH")
 
     async def list_tools(ctx: ServerRequestContext[Any],
                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
@@ -152,6 +160,10 @@ def build_server(outbox_path: str | None = None) -> Server[Any]:
                         params: types.CallToolRequestParams) -> types.CallToolResult:
         args = dict(params.arguments or {})
         meta = dict(params.meta or {})
+        if call_log:
+            _append_line(call_log, {"tool": params.name, "arguments": args,
+                                    "awl_ref": meta.get("awl/ref"),
+                                    "at": datetime.now(UTC).isoformat()})
         needed = {t.name: t.input_schema["required"] for t in TOOLS}
         if params.name not in needed:
             return _text(f"unknown tool {params.name!r}", error=True)

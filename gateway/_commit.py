@@ -114,7 +114,7 @@ from awl._lineage import ancestors, staging_ancestor
 from awl._models import CallRecord, WorkOrder, WorkReport, parse_time
 from awl._patterns import canonical_ref, matches_any, parse_ref
 from awl._store import EffectState, OrderRecord, Revocation, Store
-from gateway._lock import DEFAULT_LEASE, LockLost, OrderLock
+from gateway._lock import DEFAULT_LEASE, EXIT_LOCKED, LockBusy, LockLost, OrderLock
 from gateway._policy import allowed
 from gateway._staging import Placeholder, placeholders
 
@@ -130,6 +130,7 @@ __all__ = [
     "drop_attempt",
     "list_effects",
     "lock_name",
+    "locked_exit",
     "retry",
     "retry_sync",
     "run_commit_cli",
@@ -967,7 +968,8 @@ def run_commit_cli(args: argparse.Namespace) -> int:
 
     Reads ``args.order``, ``args.config`` and, when present, ``args.home``, ``args.json``,
     ``args.timeout`` and ``args.lock_wait``. Exit code 0 when every approved effect is
-    committed, 1 otherwise.
+    committed, :data:`~gateway._lock.EXIT_LOCKED` when another live committer holds the
+    order's lock (nothing was sent), 1 otherwise.
     """
     if not getattr(args, "order", None):
         raise BadRequest("--commit needs --order ORDER_ID")
@@ -982,6 +984,8 @@ def run_commit_cli(args: argparse.Namespace) -> int:
             args.order, store=store, pool_or_config=config,
             timeout=getattr(args, "timeout", None),
             lock_wait=float(getattr(args, "lock_wait", 0.0) or 0.0))
+    except LockBusy as exc:
+        return locked_exit(args.order, exc, json_out=getattr(args, "json", False))
     finally:
         store.close()
     if getattr(args, "json", False):
@@ -991,3 +995,14 @@ def run_commit_cli(args: argparse.Namespace) -> int:
             print(line)
     sys.stdout.flush()
     return 0 if summary.ok else 1
+
+
+def locked_exit(order_id: str, exc: LockBusy, *, json_out: bool) -> int:
+    """Say, as text or JSON, that the order's lock is busy; :data:`EXIT_LOCKED`."""
+    if json_out:
+        print(json.dumps({"order_id": order_id, "ok": False, "error": "LOCKED",
+                          "message": exc.message}, indent=2, sort_keys=True))
+    else:
+        print(f"awl: LOCKED: {exc.message}", file=sys.stderr)
+    sys.stdout.flush()
+    return EXIT_LOCKED

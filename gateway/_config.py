@@ -234,15 +234,16 @@ class _Parser:
             raise self.fail(where, f"must be a JSON object, not {_kind(value)}")
         return value
 
-    def keys(self, value: Mapping[str, Any], where: tuple[str, ...], allowed: tuple[str, ...],
-             *, hint: str = "") -> None:
-        for key in value:
-            if key not in allowed:
-                raise self.fail(
-                    where,
-                    f"unknown key {show_value(key)}; allowed here: "
-                    f"{', '.join(sorted(allowed))}{hint}",
-                )
+    def unknown_keys(self, value: Mapping[str, Any], where: tuple[str, ...],
+                     allowed: tuple[str, ...], *, hint: str = "") -> list[tuple[str, str]]:
+        """``(location, message)`` naming every key of ``value`` not in ``allowed``."""
+        extra = [key for key in value if key not in allowed]
+        if not extra:
+            return []
+        word = "key" if len(extra) == 1 else "keys"
+        loc = _pointer(*where)
+        return [(loc, f"{loc or '/'}: unknown {word} {', '.join(show_value(k) for k in extra)}; "
+                      f"allowed here: {', '.join(sorted(allowed))}{hint}")]
 
     def string(self, value: Any, where: tuple[str, ...], *, empty: bool = False) -> str:
         if not isinstance(value, str):
@@ -298,7 +299,7 @@ def _kind(value: Any) -> str:
 def _parse(document: Any, *, base: Path, origin: str | None) -> GatewayConfig:
     p = _Parser(origin)
     top = p.obj(document, ())
-    p.keys(top, (), _TOP_KEYS)
+    _refuse_unknown_keys(p, top)
     if "mcpServers" not in top:
         raise p.fail((), "missing 'mcpServers': an object naming each upstream MCP server")
     entries = p.obj(top["mcpServers"], ("mcpServers",))
@@ -308,7 +309,6 @@ def _parse(document: Any, *, base: Path, origin: str | None) -> GatewayConfig:
     settings = GatewaySettings()
     if "gateway" in top:
         raw = p.obj(top["gateway"], ("gateway",))
-        p.keys(raw, ("gateway",), _GATEWAY_KEYS)
         safe = raw.get("safe_mode", False)
         if not isinstance(safe, bool):
             raise p.fail(("gateway", "safe_mode"), f"must be true or false, not {_kind(safe)}")
@@ -316,6 +316,35 @@ def _parse(document: Any, *, base: Path, origin: str | None) -> GatewayConfig:
                          ("gateway", "startup_wait"))
         settings = GatewaySettings(safe_mode=safe, startup_wait=wait)
     return GatewayConfig(servers=MappingProxyType(servers), gateway=settings, source=origin)
+
+
+def _refuse_unknown_keys(p: _Parser, top: Mapping[str, Any]) -> None:
+    """One error naming every unknown key of the file (BIND-5), before anything else is
+    checked, so a config with several typos is fixed in one round."""
+    found = p.unknown_keys(top, (), _TOP_KEYS)
+    if isinstance(top.get("gateway"), Mapping):
+        found += p.unknown_keys(top["gateway"], ("gateway",), _GATEWAY_KEYS)
+    entries = top.get("mcpServers")
+    for name, raw in (entries.items() if isinstance(entries, Mapping) else ()):
+        kind = _kind_guess(raw) if isinstance(raw, Mapping) else None
+        if kind is not None:  # else the entry's kind is refused on its own
+            own = _STDIO_KEYS if kind == "stdio" else _HTTP_KEYS
+            found += p.unknown_keys(
+                raw, ("mcpServers", name), _COMMON_KEYS + own,
+                hint=" (an entry is either stdio with 'command' or http with 'url')")
+    if found:
+        raise ConfigError(p.prefix + "; ".join(message for _, message in found),
+                          location=found[0][0])
+
+
+def _kind_guess(raw: Mapping[str, Any]) -> str | None:
+    """The entry's transport as :func:`_kind_of` decides it, or None where it refuses."""
+    declared = raw.get("type")
+    if declared is not None:
+        return _TYPES.get(declared) if isinstance(declared, str) else None
+    if ("command" in raw) != ("url" in raw):
+        return "stdio" if "command" in raw else "http"
+    return None
 
 
 def _server(p: _Parser, name: str, entry: Any, base: Path) -> ServerConfig:
@@ -328,9 +357,6 @@ def _server(p: _Parser, name: str, entry: Any, base: Path) -> ServerConfig:
         )
     raw = p.obj(entry, where)
     kind = _kind_of(p, raw, where)
-    own = _STDIO_KEYS if kind == "stdio" else _HTTP_KEYS
-    other = " (an entry is either stdio with 'command' or http with 'url')"
-    p.keys(raw, where, _COMMON_KEYS + own, hint=other)
 
     transport: StdioTransport | HttpTransport
     if kind == "stdio":

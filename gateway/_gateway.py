@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from contextlib import suppress
@@ -53,12 +54,13 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from awl._desk import Desk, format_time
 from awl._errors import Conflict, DocumentError, PassError
+from awl._lifecycle import TERMINAL
 from awl._limits import check_json_value
-from awl._lineage import ancestors
+from awl._lineage import ancestors, staging_ancestor
 from awl._memory import stale_order
 from awl._models import CallRecord, WorkOrder
 from awl._passes import DEFAULT_AUDIENCE, VerifiedPass, verify_pass
@@ -67,20 +69,24 @@ from awl._store import OrderRecord, Scope, Store
 from awl.server._transport import identity_of
 from gateway._config import GatewayConfig
 from gateway._names import NameTable, server_of, split_canonical
+from gateway._passthrough import Passthrough
 from gateway._policy import (
     Decision,
     allowed,
     budget_refusal,
     decide,
+    inactive_refusal,
     is_staged,
     refuse,
 )
+from gateway._relay import Relay, worker_is_modern
 from gateway._results import OutputSchemas
 from gateway._staging import check_arguments
 from gateway._upstream import (
     RESERVED_META_PREFIX,
     UpstreamError,
     UpstreamPool,
+    UpstreamRejected,
     UpstreamUnavailable,
 )
 from gateway._worker_tools import WORKER_TOOL_NAMES, WorkerTools
@@ -113,6 +119,13 @@ META_REF = "awl/ref"
 META_ORDER = "awl/order"
 META_ATTEMPT = "awl/attempt"
 
+INPUT_ROUNDS = 10
+"""How many ``input_required`` rounds the gateway answers for a handshake-era worker in
+one call before it gives up (the SDK clients' own default)."""
+
+AWL_CANCELLED = "AWL_CANCELLED"
+"""The error recorded for a call the worker cancelled before the upstream answered."""
+
 Clock = Callable[[], datetime]
 _T = TypeVar("_T")
 
@@ -140,7 +153,7 @@ def _text_result(text: str, *, error: bool = False,
                                 structured_content=structured, is_error=error)
 
 
-def _wire(result: types.CallToolResult) -> dict[str, Any]:
+def _wire(result: types.CallToolResult | types.InputRequiredResult) -> dict[str, Any]:
     """The result as the wire carries it (camelCase), which is how call records keep it."""
     return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
@@ -226,6 +239,8 @@ class Gateway:
             hand-off to a thread and back costs about as much again, so the gateway runs it
             on its event loop and only waits there when another process holds the write
             lock. Turn it on for a store whose calls can take long (a remote database).
+        relay: Where what the upstreams send besides answers goes; the pool's connections
+            must use its :meth:`~gateway._relay.Relay.handlers` (``open_gateway`` does so).
     """
 
     def __init__(
@@ -240,8 +255,10 @@ class Gateway:
         safe: bool | None = None,
         clock: Clock | None = None,
         offload_store: bool = False,
+        relay: Relay | None = None,
     ) -> None:
         self.order_id = order_id
+        self.relay = relay if relay is not None else Relay()
         self.offload_store = offload_store
         self._record: OrderRecord | None = None
         self.store = store
@@ -261,21 +278,31 @@ class Gateway:
         # The orders above this one with a seconds budget (LC-15): the store checks the
         # other units of every order above when it reserves a call.
         self._timed_above: tuple[WorkOrder, ...] = ()
+        # The orders above this one that stage tools: those tools are never called here
+        # (LC-14; C6 keeps them out of a sub-order the desk creates).
+        self._staging_above: tuple[WorkOrder, ...] = ()
+        # Every order above this one: its calls run only while they are all active (LC-16).
+        self._above_ids: tuple[str, ...] = ()
         self.desk = Desk(store, clock=self._clock)
         self._worker = WorkerTools(self)
         self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
         self._bus = InMemorySubscriptionBus()  # 2026-07-28 clients listen here
         self._listed: frozenset[str] = frozenset()  # the tools the worker last heard of
         pool.on_tools_listed(self._tools_listed)
-        self.server: Server[Any] = _Server(
-            "awl-gateway",
-            version="0.1.0",
-            title="AWL gateway",
-            instructions=None,
-            on_list_tools=self._on_list_tools,
-            on_call_tool=self._on_call_tool,
-            on_subscriptions_listen=ListenHandler(self._bus),
-        )
+        with warnings.catch_warnings():
+            # The SDK marks logging deprecated in 2026-07-28; handshake-era workers use it.
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            self.server: Server[Any] = _Server(
+                "awl-gateway",
+                version="0.1.0",
+                title="AWL gateway",
+                instructions=None,
+                on_list_tools=self._on_list_tools,
+                on_call_tool=self._on_call_tool,
+                on_set_logging_level=self._on_set_logging_level,
+                on_subscriptions_listen=ListenHandler(self._bus),
+                **Passthrough(self).handlers(),
+            )
 
     # ------------------------------------------------------------------ setup
 
@@ -306,6 +333,8 @@ class Gateway:
         self._order = record.order
         above = await anyio.to_thread.run_sync(ancestors, self.store, record.order)
         self._timed_above = tuple(o for o in above if o.budget.seconds is not None)
+        self._staging_above = tuple(o for o in above if o.staged)
+        self._above_ids = tuple(o.id for o in above)
         if self._pass_token is not None:
             authority = await anyio.to_thread.run_sync(self.verify, self._pass_token)
             if authority.error is not None:
@@ -382,6 +411,28 @@ class Gateway:
         raise MCPError(types.INVALID_REQUEST, "this HTTP request carries no verified "
                        "Delegation Pass; send yours as 'Authorization: Bearer <pass>'")
 
+    async def authority(self, ctx: ServerRequestContext[Any] | None) -> Authority:
+        """Who the request in ``ctx`` runs as, checked now."""
+        return await anyio.to_thread.run_sync(self.verify, self._token_for(ctx))
+
+    async def inactive_reason(self) -> str | None:
+        """``CODE: why`` when the order, as stored now, is not active or is past its
+        deadline; None while calls may run."""
+        record = await self._run(self._load_record)
+        ended_above = await self._run(self._ended_above)
+        refusal = inactive_refusal(record.order, record.state, self.now(),
+                                   ended_above=ended_above)
+        return None if refusal is None else refusal.text
+
+    def _ended_above(self) -> tuple[str, str] | None:
+        """``(id, state)`` of the first order above this one that has ended (LC-16), or
+        None; states change, so they are read anew each time."""
+        for above_id in self._above_ids:
+            above_state = self.store.load(above_id).state
+            if above_state in TERMINAL:
+                return above_id, above_state
+        return None
+
     def verify(self, token: str | None) -> Authority:
         """Who ``token`` makes the caller, checked now (revocation and expiry included).
 
@@ -423,7 +474,8 @@ class Gateway:
         if authority.token is not None and authority.verified is None:
             return []
         grant = authority.verified.claims.grant if authority.verified else None
-        return [(c, e) for c, e in self._table.items() if allowed(c, self.order, grant)]
+        return [(c, e) for c, e in self._table.items() if allowed(c, self.order, grant)
+                and staging_ancestor(c, self._staging_above) is None]
 
     def _exposed_tool(self, canonical: str, exposed: str) -> types.Tool:
         tool = self._tools[canonical]
@@ -474,8 +526,9 @@ class Gateway:
 
     # ------------------------------------------------------------------ tools/call
 
-    async def _on_call_tool(self, ctx: ServerRequestContext[Any],
-                            params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def _on_call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams,
+    ) -> types.CallToolResult | types.InputRequiredResult:
         token = self._token_for(ctx)
         try:
             # The wire refuses values JSON cannot carry (SEC-9); an in-process client can
@@ -487,10 +540,23 @@ class Gateway:
             authority = await anyio.to_thread.run_sync(self.verify, token)
             return await self._worker.call(params.name, arguments, authority)
         return await self.call(params.name, arguments, token=token,
-                               meta=dict(params.meta or {}))
+                               meta=dict(params.meta or {}), ctx=ctx,
+                               input_responses=params.input_responses,
+                               request_state=params.request_state)
+
+    async def _on_set_logging_level(self, ctx: ServerRequestContext[Any],
+                                    params: types.SetLevelRequestParams) -> types.EmptyResult:
+        """A handshake-era worker's ``logging/setLevel``: the least severe upstream log
+        message passed on to it from now on (GW-14)."""
+        self.relay.level = params.level
+        return types.EmptyResult()
 
     async def call(self, name: str, arguments: Mapping[str, Any], *, token: str | None = None,
-                   meta: Mapping[str, Any] | None = None) -> types.CallToolResult:
+                   meta: Mapping[str, Any] | None = None,
+                   ctx: ServerRequestContext[Any] | None = None,
+                   input_responses: Mapping[str, Any] | None = None,
+                   request_state: str | None = None,
+                   ) -> types.CallToolResult | types.InputRequiredResult:
         """Handle one upstream tool call by its exposed ``name``; see the module docstring.
 
         Args:
@@ -498,9 +564,15 @@ class Gateway:
             arguments: The call's arguments.
             token: The pass the call runs under (default: the gateway's configured pass).
             meta: The request's ``_meta``; forwarded cleaned.
+            ctx: The worker's request, when there is one: progress, log messages and the
+                upstream's own requests pass on to it (GW-13, GW-14).
+            input_responses: The worker's answers to an ``input_required`` round, forwarded
+                with ``request_state`` (GW-15).
+            request_state: The state of that round, forwarded as received.
 
         Returns:
-            The upstream's result, a ``pending:`` placeholder, or a tool error.
+            The upstream's result or ``input_required`` round, a ``pending:`` placeholder,
+            or a tool error.
 
         Raises:
             DocumentError: ``arguments`` hold what JSON cannot (NaN, a lone surrogate, ...);
@@ -530,23 +602,27 @@ class Gateway:
         assert record is not None and server is not None and tool is not None
         assert canonical is not None
         outcome, result, error = "error", None, None
-        answer: types.CallToolResult
+        answer: types.CallToolResult | types.InputRequiredResult
         try:
-            answer = await self.pool.call(
-                server, tool, args,
-                meta=forward_meta(meta, ref=record.ref, order_id=self.order_id,
-                                  attempt=record.attempt))
-            outcome = "error" if answer.is_error else "ok"
+            with self.relay.forwarding(server, ctx, token):
+                answer = await self._forward(
+                    server, tool, args, ctx=ctx, input_responses=input_responses,
+                    request_state=request_state,
+                    meta=forward_meta(meta, ref=record.ref, order_id=self.order_id,
+                                      attempt=record.attempt))
+            outcome = "error" if getattr(answer, "is_error", False) else "ok"
             result = _wire(answer)  # what the upstream answered (bounded), as evidence
-            answer = self._schemas.conform(canonical, self._tools.get(canonical), answer)
+            if isinstance(answer, types.CallToolResult):
+                answer = self._schemas.conform(canonical, self._tools.get(canonical), answer)
         except UpstreamError as exc:
             error = f"AWL_{exc.code}: {exc.message}"
             answer = _text_result(error, error=True)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 await self._finish(record, "error", None,
-                                   "AWL_CANCELLED: the worker cancelled the call before the "
-                                   "upstream answered; it may have run")
+                                   f"{AWL_CANCELLED}: the worker cancelled the call before the "
+                                   "upstream answered; the cancellation was passed on to the "
+                                   "upstream, and the call may have run")
             raise
         except Exception as exc:  # the gateway must outlive any upstream surprise
             log.exception("call %s failed unexpectedly", record.ref)
@@ -557,6 +633,40 @@ class Gateway:
         # (The answer was made for this call alone, by the upstream pool or above: setting
         # its _meta in place saves a model copy per call.)
         answer.meta = {**(answer.meta or {}), META_REF: record.ref}
+        return answer
+
+    async def _forward(self, server: str, tool: str, args: dict[str, Any], *,
+                       meta: dict[str, Any], ctx: ServerRequestContext[Any] | None,
+                       input_responses: Mapping[str, Any] | None, request_state: str | None,
+                       ) -> types.CallToolResult | types.InputRequiredResult:
+        """Send one call upstream, its progress passed on to ``ctx``.
+
+        A 2026-07-28 worker gets an ``input_required`` round as the upstream sent it and
+        answers it by calling again; for a handshake-era worker the gateway asks it each
+        input request itself and retries the upstream with its answers (GW-15)."""
+        progress = self.relay.progress(ctx)
+        answer = await self.pool.call_round(
+            server, tool, args, meta=meta, progress=progress,
+            input_responses=input_responses, request_state=request_state)
+        if ctx is None or worker_is_modern(ctx):
+            return answer
+        for _ in range(INPUT_ROUNDS):
+            if not isinstance(answer, types.InputRequiredResult):
+                return answer
+            try:
+                responses = await self.relay.answer_rounds(ctx, server, answer)
+            except MCPError as exc:
+                raise UpstreamRejected(
+                    f"upstream {server!r} asked for input the worker did not give "
+                    f"({exc.error.message}); the call to {tool!r} did not finish",
+                    server=server, rpc_code=None) from None
+            answer = await self.pool.call_round(
+                server, tool, args, meta=meta, progress=progress, input_responses=responses,
+                request_state=answer.request_state)
+        if isinstance(answer, types.InputRequiredResult):
+            raise UpstreamRejected(
+                f"upstream {server!r} still asked for input after {INPUT_ROUNDS} rounds of "
+                f"the call to {tool!r}; the gateway gave up", server=server, rpc_code=None)
         return answer
 
     async def _run(self, func: Callable[..., _T], *args: Any) -> _T:
@@ -673,11 +783,14 @@ class Gateway:
         if grant is not None and grant.budget.seconds is not None:
             pass_usage = self.store.usage(self.order_id, scopes[-1].jtis)
         above = [(o, self.store.usage(o.id)) for o in self._timed_above]
+        ended_above = self._ended_above()
         decision = decide(
             order=record.order, state=record.state, now=now, tool=canonical,
             requested=name, usage=usage, usd=usd, grant=grant, pass_usage=pass_usage,
             pass_problem=authority.problem, hold=[canonical] if hold and canonical else (),
-            safe=self.safe, read_only=read_only, above=above, unavailable=unavailable)
+            safe=self.safe, read_only=read_only, above=above,
+            staging_above=self._staging_above, ended_above=ended_above,
+            unavailable=unavailable)
         if decision.action == "refuse":
             self._check_fresh(record)
             return self._refused(decision, tool=canonical or UNRESOLVED_TOOL,

@@ -38,6 +38,14 @@ import anyio
 from awl._errors import Conflict
 from awl._store import LockInfo, Store
 
+EXIT_LOCKED = 3
+"""The exit code of ``awl gateway --commit`` and ``awl effects retry`` when another live
+committer holds the order's lock: nothing was sent (CM-10)."""
+
+
+class LockBusy(Conflict):
+    """Someone alive holds the lock and did not let go in time; nothing was done."""
+
 DEFAULT_LEASE = 30.0
 """Seconds a lock stays valid without renewal; the holder renews it every third of that."""
 
@@ -159,16 +167,16 @@ class OrderLock:
         """Take the lock, waiting up to ``wait`` seconds for a live holder.
 
         Raises:
-            Conflict: Someone alive holds the lock and did not let go in time.
+            LockBusy: Someone alive holds the lock and did not let go in time.
         """
         deadline = time.monotonic() + self.wait
         while not self.try_acquire():
             if time.monotonic() >= deadline:
                 current = self.store.get_lock(self.name)
                 who = describe(current) if current is not None else "another process"
-                raise Conflict(
-                    f"lock {self.name} is held by {who}; wait for it to finish, or run "
-                    "again once its lease runs out")
+                raise LockBusy(
+                    f"lock {self.name} is held by {who}; nothing was sent: wait for it to "
+                    "finish, or run again once its lease runs out")
             await anyio.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
     def renew(self) -> bool:

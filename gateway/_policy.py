@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from awl._lineage import staging_ancestor
 from awl._models import Grant, WorkOrder, parse_time
 from awl._patterns import is_tool_name, matches_any
 from awl._store import Scope, Usage
@@ -145,6 +146,8 @@ def decide(
     read_only: bool | None = None,
     unavailable: str | None = None,
     above: Sequence[tuple[WorkOrder, Usage]] = (),
+    staging_above: Sequence[WorkOrder] = (),
+    ended_above: tuple[str, str] | None = None,
 ) -> Decision:
     """Decide what happens to one call.
 
@@ -174,6 +177,11 @@ def decide(
             here, each with what is charged to it (its sub-orders' spending included):
             a call is charged to every order above (LC-15). The store checks their
             ``tool_calls`` and ``usd`` exactly; ``seconds`` is checked only here.
+        staging_above: For a sub-order, the orders above it that stage tools: a tool one of
+            them stages is forbidden here (LC-14), since only that order's manager may
+            approve it.
+        ended_above: For a sub-order, ``(order id, state)`` of an order above it that has
+            ended: its authority is gone, so the call is refused as not active (LC-16).
 
     Returns:
         The decision; a refusal carries a code from :data:`REFUSAL_CODES`.
@@ -182,15 +190,9 @@ def decide(
         return refuse(AWL_PASS_INVALID,
                       f"the Delegation Pass you run under is not valid any more ({pass_problem}); "
                       "stop calling tools and ask whoever issued it for a new pass")
-    if state not in ACTIVE_STATES:
-        return refuse(AWL_NOT_ACTIVE,
-                      f"order {order.id} is {state}; tools run only while it is accepted or "
-                      "working")
-    deadline = parse_time(order.deadline)
-    if now >= deadline:
-        return refuse(AWL_EXPIRED,
-                      f"order {order.id} passed its deadline {order.deadline}; stop and "
-                      "submit your report")
+    inactive = inactive_refusal(order, state, now, ended_above=ended_above)
+    if inactive is not None:
+        return inactive
     name = tool if tool is not None else requested or ""
     if tool is None and unavailable is not None:
         return refuse(AWL_UPSTREAM_UNAVAILABLE,
@@ -201,6 +203,12 @@ def decide(
         return refuse(AWL_FORBIDDEN,
                       f"tool {name[:100]!r} is not allowed by {scope}; call only the tools "
                       "listed by tools/list")
+    stager = staging_ancestor(tool, staging_above)
+    if stager is not None:
+        return refuse(AWL_FORBIDDEN,
+                      f"tool {tool!r} is staged by order {stager.id}, which order {order.id} "
+                      f"is split from; only its manager {stager.manager} may approve it, so "
+                      "it cannot be called here; call only the tools listed by tools/list")
     problem = _budget_problem(f"order {order.id}", order.budget.units(), usage or Usage(),
                               now=now, usd=usd)
     for parent, spent in above:
@@ -216,6 +224,28 @@ def decide(
     if is_staged(tool, order, hold=hold, safe=safe, read_only=read_only):
         return HOLD
     return FORWARD
+
+
+def inactive_refusal(order: WorkOrder, state: str, now: datetime, *,
+                     ended_above: tuple[str, str] | None = None) -> Decision | None:
+    """The refusal for anything done under an order that is not active, has an order above
+    it that ended (``ended_above``: its id and state, LC-16), or is past its deadline at
+    ``now``; None while it is accepted or working in time."""
+    if state not in ACTIVE_STATES:
+        return refuse(AWL_NOT_ACTIVE,
+                      f"order {order.id} is {state}; tools run only while it is accepted or "
+                      "working")
+    if ended_above is not None:
+        above_id, above_state = ended_above
+        return refuse(AWL_NOT_ACTIVE,
+                      f"order {above_id}, which order {order.id} is split from, is "
+                      f"{above_state}; a sub-order's tools run only while every order above it "
+                      "is active; stop and submit your report")
+    if now >= parse_time(order.deadline):
+        return refuse(AWL_EXPIRED,
+                      f"order {order.id} passed its deadline {order.deadline}; stop and "
+                      "submit your report")
+    return None
 
 
 def budget_refusal(scope: Scope | str, order_id: str) -> Decision:

@@ -35,6 +35,7 @@ from awl.server._transport import Unauthorized, is_loopback, parse_address
 from awl.server._transport import serve_http as _serve_mcp_http
 from gateway._config import GatewayConfig, load_config
 from gateway._gateway import Authority, Clock, Gateway
+from gateway._relay import Relay
 from gateway._upstream import UpstreamPool
 
 __all__ = [
@@ -115,10 +116,12 @@ async def open_gateway(
         await anyio.to_thread.run_sync(store.load, order_id)
         # Started in the background: a slow or hanging upstream holds up no one (the
         # config's startup_wait says how long tools/list waits for them).
-        pool = await stack.enter_async_context(UpstreamPool(config, errlog=errlog, wait=False))
+        relay = Relay()
+        pool = await stack.enter_async_context(
+            UpstreamPool(config, errlog=errlog, handlers=relay.handlers, wait=False))
         gateway = Gateway(order_id, store=store, pool=pool, pass_token=pass_token, jwks=jwks,
                           audience=audience, safe=safe, clock=clock,
-                          offload_store=offload_store)
+                          offload_store=offload_store, relay=relay)
         await gateway.start()
         yield gateway
 

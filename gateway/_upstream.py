@@ -17,6 +17,8 @@ outcome                    meaning
                            is unknown; the pool never retries it
 :class:`UpstreamUnavailable` cannot connect, or the connection was lost; ``sent`` tells
                            whether the request may have left (``False`` only when certain)
+:class:`UpstreamNoSuchTool` the server is up and does not list the tool (even when listed
+                           again): nothing was sent
 =========================  ====================================================================
 
 Entering the pool starts every server in the background and returns at once, so one slow
@@ -49,8 +51,8 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType, TracebackType
 from typing import Any, Literal, TextIO
@@ -59,11 +61,13 @@ import anyio
 import anyio.abc
 import mcp_types as types
 from mcp import Client, StdioServerParameters, stdio_client
+from mcp.client.session import ElicitationFnT, ListRootsFnT, LoggingFnT, SamplingFnT
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from awl._errors import AWLError, NotFound
 from awl._patterns import is_tool_name
@@ -85,6 +89,23 @@ RETRY_MAX = 30.0
 
 _LIST_PAGES = 100
 _LISTENER_SECONDS = 5.0
+
+_ROUND = TypeAdapter(types.CallToolResult | types.InputRequiredResult)
+"""A ``tools/call`` answer: a result, or a 2026-07-28 ``input_required`` round."""
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamHandlers:
+    """What a connection does with what its server sends besides answers.
+
+    Each is given to the SDK client of one server (see ``handlers`` of
+    :class:`UpstreamPool`); None keeps the SDK's default (refuse requests, drop logs).
+    """
+
+    sampling: SamplingFnT | None = None
+    elicitation: ElicitationFnT | None = None
+    list_roots: ListRootsFnT | None = None
+    logging: LoggingFnT | None = None
 
 
 # ---------------------------------------------------------------------------- errors
@@ -125,6 +146,16 @@ class UpstreamTimeout(UpstreamError):
         self.sent = True
 
 
+class UpstreamNoSuchTool(UpstreamUnavailable):
+    """The server is up and does not list the tool (a configuration mistake, most likely):
+    the request was not sent (``sent`` is False)."""
+
+    code = "UPSTREAM_NO_SUCH_TOOL"
+
+    def __init__(self, message: str, *, server: str) -> None:
+        super().__init__(message, server=server, sent=False)
+
+
 class UpstreamRejected(UpstreamError):
     """The server answered, but not with a tool result.
 
@@ -135,9 +166,14 @@ class UpstreamRejected(UpstreamError):
 
     code = "UPSTREAM_REJECTED"
 
-    def __init__(self, message: str, *, server: str, rpc_code: int | None) -> None:
+    def __init__(self, message: str, *, server: str, rpc_code: int | None,
+                 rpc_message: str | None = None, rpc_data: Any = None) -> None:
         super().__init__(message, server=server)
         self.rpc_code = rpc_code
+        self.rpc_message = rpc_message
+        """The server's own error message, when it answered with a JSON-RPC error."""
+        self.rpc_data = rpc_data
+        """The ``data`` of that error, as the server sent it."""
         self.sent = True
 
 
@@ -285,10 +321,12 @@ class UpstreamStatus:
 
 class _Upstream:
     def __init__(self, config: ServerConfig, errlog: TextIO,
-                 listeners: list[Callable[[], Awaitable[None]]]) -> None:
+                 listeners: list[Callable[[], Awaitable[None]]],
+                 handlers: UpstreamHandlers | None = None) -> None:
         self.config = config
         self.errlog = errlog
         self.listeners = listeners
+        self.handlers = handlers or UpstreamHandlers()
         self.conn: _Connection | None = None
         self.lock = anyio.Lock()
         self.tools: dict[str, types.Tool] = {}
@@ -358,8 +396,16 @@ class _Upstream:
             # lifted once connected so calls are bounded by their own timeouts.
             with anyio.CancelScope(deadline=deadline) as scope:
                 self.starting, self.transport_open = scope, False
+                handlers = self.handlers
+                # log_level opts in to a 2026-07-28 server's log messages (the handshake
+                # era sends them unasked); the handler decides what reaches the worker.
                 async with Client(
-                    self._transport(conn), mode="auto", cache=None, client_info=CLIENT_INFO
+                    self._transport(conn), mode="auto", cache=None, client_info=CLIENT_INFO,
+                    sampling_callback=handlers.sampling,
+                    elicitation_callback=handlers.elicitation,
+                    list_roots_callback=handlers.list_roots,
+                    logging_callback=handlers.logging,
+                    log_level="debug" if handlers.logging is not None else None,
                 ) as client:
                     self.tools, self.skipped = await self._list(client)
                     scope.deadline = math.inf
@@ -452,15 +498,20 @@ class UpstreamPool:
             be started (implies ``wait``).
         wait: Wait on entry for every server's first start; False returns at once (the
             gateway does, so that one slow server cannot hold up its worker).
+        handlers: Given a server's name, what its connection does with the sampling,
+            elicitation and roots requests and the log messages that server sends.
     """
 
     def __init__(self, config: GatewayConfig, *, errlog: TextIO | None = None,
-                 require_all: bool = False, wait: bool = True) -> None:
+                 require_all: bool = False, wait: bool = True,
+                 handlers: Callable[[str], UpstreamHandlers] | None = None) -> None:
         self.config = config
         log = errlog if errlog is not None else sys.stderr
         self._listeners: list[Callable[[], Awaitable[None]]] = []
-        self._upstreams = {name: _Upstream(cfg, log, self._listeners)
-                           for name, cfg in config.servers.items()}
+        self._upstreams = {
+            name: _Upstream(cfg, log, self._listeners,
+                            handlers(name) if handlers is not None else None)
+            for name, cfg in config.servers.items()}
         self._require_all = require_all
         self._wait = wait or require_all
         self._tg: anyio.abc.TaskGroup | None = None
@@ -665,13 +716,48 @@ class UpstreamPool:
 
         Raises:
             NotFound: ``server`` is not configured.
+            UpstreamNoSuchTool: The server does not list ``tool``; nothing was sent.
             UpstreamUnavailable: Cannot connect, or the connection was lost (``sent``).
             UpstreamTimeout: Sent, and no answer in time.
-            UpstreamRejected: The server answered with a protocol error.
+            UpstreamRejected: The server answered with a protocol error, or asked for
+                input (an ``input_required`` round), which this caller cannot give.
+        """
+        result = await self.call_round(server, tool, arguments, meta=meta, timeout=timeout,
+                                       before_send=before_send)
+        if isinstance(result, types.InputRequiredResult):
+            raise UpstreamRejected(
+                f"upstream {server!r} asked for input (input_required) in answer to the call "
+                f"to {tool!r}; no one is there to give it", server=server, rpc_code=None)
+        return result
+
+    async def call_round(
+        self,
+        server: str,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        meta: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        before_send: Callable[[], Awaitable[None]] | None = None,
+        progress: ProgressFnT | None = None,
+        input_responses: Mapping[str, Any] | None = None,
+        request_state: str | None = None,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """:meth:`call`, for a caller that can answer a 2026-07-28 ``input_required`` round.
+
+        ``progress`` receives the server's progress notifications for this request;
+        ``input_responses`` and ``request_state`` retry an earlier round (sent as given).
+        An :class:`~mcp_types.InputRequiredResult` is returned as the server sent it.
         """
         up = self._upstream(server)
         limit = timeout if timeout is not None else up.config.timeout
         conn = await self._connection(up)
+        if f"{server}/{tool}" not in up.tools:
+            await self._refresh(up)  # it may have added the tool since it was listed
+            if f"{server}/{tool}" not in up.tools:
+                raise UpstreamNoSuchTool(
+                    f"upstream {server!r} does not offer a tool {tool!r}, so the call was not "
+                    "sent; check that server's entry in the upstream config", server=server)
         if before_send is not None:
             await before_send()
         client = conn.client
@@ -680,40 +766,92 @@ class UpstreamPool:
                 f"upstream {server!r} went away before the call to {tool!r} was sent; "
                 "it was not sent", server=server, sent=False,
             )
+        params: dict[str, Any] = {
+            "name": tool, "arguments": dict(arguments) if arguments is not None else None,
+            "_meta": clean_meta(meta)}
+        if input_responses is not None:
+            params["inputResponses"] = dict(input_responses)
+        if request_state is not None:
+            params["requestState"] = request_state
         request = types.CallToolRequest(
-            params=types.CallToolRequestParams(
-                name=tool,
-                arguments=dict(arguments) if arguments is not None else None,
-                _meta=clean_meta(meta),
-            )
-        )
-        result: types.CallToolResult | None = None
-        try:
+            params=types.CallToolRequestParams.model_validate(params, by_alias=True))
+        result: types.CallToolResult | types.InputRequiredResult | None = None
+        what = f"the call to {tool!r}"
+        with self._faults(server, what, conn):
             with anyio.move_on_after(limit):
-                result = await client.session.send_request(request, types.CallToolResult)
-        except MCPError as exc:
-            if exc.code == types.CONNECTION_CLOSED:
-                conn.end()
-                up.error = f"upstream {server!r} closed the connection during a call to {tool!r}"
-                raise UpstreamUnavailable(
-                    f"upstream {server!r} closed the connection during the call to {tool!r}; "
-                    "the call may have run (it will be restarted on the next call)",
-                    server=server, sent=True,
-                ) from None
-            raise UpstreamRejected(
-                f"upstream {server!r} refused the call to {tool!r}: {exc.error.message} "
-                f"(JSON-RPC {exc.code})", server=server, rpc_code=exc.code,
-            ) from None
-        except ValidationError:
-            raise UpstreamRejected(
-                f"upstream {server!r} answered the call to {tool!r} with something that is "
-                "not a tool result", server=server, rpc_code=None,
-            ) from None
+                result = await client.session.send_request(request, _ROUND,
+                                                           progress_callback=progress)
         if result is None:
             raise UpstreamTimeout(
                 f"upstream {server!r} did not answer the call to {tool!r} within {limit:g} s; "
                 "it may still have run", server=server, timeout=limit,
             )
+        if isinstance(result, types.InputRequiredResult):
+            return result
         return bound_result(
             _without_reserved(result), up.config.max_result_bytes, label=f"{server}/{tool}"
         )
+
+    @contextmanager
+    def _faults(self, server: str, what: str, conn: _Connection) -> Iterator[None]:
+        """Turn the SDK's failures of one request into :class:`UpstreamError` s."""
+        try:
+            yield
+        except MCPError as exc:
+            if exc.code == types.CONNECTION_CLOSED:
+                conn.end()
+                up = self._upstream(server)
+                up.error = f"upstream {server!r} closed the connection during {what}"
+                raise UpstreamUnavailable(
+                    f"upstream {server!r} closed the connection during {what}; "
+                    "it may have run (it will be restarted on the next call)",
+                    server=server, sent=True,
+                ) from None
+            raise UpstreamRejected(
+                f"upstream {server!r} refused {what}: {exc.error.message} "
+                f"(JSON-RPC {exc.code})", server=server, rpc_code=exc.code,
+                rpc_message=exc.error.message, rpc_data=exc.error.data,
+            ) from None
+        except ValidationError:
+            raise UpstreamRejected(
+                f"upstream {server!r} answered {what} with something that is not its result",
+                server=server, rpc_code=None,
+            ) from None
+
+    async def request(self, server: str, request: Any, result_type: Any, *,
+                      what: str) -> Any:
+        """Send one request other than ``tools/call`` (``resources/read``, ``prompts/get``, ...)
+        to ``server`` and return its validated result (``result_type``: a model or adapter).
+
+        ``what`` names the request in error messages. Bounded by the server's ``timeout``;
+        raises as :meth:`call` does.
+        """
+        up = self._upstream(server)
+        conn = await self._connection(up)
+        client = conn.client
+        if client is None or not conn.live:
+            raise UpstreamUnavailable(f"upstream {server!r} went away before {what} was sent",
+                                      server=server, sent=False)
+        result: Any = None
+        with self._faults(server, what, conn):
+            with anyio.move_on_after(up.config.timeout):
+                result = await client.session.send_request(request, result_type)
+        if result is None:
+            raise UpstreamTimeout(
+                f"upstream {server!r} did not answer {what} within {up.config.timeout:g} s",
+                server=server, timeout=up.config.timeout)
+        return result
+
+    def capabilities(self, server: str) -> types.ServerCapabilities | None:
+        """What ``server`` said it can do, when it is connected (None when it is down)."""
+        conn = self._upstream(server).conn
+        if conn is None or conn.client is None or not conn.live:
+            return None
+        return conn.client.session.server_capabilities
+
+    def protocol_version(self, server: str) -> str | None:
+        """The protocol version spoken with ``server``, when it is connected."""
+        conn = self._upstream(server).conn
+        if conn is None or conn.client is None or not conn.live:
+            return None
+        return conn.client.session.protocol_version

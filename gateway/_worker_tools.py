@@ -12,7 +12,7 @@ collide with an upstream tool.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, get_args
 
 import anyio.to_thread
@@ -20,7 +20,7 @@ import mcp_types as types
 
 from awl._errors import AWLError, BadRequest
 from awl._limits import INT64_MAX, check_integer
-from awl._models import CallOutcome
+from awl._models import CallOutcome, CallRecord, WorkOrder
 from awl._patterns import matches_any
 from awl.server._server import tool_error
 
@@ -156,6 +156,20 @@ TOOLS = (
 _USED = frozenset({"ok", "error", "held"})
 
 
+def tools_used(calls: Iterable[CallRecord]) -> list[str]:
+    """What a report's ``tools_used`` must equal (rule R18), given one attempt's calls:
+    every tool called that ran, failed or was held, sorted."""
+    return sorted({c.tool for c in calls if c.outcome in _USED})
+
+
+def listable_effects(order: WorkOrder, calls: Iterable[CallRecord]) -> list[dict[str, Any]]:
+    """One attempt's held calls a report may list as effects, in order, as ``{ref, tool,
+    arguments}``: only calls of tools the order stages (R13); the others (held by safe mode
+    or the operator's hold list) never run."""
+    return [{"ref": c.ref, "tool": c.tool, "arguments": c.arguments}
+            for c in calls if c.outcome == "held" and matches_any(order.staged, c.tool)]
+
+
 def _whole_number(value: Any, name: str, low: int, high: int | None) -> int | None:
     """An optional integer argument in ``[low, high]`` (DOC-12); BadRequest otherwise."""
     if value is None:
@@ -217,9 +231,7 @@ class WorkerTools:
             "acting_as": actor,
             "spent": {"tool_calls": usage.tool_calls, "usd": usage.usd,
                       "first_call_at": usage.first_call_at},
-            # What the report's tools_used must equal (rule R18): every tool called in this
-            # attempt that ran, failed or was held.
-            "tools_used": sorted({c.tool for c in calls if c.outcome in _USED}),
+            "tools_used": tools_used(calls),
             "latest_review": review.to_json() if review is not None else None,
         }
         return _ok(data, f"order {view.id} is {view.state} (attempt {view.attempt}); "
@@ -270,10 +282,7 @@ class WorkerTools:
         view = gw.desk.get(gw.order_id)
         calls = [c for c in gw.store.calls(gw.order_id, attempt=view.attempt)
                  if c.outcome == "held"]
-        # Only calls of tools the order stages may be listed as effects (R13); the others
-        # (held by safe mode or the operator's hold list) never run.
-        held = [{"ref": c.ref, "tool": c.tool, "arguments": c.arguments}
-                for c in calls if matches_any(view.order.staged, c.tool)]
+        held = listable_effects(view.order, calls)
         lines = [f"{h['ref']}" for h in held] or ["no held calls to list in this attempt"]
         never = len(calls) - len(held)
         if never:

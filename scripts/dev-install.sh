@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Creates .venv (if missing) and installs the project with its test tools. Idempotent.
+# Creates .venv (if missing) and installs the project with its test tools and the agent
+# frameworks the integration tests drive (PydanticAI, the OpenAI Agents SDK). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev,pydantic-ai,openai-agents]"

@@ -8,6 +8,8 @@ never hides a test in CI.
   method against a stdio command or an HTTP URL, and returns what it printed, parsed.
 - :func:`ts_calls` runs ``node/calls.mjs``: many tool calls through the TypeScript SDK's
   client in one process, each answered as ``{"result": ...}`` or ``{"error": message}``.
+- :func:`conformance` gives the command that runs the official MCP conformance suite on
+  Node 22 (the ``node`` package's binary: the suite needs Node 22).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 NODE_DIR = ROOT / "node"
 BIN = NODE_DIR / "node_modules" / ".bin"
 INSPECTOR_CLI = NODE_DIR / "node_modules/@modelcontextprotocol/inspector/cli/build/index.js"
+NODE22 = NODE_DIR / "node_modules/node/bin/node"
+CONFORMANCE = NODE_DIR / "node_modules/@modelcontextprotocol/conformance/dist/index.js"
 TIMEOUT = 120.0
 """Seconds one Node run may take before the test fails (an Inspector run takes about 2)."""
 
@@ -51,6 +55,11 @@ def _installed(path: Path) -> Path:
     if not path.exists():
         missing(f"{path.relative_to(NODE_DIR)}")
     return path
+
+
+def conformance() -> list[str]:
+    """The command that runs the conformance suite's command line, on Node 22."""
+    return [str(_installed(NODE22)), str(_installed(CONFORMANCE))]
 
 
 def node_tool(name: str) -> Path:

@@ -167,3 +167,19 @@ def test_the_settlement_block_settles_and_retries_once(
     out = run_bash(find("bash", "awl effects settle"), folder, env)
     assert "unknown" in out
     assert [m["to"] for m in outbox(folder)] == ["team@example.com"]
+
+
+def test_the_framework_block_runs_examples_that_exist_with_extras_that_exist() -> None:
+    """The framework section's commands name real examples and the extras pyproject defines
+    (tests/test_framework_examples.py runs those examples for real)."""
+    import tomllib
+
+    body = find("bash", "examples/pydantic_ai_agent.py")
+    scripts = re.findall(r"python (examples/\S+\.py)", body)
+    assert scripts == ["examples/pydantic_ai_agent.py", "examples/openai_agents_agent.py"]
+    assert all((ROOT / script).is_file() for script in scripts)
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    [named] = re.findall(r'pip install -e "\.\[([^\]]+)\]"', body)
+    assert set(named.split(",")) <= set(extras)
+    assert "dev,pydantic-ai,openai-agents" in (ROOT / "scripts" / "dev-install.sh").read_text()

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from awl._errors import AWLError
-from awl._limits import check_text
+from awl._limits import check_text, show_value
 
 # Modules that add subcommands, in the order they appear in --help.
 _COMMAND_MODULES = (
@@ -81,6 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return _reader_gone()
+    except OSError as exc:  # the file system said no (a name too long, a full disk, ...)
+        name = f" {show_value(os.fsdecode(exc.filename))}" if exc.filename else ""
+        print(f"awl: cannot use{name}: {exc.strerror or exc}; check the path and try again",
+              file=sys.stderr)
+        return 1
     return code
 
 

@@ -60,7 +60,8 @@ def register(subparsers: Any) -> None:
         "retry", help="send an effect settled as did-not-happen again",
         description="Send an effect settled as did-not-happen again, with the same awl/ref, "
                     "after checking the order still gives the authority (approved, before "
-                    "its deadline, tool allowed and staged). Exit 1 unless it commits.")
+                    "its deadline, tool allowed and staged). Exit 1 unless it commits, 3 "
+                    "when a commit of the order holds its lock (nothing was sent).")
     retry.add_argument("order", metavar="ORDER")
     retry.add_argument("ref", metavar="REF", help="the effect, server/tool#N")
     retry.add_argument("--config", required=True, metavar="FILE",
@@ -89,8 +90,8 @@ def _view_lines(order_id: str, views: Sequence[EffectView]) -> Iterator[str]:
         extra = " (retryable)" if v.retryable else ""
         yield f"{v.ref}  {v.state}{extra}  attempt {v.attempt}  sent {v.dispatches}x"
         yield f"  arguments: {json.dumps(v.arguments, sort_keys=True)}"
-        if v.result is not None and "structuredContent" in v.result:
-            yield f"  result: {json.dumps(v.result['structuredContent'], sort_keys=True)}"
+        if v.result is not None:
+            yield f"  result: {_result_text(v.result)}"
         if v.error:
             yield f"  note: {v.error}"
         if v.settlement is not None:
@@ -99,6 +100,23 @@ def _view_lines(order_id: str, views: Sequence[EffectView]) -> Iterator[str]:
         elif v.state == "unknown":
             yield (f"  unsettled: find out whether it ran, then `awl effects settle "
                    f"{order_id} {v.ref} --happened|--did-not-happen --evidence ...`")
+
+
+_RESULT_CHARS = 500
+"""The most characters of an effect's result ``awl effects list`` prints (--json has all)."""
+
+
+def _result_text(result: dict[str, Any]) -> str:
+    """An effect's recorded result in one line: its structured content, else its text."""
+    if "structuredContent" in result:
+        shown = json.dumps(result["structuredContent"], sort_keys=True, ensure_ascii=False)
+    else:
+        blocks = result.get("content")
+        texts = [b.get("text") for b in blocks if isinstance(b, dict)] if isinstance(
+            blocks, list) else []
+        shown = " ".join(" ".join(t.split()) for t in texts if isinstance(t, str))
+        shown = shown or "(no text)"
+    return shown if len(shown) <= _RESULT_CHARS else shown[:_RESULT_CHARS - 1] + "…"
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -139,8 +157,9 @@ def _outcome_line(outcome: EffectOutcome) -> str:
 
 
 def _retry(args: argparse.Namespace) -> int:
-    from gateway._commit import retry_sync
+    from gateway._commit import locked_exit, retry_sync
     from gateway._config import load_config
+    from gateway._lock import LockBusy
 
     config = load_config(args.config)
     store = default_store(home_dir(args.home))
@@ -148,6 +167,8 @@ def _retry(args: argparse.Namespace) -> int:
         outcome = retry_sync(args.order, args.ref, args.actor, store=store,
                              pool_or_config=config, timeout=args.timeout,
                              lock_wait=args.lock_wait)
+    except LockBusy as exc:
+        return locked_exit(args.order, exc, json_out=args.json)
     finally:
         store.close()
     if args.json:

@@ -49,7 +49,9 @@ def register(subparsers: Any) -> None:
                         help="with --http, allow a non-loopback address")
     commit = parser.add_argument_group("committing approved effects")
     commit.add_argument("--commit", action="store_true",
-                        help="run the approved report's effects once each, then exit")
+                        help="run the approved report's effects once each, then exit: 0 when "
+                             "all committed, 1 when one did not, 3 when another live "
+                             "committer holds the order's lock (nothing was sent)")
     commit.add_argument("--json", action="store_true", help="with --commit, print JSON")
     commit.add_argument("--timeout", type=float, metavar="SECONDS",
                         help="with --commit, seconds each effect may take")

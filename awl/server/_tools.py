@@ -250,7 +250,9 @@ TOOLS: tuple[ToolSpec, ...] = (
         description=(
             "Manager: issue a work order to a worker: goal, criteria (how done is judged), "
             "budget, deadline, tools the worker may call and staged tools whose calls wait "
-            "for your approval. You become its manager. A sub-order sets parent_id; an order "
+            "for your approval. You become its manager; its worker must be someone else. A "
+            "sub-order sets parent_id: it gets at most what the parent has left, never a tool "
+            "the parent stages, and its calls count against the parent too. An order "
             "that replaces a finished one sets continues (copy_handoff copies its handoff). "
             "Invalid orders are refused with VALIDATION_FAILED and the findings."),
         input_schema=_with_defs(_object({

@@ -25,6 +25,7 @@ from awl._sqlite import SQLiteStore
 from gateway._staging import check_arguments
 from tests.awl.server_support import MANAGER, WORKER, order_fields, serve_as
 from tests.awl.test_checks import make_order, make_report
+from tests.gateway.gateway_support import connect, make_env
 
 BACKTRACKS = {"type": "string", "pattern": "(a+)+$"}
 EVIL_OUTPUT = "a" * 40 + "!"
@@ -178,11 +179,14 @@ def test_awl_validate_and_order_create_judge_bad_patterns_quickly(tmp_path: Path
 
 # ----------------------------------------------------------------------------- the desk
 
-@pytest.mark.anyio
-@pytest.mark.spec("DOC-16", "SEC-4", "O4", "R11")
-async def test_the_backtracking_report_never_freezes_awl_serve(tmp_path: Path) -> None:
-    """Issue 23's check: the report goes to a running `awl serve`, and another call on the
-    same connection answers within a second; `a{99999999999}` is an O4 refusal."""
+EVIL_REPORT = {"status": "done", "result": {"summary": "done", "output": EVIL_OUTPUT},
+               "evidence": [{"criterion": "c1", "type": "note", "note": "written"},
+                            {"criterion": "c2", "type": "note", "note": "sent"}],
+               "cost": {"usd": 1, "tool_calls": 1}, "tools_used": []}
+
+
+def _working_order(tmp_path: Path) -> tuple[Path, str]:
+    """A desk home with a working order whose output_schema backtracks."""
     home = tmp_path / "home"
     home.mkdir()
     store = SQLiteStore(home / "desk.sqlite3")
@@ -191,19 +195,25 @@ async def test_the_backtracking_report_never_freezes_awl_serve(tmp_path: Path) -
         view = desk.create(order_fields(output_schema=BACKTRACKS), MANAGER)
         desk.accept(view.id, WORKER)
         desk.start(view.id, WORKER)
+        return home, view.id
     finally:
         store.close()
-    report = {"status": "done", "result": {"summary": "done", "output": EVIL_OUTPUT},
-              "evidence": [{"criterion": "c1", "type": "note", "note": "written"},
-                           {"criterion": "c2", "type": "note", "note": "sent"}],
-              "cost": {"usd": 1, "tool_calls": 1}, "tools_used": []}
+
+
+@pytest.mark.anyio
+@pytest.mark.spec("DOC-16", "SEC-4", "O4", "R11")
+async def test_the_backtracking_report_never_freezes_awl_serve(tmp_path: Path) -> None:
+    """Issue 23's check: the report goes to a running `awl serve`, and another call on the
+    same connection answers within a second; `a{99999999999}` is an O4 refusal."""
+    home, order_id = _working_order(tmp_path)
+    report = EVIL_REPORT
     answered: dict[str, float] = {}
     with anyio.fail_after(60):
         async with serve_as(home, WORKER, "legacy") as w:
             await w.call("list_work_orders")  # the server is up
 
             async def submit() -> None:
-                refused = await w.refused("submit_work_report", order_id=view.id,
+                refused = await w.refused("submit_work_report", order_id=order_id,
                                           report=report)
                 assert refused["code"] == "VALIDATION_FAILED"
                 assert [f["rule"] for f in refused["findings"]] == ["R11"]
@@ -212,7 +222,7 @@ async def test_the_backtracking_report_never_freezes_awl_serve(tmp_path: Path) -
             async def meanwhile() -> None:
                 await anyio.sleep(0.05)
                 asked = time.monotonic()
-                await w.call("get_work_order", order_id=view.id)
+                await w.call("get_work_order", order_id=order_id)
                 answered["other"] = time.monotonic() - asked
 
             async with anyio.create_task_group() as tg:
@@ -225,3 +235,45 @@ async def test_the_backtracking_report_never_freezes_awl_serve(tmp_path: Path) -
                 order={**order_fields(to=MANAGER), "output_schema": {"pattern": HUGE_REPEAT}})
             assert refused["code"] == "VALIDATION_FAILED"
             assert [f["rule"] for f in refused["findings"]] == ["O4"]
+
+
+@pytest.mark.anyio
+@pytest.mark.spec("DOC-16", "SEC-4", "R11", "GW-11")
+async def test_the_backtracking_report_never_stalls_the_gateway(tmp_path: Path) -> None:
+    """awl_submit_report with the backtracking output: refused at once (R11), and the
+    gateway's other tools answer meanwhile."""
+    env = make_env(tmp_path, output_schema=BACKTRACKS)
+    answered: dict[str, float] = {}
+    try:
+        with anyio.fail_after(60):
+            async with connect(env) as (_, client):
+                async def submit() -> None:
+                    result = await client.call_tool("awl_submit_report", {"report": {
+                        "status": "done", "result": {"summary": "done", "output": EVIL_OUTPUT},
+                        "evidence": [{"criterion": "c1", "type": "note", "note": "answered"}],
+                        "cost": {"tool_calls": 0, "usd": 0}, "tools_used": []}})
+                    assert result.is_error and "R11" in str(result.content)
+
+                async def meanwhile() -> None:
+                    await anyio.sleep(0.05)
+                    asked = time.monotonic()
+                    assert not (await client.call_tool("awl_get_order", {})).is_error
+                    answered["other"] = time.monotonic() - asked
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(submit)
+                    tg.start_soon(meanwhile)
+        assert answered["other"] < 1.0
+        assert env.view().state == "working"
+    finally:
+        env.store.close()
+
+
+@pytest.mark.spec("DOC-16", "R11", "SEC-4")
+def test_awl_work_report_refuses_the_backtracking_report_at_once(tmp_path: Path) -> None:
+    home, order_id = _working_order(tmp_path)
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps(EVIL_REPORT))
+    result = _awl("work", "report", order_id, report, "--as", WORKER, "--home", home, timeout=20)
+    assert result.returncode != 0 and "R11" in result.stderr + result.stdout
+    assert "Traceback" not in result.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import sqlite3
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +226,46 @@ def test_running_totals_agree_with_the_memory_store(tmp_path: Path) -> None:
                 assert memory.first_call_at == sqlite.first_call_at
                 assert memory.usd == pytest.approx(sqlite.usd, abs=1e-12)
         assert stores[0].usage("o1") == stores[1].usage("o1")
+
+
+@pytest.mark.spec("LC-15")
+def test_a_schema_4_desk_gets_its_sub_orders_charges_backfilled(tmp_path: Path) -> None:
+    """Opening a desk written before sub-orders' calls were charged up the chain fills the
+    charges from its call records (migration 5): each order's usage, first call included,
+    is what live charging gives, and the next reservation is checked against it."""
+    from awl._desk import Desk
+
+    path = tmp_path / "desk.sqlite3"
+    with SQLiteStore(path) as store:
+        desk = Desk(store, clock=lambda: datetime(2029, 12, 31, 9, tzinfo=UTC))
+        fields = {"goal": "g", "criteria": [{"id": "c", "text": "t"}], "tools": ["s/*"],
+                  "deadline": "2030-06-01T00:00:00Z"}
+        root = desk.create({**fields, "to": "agent:a", "budget": {"tool_calls": 5}}, "human:m")
+        child = desk.create({**fields, "to": "agent:b", "parent_id": root.id,
+                             "budget": {"tool_calls": 5}}, "agent:a")
+        deep = desk.create({**fields, "to": "agent:c", "parent_id": child.id,
+                            "budget": {"tool_calls": 5}}, "agent:b")
+        for order_id, usd, at in ((deep.id, 0.5, T0), (child.id, 0.25, T0),
+                                  (deep.id, 0.125, "2029-12-31T23:00:00Z")):
+            store.reserve_call(order_id, attempt=1, tool="s/t", arguments={}, pass_jti=None,
+                               usd=usd, started_at=at, scopes=[])
+        store.record_call({"order_id": deep.id, "attempt": 1, "tool": "s/t", "arguments": {},
+                           "outcome": "refused", "error": "x",
+                           "started_at": "2029-12-31T22:00:00Z",
+                           "ended_at": "2029-12-31T22:00:00Z"})
+        live = {o: store.usage(o) for o in (root.id, child.id, deep.id)}
+    assert (live[root.id].tool_calls, live[root.id].usd) == (3, 0.875)
+    assert live[root.id].first_call_at == "2029-12-31T22:00:00Z"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("DROP TABLE suborder_totals")
+    conn.execute("DELETE FROM awl_schema WHERE version = 5")
+    conn.close()
+    with SQLiteStore(path) as store:
+        assert store.schema_version() == SCHEMA_VERSION
+        assert {o: store.usage(o) for o in live} == live
+        # 3 charged so far: the root's and the child's budgets (5 each) take 2 more.
+        for expected in ("s/t#4", "s/t#5", f"order {child.id}"):
+            made = store.reserve_call(deep.id, attempt=1, tool="s/t", arguments={},
+                                      pass_jti=None, usd=0.0, started_at=T0, scopes=[])
+            assert (made if isinstance(made, str) else made.ref) == expected
+        assert store.usage(root.id).tool_calls == 5

@@ -204,3 +204,17 @@ def test_a_fifo_config_is_refused_without_blocking(tmp_path: Path) -> None:
 def test_a_config_given_as_data_is_held_to_the_same_limits() -> None:
     error = _refused({"mcpServers": {"a": {"command": "x", "timeout": float("nan")}}})
     assert "not a finite JSON number" in error.message
+
+
+@pytest.mark.spec("BIND-5")
+def test_every_unknown_key_is_named_at_once() -> None:
+    """A config with several unknown keys, at several places, names every one of them."""
+    error = _refused({"mcpServres": {}, "mcpServers": {
+        "a": {"command": "x", "timout": 3, "costs_usd": {}},
+        "b": {"url": "http://127.0.0.1:9/mcp", "env": {}}},
+        "gateway": {"safe": True}})
+    assert error.location == ""
+    for key in ("'mcpServres'", "'timout', 'costs_usd'", "'env'", "'safe'"):
+        assert key in error.message
+    for place in ("/mcpServers/a: unknown keys", "/mcpServers/b: unknown key", "/gateway:"):
+        assert place in error.message

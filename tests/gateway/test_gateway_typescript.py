@@ -89,6 +89,14 @@ async def test_every_gateway_answer_is_readable_in_the_typescript_sdk(tmp_path: 
     assert answers[1]["result"]["_meta"]["awl/ref"] == "receiver/create_issue#2"
     assert answers[6]["result"]["structuredContent"]["calls"][0]["outcome"] == "refused"
     _check_big_read(answers[7]["result"], big.stat().st_size)
+    # The Inspector CLI itself, over stdio, as a user runs it: `... -- awl gateway ...`.
+    with anyio.fail_after(120):
+        refused = await anyio.to_thread.run_sync(partial(
+            inspector, [stdio["command"], *stdio["args"]], "tools/call",
+            "--tool-name", "awl_list_calls", "--tool-arg", "limit=0",
+            env=stdio["env"], cwd=env.home))
+    assert refused["isError"] is True
+    assert refused["content"][0]["text"].startswith("BAD_REQUEST: ")
 
 
 @pytest.mark.spec("BIND-6", "GW-12")

@@ -25,9 +25,14 @@ import pytest
 from mcp import Client
 
 from awl._desk import format_time
-from awl._errors import ValidationFailed
+from awl._effects import settle
+from awl._errors import InvalidTransition, ValidationFailed
 from awl._models import Event, WorkOrder
+from gateway._commit import commit, retry
+from gateway._config import load_config
+from tests.gateway.commit_support import hold
 from tests.gateway.gateway_support import (
+    MANAGER,
     ROOT,
     WORKER,
     Clock,
@@ -62,13 +67,31 @@ def _working_child(env: Env, to: str, **over: Any) -> Env:
     return replace(env, order_id=view.id)
 
 
-@pytest.mark.spec("C6", "LC-14", "CM-3")
+def _stored_around_the_desk(env: Env, order_id: str, fields: dict[str, Any]) -> Env:
+    """A sub-order written straight into the store (as a desk before C6, or a damaged store,
+    could hold it), accepted and started by its worker."""
+    now = format_time(env.desk.now())
+    legacy = WorkOrder.model_validate({
+        **fields, "spec": "awl/work-order@0.3", "id": order_id, "created_at": now,
+        "from": WORKER})
+    env.store.create_order(legacy, Event.model_validate({
+        "seq": 1, "at": now, "actor": WORKER, "action": "create", "from": None,
+        "to": "offered"}))
+    env.desk.accept(legacy.id, legacy.to)
+    env.desk.start(legacy.id, legacy.to)
+    return replace(env, order_id=legacy.id)
+
+
+@pytest.mark.spec("C6", "LC-14", "CM-3", "CM-11")
 async def test_a_staged_write_split_into_a_sub_order_never_runs(tmp_path: Path) -> None:
     """The attack as found: the worker splits a sub-order to a sub-agent with the staged
     create_issue in its tools and staged list, the sub-agent's call is held, the worker
     approves it as the sub-order's manager and runs ``awl gateway --commit``. The desk
-    refuses the sub-order (C6); one written to the store around the desk is held, approved,
-    and then stopped by the commit (staged_above): 0 calls reach the upstream."""
+    refuses the sub-order (C6). One written to the store around the desk, staging the tool
+    or not, gets no such tool from the gateway (not listed, refused AWL_FORBIDDEN); and a
+    call held under it before (recorded as the gateway recorded held calls), reported and
+    approved by the worker, is stopped by the commit (staged_above). 0 calls reach the
+    upstream."""
     env = make_env(tmp_path, staged=["receiver/create_issue"])
     attack = _child(env, SUB, tools=["receiver/create_issue"],
                     staged=["receiver/create_issue"])
@@ -76,30 +99,27 @@ async def test_a_staged_write_split_into_a_sub_order_never_runs(tmp_path: Path) 
         env.desk.create(attack, WORKER)
     assert [(f.rule, f.path) for f in caught.value.findings] == [("C6", "/tools/0")]
 
-    now = format_time(env.desk.now())
-    legacy = WorkOrder.model_validate({
-        **attack, "spec": "awl/work-order@0.3", "id": "wo_legacy", "created_at": now,
-        "from": WORKER})
-    env.store.create_order(legacy, Event.model_validate({
-        "seq": 1, "at": now, "actor": WORKER, "action": "create", "from": None,
-        "to": "offered"}))
-    env.desk.accept(legacy.id, SUB)
-    env.desk.start(legacy.id, SUB)
-    sub = replace(env, order_id=legacy.id)
+    staged = _stored_around_the_desk(env, "wo_legacy", attack)
+    unstaged = _stored_around_the_desk(env, "wo_unstaged", {**attack, "staged": []})
     with anyio.fail_after(60):
-        async with connect(sub) as (_gw, client):
-            held = await client.call_tool("receiver__create_issue", {"title": "wire $1M"})
-            assert not held.is_error and text(held) == "pending:receiver/create_issue#1"
-            report = await client.call_tool("awl_submit_report", {"report": {
-                "status": "done", "result": {"summary": "filed"},
-                "evidence": [{"criterion": "c1", "type": "tool_call",
-                              "ref": "receiver/create_issue#1"}],
-                "cost": {"tool_calls": 1, "usd": 0}, "tools_used": ["receiver/create_issue"],
-                "effects": [{"ref": "receiver/create_issue#1", "tool": "receiver/create_issue",
-                             "arguments": {"title": "wire $1M"}}]}})
-            assert not report.is_error, report.content
-    sub.desk.review(legacy.id, WORKER, "approve")  # the worker, as the sub-order's manager
-    command = [sys.executable, "-m", "awl", "gateway", "--order", legacy.id, "--config",
+        for sub in (staged, unstaged):
+            async with connect(sub) as (_gw, client):
+                listed = {t.name for t in (await client.list_tools()).tools}
+                assert "receiver__create_issue" not in listed
+                refused = await client.call_tool("receiver__create_issue", {"title": "wire"})
+                assert refused.is_error and text(refused).startswith("AWL_FORBIDDEN: ")
+                assert env.order_id in text(refused)
+    assert env.deliveries() == []
+
+    ref = hold(env.store, staged.order_id, "receiver/create_issue", {"title": "wire $1M"})
+    staged.desk.report(staged.order_id, SUB, {
+        "status": "done", "result": {"summary": "filed"},
+        "evidence": [{"criterion": "c1", "type": "tool_call", "ref": ref}],
+        "cost": {"tool_calls": 2, "usd": 0}, "tools_used": ["receiver/create_issue"],
+        "effects": [{"ref": ref, "tool": "receiver/create_issue",
+                     "arguments": {"title": "wire $1M"}}]})
+    staged.desk.review(staged.order_id, WORKER, "approve")  # as the sub-order's manager
+    command = [sys.executable, "-m", "awl", "gateway", "--order", staged.order_id, "--config",
                str(env.config), "--commit", "--home", str(env.home), "--json"]
     done = await anyio.to_thread.run_sync(lambda: subprocess.run(
         command, capture_output=True, text=True, cwd=str(ROOT), timeout=120,
@@ -107,10 +127,21 @@ async def test_a_staged_write_split_into_a_sub_order_never_runs(tmp_path: Path) 
     assert done.returncode != 0
     summary = json.loads(done.stdout)
     assert [(m["ref"], m["problem"]) for m in summary["mismatches"]] == [
-        ("receiver/create_issue#1", "staged_above")]
+        (ref, "staged_above")]
     assert env.order_id in summary["mismatches"][0]["message"]
     assert env.deliveries() == []
-    assert [e.state for e in env.store.effects(legacy.id)] == ["held"]
+    assert [e.state for e in env.store.effects(staged.order_id)] == ["held"]
+
+    # A retry rechecks it too: an effect a dead committer left dispatching becomes unknown,
+    # the worker settles it as not sent, and the retry is refused before anything is sent.
+    env.store.set_effect(staged.order_id, ref, expect=["held"], state="dispatching",
+                         count_dispatch=True, at=format_time(env.desk.now()))
+    config = load_config(env.config)
+    await commit(staged.order_id, store=env.store, pool_or_config=config)
+    settle(staged.order_id, ref, "did_not_happen", "no trace", WORKER, store=env.store)
+    with pytest.raises(InvalidTransition, match=f"order {env.order_id}.*stages"):
+        await retry(staged.order_id, ref, WORKER, store=env.store, pool_or_config=config)
+    assert env.deliveries() == []
 
 
 async def _deliver_many(client: Client, tag: str, n: int,
@@ -175,3 +206,26 @@ async def test_a_parent_s_seconds_stop_its_sub_orders(tmp_path: Path) -> None:
     assert late.is_error and text(late).startswith("AWL_BUDGET_EXHAUSTED: ")
     assert "split from" in text(late) and env.order_id in text(late)
     assert [d["arguments"]["to"] for d in env.deliveries()] == ["w", "a"]
+
+
+@pytest.mark.spec("LC-16", "GW-4")
+async def test_a_sub_order_stops_when_the_order_above_it_ends(tmp_path: Path) -> None:
+    """Once the manager cancels the order, calls under the sub-order split from it (and
+    under that one's own sub-order) are refused as not active; nothing more is sent."""
+    env = make_env(tmp_path, staged=[], budget={"tool_calls": 10, "usd": 1})
+    child = _working_child(env, SUB)
+    deep = child.desk.create({**_child(child, "agent:deep", budget={"tool_calls": 1, "usd": 1}),
+                              "from": SUB}, SUB)
+    env.desk.accept(deep.id, "agent:deep")
+    env.desk.start(deep.id, "agent:deep")
+    with anyio.fail_after(60):
+        async with (connect(child) as (_gw, theirs),
+                    connect(replace(env, order_id=deep.id)) as (_gw2, deepest)):
+            assert not (await theirs.call_tool("receiver__deliver", {"to": "a"})).is_error
+            env.desk.cancel(env.order_id, MANAGER, "the customer withdrew")
+            late = [await c.call_tool("receiver__deliver", {"to": "b"})
+                    for c in (theirs, deepest)]
+    for answer in late:
+        assert answer.is_error and text(answer).startswith("AWL_NOT_ACTIVE: ")
+        assert env.order_id in text(answer) and "cancelled" in text(answer)
+    assert [d["arguments"]["to"] for d in env.deliveries()] == ["a"]

@@ -1,0 +1,59 @@
+"""The OpenAI Agents SDK through the gateway: the order's tools as an ``MCPServerStdio``.
+
+``pip install "agent-work-layer[openai-agents]"``, then::
+
+    from agents import Agent, Runner
+    from awl.integrations.openai_agents import gateway_server
+
+    async with gateway_server(order_id, "upstream.json", home=home) as server:
+        agent = Agent(name="clerk", instructions=..., mcp_servers=[server])
+        await Runner.run(agent, "Do the work order.")
+
+The server runs ``awl gateway`` for the order over stdio: the model sees only what the
+order allows, reads pass through, staged writes come back ``pending:server/tool#N`` and
+wait for the manager. The report, the review and the commit are framework-neutral: see
+:mod:`awl.integrations`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from awl.integrations._work import gateway_command
+
+try:
+    from agents.mcp import MCPServerStdio
+except ImportError as _missing:  # pragma: no cover - the extra is installed wherever tests run
+    raise ImportError("awl.integrations.openai_agents needs the OpenAI Agents SDK: "
+                      'pip install "agent-work-layer[openai-agents]"') from _missing
+
+__all__ = ["REQUEST_TIMEOUT", "gateway_server"]
+
+REQUEST_TIMEOUT = 60.0
+"""Seconds one request to the gateway may take, the handshake included (the SDK's default
+of 5 s is shorter than the gateway's start with its upstreams)."""
+
+
+def gateway_server(order_id: str, config: str | os.PathLike[str], *,
+                   home: str | os.PathLike[str] | None = None,
+                   pass_file: str | os.PathLike[str] | None = None, safe: bool = False,
+                   name: str | None = None, **options: Any) -> MCPServerStdio:
+    """The gateway for ``order_id`` as an Agents SDK MCP server (``Agent(mcp_servers=[...])``).
+
+    Enter it (``async with``) around the runs that use it.
+
+    Args:
+        order_id: The order the agent works on.
+        config: The gateway's upstream config file.
+        home: The desk's folder (default ``AWL_HOME`` or ``./.awl``).
+        pass_file: Run the connection under the Delegation Pass in this file.
+        safe: Hold every tool its upstream does not mark read-only.
+        name: The server's name in traces (default ``awl-gateway:ORDER``).
+        options: More ``MCPServerStdio`` options (``tool_filter``, ``cache_tools_list``, ...).
+    """
+    cmd = gateway_command(order_id, config, home=home, pass_file=pass_file, safe=safe)
+    options.setdefault("client_session_timeout_seconds", REQUEST_TIMEOUT)
+    options.setdefault("cache_tools_list", True)
+    return MCPServerStdio({"command": cmd.command, "args": cmd.args, "env": cmd.env},
+                          name=name or f"awl-gateway:{order_id}", **options)

@@ -141,10 +141,14 @@ def make_env(tmp: Path, *, servers: dict[str, dict[str, Any]] | None = None,
 
 @asynccontextmanager
 async def connect(env: Env, **options: Any) -> AsyncIterator[tuple[Gateway, Client]]:
-    """An in-process gateway for the env's order and an SDK client connected to it."""
+    """An in-process gateway for the env's order and an SDK client connected to it.
+
+    The upstreams start in the background (GW-17); this waits for their first starts, so a
+    test's timings do not include them."""
     with open(os.devnull, "w") as quiet:
         async with open_gateway(env.order_id, env.config, store=env.store, home=env.home,
                                 errlog=quiet, **options) as gw, Client(gw.server) as client:
+            await gw.pool.wait_started(60)
             yield gw, client
 
 

@@ -69,6 +69,12 @@ class LoggingUpstream:
     async def tools(self, *, refresh: bool = False) -> Mapping[str, types.Tool]:
         return self._tools
 
+    def on_tools_listed(self, listener: Callable[[], Awaitable[None]]) -> None:
+        """Its tools never change, so no listener is ever told of a new list."""
+
+    async def wait_started(self, seconds: float) -> None:
+        """It is up from the start."""
+
     async def call(self, server: str, tool: str, arguments: Mapping[str, Any] | None = None,
                    *, meta: Mapping[str, Any] | None = None, timeout: float | None = None,
                    before_send: Callable[[], Awaitable[None]] | None = None,

@@ -1,0 +1,155 @@
+"""The approval page's security rules over plain HTTP (no browser needed for these)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from awl.web import CSP, Sessions, WebConfig, build_app, loopback_hosts
+from tests.web.web_support import MANAGER, WORKER, csrf_of, make_desk, signed_in, submit_order
+
+CALLS = [("receiver/deliver", {"to": "a@example.com", "body": "one"}),
+         ("receiver/deliver", {"to": "b@example.com", "body": "two"})]
+
+
+@pytest.mark.spec("BIND-9")
+def test_a_one_time_code_signs_in_once_and_leaves_the_address(tmp_path: Path) -> None:
+    d = make_desk(tmp_path)
+    sessions = Sessions()
+    client = TestClient(build_app(d.store, sessions, desk=d.desk), follow_redirects=False)
+    code = sessions.new_code(MANAGER)
+    first = client.get(f"/signin?code={code}")
+    assert first.status_code == 303 and first.headers["location"] == "/"
+    cookie = first.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie
+    assert code not in first.headers["set-cookie"]
+    assert MANAGER in client.get("/").text
+    other = TestClient(build_app(d.store, sessions, desk=d.desk), follow_redirects=False)
+    again = other.get(f"/signin?code={code}")
+    assert again.status_code == 403 and "used already" in again.text
+    assert other.get("/").status_code == 303  # not signed in
+
+
+@pytest.mark.spec("BIND-9")
+def test_a_wrong_token_is_refused_and_sessions_expire_and_sign_out(tmp_path: Path) -> None:
+    d = make_desk(tmp_path)
+    now = [0.0]
+    sessions = Sessions(ttl=60, clock=lambda: now[0])
+    bad = TestClient(build_app(d.store, sessions, desk=d.desk), follow_redirects=False)
+    refused = bad.post("/signin", data={"token": "awl_not-a-token"})
+    assert refused.status_code == 403 and "not a desk token" in refused.text
+    client = signed_in(d, MANAGER, sessions=sessions)
+    assert client.get("/").status_code == 200
+    now[0] = 61.0
+    assert client.get("/").status_code == 303  # expired: back to sign-in
+    client = signed_in(d, MANAGER, sessions=sessions)
+    out = client.post("/signout", data={"csrf": csrf_of(client)})
+    assert out.status_code == 303
+    assert client.get("/").status_code == 303
+
+
+@pytest.mark.spec("BIND-10")
+def test_a_post_without_or_with_a_foreign_csrf_token_changes_nothing(tmp_path: Path) -> None:
+    d = make_desk(tmp_path)
+    oid, _ = submit_order(d, CALLS)
+    client = signed_in(d, MANAGER)
+    other = signed_in(d, MANAGER)
+    for data in ({"decision": "approve", "all": "1"},
+                 {"decision": "approve", "all": "1", "csrf": csrf_of(other)}):
+        refused = client.post(f"/orders/{oid}/review", data=data)
+        assert refused.status_code == 403 and "CSRF token" in refused.text
+    anonymous = TestClient(build_app(d.store, Sessions(), desk=d.desk), follow_redirects=False)
+    assert anonymous.post(f"/orders/{oid}/review", data={"decision": "approve"}
+                          ).status_code == 403
+    assert d.desk.get(oid).state == "submitted"
+
+
+@pytest.mark.spec("BIND-11", "SEC-1")
+def test_a_worker_session_is_offered_and_allowed_no_manager_action(tmp_path: Path) -> None:
+    d = make_desk(tmp_path)
+    oid, refs = submit_order(d, CALLS)
+    worker = signed_in(d, WORKER)
+    page = worker.get(f"/orders/{oid}")
+    assert page.status_code == 200 and refs[0] in page.text
+    assert "/review" not in page.text and "/cancel" not in page.text
+    csrf = csrf_of(worker, f"/orders/{oid}")
+    for path, data in ((f"/orders/{oid}/review", {"decision": "approve", "all": "1"}),
+                       (f"/orders/{oid}/cancel", {"reason": "mine now"}),
+                       (f"/orders/{oid}/answer", {"answer": "yes"})):
+        refused = worker.post(path, data={**data, "csrf": csrf})
+        assert refused.status_code in (403, 409), (path, refused.text)
+        assert "refusal" in refused.text
+    review = worker.post(f"/orders/{oid}/review",
+                         data={"decision": "approve", "all": "1", "csrf": csrf})
+    assert review.status_code == 403 and "manager" in review.text
+    assert d.desk.get(oid).state == "submitted"
+
+
+@pytest.mark.spec("BIND-12", "SEC-2")
+def test_headers_and_a_foreign_host_on_loopback(tmp_path: Path) -> None:
+    d = make_desk(tmp_path)
+    hosts = loopback_hosts("127.0.0.1", 8766)
+    app = build_app(d.store, Sessions(), WebConfig(hosts=hosts), desk=d.desk)
+    client = TestClient(app, base_url="http://127.0.0.1:8766", follow_redirects=False)
+    ok = client.get("/signin")
+    assert ok.status_code == 200
+    assert ok.headers["content-security-policy"] == CSP
+    assert "script-src 'self'" in CSP and "unsafe-inline" not in CSP
+    assert "<script>" not in ok.text  # the one script is external
+    assert client.get("/signin", headers={"host": "localhost:8766"}).status_code == 200
+    evil = client.get("/signin", headers={"host": "evil.example:8766"})
+    assert evil.status_code == 421 and "not this page's address" in evil.text
+
+
+@pytest.mark.spec("BIND-12", "BIND-13")
+def test_hostile_arguments_are_escaped_and_placeholders_shown(tmp_path: Path) -> None:
+    d = make_desk(tmp_path)
+    hostile = '<script>alert(1)</script>"><img src=x onerror=alert(2)>'
+    oid, _ = submit_order(d, [
+        ("receiver/create_issue", {"title": hostile}),
+        ("receiver/deliver", {"to": "x@example.com",
+                              "body": {"$ref": "receiver/create_issue#1", "pointer": "/number"}}),
+    ], goal=hostile)
+    page = signed_in(d, MANAGER).get(f"/orders/{oid}").text
+    assert "<script>alert" not in page and "<img src=x" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "&#34;$ref&#34;: &#34;receiver/create_issue#1&#34;" in page
+    assert "filled from the result of" in page and "/number" in page
+
+
+@pytest.mark.spec("BIND-13")
+def test_an_order_page_is_only_for_its_parties(tmp_path: Path) -> None:
+    d = make_desk(tmp_path)
+    oid, _ = submit_order(d, CALLS)
+    stranger = signed_in(d, "human:bob")
+    refused = stranger.get(f"/orders/{oid}")
+    assert refused.status_code == 403 and "not a party" in refused.text
+    assert oid not in stranger.get("/").text
+
+
+@pytest.mark.spec("BIND-11")
+def test_approve_a_subset_and_rework_through_the_desk(tmp_path: Path) -> None:
+    d = make_desk(tmp_path)
+    oid, refs = submit_order(d, CALLS)
+    client = signed_in(d, MANAGER)
+    csrf = csrf_of(client, f"/orders/{oid}")
+    done = client.post(f"/orders/{oid}/review",
+                       data={"decision": "approve", "effect": [refs[1]], "csrf": csrf})
+    assert done.status_code == 303
+    view = d.desk.get(oid)
+    assert view.state == "approved" and view.latest_review is not None
+    assert list(view.latest_review.effects or ()) == [refs[1]]
+    page = client.get(f"/orders/{oid}").text
+    assert "approved with 1 effect(s)" in page
+    assert f"awl gateway --order {oid} --config" in page  # no --config: the command
+
+    oid2, refs2 = submit_order(d, CALLS)
+    empty = client.post(f"/orders/{oid2}/review", data={"decision": "rework", "csrf": csrf})
+    assert empty.status_code == 400 and "refusal" in empty.text  # a rework needs a reason
+    client.post(f"/orders/{oid2}/review",
+                data={"decision": "rework", "reason": "wrong people", "csrf": csrf})
+    states = {e.ref: e.state for e in d.store.effects(oid2)}
+    assert d.desk.get(oid2).state == "working"
+    assert states == dict.fromkeys(refs2, "dropped")

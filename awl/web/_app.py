@@ -103,7 +103,7 @@ class _Guard:
                 headers = list(message.get("headers", []))
                 headers += [(b"content-security-policy", CSP.encode()),
                             (b"x-content-type-options", b"nosniff"),
-                            (b"referrer-policy", b"no-referrer"),
+                            (b"referrer-policy", b"same-origin"),
                             (b"x-frame-options", b"DENY"),
                             (b"cache-control", b"no-store")]
                 message = {**message, "headers": headers}
@@ -453,9 +453,13 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
 
 
 def _same_origin(request: Request) -> bool:
-    """Whether a form post names this page as its origin (or names none, as some
-    clients do); a post from another site always names its own."""
+    """Whether a form post came from this page: browsers say where a post came from in
+    ``Sec-Fetch-Site`` and ``Origin``; a client that sends neither (a script, curl) is let
+    through, as it carries no browser's cookies."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        return False
     origin = request.headers.get("origin")
-    if origin is None or origin == "null":
-        return origin is None
+    if origin is None or (origin == "null" and site is not None):
+        return True
     return origin.split("://", 1)[-1] == request.headers.get("host", "")

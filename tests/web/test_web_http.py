@@ -153,3 +153,59 @@ def test_approve_a_subset_and_rework_through_the_desk(tmp_path: Path) -> None:
     states = {e.ref: e.state for e in d.store.effects(oid2)}
     assert d.desk.get(oid2).state == "working"
     assert states == dict.fromkeys(refs2, "dropped")
+
+
+@pytest.mark.spec("BIND-11")
+def test_answer_cancel_and_track_record_through_the_desk(tmp_path: Path) -> None:
+    d = make_desk(tmp_path)
+    view = d.desk.create({
+        "to": WORKER, "goal": "Ask first", "criteria": [{"id": "c1", "text": "asked"}],
+        "budget": {"tool_calls": 5}, "deadline": "2099-01-01T00:00:00Z",
+        "tools": ["receiver/*"]}, MANAGER)
+    oid = view.id
+    d.desk.accept(oid, WORKER)
+    d.desk.start(oid, WORKER)
+    d.desk.report(oid, WORKER, {
+        "status": "blocked", "result": {"summary": "need a name"}, "evidence": [],
+        "cost": {"tool_calls": 0}, "tools_used": [], "questions": ["Whom <b>to</b> mail?"]})
+    client = signed_in(d, MANAGER)
+    inbox = client.get("/").text
+    assert "Whom &lt;b&gt;to&lt;/b&gt; mail?" in inbox
+    csrf = csrf_of(client)
+    assert client.post(f"/orders/{oid}/answer",
+                       data={"answer": "the team", "csrf": csrf}).status_code == 303
+    assert d.desk.get(oid).state == "working"
+    empty = client.post(f"/orders/{oid}/cancel", data={"reason": " ", "csrf": csrf})
+    assert empty.status_code == 400 and "give a reason" in empty.text
+    assert client.post(f"/orders/{oid}/cancel",
+                       data={"reason": "not needed", "csrf": csrf}).status_code == 303
+    assert d.desk.get(oid).state == "cancelled"
+    track = client.get(f"/workers/{WORKER}")
+    assert track.status_code == 200 and "cancelled" in track.text
+    stranger = signed_in(d, "human:bob").get(f"/workers/{WORKER}")
+    assert stranger.status_code == 403  # SEC-8: bob issued nothing to this worker
+
+
+@pytest.mark.spec("BIND-11")
+def test_a_settle_and_commit_without_config_are_refused_in_words(tmp_path: Path) -> None:
+    d = make_desk(tmp_path)
+    oid, refs = submit_order(d, CALLS[:1])
+    d.desk.review(oid, MANAGER, "approve")
+    client = signed_in(d, MANAGER)
+    csrf = csrf_of(client)
+    held = client.post(f"/orders/{oid}/settle", data={
+        "ref": refs[0], "verdict": "happened", "evidence": "seen", "csrf": csrf})
+    assert held.status_code == 409 and "only an unknown effect is settled" in held.text
+    commit = client.post(f"/orders/{oid}/commit", data={"csrf": csrf})
+    assert commit.status_code == 400 and "without --config" in commit.text
+    assert d.store.effects(oid)[0].state == "held"
+
+
+def test_awl_web_refuses_a_remote_address_without_allow_remote(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from awl.cli import main
+
+    assert main(["web", "--listen", "0.0.0.0:0", "--home", str(tmp_path)]) == 2
+    assert "--allow-remote" in capsys.readouterr().err
+    assert main(["web", "--session-hours", "0", "--home", str(tmp_path)]) == 2
+    assert "--session-hours" in capsys.readouterr().err

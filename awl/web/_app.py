@@ -23,6 +23,7 @@ import anyio
 import anyio.to_thread
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import (
     FileResponse,
@@ -139,6 +140,8 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
     env.filters["pretty"] = _pretty
     env.filters["q"] = lambda text: quote(str(text), safe="")
     flashes: dict[str, list[str]] = {}
+    committing: set[str] = set()
+    finished: dict[str, int] = {}
 
     def page(request: Request, name: str, session: Session | None, status: int = 200,
              **context: Any) -> HTMLResponse:
@@ -262,7 +265,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
             "placeholders": {e.ref: list(_placeholders(e.arguments)) for e in effects},
             "usage": store.usage(order_id), "events": store.events(order_id),
             "is_manager": me == order.manager, "may_answer": me in order.answerers,
-            "can_commit": cfg.upstream is not None,
+            "can_commit": cfg.upstream is not None, "committing": order_id in committing,
             "commit_command": f"awl gateway --order {order_id} --config {upstream}{home} "
                               "--commit",
             "retry_command": f"awl effects retry {order_id} REF --config {upstream} "
@@ -357,31 +360,39 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
 
     async def run_commit(request: Request, session: Session) -> Response:
         from gateway._commit import commit
-        from gateway._lock import LockBusy
 
         oid = request.path_params["order_id"]
         upstream = need_upstream("run the commit")
         await manager_of(oid, session.principal, "commit")
-        try:
-            summary = await commit(oid, store=store, pool_or_config=upstream, desk=desk)
-        except LockBusy as exc:
-            raise BadRequest(exc.message) from exc
-        for line in summary.lines():
-            flashes.setdefault(session.id, []).append(line)
-        return RedirectResponse(f"/orders/{quote(oid, safe='')}", status_code=303)
+        record = await anyio.to_thread.run_sync(store.load, oid)
+        if record.state != "approved":
+            raise BadRequest(f"order {oid!r} is {record.state}; only an approved order's "
+                             "effects run")
+
+        async def run() -> None:
+            # After the answer: the page shows each effect's state as it changes.
+            try:
+                notes = (await commit(oid, store=store, pool_or_config=upstream,
+                                      desk=desk)).lines()
+            except AWLError as exc:  # another live committer holds the lock, say
+                notes = [f"refused: {exc.message}"]
+            finally:
+                committing.discard(oid)
+                finished[oid] = finished.get(oid, 0) + 1
+            flashes.setdefault(session.id, []).extend(notes)
+
+        committing.add(oid)
+        return RedirectResponse(f"/orders/{quote(oid, safe='')}", status_code=303,
+                                background=BackgroundTask(run))
 
     async def retry_effect(request: Request, session: Session) -> Response:
         from gateway._commit import retry
-        from gateway._lock import LockBusy
 
         oid = request.path_params["order_id"]
         ref = text(await form_of(request), "ref")
         upstream = need_upstream("retry an effect")
-        try:
-            outcome = await retry(oid, ref, session.principal, store=store,
-                                  pool_or_config=upstream, desk=desk)
-        except LockBusy as exc:
-            raise BadRequest(exc.message) from exc
+        outcome = await retry(oid, ref, session.principal, store=store,
+                              pool_or_config=upstream, desk=desk)
         return done(session, oid, f"retried {outcome.ref}: {outcome.state}, {outcome.reason}")
 
     async def track(request: Request, session: Session) -> Response:
@@ -395,7 +406,8 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
             view = desk.get(order_id)
             party(view, me)
             states = [(e.ref, e.state) for e in list_effects(order_id, store=store)]
-            return json.dumps([view.seq, states])
+            return json.dumps([view.seq, states, order_id in committing,
+                               finished.get(order_id, 0)])
         views = {v.id: v.seq for v in desk.list(manager=me, limit=None)}
         views.update({v.id: v.seq for v in desk.list(worker=me, limit=None)})
         return json.dumps(sorted(views.items()))

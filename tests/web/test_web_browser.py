@@ -155,12 +155,13 @@ def test_approve_one_of_two_and_commit_it_once(web: Web, manager: BrowserContext
     page.click("#approve-selected")
     assert page.locator("#state").inner_text() == "approved"
     page.click("#run-commit")
-    page.locator(f"tr.effect-state[data-ref='{refs[0]}'] td.state",
-                 has_text="committed").wait_for()
+    # The page follows the commit by itself (server-sent events), no reload pressed.
+    page.locator(".flash", has_text="1 committed").wait_for()
+    assert state_of(page, refs[0]) == "committed"
     assert state_of(page, refs[1]) == "dropped"
     assert delivered(web, oid) == {refs[0]: 1}
     page.click("#run-commit")  # a second run sends nothing
-    page.locator(".flash").first.wait_for()
+    page.locator(".flash", has_text="already committed before this run").wait_for()
     assert delivered(web, oid) == {refs[0]: 1}
     page.close()
 

@@ -11,6 +11,7 @@ reloads the page when the desk changes.
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from datetime import timedelta
@@ -257,8 +258,8 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         attempt = view.attempt
         choosable = {e.ref for e in (report.effects or ())} if report else set()
         held = [e for e in effects if e.attempt == attempt and e.state == "held"]
-        home = f" --home {cfg.home}" if cfg.home else ""
-        upstream = cfg.upstream_path or "upstream.json"
+        home = f" --home {shlex.quote(cfg.home)}" if cfg.home else ""
+        upstream = shlex.quote(cfg.upstream_path or "upstream.json")
         return {
             "view": view, "order": order, "report": report, "findings": findings,
             "evidence": evidence, "effects": effects, "held": held, "choosable": choosable,
@@ -266,10 +267,11 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
             "usage": store.usage(order_id), "events": store.events(order_id),
             "is_manager": me == order.manager, "may_answer": me in order.answerers,
             "can_commit": cfg.upstream is not None, "committing": order_id in committing,
-            "commit_command": f"awl gateway --order {order_id} --config {upstream}{home} "
-                              "--commit",
-            "retry_command": f"awl effects retry {order_id} REF --config {upstream} "
-                             f"--as {order.manager}{home}",
+            "commit_command": f"awl gateway --order {shlex.quote(order_id)} --config "
+                              f"{upstream}{home} --commit",
+            "retry_command": lambda ref: (
+                f"awl effects retry {shlex.quote(order_id)} {shlex.quote(ref)} --config "
+                f"{upstream} --as {shlex.quote(order.manager)}{home}"),
             "attempts": list(zip(view.reports, [*view.reviews, *([None] * len(view.reports))],
                                  strict=False)),
         }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,25 @@ def test_awl_web_refuses_a_remote_address_without_allow_remote(
     assert "--allow-remote" in capsys.readouterr().err
     assert main(["web", "--session-hours", "0", "--home", str(tmp_path)]) == 2
     assert "--session-hours" in capsys.readouterr().err
+
+
+@pytest.mark.spec("BIND-11")
+def test_without_config_a_settled_effect_shows_the_retry_command(tmp_path: Path) -> None:
+    d = make_desk(tmp_path)
+    oid, refs = submit_order(d, CALLS[:1])
+    d.desk.review(oid, MANAGER, "approve")
+    at = "2030-01-01T00:00:00Z"
+    d.store.set_effect(oid, refs[0], expect=["held"], state="dispatching",
+                       count_dispatch=True, at=at)
+    d.store.set_effect(oid, refs[0], expect=["dispatching"], state="unknown", at=at)
+    client = signed_in(d, MANAGER)
+    csrf = csrf_of(client)
+    assert client.post(f"/orders/{oid}/settle", data={
+        "ref": refs[0], "verdict": "did_not_happen", "evidence": "not in its log",
+        "csrf": csrf}).status_code == 303
+    page = client.get(f"/orders/{oid}").text
+    assert f"awl effects retry {oid} {shlex.quote(refs[0])} --config" in page.replace(
+        "&#39;", "'")
+    again = client.post(f"/orders/{oid}/settle", data={
+        "ref": refs[0], "verdict": "happened", "evidence": "changed my mind", "csrf": csrf})
+    assert again.status_code == 409 and "a settlement is final" in again.text

@@ -232,3 +232,24 @@ def test_without_config_a_settled_effect_shows_the_retry_command(tmp_path: Path)
     again = client.post(f"/orders/{oid}/settle", data={
         "ref": refs[0], "verdict": "happened", "evidence": "changed my mind", "csrf": csrf})
     assert again.status_code == 409 and "a settlement is final" in again.text
+
+
+@pytest.mark.spec("BIND-13")
+def test_a_cited_ref_opens_the_recorded_call_and_the_inbox_names_the_deadline(
+        tmp_path: Path) -> None:
+    d = make_desk(tmp_path)
+    oid, refs = submit_order(d, CALLS)
+    client = signed_in(d, MANAGER)
+    inbox = client.get("/").text
+    review, near = inbox.index('id="review"'), inbox.index('id="near"')
+    assert review < inbox.index(oid) < near < inbox.rindex(oid)  # listed in both, review first
+    page = client.get(f"/orders/{oid}").text
+    link = f"/orders/{oid}/call?ref={refs[0].replace('/', '%2F').replace('#', '%23')}"
+    assert f'href="{link}"' in page
+    call = client.get(link)
+    assert call.status_code == 200
+    for shown in ("receiver/deliver", "held", "a@example.com", "pending:receiver/deliver#1",
+                  "none (the order&#39;s own worker)"):
+        assert shown in call.text
+    missing = client.get(f"/orders/{oid}/call?ref=receiver/deliver%2399")
+    assert missing.status_code == 404 and "has no recorded call" in missing.text

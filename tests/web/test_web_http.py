@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
+from awl.server._tokens import issue_token
 from awl.web import CSP, Sessions, WebConfig, build_app, loopback_hosts
 from tests.web.web_support import MANAGER, WORKER, csrf_of, make_desk, signed_in, submit_order
 
@@ -253,3 +254,18 @@ def test_a_cited_ref_opens_the_recorded_call_and_the_inbox_names_the_deadline(
         assert shown in call.text
     missing = client.get(f"/orders/{oid}/call?ref=receiver/deliver%2399")
     assert missing.status_code == 404 and "has no recorded call" in missing.text
+
+
+@pytest.mark.spec("BIND-9")
+def test_a_sign_in_posted_from_another_site_is_refused(tmp_path: Path) -> None:
+    d = make_desk(tmp_path)
+    token = issue_token(d.store, MANAGER)
+    client = TestClient(build_app(d.store, Sessions(), desk=d.desk), follow_redirects=False)
+    for headers in ({"origin": "http://evil.example"}, {"sec-fetch-site": "cross-site"},
+                    {"sec-fetch-site": "same-site", "origin": "http://testserver"}):
+        refused = client.post("/signin", data={"token": token}, headers=headers)
+        assert refused.status_code == 403 and "did not come from this page" in refused.text
+        assert "set-cookie" not in refused.headers
+    same = client.post("/signin", data={"token": token},
+                       headers={"sec-fetch-site": "same-origin", "origin": "null"})
+    assert same.status_code == 303

@@ -252,3 +252,35 @@ def test_the_inbox_updates_without_a_reload_when_a_worker_submits(
     submit_order(web.desk, TWO, goal="Arrived while watching")
     page.locator("#review", has_text="Arrived while watching").wait_for()
     page.close()
+
+
+@pytest.mark.spec("BIND-11")
+def test_the_page_follows_an_effect_through_dispatching_to_committed(
+        web: Web, manager: BrowserContext) -> None:
+    oid, refs = submit_order(web.desk, TWO[:1])
+    web.desk.desk.review(oid, MANAGER, "approve")
+    web.desk.control.write_text(json.dumps({"delay": 2.5}), encoding="utf-8")
+    try:
+        page = open_order(manager, web, oid)
+        page.click("#run-commit")
+        row = f"tr.effect-state[data-ref='{refs[0]}'] td.state"
+        page.locator(row, has_text="dispatching").wait_for()
+        page.locator(row, has_text="committed").wait_for()
+    finally:
+        web.desk.control.write_text("{}", encoding="utf-8")
+    assert delivered(web, oid) == {refs[0]: 1}
+    page.close()
+
+
+@pytest.mark.spec("BIND-12", "SEC-2")
+def test_the_running_page_refuses_a_foreign_host(web: Web) -> None:
+    import http.client
+
+    address = web.url.removeprefix("http://")
+    for host, status in (("rebound.example:80", 421), (address, 200)):
+        connection = http.client.HTTPConnection(address, timeout=10)
+        try:
+            connection.request("GET", "/signin", headers={"Host": host})
+            assert connection.getresponse().status == status, host
+        finally:
+            connection.close()

@@ -42,7 +42,7 @@ from awl._effects import list_effects, manager_only, settle
 from awl._errors import AWLError, BadRequest, Forbidden
 from awl._models import parse_time
 from awl._store import Store
-from awl.server._tokens import principal_for_token
+from awl.server._tokens import principal_for_token, token_hash
 from awl.web._sessions import Session, Sessions
 
 __all__ = ["COOKIE", "CSP", "WebConfig", "build_app"]
@@ -144,40 +144,47 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
     committing: set[str] = set()
     finished: dict[str, int] = {}
 
-    def page(request: Request, name: str, session: Session | None, status: int = 200,
+    def page(name: str, session: Session | None, status: int = 200,
              **context: Any) -> HTMLResponse:
         notes = flashes.pop(session.id, []) if session is not None else []
         body = env.get_template(name).render(me=session, flashes=notes, **context)
         return HTMLResponse(body, status_code=status)
 
-    def session_of(request: Request) -> Session | None:
-        return sessions.get(request.cookies.get(COOKIE))
+    async def session_of(request: Request) -> Session | None:
+        session = sessions.get(request.cookies.get(COOKIE))
+        if session is not None and session.token_hash is not None:
+            # A session started with a desk token ends when the token is revoked (SEC-6).
+            holder = await anyio.to_thread.run_sync(store.principal_for, session.token_hash)
+            if holder != session.principal:
+                sessions.end(session.id)
+                return None
+        return session
 
     def signed_in(handler: Callable[[Request, Session], Awaitable[Response]]) -> Handler:
         async def run(request: Request) -> Response:
-            session = session_of(request)
+            session = await session_of(request)
             if session is None:
                 if request.method in _UNSAFE:
-                    return page(request, "refused.html", None, 403, message=(
+                    return page("refused.html", None, 403, message=(
                         "you are not signed in (or your session expired); sign in again"))
                 return RedirectResponse("/signin", status_code=303)
             if request.method in _UNSAFE:
                 form = await request.form()
                 sent = form.get("csrf")
                 if not session.csrf_ok(sent if isinstance(sent, str) else None):
-                    return page(request, "refused.html", session, 403, message=(
+                    return page("refused.html", session, 403, message=(
                         "this form did not come from your page (its CSRF token is missing or "
                         "wrong); reload the page and try again"))
             try:
                 return await handler(request, session)
             except AWLError as exc:
                 back = request.path_params.get("order_id")
-                return page(request, "refused.html", session,
+                return page("refused.html", session,
                             _STATUS.get(exc.code, 400), message=exc.message, order_id=back)
         return run
 
-    def start_session(principal: str) -> Response:
-        session = sessions.start(principal)
+    def start_session(principal: str, token_hash: str | None = None) -> Response:
+        session = sessions.start(principal, token_hash)
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(COOKIE, session.id, max_age=int(sessions.ttl), httponly=True,
                             samesite="strict", path="/")
@@ -187,25 +194,25 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         if request.method == "GET":
             code = request.query_params.get("code")
             if code is None:
-                return page(request, "signin.html", None)
+                return page("signin.html", None)
             principal = sessions.use_code(code)
             if principal is None:
-                return page(request, "signin.html", None, 403, message=(
+                return page("signin.html", None, 403, message=(
                     "that sign-in link was used already or is not one this page printed; "
                     "sign in with a desk token, or restart `awl web` for a new link"))
             return start_session(principal)
         if not _same_origin(request):
-            return page(request, "signin.html", None, 403,
+            return page("signin.html", None, 403,
                         message="this sign-in did not come from this page")
         form = await request.form()
         token = form.get("token")
         token = token.strip() if isinstance(token, str) else ""
         found = await anyio.to_thread.run_sync(principal_for_token, store, token)
         if found is None:
-            return page(request, "signin.html", None, 403, message=(
+            return page("signin.html", None, 403, message=(
                 "that is not a desk token of this desk (or it was revoked); make one with "
                 "`awl token issue PRINCIPAL`"))
-        return start_session(found)
+        return start_session(found, token_hash(token))
 
     async def signout(request: Request, session: Session) -> Response:
         sessions.end(session.id)
@@ -232,7 +239,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
 
     async def inbox(request: Request, session: Session) -> Response:
         data = await anyio.to_thread.run_sync(inbox_data, session.principal)
-        return page(request, "inbox.html", session, watch="", **data)
+        return page("inbox.html", session, watch="", **data)
 
     def party(view: OrderView, me: str) -> None:
         order = view.order
@@ -279,7 +286,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
     async def order_page(request: Request, session: Session) -> Response:
         oid = request.path_params["order_id"]
         data = await anyio.to_thread.run_sync(order_data, oid, session.principal)
-        return page(request, "order.html", session, watch=oid, **data)
+        return page("order.html", session, watch=oid, **data)
 
     async def call_page(request: Request, session: Session) -> Response:
         oid = request.path_params["order_id"]
@@ -292,14 +299,11 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
             return {"view": view, "call": find_call(store, oid, ref)}
 
         data = await anyio.to_thread.run_sync(load)
-        return page(request, "call.html", session, **data)
+        return page("call.html", session, **data)
 
     def done(session: Session, order_id: str, note: str) -> Response:
         flashes.setdefault(session.id, []).append(note)
         return RedirectResponse(f"/orders/{quote(order_id, safe='')}", status_code=303)
-
-    async def form_of(request: Request) -> Mapping[str, Any]:
-        return await request.form()
 
     def text(form: Mapping[str, Any], name: str) -> str:
         value = form.get(name)
@@ -327,13 +331,13 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
 
     async def answer(request: Request, session: Session) -> Response:
         oid = request.path_params["order_id"]
-        words = text(await form_of(request), "answer")
+        words = text(await request.form(), "answer")
         await anyio.to_thread.run_sync(desk.answer, oid, session.principal, words)
         return done(session, oid, "answered; the worker carries on")
 
     async def cancel(request: Request, session: Session) -> Response:
         oid = request.path_params["order_id"]
-        reason = text(await form_of(request), "reason")
+        reason = text(await request.form(), "reason")
         await anyio.to_thread.run_sync(desk.cancel, oid, session.principal, reason)
         return done(session, oid, "cancelled")
 
@@ -391,7 +395,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         from gateway._commit import retry
 
         oid = request.path_params["order_id"]
-        ref = text(await form_of(request), "ref")
+        ref = text(await request.form(), "ref")
         upstream = need_upstream("retry an effect")
         outcome = await retry(oid, ref, session.principal, store=store,
                               pool_or_config=upstream, desk=desk)
@@ -401,7 +405,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         worker = request.path_params["worker"]
         record = await anyio.to_thread.run_sync(
             lambda: desk.track(worker, viewer=session.principal))
-        return page(request, "track.html", session, worker=worker, record=record.to_json())
+        return page("track.html", session, worker=worker, record=record.to_json())
 
     def fingerprint(me: str, order_id: str) -> str:
         if order_id:

@@ -31,6 +31,8 @@ class Session:
     principal: str
     csrf: str
     expires: float
+    token_hash: str | None = None
+    """The hash of the desk token it signed in with (None for a one-time code)."""
 
     def csrf_ok(self, sent: str | None) -> bool:
         """Whether a form sent this session's CSRF token (compared in constant time)."""
@@ -63,10 +65,10 @@ class Sessions:
             return None
         return found[0]
 
-    def start(self, principal: str) -> Session:
-        """A new session for ``principal``."""
+    def start(self, principal: str, token_hash: str | None = None) -> Session:
+        """A new session for ``principal`` (signed in with the desk token of this hash)."""
         session = Session(secrets.token_urlsafe(32), principal, secrets.token_urlsafe(32),
-                          self._clock() + self.ttl)
+                          self._clock() + self.ttl, token_hash)
         with self._lock:
             self._live[session.id] = session
         return session

@@ -269,3 +269,15 @@ def test_a_sign_in_posted_from_another_site_is_refused(tmp_path: Path) -> None:
     same = client.post("/signin", data={"token": token},
                        headers={"sec-fetch-site": "same-origin", "origin": "null"})
     assert same.status_code == 303
+
+
+@pytest.mark.spec("BIND-9", "SEC-6")
+def test_revoking_the_desk_token_ends_the_session_it_started(tmp_path: Path) -> None:
+    from awl.server._tokens import revoke_tokens
+
+    d = make_desk(tmp_path)
+    client = signed_in(d, MANAGER)
+    assert client.get("/").status_code == 200
+    revoke_tokens(d.store, principal=MANAGER)
+    assert client.get("/").status_code == 303
+    assert client.get("/").headers["location"] == "/signin"

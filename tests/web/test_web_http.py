@@ -281,3 +281,13 @@ def test_revoking_the_desk_token_ends_the_session_it_started(tmp_path: Path) -> 
     revoke_tokens(d.store, principal=MANAGER)
     assert client.get("/").status_code == 303
     assert client.get("/").headers["location"] == "/signin"
+
+
+def test_a_worker_inbox_lists_its_work_and_offers_no_decisions(tmp_path: Path) -> None:
+    d = make_desk(tmp_path)
+    oid, _ = submit_order(d, CALLS)
+    d.desk.review(oid, MANAGER, "rework", "name the right people")
+    inbox = signed_in(d, WORKER).get("/").text
+    working = inbox[inbox.index('id="working"'):]
+    assert oid in working and "working, from human:ana" in working
+    assert "/review" not in inbox

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from awl.server._tokens import issue_token
+from tests.gateway.commit_support import ROOT
 from tests.servers.receiver import read_log
 from tests.web.web_support import MANAGER, WORKER, Desked, make_desk, submit_order
 
@@ -58,7 +59,7 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Web]:
         process = subprocess.Popen(
             [str(awl), "web", "--listen", "127.0.0.1:0", "--as", MANAGER, "--config",
              str(d.config), "--home", str(d.home)],
-            stderr=sink, env={**os.environ, "PYTHONPATH": os.getcwd()})
+            stderr=sink, env={**os.environ, "PYTHONPATH": str(ROOT)})
     end = time.monotonic() + 30
     signin = None
     while signin is None:

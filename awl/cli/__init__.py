@@ -25,6 +25,7 @@ _COMMAND_MODULES = (
     "awl.cli._gateway",
     "awl.cli._effects",
     "awl.cli._serve",
+    "awl.cli._web",
 )
 
 

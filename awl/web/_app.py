@@ -1,0 +1,483 @@
+"""The approval page: the desk's manager view as a small Starlette app (BIND-9 to BIND-13).
+
+Every change goes through the desk's own operations (:class:`~awl.Desk`,
+:mod:`awl._effects`, and the gateway's commit path for running effects), acting as the
+principal of the signed-in session and nothing else: whatever those refuse is refused here,
+and the refusal is shown in words. Pages are rendered on the server and work without
+JavaScript; one external script (``/static/live.js``) listens to server-sent events and
+reloads the page when the desk changes.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from datetime import timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import anyio
+import anyio.to_thread
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import (
+    FileResponse,
+    HTMLResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from awl._desk import Desk, OrderView
+from awl._effects import list_effects, manager_only, settle
+from awl._errors import AWLError, BadRequest, Forbidden
+from awl._models import parse_time
+from awl._store import Store
+from awl.server._tokens import principal_for_token, token_hash
+from awl.web._sessions import Session, Sessions
+
+__all__ = ["COOKIE", "CSP", "WebConfig", "build_app"]
+
+COOKIE = "awl_session"
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+       "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+"""The page's Content-Security-Policy: no inline script or style, nothing from elsewhere."""
+
+_HERE = Path(__file__).parent
+_STATIC = {"live.js": "text/javascript", "page.css": "text/css"}
+_SOON = timedelta(hours=24)
+_STATUS = {"FORBIDDEN": 403, "NOT_FOUND": 404, "INVALID_TRANSITION": 409, "CONFLICT": 409}
+_UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class WebConfig:
+    """What the page needs besides the store.
+
+    Args:
+        upstream: the loaded gateway config the page commits with, or None (the page then
+            shows the ``awl gateway … --commit`` command instead).
+        upstream_path: the config's file name, for the commands the page shows.
+        home: the desk's home folder as given, for the commands the page shows.
+        hosts: the ``Host`` values accepted (``host:port``); None accepts any (remote).
+    """
+
+    def __init__(self, *, upstream: Any = None, upstream_path: str | None = None,
+                 home: str | None = None, hosts: frozenset[str] | None = None) -> None:
+        self.upstream = upstream
+        self.upstream_path = upstream_path
+        self.home = home
+        self.hosts = hosts
+
+
+class _Guard:
+    """Every response gets the security headers; on loopback a foreign ``Host`` is refused
+    before anything else runs (DNS rebinding, SEC-2)."""
+
+    def __init__(self, app: ASGIApp, hosts: frozenset[str] | None) -> None:
+        self.app = app
+        self.hosts = hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.hosts is not None:
+            host = dict(scope["headers"]).get(b"host", b"").decode("latin-1").lower()
+            if host not in self.hosts:
+                await PlainTextResponse(
+                    f"refused: Host {host!r} is not this page's address; open "
+                    f"http://{min(self.hosts)}/ instead", status_code=421)(scope, receive, send)
+                return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers += [(b"content-security-policy", CSP.encode()),
+                            (b"x-content-type-options", b"nosniff"),
+                            (b"referrer-policy", b"same-origin"),
+                            (b"x-frame-options", b"DENY"),
+                            (b"cache-control", b"no-store")]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def _placeholders(value: Any, path: str = "") -> Iterator[tuple[str, str, str]]:
+    """Each ``$ref`` placeholder in held arguments: (where, ref, pointer)."""
+    if isinstance(value, dict):
+        if isinstance(value.get("$ref"), str):
+            yield path or "/", value["$ref"], str(value.get("pointer", ""))
+            return
+        for key, item in value.items():
+            yield from _placeholders(item, f"{path}/{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _placeholders(item, f"{path}/{i}")
+
+
+def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None, *,
+              desk: Desk | None = None) -> ASGIApp:
+    """The approval page over ``store``."""
+    cfg = config or WebConfig()
+    desk = desk or Desk(store, conflict_retries=5)
+    env = Environment(loader=FileSystemLoader(_HERE / "templates"),
+                      autoescape=select_autoescape(default=True, default_for_string=True))
+    env.filters["pretty"] = _pretty
+    env.filters["q"] = lambda text: quote(str(text), safe="")
+    flashes: dict[str, list[str]] = {}
+    committing: set[str] = set()
+    finished: dict[str, int] = {}
+
+    def page(name: str, session: Session | None, status: int = 200,
+             **context: Any) -> HTMLResponse:
+        notes = flashes.pop(session.id, []) if session is not None else []
+        body = env.get_template(name).render(me=session, flashes=notes, **context)
+        return HTMLResponse(body, status_code=status)
+
+    async def session_of(request: Request) -> Session | None:
+        session = sessions.get(request.cookies.get(COOKIE))
+        if session is not None and session.token_hash is not None:
+            # A session started with a desk token ends when the token is revoked (SEC-6).
+            holder = await anyio.to_thread.run_sync(store.principal_for, session.token_hash)
+            if holder != session.principal:
+                sessions.end(session.id)
+                return None
+        return session
+
+    def signed_in(handler: Callable[[Request, Session], Awaitable[Response]]) -> Handler:
+        async def run(request: Request) -> Response:
+            session = await session_of(request)
+            if session is None:
+                if request.method in _UNSAFE:
+                    return page("refused.html", None, 403, message=(
+                        "you are not signed in (or your session expired); sign in again"))
+                return RedirectResponse("/signin", status_code=303)
+            if request.method in _UNSAFE:
+                form = await request.form()
+                sent = form.get("csrf")
+                if not session.csrf_ok(sent if isinstance(sent, str) else None):
+                    return page("refused.html", session, 403, message=(
+                        "this form did not come from your page (its CSRF token is missing or "
+                        "wrong); reload the page and try again"))
+            try:
+                return await handler(request, session)
+            except AWLError as exc:
+                back = request.path_params.get("order_id")
+                return page("refused.html", session,
+                            _STATUS.get(exc.code, 400), message=exc.message, order_id=back)
+        return run
+
+    def start_session(principal: str, token_hash: str | None = None) -> Response:
+        session = sessions.start(principal, token_hash)
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(COOKIE, session.id, max_age=int(sessions.ttl), httponly=True,
+                            samesite="strict", path="/")
+        return response
+
+    async def signin(request: Request) -> Response:
+        if request.method == "GET":
+            code = request.query_params.get("code")
+            if code is None:
+                return page("signin.html", None)
+            principal = sessions.use_code(code)
+            if principal is None:
+                return page("signin.html", None, 403, message=(
+                    "that sign-in link was used already or is not one this page printed; "
+                    "sign in with a desk token, or restart `awl web` for a new link"))
+            return start_session(principal)
+        if not _same_origin(request):
+            return page("signin.html", None, 403,
+                        message="this sign-in did not come from this page")
+        form = await request.form()
+        token = form.get("token")
+        token = token.strip() if isinstance(token, str) else ""
+        found = await anyio.to_thread.run_sync(principal_for_token, store, token)
+        if found is None:
+            return page("signin.html", None, 403, message=(
+                "that is not a desk token of this desk (or it was revoked); make one with "
+                "`awl token issue PRINCIPAL`"))
+        return start_session(found, token_hash(token))
+
+    async def signout(request: Request, session: Session) -> Response:
+        sessions.end(session.id)
+        response = RedirectResponse("/signin", status_code=303)
+        response.delete_cookie(COOKIE, path="/")
+        return response
+
+    def inbox_data(me: str) -> dict[str, Any]:
+        mine = desk.list(manager=me, limit=None)
+        review = sorted((v for v in mine if v.state == "submitted"),
+                        key=lambda v: v.updated_at)
+        unknown: list[tuple[OrderView, Any]] = []
+        for view in mine:
+            unknown += [(view, e) for e in list_effects(view.id, store=store)
+                        if e.state == "unknown"]
+        soon_by = desk.now() + _SOON
+        working = [v for v in desk.list(worker=me, limit=None) if v.active]
+        near = sorted({v.id: v for v in [*mine, *working]
+                       if v.active and parse_time(v.order.deadline) <= soon_by}.values(),
+                      key=lambda v: v.order.deadline)
+        return {"review": review, "questions": desk.questions(actor=me), "unknown": unknown,
+                "near": near, "working": working,
+                "others": [v for v in mine if v.state not in ("submitted",)][:50]}
+
+    async def inbox(request: Request, session: Session) -> Response:
+        data = await anyio.to_thread.run_sync(inbox_data, session.principal)
+        return page("inbox.html", session, watch="", **data)
+
+    def party(view: OrderView, me: str) -> None:
+        order = view.order
+        if me not in (order.manager, order.to, *order.answerers):
+            raise Forbidden(f"{me} is not a party to order {order.id!r}; only its manager, "
+                            "worker and answerers see it", actor=me, action="read")
+
+    def order_data(order_id: str, me: str) -> dict[str, Any]:
+        from awl._checks import iter_report_findings
+
+        view = desk.get(order_id)
+        party(view, me)
+        order = view.order
+        calls = store.calls(order_id)
+        effects = list_effects(order_id, store=store)
+        report = view.latest_report
+        findings = []
+        if report is not None:
+            findings = list(iter_report_findings(report.to_json(), order.to_json(),
+                                                 [c.to_json() for c in calls]))
+        evidence = {c.id: [e for e in (report.evidence if report else ())
+                           if e.criterion == c.id] for c in order.criteria}
+        attempt = view.attempt
+        choosable = {e.ref for e in (report.effects or ())} if report else set()
+        held = [e for e in effects if e.attempt == attempt and e.state == "held"]
+        home = f" --home {shlex.quote(cfg.home)}" if cfg.home else ""
+        upstream = shlex.quote(cfg.upstream_path or "upstream.json")
+        return {
+            "view": view, "order": order, "report": report, "findings": findings,
+            "evidence": evidence, "effects": effects, "held": held, "choosable": choosable,
+            "placeholders": {e.ref: list(_placeholders(e.arguments)) for e in effects},
+            "usage": store.usage(order_id), "events": store.events(order_id),
+            "is_manager": me == order.manager, "may_answer": me in order.answerers,
+            "can_commit": cfg.upstream is not None, "committing": order_id in committing,
+            "commit_command": f"awl gateway --order {shlex.quote(order_id)} --config "
+                              f"{upstream}{home} --commit",
+            "retry_command": lambda ref: (
+                f"awl effects retry {shlex.quote(order_id)} {shlex.quote(ref)} --config "
+                f"{upstream} --as {shlex.quote(order.manager)}{home}"),
+            "attempts": list(zip(view.reports, [*view.reviews, *([None] * len(view.reports))],
+                                 strict=False)),
+        }
+
+    async def order_page(request: Request, session: Session) -> Response:
+        oid = request.path_params["order_id"]
+        data = await anyio.to_thread.run_sync(order_data, oid, session.principal)
+        return page("order.html", session, watch=oid, **data)
+
+    async def call_page(request: Request, session: Session) -> Response:
+        oid = request.path_params["order_id"]
+        ref = request.query_params.get("ref", "")
+
+        def load() -> dict[str, Any]:
+            from awl._effects import find_call
+            view = desk.get(oid)
+            party(view, session.principal)
+            return {"view": view, "call": find_call(store, oid, ref)}
+
+        data = await anyio.to_thread.run_sync(load)
+        return page("call.html", session, **data)
+
+    def done(session: Session, order_id: str, note: str) -> Response:
+        flashes.setdefault(session.id, []).append(note)
+        return RedirectResponse(f"/orders/{quote(order_id, safe='')}", status_code=303)
+
+    def text(form: Mapping[str, Any], name: str) -> str:
+        value = form.get(name)
+        return value if isinstance(value, str) else ""
+
+    async def review(request: Request, session: Session) -> Response:
+        oid = request.path_params["order_id"]
+        form = await request.form()
+        decision = text(form, "decision")
+        me = session.principal
+        if decision == "approve":
+            chosen = [v for v in form.getlist("effect") if isinstance(v, str)]
+            everything = text(form, "all") == "1"
+            effects = None if everything else chosen
+            await anyio.to_thread.run_sync(
+                lambda: desk.review(oid, me, "approve", effects=effects))
+            what = "all effects" if effects is None else (
+                f"{len(chosen)} effect(s): {', '.join(chosen)}" if chosen else "no effects")
+            return done(session, oid, f"approved with {what}")
+        if decision == "rework":
+            reason = text(form, "reason").strip() or None
+            await anyio.to_thread.run_sync(lambda: desk.review(oid, me, "rework", reason))
+            return done(session, oid, "sent back for rework; its held calls are dropped")
+        raise BadRequest(f"decision must be approve or rework, not {decision!r}")
+
+    async def answer(request: Request, session: Session) -> Response:
+        oid = request.path_params["order_id"]
+        words = text(await request.form(), "answer")
+        await anyio.to_thread.run_sync(desk.answer, oid, session.principal, words)
+        return done(session, oid, "answered; the worker carries on")
+
+    async def cancel(request: Request, session: Session) -> Response:
+        oid = request.path_params["order_id"]
+        reason = text(await request.form(), "reason")
+        await anyio.to_thread.run_sync(desk.cancel, oid, session.principal, reason)
+        return done(session, oid, "cancelled")
+
+    async def settle_effect(request: Request, session: Session) -> Response:
+        oid = request.path_params["order_id"]
+        form = await request.form()
+        ref, verdict = text(form, "ref"), text(form, "verdict")
+        if verdict not in ("happened", "did_not_happen"):
+            raise BadRequest("choose whether the effect happened or did not happen")
+        evidence = text(form, "evidence")
+        view = await anyio.to_thread.run_sync(
+            lambda: settle(oid, ref, verdict, evidence, session.principal,  # type: ignore[arg-type]
+                           store=store, desk=desk))
+        return done(session, oid, f"settled {view.ref} as {verdict.replace('_', ' ')}")
+
+    def need_upstream(action: str) -> Any:
+        if cfg.upstream is None:
+            raise BadRequest(f"this page was started without --config, so it cannot {action}; "
+                             "run the command shown on the order page, or restart `awl web` "
+                             "with --config upstream.json")
+        return cfg.upstream
+
+    async def manager_of(oid: str, me: str, action: str) -> None:
+        record = await anyio.to_thread.run_sync(store.load, oid)
+        manager_only(record.order, me, action)
+
+    async def run_commit(request: Request, session: Session) -> Response:
+        from gateway._commit import commit
+
+        oid = request.path_params["order_id"]
+        upstream = need_upstream("run the commit")
+        await manager_of(oid, session.principal, "commit")
+        record = await anyio.to_thread.run_sync(store.load, oid)
+        if record.state != "approved":
+            raise BadRequest(f"order {oid!r} is {record.state}; only an approved order's "
+                             "effects run")
+
+        async def run() -> None:
+            # After the answer: the page shows each effect's state as it changes.
+            try:
+                notes = (await commit(oid, store=store, pool_or_config=upstream,
+                                      desk=desk)).lines()
+            except AWLError as exc:  # another live committer holds the lock, say
+                notes = [f"refused: {exc.message}"]
+            finally:
+                committing.discard(oid)
+                finished[oid] = finished.get(oid, 0) + 1
+            flashes.setdefault(session.id, []).extend(notes)
+
+        committing.add(oid)
+        return RedirectResponse(f"/orders/{quote(oid, safe='')}", status_code=303,
+                                background=BackgroundTask(run))
+
+    async def retry_effect(request: Request, session: Session) -> Response:
+        from gateway._commit import retry
+
+        oid = request.path_params["order_id"]
+        ref = text(await request.form(), "ref")
+        upstream = need_upstream("retry an effect")
+        outcome = await retry(oid, ref, session.principal, store=store,
+                              pool_or_config=upstream, desk=desk)
+        return done(session, oid, f"retried {outcome.ref}: {outcome.state}, {outcome.reason}")
+
+    async def track(request: Request, session: Session) -> Response:
+        worker = request.path_params["worker"]
+        record = await anyio.to_thread.run_sync(
+            lambda: desk.track(worker, viewer=session.principal))
+        return page("track.html", session, worker=worker, record=record.to_json())
+
+    def fingerprint(me: str, order_id: str) -> str:
+        if order_id:
+            view = desk.get(order_id)
+            party(view, me)
+            states = [(e.ref, e.state) for e in list_effects(order_id, store=store)]
+            return json.dumps([view.seq, states, order_id in committing,
+                               finished.get(order_id, 0)])
+        views = {v.id: v.seq for v in desk.list(manager=me, limit=None)}
+        views.update({v.id: v.seq for v in desk.list(worker=me, limit=None)})
+        return json.dumps(sorted(views.items()))
+
+    async def events(request: Request, session: Session) -> Response:
+        order_id = request.query_params.get("order", "")
+        me = session.principal
+        first = await anyio.to_thread.run_sync(fingerprint, me, order_id)
+
+        async def stream() -> AsyncIterator[bytes]:
+            last, quiet = first, time.monotonic()
+            yield b"retry: 2000\n\n"
+            while sessions.get(session.id) is not None:
+                if order_id:
+                    # The desk's own wait: woken at once by writes through this desk,
+                    # polling for writes by other processes.
+                    seq = json.loads(last)[0]
+                    await anyio.to_thread.run_sync(
+                        partial(desk.wait, order_id, seq, timeout=1.0), abandon_on_cancel=True)
+                else:
+                    await anyio.sleep(0.5)
+                now = await anyio.to_thread.run_sync(fingerprint, me, order_id)
+                if now != last:
+                    last = now
+                    yield b"event: change\ndata: changed\n\n"
+                elif time.monotonic() - quiet > 15:
+                    quiet = time.monotonic()
+                    yield b": still here\n\n"
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in _STATIC:
+            return PlainTextResponse(f"no static file {name!r}", status_code=404)
+        return FileResponse(_HERE / "static" / name, media_type=_STATIC[name])
+
+    routes = [
+        Route("/signin", signin, methods=["GET", "POST"]),
+        Route("/signout", signed_in(signout), methods=["POST"]),
+        Route("/", signed_in(inbox)),
+        Route("/events", signed_in(events)),
+        Route("/orders/{order_id}", signed_in(order_page)),
+        Route("/orders/{order_id}/call", signed_in(call_page)),
+        Route("/orders/{order_id}/review", signed_in(review), methods=["POST"]),
+        Route("/orders/{order_id}/answer", signed_in(answer), methods=["POST"]),
+        Route("/orders/{order_id}/cancel", signed_in(cancel), methods=["POST"]),
+        Route("/orders/{order_id}/settle", signed_in(settle_effect), methods=["POST"]),
+        Route("/orders/{order_id}/retry", signed_in(retry_effect), methods=["POST"]),
+        Route("/orders/{order_id}/commit", signed_in(run_commit), methods=["POST"]),
+        Route("/workers/{worker}", signed_in(track)),
+        Route("/static/{name}", static),
+    ]
+    return _Guard(Starlette(routes=routes), cfg.hosts)
+
+
+def _same_origin(request: Request) -> bool:
+    """Whether a form post came from this page: browsers say where a post came from in
+    ``Sec-Fetch-Site`` and ``Origin``; a client that sends neither (a script, curl) is let
+    through, as it carries no browser's cookies."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        return False
+    origin = request.headers.get("origin")
+    if origin is None or (origin == "null" and site is not None):
+        return True
+    return origin.split("://", 1)[-1] == request.headers.get("host", "")

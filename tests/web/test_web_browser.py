@@ -1,0 +1,287 @@
+"""The approval page in a real browser: Chromium from the system's packages, driven by
+Playwright, against a real ``awl web`` process, a real SQLite desk and the receiver as the
+upstream (whose own log counts deliveries).
+
+One ``awl web`` and one browser serve the whole module; each test makes its own orders.
+Locally the module is skipped when Chromium is missing; under ``CI=true`` it fails instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from awl.server._tokens import issue_token
+from tests.gateway.commit_support import ROOT
+from tests.servers.receiver import read_log
+from tests.web.web_support import MANAGER, WORKER, Desked, make_desk, submit_order
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+if CHROMIUM is None or not __import__("importlib").util.find_spec("playwright"):
+    if os.environ.get("CI") == "true":
+        raise RuntimeError("the browser tests need chromium (apt-get install chromium) and "
+                           "playwright (pip install playwright); CI must have both")
+    pytest.skip("chromium or playwright is not installed", allow_module_level=True)
+
+from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright  # noqa: E402
+
+TIMEOUT_MS = 10_000
+TWO = [("receiver/deliver", {"to": "a@example.com", "body": "first"}),
+       ("receiver/deliver", {"to": "b@example.com", "body": "second"})]
+
+
+@dataclass
+class Web:
+    """The running page and its desk."""
+
+    url: str
+    signin: str
+    desk: Desked
+
+
+@pytest.fixture(scope="module")
+def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Web]:
+    d = make_desk(tmp_path_factory.mktemp("web"))
+    awl = Path(sys.executable).with_name("awl")
+    log = d.home.parent / "web.log"
+    with log.open("w", encoding="utf-8") as sink:
+        process = subprocess.Popen(
+            [str(awl), "web", "--listen", "127.0.0.1:0", "--as", MANAGER, "--config",
+             str(d.config), "--home", str(d.home)],
+            stderr=sink, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    end = time.monotonic() + 30
+    signin = None
+    while signin is None:
+        found = re.search(r"(http://\S+/signin\?code=\S+)", log.read_text(encoding="utf-8"))
+        signin = found.group(1) if found else None
+        assert process.poll() is None and time.monotonic() < end, log.read_text()
+        time.sleep(0.05)
+    url = signin.split("/signin")[0]
+    try:
+        yield Web(url, signin, d)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        d.store.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as play:
+        launched = play.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture(scope="module")
+def manager(web: Web, browser: Browser) -> Iterator[BrowserContext]:
+    context = browser.new_context()
+    context.set_default_timeout(TIMEOUT_MS)
+    page = context.new_page()
+    page.goto(web.signin)
+    assert page.url == web.url + "/"  # the code left the address
+    assert page.locator("#principal").inner_text() == MANAGER
+    page.close()
+    try:
+        yield context
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def worker(web: Web, browser: Browser) -> Iterator[BrowserContext]:
+    context = browser.new_context()
+    context.set_default_timeout(TIMEOUT_MS)
+    page = context.new_page()
+    page.goto(web.url + "/signin")
+    page.fill("input[name=token]", issue_token(web.desk.store, WORKER))
+    page.click("button[type=submit]")
+    assert page.locator("#principal").inner_text() == WORKER
+    page.close()
+    try:
+        yield context
+    finally:
+        context.close()
+
+
+def delivered(web: Web, oid: str) -> dict[str, int]:
+    """The receiver's own count of deliveries per awl/ref, for one order."""
+    out: dict[str, int] = {}
+    for line in read_log(str(web.desk.log)):
+        if line.get("order") == oid:
+            out[line["ref"]] = out.get(line["ref"], 0) + 1
+    return out
+
+
+def open_order(context: BrowserContext, web: Web, oid: str) -> Page:
+    page = context.new_page()
+    page.goto(f"{web.url}/orders/{oid}")
+    return page
+
+
+def state_of(page: Page, ref: str) -> str:
+    return page.locator(f"tr.effect-state[data-ref='{ref}'] td.state").inner_text()
+
+
+@pytest.mark.spec("BIND-9")
+def test_sign_in_and_the_inbox_shows_a_submitted_order(web: Web,
+                                                       manager: BrowserContext) -> None:
+    oid, _ = submit_order(web.desk, TWO, goal="Inbox shows me")
+    page = manager.new_page()
+    page.goto(web.url + "/")
+    assert "Inbox shows me" in page.locator("#review").inner_text()
+    page.click(f"#review a[href='/orders/{oid}']")
+    assert page.locator("#state").inner_text() == "submitted"
+    page.close()
+
+
+@pytest.mark.spec("BIND-11")
+def test_approve_one_of_two_and_commit_it_once(web: Web, manager: BrowserContext) -> None:
+    oid, refs = submit_order(web.desk, TWO)
+    page = open_order(manager, web, oid)
+    page.uncheck(f"input[name=effect][value='{refs[1]}']")
+    page.click("#approve-selected")
+    assert page.locator("#state").inner_text() == "approved"
+    page.click("#run-commit")
+    # The page follows the commit by itself (server-sent events), no reload pressed.
+    page.locator(".flash", has_text="1 committed").wait_for()
+    assert state_of(page, refs[0]) == "committed"
+    assert state_of(page, refs[1]) == "dropped"
+    assert delivered(web, oid) == {refs[0]: 1}
+    page.click("#run-commit")  # a second run sends nothing
+    page.locator(".flash", has_text="already committed before this run").wait_for()
+    assert delivered(web, oid) == {refs[0]: 1}
+    page.close()
+
+
+@pytest.mark.spec("BIND-12")
+def test_a_hostile_argument_is_text_and_runs_nothing(web: Web, manager: BrowserContext) -> None:
+    hostile = '<script>alert(1)</script>"><img src=x onerror=alert(2)>'
+    oid, _ = submit_order(web.desk, [("receiver/deliver", {"to": hostile, "body": hostile})],
+                          goal=hostile)
+    dialogs: list[Any] = []
+    page = manager.new_page()
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.goto(f"{web.url}/orders/{oid}")
+    assert json.dumps(hostile) in page.locator("#held pre.arguments").inner_text()
+    assert page.locator("h1").inner_text() == hostile
+    assert page.locator("img").count() == 0
+    assert page.locator("main script").count() == 0
+    page.goto(web.url + "/")  # the inbox lists the goal too
+    assert hostile in page.locator("#review").inner_text()
+    assert dialogs == []
+    page.close()
+
+
+@pytest.mark.spec("BIND-10", "BIND-11", "SEC-1")
+def test_a_worker_sees_no_approve_button_and_its_forged_post_is_refused(
+        web: Web, worker: BrowserContext, manager: BrowserContext) -> None:
+    oid, _ = submit_order(web.desk, TWO)
+    page = open_order(worker, web, oid)
+    assert page.locator("#state").inner_text() == "submitted"
+    assert page.locator("#approve-selected, #approve-all, #rework, #cancel-order").count() == 0
+    csrf = page.locator("input[name=csrf]").first.get_attribute("value")
+    assert csrf
+    forged = worker.request.post(f"{web.url}/orders/{oid}/review",
+                                 form={"decision": "approve", "all": "1", "csrf": csrf},
+                                 max_redirects=0)
+    assert forged.status == 403 and "only its manager" in forged.text()
+    no_csrf = manager.request.post(f"{web.url}/orders/{oid}/review",
+                                   form={"decision": "approve", "all": "1"}, max_redirects=0)
+    assert no_csrf.status == 403 and "CSRF" in no_csrf.text()
+    assert web.desk.desk.get(oid).state == "submitted"
+    page.close()
+
+
+@pytest.mark.spec("BIND-11")
+def test_rework_drops_the_held_calls(web: Web, manager: BrowserContext) -> None:
+    oid, refs = submit_order(web.desk, TWO)
+    page = open_order(manager, web, oid)
+    page.fill("#rework-form input[name=reason]", "write to the right people")
+    page.click("#rework")
+    assert page.locator("#state").inner_text() == "working"
+    assert [state_of(page, r) for r in refs] == ["dropped", "dropped"]
+    assert "write to the right people" in page.locator("#log").inner_text()
+    page.close()
+
+
+@pytest.mark.spec("BIND-11")
+def test_settle_an_unknown_effect_and_retry_it_once(web: Web, manager: BrowserContext) -> None:
+    oid, refs = submit_order(web.desk, TWO[:1])
+    d = web.desk
+    d.desk.review(oid, MANAGER, "approve")
+    # As a committer that died mid-call leaves it: dispatched once, outcome unknown.
+    at = "2030-01-01T00:00:00Z"
+    d.store.set_effect(oid, refs[0], expect=["held"], state="dispatching",
+                       count_dispatch=True, at=at)
+    d.store.set_effect(oid, refs[0], expect=["dispatching"], state="unknown", at=at)
+    page = manager.new_page()
+    page.goto(web.url + "/")
+    assert refs[0] in page.locator("#unknown").inner_text()
+    page.goto(f"{web.url}/orders/{oid}")
+    page.check("form.settle input[value=did_not_happen]")
+    page.fill("form.settle input[name=evidence]", "the receiver has no such message")
+    page.click("form.settle button")
+    assert "did_not_happen" in state_of(page, refs[0])
+    page.click("form.retry button")
+    page.locator(f"tr.effect-state[data-ref='{refs[0]}'] td.state",
+                 has_text="committed").wait_for()
+    assert delivered(web, oid) == {refs[0]: 1}
+    page.close()
+
+
+@pytest.mark.spec("BIND-9")
+def test_the_inbox_updates_without_a_reload_when_a_worker_submits(
+        web: Web, manager: BrowserContext) -> None:
+    page = manager.new_page()
+    page.goto(web.url + "/")
+    page.locator("body[data-watch]").wait_for(state="attached")
+    page.wait_for_timeout(700)  # the event stream is open
+    submit_order(web.desk, TWO, goal="Arrived while watching")
+    page.locator("#review", has_text="Arrived while watching").wait_for()
+    page.close()
+
+
+@pytest.mark.spec("BIND-11")
+def test_the_page_follows_an_effect_through_dispatching_to_committed(
+        web: Web, manager: BrowserContext) -> None:
+    oid, refs = submit_order(web.desk, TWO[:1])
+    web.desk.desk.review(oid, MANAGER, "approve")
+    web.desk.control.write_text(json.dumps({"delay": 2.5}), encoding="utf-8")
+    try:
+        page = open_order(manager, web, oid)
+        page.click("#run-commit")
+        row = f"tr.effect-state[data-ref='{refs[0]}'] td.state"
+        page.locator(row, has_text="dispatching").wait_for()
+        page.locator(row, has_text="committed").wait_for()
+    finally:
+        web.desk.control.write_text("{}", encoding="utf-8")
+    assert delivered(web, oid) == {refs[0]: 1}
+    page.close()
+
+
+@pytest.mark.spec("BIND-12", "SEC-2")
+def test_the_running_page_refuses_a_foreign_host(web: Web) -> None:
+    import http.client
+
+    address = web.url.removeprefix("http://")
+    for host, status in (("rebound.example:80", 421), (address, 200)):
+        connection = http.client.HTTPConnection(address, timeout=10)
+        try:
+            connection.request("GET", "/signin", headers={"Host": host})
+            assert connection.getresponse().status == status, host
+        finally:
+            connection.close()

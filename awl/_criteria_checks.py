@@ -21,17 +21,19 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from awl._errors import BadRequest
-from awl._models import Check
+from awl._models import Check, Event
 
 __all__ = [
     "ENV_KEPT",
     "CheckRun",
+    "check_question",
+    "latest_checks",
     "normalize",
     "run_check",
     "run_checks",
@@ -332,6 +334,27 @@ class CheckRun:
                    tail=tuple(body.get("tail", ())), timed_out=bool(body.get("timed_out")),
                    error=body.get("error"), signals=tuple(body.get("signals", ())),
                    snapshot=body.get("snapshot"))
+
+
+def latest_checks(events: Iterable[Event]) -> dict[str, dict[str, Any]]:
+    """The latest recorded run of each criterion's check in an order's log, by criterion."""
+    latest: dict[str, dict[str, Any]] = {}
+    for event in events:
+        for item in (event.data or {}).get("checks", ()):
+            if (isinstance(item, Mapping) and isinstance(item.get("criterion"), str)
+                    and isinstance(item.get("check"), Mapping)):
+                latest[item["criterion"]] = dict(item)
+    return latest
+
+
+def check_question(item: Mapping[str, Any]) -> str | None:
+    """The question a recorded run puts to the manager (LC-19), or None."""
+    body = item["check"]
+    if body.get("outcome") != "question":
+        return None
+    signals = "; ".join(str(s) for s in body.get("signals", ()))
+    return (f"the check of criterion {item['criterion']} passed, but since the work started: "
+            f"{signals}. Is the pass to be trusted?")
 
 
 def _environment(check: Check) -> dict[str, str]:

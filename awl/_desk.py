@@ -738,12 +738,9 @@ class Desk:
         Each value is desk evidence of type ``check``: ``{criterion, type, check: {outcome,
         exit_code, duration, tail, signature, signals?, timed_out?, error?, snapshot?}}``.
         """
-        latest: dict[str, dict[str, Any]] = {}
-        for event in self.store.events(order_id, after=0, limit=None):
-            for item in (event.data or {}).get("checks", ()):
-                if isinstance(item, Mapping) and isinstance(item.get("criterion"), str):
-                    latest[item["criterion"]] = dict(item)
-        return latest
+        from awl._criteria_checks import latest_checks
+
+        return latest_checks(self.store.events(order_id, after=0, limit=None))
 
     def _run_criteria_checks(self, order: WorkOrder) -> builtins.list[Any]:
         from awl._criteria_checks import run_checks

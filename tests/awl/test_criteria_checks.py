@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from desk_support import MANAGER, WORKER, Clock, order_fields, report_fields
 
 from awl import BadRequest, Desk, ValidationFailed
 from awl._criteria_checks import normalize, run_check
 from awl._memory import MemoryStore
 from awl._models import Check
-from tests.awl.desk_support import MANAGER, WORKER, Clock, order_fields, report_fields
+from awl.cli import main
 
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_calc.py"]
 
@@ -239,3 +241,43 @@ def test_normalize_removes_what_differs_between_runs() -> None:
     two = "FAILED /tmp/pytest-of-x/pytest-9/t.py:40 - 1 failed in 2.05s"
     assert normalize(one) == normalize(two)
     assert normalize("1 failed") != normalize("1 error")
+
+
+@pytest.mark.spec("LC-19", "LC-21")
+def test_show_and_briefing_put_the_check_beside_its_criterion(repo: Path) -> None:
+    desk, order_id = _started(repo)
+    (repo / "tests" / "test_calc.py").write_text(
+        "import pytest\n" + TEST.replace("def test_add", "@pytest.mark.xfail\ndef test_add"))
+    desk.report(order_id, WORKER, report_fields())
+    page = desk.handoff(order_id)
+    assert "- [?] `c1` add adds" in page
+    assert "check `" in page and "question: exit 0" in page
+    assert "Is the pass to be trusted?" in page.split("## Open questions")[1]
+
+
+@pytest.mark.spec("LC-17", "LC-21")
+def test_cli_workspace_show_and_checks_run(repo: Path, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("AWL_ACTOR", raising=False)
+    monkeypatch.setenv("AWL_HOME", str(tmp_path / "home"))
+    fields = order_fields(criteria=[{"id": "c1", "text": "add adds", "check": {"run": PYTEST}},
+                                    {"id": "c2", "text": "cited"}],
+                          deadline="2099-01-01T00:00:00Z")
+    (tmp_path / "o.json").write_text(json.dumps(fields))
+    assert main(["order", "create", str(tmp_path / "o.json"), "--as", MANAGER,
+                 "--workspace", str(repo), "--json"]) == 0
+    order_id = json.loads(capsys.readouterr().out)["order"]["id"]
+    assert "workspace" not in json.dumps(fields)
+    for step in ("accept", "start"):
+        assert main(["work", step, order_id, "--as", WORKER]) == 0
+    assert main(["checks", "run", order_id, "--as", MANAGER]) == 1
+    out = capsys.readouterr().out
+    assert "c1: failed (exit 1" in out and "| " in out
+    assert main(["checks", "run", order_id, "--as", WORKER]) == 1
+    assert capsys.readouterr().err.startswith("awl: FORBIDDEN")
+    (repo / "calc.py").write_text(CALC_FIXED)
+    assert main(["checks", "run", order_id, "--as", MANAGER]) == 0
+    assert main(["order", "show", order_id]) == 0
+    shown = capsys.readouterr().out
+    assert "check " in shown and ": passed (exit 0" in shown

@@ -221,13 +221,10 @@ def register(subparsers: Any) -> None:
 
 
 def _register_checks(subparsers: Any) -> None:
-    checks = subparsers.add_parser(
-        "checks", help="run an order's criteria checks again (manager)",
-        description="The checks a manager wrote into an order's criteria.")
-    sub = checks.add_subparsers(dest="checks_command", metavar="COMMAND", required=True)
-    run = sub.add_parser(
-        "run", help="re-run every check of an order in its workspace and record the runs",
-        description="Re-run the order's checks (you must be its manager, --as).")
+    group = subparsers.add_parser("checks", help="run an order's criteria checks again",
+                                  description="The checks a manager wrote into the criteria.")
+    run = group.add_subparsers(dest="checks_command", metavar="COMMAND", required=True) \
+        .add_parser("run", help="re-run an order's checks in its workspace (manager)")
     run.add_argument("order_id", metavar="ID")
     _common(run, writes=True)
     run.set_defaults(func=_checks_run)

@@ -6,10 +6,11 @@ The agent's toolset is the gateway for the order (``awl.integrations.pydantic_ai
 reads pass through to ``examples/outbox_server.py``, its email is held. The report is
 drafted from the call log, the manager approves, and the commit sends the email once.
 
-With ``OPENAI_API_KEY`` set it runs a real model (``AWL_EXAMPLE_MODEL``, default
-``openai:gpt-5-mini``); without one, PydanticAI's own ``FunctionModel`` follows the script
-in ``examples/agent_order.py``, so it runs here with no network. See that file for the
-options and exit codes.
+With ``OPENAI_API_KEY`` set it runs a real model (``AWL_EXAMPLE_MODEL``, any PydanticAI
+model name, default ``openai:gpt-5-mini``, whose provider needs the ``openai`` package: the
+``openai-agents`` extra brings it, or ``pip install "pydantic-ai-slim[openai]"``). Without
+a key, PydanticAI's own ``FunctionModel`` follows the script in ``examples/agent_order.py``,
+so it runs here with no network. See that file for the options and exit codes.
 """
 
 from __future__ import annotations

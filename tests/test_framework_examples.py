@@ -35,6 +35,8 @@ WAITING = "[worker] waiting for review"
 LIMIT = 150.0
 """Seconds one step may take on a slow shared machine (each is a few seconds normally)."""
 
+pytestmark = pytest.mark.timeout(300)  # two agent processes, each starting a gateway
+
 
 def _env() -> dict[str, str]:
     """This environment without AWL settings or model keys: the scripted models run."""
@@ -187,11 +189,12 @@ def test_the_framework_runs_a_whole_order_and_the_write_runs_once(
 
 
 @pytest.mark.spec("LC-9", "CM-4")
-def test_rework_runs_the_framework_again_as_attempt_2(tmp_path: Path) -> None:
+@pytest.mark.parametrize("script", [PYDANTIC_AI, OPENAI_AGENTS])
+def test_rework_runs_the_framework_again_as_attempt_2(tmp_path: Path, script: str) -> None:
     """Attempt 1 sent back: its held email is dropped, attempt 2 is approved and sent once."""
     home = tmp_path / "desk"
     reason = "say that the dates stay the same"
-    with example(PYDANTIC_AI, home) as run:
+    with example(script, home) as run:
         order_id = run.order_id()
         run.wait_for(WAITING)
         review(home, order_id, "--rework", reason)

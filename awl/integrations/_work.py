@@ -35,22 +35,17 @@ from awl._models import CallRecord
 from gateway._commit import CommitSummary, commit
 from gateway._worker_tools import listable_effects, tools_used
 
-__all__ = [
-    "Attempt",
-    "GatewayCommand",
-    "Outcome",
-    "ReportDraft",
-    "ReviewTimeout",
-    "Verdict",
-    "commit_approved",
-    "draft_report",
-    "gateway_command",
-    "wait_for_review",
-    "work_order",
-]
-
-
 # --------------------------------------------------------------------------- the gateway
+
+STARTUP_TIMEOUT = 60.0
+"""Seconds the gateway may take to start (its upstreams first) and answer the handshake;
+the frameworks' own defaults (5 s) are too short on a busy machine."""
+
+
+def missing_extra(module: str, extra: str) -> str:
+    """The one line an integration module raises when its framework is not installed."""
+    return f'{module} needs the {extra} extra: pip install "agent-work-layer[{extra}]"'
+
 
 @dataclass(frozen=True)
 class GatewayCommand:
@@ -74,8 +69,10 @@ def gateway_command(order_id: str, config: str | os.PathLike[str], *,
         home: The desk's folder (default: ``AWL_HOME`` or ``./.awl``, read by the gateway).
         pass_file: Run the connection under the Delegation Pass in this file.
         safe: Hold every tool the upstream does not mark read-only (``--safe``).
-        env: The gateway's environment (default: this process's). MCP stdio clients start
-            servers with a bare environment unless told otherwise, so it is always given.
+        env: The gateway's environment (default: this process's, so ``$VAR`` values in
+            the config resolve as they do for ``awl gateway`` run from your shell). MCP
+            stdio clients start servers with a bare environment unless told otherwise, so
+            it is always given.
     """
     args = ["-m", "awl", "gateway", "--order", order_id, "--config", str(Path(config).resolve())]
     if home is not None:

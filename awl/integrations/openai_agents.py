@@ -20,19 +20,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from awl.integrations._work import gateway_command
+from awl.integrations._work import STARTUP_TIMEOUT, gateway_command, missing_extra
 
 try:
     from agents.mcp import MCPServerStdio
 except ImportError as _missing:  # pragma: no cover - the extra is installed wherever tests run
-    raise ImportError("awl.integrations.openai_agents needs the OpenAI Agents SDK: "
-                      'pip install "agent-work-layer[openai-agents]"') from _missing
+    raise ImportError(missing_extra(__name__, "openai-agents")) from _missing
 
-__all__ = ["REQUEST_TIMEOUT", "gateway_server"]
-
-REQUEST_TIMEOUT = 60.0
-"""Seconds one request to the gateway may take, the handshake included (the SDK's default
-of 5 s is shorter than the gateway's start with its upstreams)."""
+__all__ = ["gateway_server"]
 
 
 def gateway_server(order_id: str, config: str | os.PathLike[str], *,
@@ -43,17 +38,14 @@ def gateway_server(order_id: str, config: str | os.PathLike[str], *,
 
     Enter it (``async with``) around the runs that use it.
 
-    Args:
-        order_id: The order the agent works on.
-        config: The gateway's upstream config file.
-        home: The desk's folder (default ``AWL_HOME`` or ``./.awl``).
-        pass_file: Run the connection under the Delegation Pass in this file.
-        safe: Hold every tool its upstream does not mark read-only.
-        name: The server's name in traces (default ``awl-gateway:ORDER``).
-        options: More ``MCPServerStdio`` options (``tool_filter``, ``cache_tools_list``, ...).
+    ``order_id``, ``config``, ``home``, ``pass_file`` and ``safe`` are those of
+    :func:`~awl.integrations.gateway_command`; ``name`` names the server in traces (default
+    ``awl-gateway:ORDER``); ``options`` are more ``MCPServerStdio`` options
+    (``tool_filter``, ``require_approval``, ...). Each request may take
+    ``client_session_timeout_seconds`` (default :data:`STARTUP_TIMEOUT`, the handshake's).
     """
     cmd = gateway_command(order_id, config, home=home, pass_file=pass_file, safe=safe)
-    options.setdefault("client_session_timeout_seconds", REQUEST_TIMEOUT)
+    options.setdefault("client_session_timeout_seconds", STARTUP_TIMEOUT)
     options.setdefault("cache_tools_list", True)
     return MCPServerStdio({"command": cmd.command, "args": cmd.args, "env": cmd.env},
                           name=name or f"awl-gateway:{order_id}", **options)

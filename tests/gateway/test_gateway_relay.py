@@ -18,7 +18,7 @@ import mcp_types as types
 import pytest
 from mcp import Client, stdio_client
 from mcp.client.session import ClientRequestContext
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from tests.gateway.gateway_support import Env, gateway_params, make_env, server_entry, text
 
@@ -205,3 +205,29 @@ async def test_resources_of_a_server_the_order_covers_only_in_part_stay_closed(
     assert "chatty/*" in read.value.error.message or "covers whole" in read.value.error.message
     assert "covers whole" in got.value.error.message
     assert [e for e in upstream_log(env) if e.get("method") != "tools/call"] == []
+
+
+@pytest.mark.spec("GW-14", "GW-15")
+@pytest.mark.parametrize("upstream", ["modern", "legacy"])
+async def test_the_worker_s_level_and_capabilities_are_kept(tmp_path: Path,
+                                                           upstream: str) -> None:
+    """Below the level a handshake-era worker set, no log message reaches it; a question it
+    declared no capability for is refused with that reason, and the gateway keeps serving."""
+    env = chatty_env(tmp_path, upstream=upstream)
+    logs: list[Any] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logs.append((params.level, params.data))
+
+    with anyio.fail_after(60), open(env.home / "gateway.err", "a") as errlog:
+        async with Client(stdio_client(gateway_params(env), errlog=errlog), mode="legacy",
+                          logging_callback=on_log) as client:
+            with pytest.warns(MCPDeprecationWarning):
+                await client.set_logging_level("warning")
+            said = await client.call_tool("chatty__say", {"text": "only info"})
+            asked = await client.call_tool("chatty__ask", {"kind": "sampling"})
+            after = await client.call_tool("chatty__steps", {"n": 1})
+    assert text(said) == "said" and logs == []
+    assert asked.is_error
+    assert "did not declare" in text(asked)
+    assert text(after) == "done 1"

@@ -787,12 +787,12 @@ class Desk:
         from awl._checks import check_run_findings
 
         record = self.store.load(order_id)
-        if doc.get("status") != "done" or not _checked(record.order):
-            return []
+        late = parse_time(record.order.deadline) < self.now()
+        if doc.get("status") != "done" or not _checked(record.order) or late:
+            return []  # a late report is kept and the order expired, as without checks
         self._check_actor(record.order, "report", actor)
-        state = self._fresh(record).state
-        if state != "working":
-            raise self._wrong_state(record.order, state, "report")
+        if record.state != "working":
+            raise self._wrong_state(record.order, record.state, "report")
         runs = self._run_criteria_checks(record.order)
         failed = [run for run in runs if run.outcome in ("failed", "timeout")]
         if not failed:
@@ -1239,9 +1239,15 @@ class AsyncDesk:
         return await self._write(self.desk.events, order_id, after, limit)
 
     async def create(self, order: WorkOrder | Mapping[str, Any], actor: str, *,
-                     copy_handoff: bool = False) -> OrderView:
+                     copy_handoff: bool = False,
+                     workspace: str | os.PathLike[str] | None = None) -> OrderView:
         """See :meth:`Desk.create`."""
-        return await self._write(self.desk.create, order, actor, copy_handoff=copy_handoff)
+        return await self._write(self.desk.create, order, actor, copy_handoff=copy_handoff,
+                                 workspace=workspace)
+
+    async def run_checks(self, order_id: str, actor: str) -> builtins.list[dict[str, Any]]:
+        """See :meth:`Desk.run_checks`."""
+        return await self._write(self.desk.run_checks, order_id, actor)
 
     async def accept(self, order_id: str, actor: str) -> OrderView:
         """See :meth:`Desk.accept`."""

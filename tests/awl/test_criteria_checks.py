@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -281,3 +283,27 @@ def test_cli_workspace_show_and_checks_run(repo: Path, tmp_path: Path,
     assert main(["order", "show", order_id]) == 0
     shown = capsys.readouterr().out
     assert "check " in shown and ": passed (exit 0" in shown
+
+
+@pytest.mark.spec("SEC-12")
+def test_the_whole_process_group_is_killed(tmp_path: Path) -> None:
+    pid_file = tmp_path / "grandchild.pid"
+    script = ("import subprocess, sys, time; "
+              "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+              f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    run = run_check(tmp_path, "c1", Check(run=(sys.executable, "-c", script), timeout=1))
+    assert run.outcome == "timeout"
+    grandchild = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(grandchild)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")

@@ -336,10 +336,16 @@ class CheckRun:
                    snapshot=body.get("snapshot"))
 
 
-def latest_checks(events: Iterable[Event]) -> dict[str, dict[str, Any]]:
-    """The latest recorded run of each criterion's check in an order's log, by criterion."""
+def latest_checks(events: Iterable[Event], *,
+                  on_report: bool = False) -> dict[str, dict[str, Any]]:
+    """The latest recorded run of each criterion's check in an order's log, by criterion.
+
+    With ``on_report``, only runs made on a worker's report count (not a manager's re-run).
+    """
     latest: dict[str, dict[str, Any]] = {}
     for event in events:
+        if on_report and "by" in (event.data or {}):
+            continue
         for item in (event.data or {}).get("checks", ()):
             if (isinstance(item, Mapping) and isinstance(item.get("criterion"), str)
                     and isinstance(item.get("check"), Mapping)):

@@ -797,7 +797,9 @@ class Desk:
         failed = [run for run in runs if run.outcome in ("failed", "timeout")]
         if not failed:
             return runs
-        before = self.check_results(order_id)
+        from awl._criteria_checks import latest_checks
+
+        before = latest_checks(self.store.events(order_id, after=0, limit=None), on_report=True)
         again = [run for run in failed
                  if before.get(run.criterion, {}).get("check", {}).get("signature")
                  == run.signature]

@@ -234,6 +234,13 @@ def test_the_manager_reruns_the_checks(repo: Path) -> None:
         desk.run_checks(order_id, WORKER)
     [item] = desk.run_checks(order_id, MANAGER)
     assert item["check"]["outcome"] == "passed"
+    (repo / "calc.py").write_text("def add(a, b):\n    return 0\n")
+    assert desk.run_checks(order_id, MANAGER)[0]["check"]["outcome"] == "failed"
+    with pytest.raises(ValidationFailed) as caught:  # a re-run is not the worker's try
+        desk.report(order_id, WORKER, report_fields())
+    assert "blocked" not in str(caught.value) and desk.get(order_id).state == "working"
+    (repo / "calc.py").write_text(CALC_FIXED)
+    desk.run_checks(order_id, MANAGER)
     assert desk.check_results(order_id)["c1"]["check"]["outcome"] == "passed"
     assert desk.events(order_id)[-1].actor == "awl:desk"
 

@@ -59,11 +59,18 @@ _MAX_BLOB = 1024 * 1024
 
 # --------------------------------------------------------------------------- git
 
+# The work tree is the worker's: git reads its config, so git runs with the same minimal
+# environment as a check, never the desk's own, and without a file-system monitor program.
+_GIT = ("git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
+
+
 def _git(root: Path, *args: str, env: Mapping[str, str] | None = None,
          check: bool = True) -> str:
+    base = {name: os.environ[name] for name in ENV_KEPT if name in os.environ}
     try:
-        done = subprocess.run(("git", *args), cwd=root, capture_output=True,
-                              timeout=_GIT_TIMEOUT, env=None if env is None else dict(env),
+        done = subprocess.run((*_GIT, *args), cwd=root, capture_output=True,
+                              timeout=_GIT_TIMEOUT,
+                              env={**base, "GIT_CONFIG_NOSYSTEM": "1", **(env or {})},
                               check=False, stdin=subprocess.DEVNULL)
     except FileNotFoundError:
         raise BadRequest("git is not installed; a workspace is a git work tree") from None
@@ -90,7 +97,7 @@ def workspace_root(path: str | os.PathLike[str]) -> Path:
 def _write_tree(root: Path, head: str | None) -> str:
     """The whole work tree (tracked and untracked, minus ignored files) as a tree object."""
     with tempfile.TemporaryDirectory(prefix="awl-index-") as tmp:
-        env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         if head is not None:
             _git(root, "read-tree", head, env=env)
         _git(root, "add", "-A", ".", env=env)

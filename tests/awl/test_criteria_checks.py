@@ -14,7 +14,7 @@ import pytest
 from desk_support import MANAGER, WORKER, Clock, order_fields, report_fields
 
 from awl import BadRequest, Desk, ValidationFailed
-from awl._criteria_checks import normalize, run_check
+from awl._criteria_checks import normalize, run_check, take_snapshot
 from awl._memory import MemoryStore
 from awl._models import Check
 from awl.cli import main
@@ -314,3 +314,20 @@ def _alive(pid: int) -> bool:
         return False
     stat = Path(f"/proc/{pid}/stat")
     return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+@pytest.mark.spec("SEC-12")
+def test_snapshots_run_git_without_the_desks_environment_or_a_monitor(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWL_SECRET_FOR_TEST", "leak")
+    seen = repo.parent / "filter-env.txt"
+    monitor = repo.parent / "monitor-ran.txt"
+    hook = repo.parent / "monitor.sh"
+    hook.write_text(f"#!/bin/sh\ntouch {monitor}\n")
+    hook.chmod(0o755)
+    _git(repo, "config", "core.fsmonitor", str(hook))
+    _git(repo, "config", "filter.spy.clean", f"sh -c 'env > {seen}; cat'")
+    (repo / ".gitattributes").write_text("*.py filter=spy\n")
+    take_snapshot(repo)
+    assert not monitor.exists()
+    assert seen.exists() and "AWL_SECRET_FOR_TEST" not in seen.read_text()

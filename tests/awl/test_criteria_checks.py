@@ -331,3 +331,13 @@ def test_snapshots_run_git_without_the_desks_environment_or_a_monitor(
     take_snapshot(repo)
     assert not monitor.exists()
     assert seen.exists() and "AWL_SECRET_FOR_TEST" not in seen.read_text()
+
+
+@pytest.mark.spec("LC-19")
+def test_editing_the_checks_test_to_pass_is_a_question(repo: Path) -> None:
+    desk, order_id = _started(repo)
+    (repo / "tests" / "test_calc.py").write_text(TEST.replace("== 5", "== -1"))
+    assert desk.report(order_id, WORKER, report_fields()).state == "submitted"
+    result = desk.check_results(order_id)["c1"]["check"]
+    assert result["outcome"] == "question"
+    assert result["signals"] == ["edited tests/test_calc.py, which the check's command names"]

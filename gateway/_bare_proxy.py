@@ -2,8 +2,9 @@
 
 It lists every upstream tool (under the same exposed names as the gateway) and forwards
 every call, with no order, no checks and no recording. It shares the gateway's upstream
-side (:class:`~gateway._upstream.UpstreamPool`) and MCP server code, so the difference
-between the two is exactly what the gateway adds. Not for production: it enforces nothing.
+side (:class:`~gateway._upstream.UpstreamPool`), MCP server code and stdio transport (the
+frame check of :mod:`awl.server._frames`), so the difference between the two is exactly what
+the gateway adds. Not for production: it enforces nothing.
 
 Run it over stdio::
 
@@ -20,9 +21,9 @@ import anyio
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
-from mcp.server.stdio import stdio_server
 
 from awl._errors import AWLError
+from awl.server._frames import stdio_frames
 from gateway._config import load_config
 from gateway._names import NameTable
 from gateway._upstream import UpstreamError, UpstreamPool
@@ -61,7 +62,7 @@ async def serve_bare_proxy(config_path: str) -> None:
     config = load_config(config_path)
     async with UpstreamPool(config) as pool:
         server = await build_bare_proxy(pool)
-        async with stdio_server() as (read, write):
+        async with stdio_frames() as (read, write):
             await server.run(read, write, server.create_initialization_options())
 
 

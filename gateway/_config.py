@@ -26,7 +26,8 @@ Optional per-server keys added by the gateway:
   at least 1024); larger results are truncated (see :func:`gateway._results.bound_result`).
 
 Top-level ``gateway`` settings: ``safe_mode`` (hold every allowed tool whose upstream
-annotations do not mark it read-only; default false).
+annotations do not mark it read-only; default false) and ``startup_wait`` (seconds after the
+gateway starts during which ``tools/list`` waits for upstreams still starting; default 3).
 
 Values of ``env`` and ``headers`` may name environment variables as ``$NAME`` or
 ``${NAME}``; ``$$`` is a literal ``$``. A variable that is not set is an error, so a
@@ -67,13 +68,14 @@ MAX_SECONDS = 365 * 24 * 3600
 """Longest ``timeout`` or ``connect_timeout`` accepted, in seconds."""
 MAX_PRICE = 1e9
 """Largest per-call price in ``costs``, in USD."""
+DEFAULT_STARTUP_WAIT = 3.0
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_CONNECT_TIMEOUT = 60.0
 DEFAULT_MAX_RESULT_BYTES = 1 << 20
 MIN_RESULT_BYTES = 1024
 
 _TOP_KEYS = ("gateway", "mcpServers")
-_GATEWAY_KEYS = ("safe_mode",)
+_GATEWAY_KEYS = ("safe_mode", "startup_wait")
 _COMMON_KEYS = ("connect_timeout", "costs", "hold", "max_result_bytes", "timeout", "type")
 _STDIO_KEYS = ("args", "command", "cwd", "env")
 _HTTP_KEYS = ("headers", "url")
@@ -158,6 +160,9 @@ class GatewaySettings:
 
     safe_mode: bool = False
     """Hold every allowed tool whose upstream annotations do not say ``readOnlyHint: true``."""
+    startup_wait: float = DEFAULT_STARTUP_WAIT
+    """Seconds from the gateway's start during which ``tools/list`` waits for upstreams that
+    are still starting; later it lists at once what is up."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,7 +312,9 @@ def _parse(document: Any, *, base: Path, origin: str | None) -> GatewayConfig:
         safe = raw.get("safe_mode", False)
         if not isinstance(safe, bool):
             raise p.fail(("gateway", "safe_mode"), f"must be true or false, not {_kind(safe)}")
-        settings = GatewaySettings(safe_mode=safe)
+        wait = p.seconds(raw.get("startup_wait", DEFAULT_STARTUP_WAIT),
+                         ("gateway", "startup_wait"))
+        settings = GatewaySettings(safe_mode=safe, startup_wait=wait)
     return GatewayConfig(servers=MappingProxyType(servers), gateway=settings, source=origin)
 
 

@@ -39,7 +39,9 @@ from __future__ import annotations
 import json
 import logging
 import warnings
+import weakref
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -49,12 +51,15 @@ import anyio.to_thread
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.models import InitializationOptions
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
-from awl._checks import to_plain
 from awl._desk import Desk, format_time
 from awl._errors import Conflict, DocumentError, PassError
 from awl._lifecycle import TERMINAL
+from awl._limits import check_json_value
 from awl._lineage import ancestors, staging_ancestor
 from awl._memory import stale_order
 from awl._models import CallRecord, WorkOrder
@@ -63,7 +68,7 @@ from awl._patterns import matches_any, parse_ref
 from awl._store import OrderRecord, Scope, Store
 from awl.server._transport import identity_of
 from gateway._config import GatewayConfig
-from gateway._names import NameTable, split_canonical
+from gateway._names import NameTable, server_of, split_canonical
 from gateway._passthrough import Passthrough
 from gateway._policy import (
     Decision,
@@ -77,7 +82,13 @@ from gateway._policy import (
 from gateway._relay import Relay, worker_is_modern
 from gateway._results import OutputSchemas
 from gateway._staging import check_arguments
-from gateway._upstream import RESERVED_META_PREFIX, UpstreamError, UpstreamPool, UpstreamRejected
+from gateway._upstream import (
+    RESERVED_META_PREFIX,
+    UpstreamError,
+    UpstreamPool,
+    UpstreamRejected,
+    UpstreamUnavailable,
+)
 from gateway._worker_tools import WORKER_TOOL_NAMES, WorkerTools
 
 __all__ = [
@@ -91,6 +102,7 @@ log = logging.getLogger("awl.gateway")
 
 _STALE_RETRIES = 20
 """How many times a call is decided again because the order's log grew meanwhile."""
+
 
 AWL_INVALID_ARGUMENTS = "AWL_INVALID_ARGUMENTS"
 """A held call's arguments do not fit the upstream's input schema, or a ``$ref`` is bad."""
@@ -120,6 +132,19 @@ _T = TypeVar("_T")
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+class _Server(Server[Any]):
+    """The MCP server, declaring that it announces changes of its tool list."""
+
+    def create_initialization_options(
+        self, notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities, extensions)
 
 
 def _text_result(text: str, *, error: bool = False,
@@ -260,10 +285,14 @@ class Gateway:
         self._above_ids: tuple[str, ...] = ()
         self.desk = Desk(store, clock=self._clock)
         self._worker = WorkerTools(self)
+        self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._bus = InMemorySubscriptionBus()  # 2026-07-28 clients listen here
+        self._listed: frozenset[str] = frozenset()  # the tools the worker last heard of
+        pool.on_tools_listed(self._tools_listed)
         with warnings.catch_warnings():
             # The SDK marks logging deprecated in 2026-07-28; handshake-era workers use it.
             warnings.simplefilter("ignore", MCPDeprecationWarning)
-            self.server: Server[Any] = Server(
+            self.server: Server[Any] = _Server(
                 "awl-gateway",
                 version="0.1.0",
                 title="AWL gateway",
@@ -271,6 +300,7 @@ class Gateway:
                 on_list_tools=self._on_list_tools,
                 on_call_tool=self._on_call_tool,
                 on_set_logging_level=self._on_set_logging_level,
+                on_subscriptions_listen=ListenHandler(self._bus),
                 **Passthrough(self).handlers(),
             )
 
@@ -463,11 +493,36 @@ class Gateway:
 
     async def _on_list_tools(self, ctx: ServerRequestContext[Any],
                              params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        # The worker's connection, to tell it later when the tool set changes. The SDK's
+        # per-request session names it only privately; a session without one is not told.
+        connection = getattr(ctx.session, "_connection", None)
+        if connection is not None and hasattr(connection, "send_tool_list_changed"):
+            with suppress(TypeError):
+                self._connections.add(connection)
         authority = await anyio.to_thread.run_sync(self.verify, self._token_for(ctx))
+        # Upstreams start in the background: during the config's startup_wait after the
+        # start, wait for those still starting; later, list at once what is up. Each server
+        # that comes up afterwards sends the worker notifications/tools/list_changed.
+        await self.pool.wait_started(self.config.gateway.startup_wait)
         await self._catalog()
+        self._listed = frozenset(self._tools)
         tools = [self._exposed_tool(c, e) for c, e in self.visible(authority)]
         tools.extend(self._worker.tools())
         return types.ListToolsResult(tools=tools)
+
+    async def _tools_listed(self) -> None:
+        """An upstream listed its tools: when the set changed, tell the worker's connections
+        (handshake era) and its ``subscriptions/listen`` streams (2026-07-28)."""
+        await self._catalog()
+        if self._listed == self._tools.keys():
+            return
+        self._listed = frozenset(self._tools)
+        await self._bus.publish(ToolsListChanged())
+        for connection in list(self._connections):
+            try:
+                await connection.send_tool_list_changed()
+            except Exception as exc:  # a connection that went away, or cannot be told
+                log.debug("tools/list_changed not sent: %s", exc)
 
     # ------------------------------------------------------------------ tools/call
 
@@ -478,7 +533,7 @@ class Gateway:
         try:
             # The wire refuses values JSON cannot carry (SEC-9); an in-process client can
             # still pass them, and a call that cannot be recorded gets a protocol error (GW-7).
-            arguments = to_plain(dict(params.arguments or {}))
+            arguments = check_json_value(dict(params.arguments or {}), where="the arguments")
         except DocumentError as exc:
             raise MCPError(types.INVALID_PARAMS, f"Invalid params: {exc.message}") from None
         if params.name in WORKER_TOOL_NAMES:
@@ -523,14 +578,24 @@ class Gateway:
             DocumentError: ``arguments`` hold what JSON cannot (NaN, a lone surrogate, ...);
                 nothing was recorded or forwarded.
         """
-        args = to_plain(dict(arguments))
+        args = check_json_value(dict(arguments), where="the arguments")
         table = await self._catalog()
-        server = tool = canonical = None
+        server = tool = canonical = unavailable = None
+        meant = server_of(name, self.config.servers) if name not in table else None
+        if meant is not None:
+            # Meant for a server that may not have listed its tools yet: wait for its start,
+            # or start it again after its backoff, then look again.
+            try:
+                await self.pool.connect(meant)
+            except UpstreamUnavailable as exc:
+                unavailable = exc.message
+            table = await self._catalog()
         if name in table:
             canonical = table.canonical(name)
             server, tool = table.resolve(name)
         admission = await self._run(
-            self._admit, name, canonical, args, token if token is not None else self._pass_token)
+            self._admit, name, canonical, args, token if token is not None else self._pass_token,
+            unavailable)
         if admission.answer is not None:
             return admission.answer
         record = admission.record
@@ -671,7 +736,7 @@ class Gateway:
         return scopes
 
     def _admit(self, name: str, canonical: str | None, arguments: dict[str, Any],
-               token: str | None) -> _Admission:
+               token: str | None, unavailable: str | None = None) -> _Admission:
         """Decide, and write what was decided, for one call.
 
         The decision is made on the order as last read, and never written on a stale one:
@@ -686,7 +751,8 @@ class Gateway:
             if record is None:
                 record = self._load_record()
             try:
-                return self._decide(record, name, canonical, arguments, token, now, started)
+                return self._decide(record, name, canonical, arguments, token, now, started,
+                                    unavailable)
             except Conflict as exc:
                 if exc.expected_seq is None:  # not a stale order (a busy store, say)
                     raise
@@ -698,7 +764,7 @@ class Gateway:
 
     def _decide(self, record: OrderRecord, name: str, canonical: str | None,
                 arguments: dict[str, Any], token: str | None, now: datetime,
-                started: str) -> _Admission:
+                started: str, unavailable: str | None = None) -> _Admission:
         """:meth:`_admit` on the order as of ``record`` at ``now`` (written as ``started``);
         Conflict if it is stale."""
         attempt = attempt_of(record)
@@ -723,7 +789,8 @@ class Gateway:
             requested=name, usage=usage, usd=usd, grant=grant, pass_usage=pass_usage,
             pass_problem=authority.problem, hold=[canonical] if hold and canonical else (),
             safe=self.safe, read_only=read_only, above=above,
-            staging_above=self._staging_above, ended_above=ended_above)
+            staging_above=self._staging_above, ended_above=ended_above,
+            unavailable=unavailable)
         if decision.action == "refuse":
             self._check_fresh(record)
             return self._refused(decision, tool=canonical or UNRESOLVED_TOOL,

@@ -65,6 +65,16 @@ def plain_name(canonical: str) -> str:
     return server.replace(".", "-") + SEPARATOR + tool.replace(".", "-")
 
 
+def server_of(exposed: str, servers: Iterable[str]) -> str | None:
+    """The server among ``servers`` whose tools would be exposed with ``exposed``'s prefix.
+
+    Both forms keep ``server + "__"`` (dots turned into ``-``) at the start, so this names
+    the server an unresolved name was meant for (the longest match, if several fit).
+    """
+    fits = [s for s in servers if exposed.startswith(s.replace(".", "-") + SEPARATOR)]
+    return max(fits, key=len, default=None)
+
+
 def hashed_name(canonical: str) -> str:
     """Rule 2: the plain form cut short, plus ``_`` and 10 hex digits of SHA-256."""
     digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:_HASH_HEX]

@@ -76,6 +76,8 @@ class Passthrough:
         if problem is not None:
             raise _refuse(problem, types.INVALID_REQUEST)
         grant = authority.verified.claims.grant if authority.verified else None
+        # Upstreams start in the background: wait for them as tools/list does (GW-17).
+        await gw.pool.wait_started(gw.config.gateway.startup_wait)
         open_: list[str] = []
         for server in gw.pool.servers:
             whole = f"{server}/*"

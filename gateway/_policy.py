@@ -29,6 +29,9 @@ AWL_PASS_INVALID = "AWL_PASS_INVALID"
 """The Delegation Pass the worker runs under is revoked, expired or otherwise invalid."""
 AWL_BUDGET_EXHAUSTED = "AWL_BUDGET_EXHAUSTED"
 """A budget unit (tool_calls, usd or seconds) of the order or of the pass is spent."""
+AWL_UPSTREAM_UNAVAILABLE = "AWL_UPSTREAM_UNAVAILABLE"
+"""The name is meant for a configured server that has not listed its tools: it could not be
+started, so the name cannot be looked up (the reason follows the code)."""
 
 REFUSAL_CODES = (
     AWL_BUDGET_EXHAUSTED,
@@ -36,6 +39,7 @@ REFUSAL_CODES = (
     AWL_FORBIDDEN,
     AWL_NOT_ACTIVE,
     AWL_PASS_INVALID,
+    AWL_UPSTREAM_UNAVAILABLE,
 )
 """Every code :func:`decide` can refuse with."""
 
@@ -140,6 +144,7 @@ def decide(
     hold: Iterable[str] = (),
     safe: bool = False,
     read_only: bool | None = None,
+    unavailable: str | None = None,
     above: Sequence[tuple[WorkOrder, Usage]] = (),
     staging_above: Sequence[WorkOrder] = (),
     ended_above: tuple[str, str] | None = None,
@@ -166,6 +171,8 @@ def decide(
         hold: The operator's always-held patterns.
         safe: Safe mode: hold every tool not annotated read-only.
         read_only: The upstream's ``readOnlyHint`` for the tool, if it gave one.
+        unavailable: When ``tool`` is None because the server the name is meant for could
+            not be started: why (the refusal then says so instead of ``AWL_FORBIDDEN``).
         above: For a sub-order, orders it was split from whose budget must be checked
             here, each with what is charged to it (its sub-orders' spending included):
             a call is charged to every order above (LC-15). The store checks their
@@ -187,6 +194,10 @@ def decide(
     if inactive is not None:
         return inactive
     name = tool if tool is not None else requested or ""
+    if tool is None and unavailable is not None:
+        return refuse(AWL_UPSTREAM_UNAVAILABLE,
+                      f"tool {name[:100]!r} cannot be looked up: {unavailable}; try again "
+                      "later, or go on without it")
     if tool is None or not allowed(tool, order, grant):
         scope = "the order and your pass" if grant is not None else f"order {order.id}"
         return refuse(AWL_FORBIDDEN,

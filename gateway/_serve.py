@@ -114,9 +114,11 @@ async def open_gateway(
             await anyio.to_thread.run_sync(jwks)
         # A missing order is the likeliest mistake; say so before starting any upstream.
         await anyio.to_thread.run_sync(store.load, order_id)
+        # Started in the background: a slow or hanging upstream holds up no one (the
+        # config's startup_wait says how long tools/list waits for them).
         relay = Relay()
         pool = await stack.enter_async_context(
-            UpstreamPool(config, errlog=errlog, handlers=relay.handlers))
+            UpstreamPool(config, errlog=errlog, handlers=relay.handlers, wait=False))
         gateway = Gateway(order_id, store=store, pool=pool, pass_token=pass_token, jwks=jwks,
                           audience=audience, safe=safe, clock=clock,
                           offload_store=offload_store, relay=relay)

@@ -21,9 +21,15 @@ outcome                    meaning
                            again): nothing was sent
 =========================  ====================================================================
 
-A crashed server is noticed when its output ends and is restarted by the next call that
-needs it (never in a loop, never by a retry of the call that was lost). A server that
-cannot be started fails only its own calls; the other servers keep serving.
+Entering the pool starts every server in the background and returns at once, so one slow
+or hanging server delays nobody: :meth:`UpstreamPool.wait_started` waits (boundedly) for the
+first attempts, and listeners added with :meth:`UpstreamPool.on_tools_listed` hear each time a
+server lists its tools. A crashed server is noticed when its output ends and is restarted by
+the next call that needs it (never in a loop, never by a retry of the call that was lost). A
+server that cannot be started fails only its own calls, with the reason it could not start;
+the next call after a short backoff (:data:`RETRY_FIRST` seconds, doubling per failed start
+up to :data:`RETRY_MAX`) tries to start it again, and calls before that fail at once with the
+same reason. The other servers keep serving.
 
 Write-ahead for commits: pass ``before_send`` to :meth:`UpstreamPool.call`. It is awaited
 once the connection is known to be up and before the request is written; the request is
@@ -76,7 +82,13 @@ CLIENT_INFO = types.Implementation(name="awl-gateway", version="0.1.0")
 RESERVED_META_PREFIX = "io.modelcontextprotocol/"
 """``_meta`` keys the protocol reserves for the connection they arrived on."""
 
+RETRY_FIRST = 1.0
+"""Seconds after a failed start before the next call may try to start the server again."""
+RETRY_MAX = 30.0
+"""The longest wait between starts of a server that keeps failing, in seconds."""
+
 _LIST_PAGES = 100
+_LISTENER_SECONDS = 5.0
 
 _ROUND = TypeAdapter(types.CallToolResult | types.InputRequiredResult)
 """A ``tools/call`` answer: a result, or a 2026-07-28 ``input_required`` round."""
@@ -207,16 +219,33 @@ def _describe(exc: BaseException) -> str:
 # ---------------------------------------------------------------------------- connections
 
 
+_NOT_PARSED = "Failed to parse JSONRPC message from server"
+"""What the SDK's stdio client logs, with a traceback, for a line that is not JSON-RPC."""
+
+
+class _OneLineForUnreadLines(logging.Filter):
+    """Drops the SDK's traceback for an upstream line it cannot read: the connection's
+    :class:`_WatchedReadStream` logs one line instead, naming the server (SEC-4)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != _NOT_PARSED
+
+
+logging.getLogger("mcp.client.stdio").addFilter(_OneLineForUnreadLines())
+
+
 class _WatchedReadStream:
     """The transport's read side, telling us when the server's output has ended.
 
     Closing is the first sign of a crashed stdio server; noticing it lets the next call
-    restart the server instead of failing on a dead connection.
+    restart the server instead of failing on a dead connection. A line the server wrote
+    that is not a JSON-RPC message is logged here in one line, and ignored.
     """
 
-    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+    def __init__(self, inner: Any, on_end: Callable[[], None], server: str) -> None:
         self._inner = inner
         self._on_end = on_end
+        self._server = server
 
     @property
     def last_context(self) -> Any:
@@ -228,6 +257,10 @@ class _WatchedReadStream:
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._on_end()
             raise
+        if isinstance(item, Exception):
+            logger.warning("upstream %r wrote a line that is not a JSON-RPC message; it was "
+                           "ignored (an MCP server's stdout carries only protocol messages: "
+                           "its logs belong on stderr)", self._server)
         return item
 
     async def aclose(self) -> None:
@@ -274,7 +307,8 @@ class UpstreamStatus:
     server: str
     """Its configured name."""
     state: Literal["connected", "down"]
-    """``connected``: a live connection exists; ``down``: none (the next call tries to start it)."""
+    """``connected``: a live connection exists; ``down``: none (the next call tries to start it,
+    after the backoff if its last start failed)."""
     starts: int
     """How many times a connection was made (1 on a healthy run; more after restarts)."""
     attempts: int
@@ -287,9 +321,11 @@ class UpstreamStatus:
 
 class _Upstream:
     def __init__(self, config: ServerConfig, errlog: TextIO,
+                 listeners: list[Callable[[], Awaitable[None]]],
                  handlers: UpstreamHandlers | None = None) -> None:
         self.config = config
         self.errlog = errlog
+        self.listeners = listeners
         self.handlers = handlers or UpstreamHandlers()
         self.conn: _Connection | None = None
         self.lock = anyio.Lock()
@@ -299,6 +335,32 @@ class _Upstream:
         self.attempts = 0
         self.last_start_failed = False
         self.error: str | None = None
+        self.failures = 0
+        """Failed starts in a row; sets the backoff before the next."""
+        self.retry_at = -math.inf
+        """When (anyio clock) the next start may be tried, after a failed one."""
+        self.first_done = anyio.Event()
+        """Set once the pool's first attempt to start the server has ended, either way."""
+        self.starting: anyio.CancelScope | None = None
+        """The start under way; the pool cancels it on closing once the transport is open
+        (cancelling while a process is being spawned could leave it running)."""
+        self.transport_open = False
+
+    def failed_start(self, message: str) -> None:
+        self.error = message
+        self.last_start_failed = True
+        self.failures += 1
+        backoff = min(RETRY_FIRST * 2 ** (self.failures - 1), RETRY_MAX)
+        self.retry_at = anyio.current_time() + backoff
+
+    async def tell_listeners(self) -> None:
+        for listener in list(self.listeners):
+            with anyio.move_on_after(_LISTENER_SECONDS):
+                try:
+                    await listener()
+                except Exception as exc:  # a listener's fault is not the connection's
+                    logger.warning("upstream %s: a tools listener failed: %s",
+                                   self.config.name, _describe(exc))
 
     def _transport(self, conn: _Connection) -> AbstractAsyncContextManager[Any]:
         transport = self.config.transport
@@ -308,7 +370,8 @@ class _Upstream:
             if isinstance(transport, HttpTransport):
                 http = create_mcp_http_client(headers=dict(transport.headers))
                 async with http, streamable_http_client(transport.url, http_client=http) as (r, w):
-                    yield _WatchedReadStream(r, conn.end), w
+                    self.transport_open = True
+                    yield _WatchedReadStream(r, conn.end, self.config.name), w
             else:
                 params = StdioServerParameters(
                     command=transport.command,
@@ -317,7 +380,8 @@ class _Upstream:
                     cwd=transport.cwd,
                 )
                 async with stdio_client(params, errlog=self.errlog) as (r, w):
-                    yield _WatchedReadStream(r, conn.end), w
+                    self.transport_open = True
+                    yield _WatchedReadStream(r, conn.end, self.config.name), w
 
         return watched()
 
@@ -331,6 +395,7 @@ class _Upstream:
             # The handshake is bounded by the connect timeout only; the scope's deadline is
             # lifted once connected so calls are bounded by their own timeouts.
             with anyio.CancelScope(deadline=deadline) as scope:
+                self.starting, self.transport_open = scope, False
                 handlers = self.handlers
                 # log_level opts in to a 2026-07-28 server's log messages (the handshake
                 # era sends them unasked); the handler decides what reaches the worker.
@@ -344,31 +409,37 @@ class _Upstream:
                 ) as client:
                     self.tools, self.skipped = await self._list(client)
                     scope.deadline = math.inf
+                    self.starting = None
                     conn.client = client
                     self.starts += 1
                     self.error = None
                     self.last_start_failed = False
+                    self.failures = 0
                     started = True
                     task_status.started(conn)
+                    await self.tell_listeners()
                     await conn.stop.wait()
             if not started:
+                stopped = scope.cancel_called and anyio.current_time() < deadline
                 raise UpstreamUnavailable(
-                    f"upstream {name!r} did not finish starting within "
-                    f"{self.config.connect_timeout:g} s; check its command or URL",
+                    f"upstream {name!r} was still starting when the gateway closed" if stopped
+                    else f"upstream {name!r} did not finish starting within "
+                    f"{self.config.connect_timeout:g} s (its connect_timeout); check its "
+                    "command or URL, or raise connect_timeout",
                     server=name, sent=False,
                 )
         except UpstreamUnavailable as exc:
-            self.error = exc.message
-            self.last_start_failed = True
+            self.failed_start(exc.message)
             raise
         except Exception as exc:
             if not started:
-                self.error = f"cannot connect to upstream {name!r}: {_describe(exc)}"
-                self.last_start_failed = True
+                self.failed_start(f"cannot connect to upstream {name!r}: {_describe(exc)}")
+                assert self.error is not None
                 raise UpstreamUnavailable(self.error, server=name, sent=False) from exc
             self.error = f"the connection to upstream {name!r} ended: {_describe(exc)}"
             logger.warning("%s", self.error)
         finally:
+            self.starting = None
             conn.end()
             conn.client = None
 
@@ -413,55 +484,57 @@ class _Upstream:
 class UpstreamPool:
     """All upstream connections of one gateway. An async context manager.
 
-    Entering connects every server at once (a server that fails to start is reported by
-    :meth:`status` and retried by the next call to it, unless ``require_all``); exiting
-    closes them all and stops stdio servers.
+    Entering starts every server at once and waits until each has connected or failed (or,
+    with ``wait=False``, returns at once and lets them start in the background); a server
+    that fails to start is reported by :meth:`status` and retried by the next call to it
+    after the backoff. Exiting closes them all, stops stdio servers, and abandons starts
+    still under way.
 
     Args:
         config: The loaded upstream configuration.
         errlog: Where stdio servers' stderr goes (default: the gateway's stderr). Never
             stdout: in stdio mode that is the worker's protocol stream.
         require_all: Fail on entry, with :class:`UpstreamUnavailable`, if any server cannot
-            be started.
+            be started (implies ``wait``).
+        wait: Wait on entry for every server's first start; False returns at once (the
+            gateway does, so that one slow server cannot hold up its worker).
         handlers: Given a server's name, what its connection does with the sampling,
             elicitation and roots requests and the log messages that server sends.
     """
 
     def __init__(self, config: GatewayConfig, *, errlog: TextIO | None = None,
-                 require_all: bool = False,
+                 require_all: bool = False, wait: bool = True,
                  handlers: Callable[[str], UpstreamHandlers] | None = None) -> None:
         self.config = config
         log = errlog if errlog is not None else sys.stderr
+        self._listeners: list[Callable[[], Awaitable[None]]] = []
         self._upstreams = {
-            name: _Upstream(cfg, log, handlers(name) if handlers is not None else None)
+            name: _Upstream(cfg, log, self._listeners,
+                            handlers(name) if handlers is not None else None)
             for name, cfg in config.servers.items()}
         self._require_all = require_all
+        self._wait = wait or require_all
         self._tg: anyio.abc.TaskGroup | None = None
         self._closing = False
+        self._entered_at = -math.inf
         # What tools() last merged: each upstream's listing (a new dict per listing) and the
         # read-only view of their union, reused until one upstream lists anew.
         self._merged_from: tuple[dict[str, types.Tool], ...] = ()
         self._merged: Mapping[str, types.Tool] = MappingProxyType({})
 
     async def __aenter__(self) -> UpstreamPool:
+        self._entered_at = anyio.current_time()
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
         try:
-            failures: list[UpstreamUnavailable] = []
-
-            async def first(up: _Upstream) -> None:
-                try:
-                    await self._connection(up)
-                except UpstreamUnavailable as exc:
-                    logger.warning("%s", exc.message)
-                    failures.append(exc)
-
-            async with anyio.create_task_group() as starting:
-                for up in self._upstreams.values():
-                    starting.start_soon(first, up)
-            if failures and self._require_all:
-                raise failures[0]
+            for up in self._upstreams.values():
+                tg.start_soon(self._first, up)
+            for up in self._upstreams.values() if self._wait else ():
+                await up.first_done.wait()
+            for up in self._upstreams.values() if self._require_all else ():
+                if up.last_start_failed and up.error is not None:
+                    raise UpstreamUnavailable(up.error, server=up.config.name, sent=False)
         except BaseException:
             # Close the connections already made, then report the original error alone.
             await self._shutdown(None, None, None)
@@ -472,10 +545,35 @@ class UpstreamPool:
                         tb: TracebackType | None) -> None:
         await self._shutdown(exc_type, exc, tb)
 
+    async def _first(self, up: _Upstream) -> None:
+        try:
+            await self._connection(up)
+        except UpstreamUnavailable as exc:
+            if not self._closing:
+                logger.warning("%s", exc.message)
+        finally:
+            up.first_done.set()
+
+    async def wait_started(self, seconds: float) -> None:
+        """Wait until every server's first start has ended (either way), but not past
+        ``seconds`` after the pool was entered."""
+        with anyio.CancelScope(deadline=self._entered_at + seconds):
+            for up in self._upstreams.values():
+                await up.first_done.wait()
+
+    def on_tools_listed(self, listener: Callable[[], Awaitable[None]]) -> None:
+        """Await ``listener()`` each time a server has connected and listed its tools.
+
+        It runs in that server's connection task, bounded to a few seconds; its errors are
+        logged, never raised."""
+        self._listeners.append(listener)
+
     async def _shutdown(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
         self._closing = True
         for up in self._upstreams.values():
+            if up.starting is not None and up.transport_open:
+                up.starting.cancel()
             if up.conn is not None:
                 up.conn.end()
         tg, self._tg = self._tg, None
@@ -533,6 +631,16 @@ class UpstreamPool:
         """How each server is doing, by name."""
         return {name: up.status() for name, up in self._upstreams.items()}
 
+    async def connect(self, server: str) -> None:
+        """Make sure ``server`` is connected: wait for a start under way, or start it now
+        unless it failed to start within its backoff.
+
+        Raises:
+            NotFound: ``server`` is not configured.
+            UpstreamUnavailable: It cannot be reached; the message says why.
+        """
+        await self._connection(self._upstream(server))
+
     def server_config(self, server: str) -> ServerConfig:
         """The configuration of ``server``.
 
@@ -568,6 +676,11 @@ class UpstreamPool:
                 # Someone else tried while we waited, and failed: share that answer rather
                 # than start the server again once per waiting caller.
                 raise UpstreamUnavailable(up.error, server=name, sent=False)
+            wait = up.retry_at - anyio.current_time()
+            if up.last_start_failed and up.error is not None and wait > 0:
+                raise UpstreamUnavailable(
+                    f"{up.error} (the gateway tries to start it again on a call after "
+                    f"{math.ceil(wait)} s)", server=name, sent=False)
             up.attempts += 1
             conn = await self._tg.start(up.run)
             assert isinstance(conn, _Connection)

@@ -24,7 +24,7 @@ member, ``jsonrpc`` not ``"2.0"``, an id
 that is not a string or an integer, a
 request with ``result``/``error``, a
 malformed response
-a value outside the input limits (DOC-1:   -32602 in    the request's (null for a response)
+a value outside the input limits (DOC-11:  -32602 in    the request's (null for a response)
 ``NaN``, a number outside the float range,  ``params``,
 a lone surrogate, nesting deeper than 64,  else -32600
 larger than 8 MiB)
@@ -55,15 +55,15 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from awl._checks import DEFAULT_MAX_BYTES, to_plain
 from awl._errors import DocumentError
+from awl._limits import MAX_DOCUMENT_BYTES, check_json_value
 
 __all__ = ["MAX_FRAME_BYTES", "FrameGuard", "Refused", "check_frame", "stdio_frames"]
 
 log = logging.getLogger("awl.server.frames")
 
-MAX_FRAME_BYTES = DEFAULT_MAX_BYTES
-"""The largest frame read, in bytes: the document size limit of DOC-1."""
+MAX_FRAME_BYTES = MAX_DOCUMENT_BYTES
+"""The largest frame read, in bytes: the size limit of DOC-1 and DOC-11."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +169,7 @@ def _check_message(data: dict[str, Any]) -> types.JSONRPCMessage | Refused:
                        '"method" (a request or notification) or a "result" or "error" '
                        "(a response)")
     try:
-        to_plain(data, max_bytes=MAX_FRAME_BYTES)
+        check_json_value(data, where="the message", max_bytes=MAX_FRAME_BYTES)
     except DocumentError as exc:
         return _beyond_limits(data, kind, answer_id, exc.message)
     try:
@@ -186,7 +186,7 @@ def _beyond_limits(data: dict[str, Any], kind: str, answer_id: types.RequestId |
     in_params = False
     if kind != "response" and "params" in data:
         with suppress(DocumentError):
-            to_plain({k: v for k, v in data.items() if k != "params"})
+            check_json_value({k: v for k, v in data.items() if k != "params"})
             in_params = True
     if in_params:
         message = f"Invalid params: {problem}"

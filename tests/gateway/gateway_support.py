@@ -129,9 +129,11 @@ def make_env(tmp: Path, *, servers: dict[str, dict[str, Any]] | None = None,
             "notes": server_entry("notes", env={"OUTBOX_PATH": str(outbox)}),
             "receiver": server_entry("receiver", env={"RECEIVER_LOG": str(log)}),
         }
-    document: dict[str, Any] = {"mcpServers": servers}
-    if gateway is not None:
-        document["gateway"] = gateway
+    # Tests list tools right after starting, on a busy machine: unless a test says otherwise,
+    # tools/list waits for every upstream's start (the default startup_wait is 3 s).
+    document: dict[str, Any] = {"mcpServers": servers,
+                                "gateway": gateway if gateway is not None else {
+                                    "startup_wait": 60}}
     config = tmp / "upstream.json"
     config.write_text(json.dumps(document), encoding="utf-8")
     return Env(home, store, desk, view.id, config, outbox, log)
@@ -139,10 +141,14 @@ def make_env(tmp: Path, *, servers: dict[str, dict[str, Any]] | None = None,
 
 @asynccontextmanager
 async def connect(env: Env, **options: Any) -> AsyncIterator[tuple[Gateway, Client]]:
-    """An in-process gateway for the env's order and an SDK client connected to it."""
+    """An in-process gateway for the env's order and an SDK client connected to it.
+
+    The upstreams start in the background (GW-17); this waits for their first starts, so a
+    test's timings do not include them."""
     with open(os.devnull, "w") as quiet:
         async with open_gateway(env.order_id, env.config, store=env.store, home=env.home,
                                 errlog=quiet, **options) as gw, Client(gw.server) as client:
+            await gw.pool.wait_started(60)
             yield gw, client
 
 

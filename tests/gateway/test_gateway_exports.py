@@ -17,4 +17,4 @@ def test_gateway_public_names_are_pinned() -> None:
     }
     assert set(gateway.REFUSAL_CODES) == {
         "AWL_BUDGET_EXHAUSTED", "AWL_EXPIRED", "AWL_FORBIDDEN", "AWL_NOT_ACTIVE",
-        "AWL_PASS_INVALID"}
+        "AWL_PASS_INVALID", "AWL_UPSTREAM_UNAVAILABLE"}

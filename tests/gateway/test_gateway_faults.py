@@ -185,3 +185,22 @@ async def test_the_gateway_command_serves_over_stdio(tmp_path: Path) -> None:
     assert env.deliveries() == []
     jtis = {r.pass_jti for r in env.calls()}
     assert len(jtis) == 1 and None not in jtis
+
+
+@pytest.mark.spec("SEC-4", "GW-8")
+async def test_an_upstream_writing_lines_that_are_not_json_rpc_costs_one_line_each(
+        tmp_path: Path) -> None:
+    """An upstream that writes a blank line, [1,2], a 5,000-digit number and plain text before
+    each answer is still served; each such line is one line on the gateway's stderr naming
+    the upstream, never a traceback."""
+    env = make_env(tmp_path, staged=[], tools=["junk/*"],
+                   servers={"junk": server_entry("junk")})
+    with anyio.fail_after(60):
+        async with gateway_client(env) as client:
+            first = await client.call_tool("junk__echo", {"text": "one"})
+            second = await client.call_tool("junk__echo", {"text": "two"})
+    assert (text(first), text(second)) == ("one", "two")
+    stderr = (env.home / "gateway.err").read_text()
+    assert "Traceback" not in stderr, stderr[-3000:]
+    ignored = [line for line in stderr.splitlines() if "not a JSON-RPC message" in line]
+    assert ignored and all("'junk'" in line for line in ignored), stderr[-3000:]

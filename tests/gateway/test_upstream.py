@@ -19,6 +19,7 @@ from awl import NotFound
 from gateway._config import GatewayConfig, load_config
 from gateway._results import TRUNCATED_META_KEY, bound_result, result_size
 from gateway._upstream import (
+    RETRY_FIRST,
     UpstreamPool,
     UpstreamRejected,
     UpstreamTimeout,
@@ -287,8 +288,10 @@ async def test_require_all_refuses_to_start_without_every_server(tmp_path: Path)
     assert info.value.server == "broken" and info.value.sent is False
 
 
-async def test_server_that_never_answers_fails_its_start_once_for_all_waiting_callers() -> None:
-    """A start that times out fails every caller waiting on it, with one attempt, never sent."""
+@pytest.mark.spec("GW-8")
+async def test_a_server_that_failed_to_start_is_tried_again_only_after_its_backoff() -> None:
+    """A start that times out fails at once every call made within the backoff, with its
+    reason and never sent; the first call after the backoff starts the server again."""
     # Reads its stdin and never answers; leaves as soon as the stdin closes.
     silent = {"command": "sh", "args": ["-c", "cat > /dev/null"], "connect_timeout": 0.5}
     failures: list[UpstreamUnavailable] = []
@@ -305,10 +308,15 @@ async def test_server_that_never_answers_fails_its_start_once_for_all_waiting_ca
             async with anyio.create_task_group() as tg:
                 for _ in range(8):
                     tg.start_soon(one)
-            status = pool.status()["silent"]
-    assert len(failures) == 8 and not any(f.sent for f in failures)
-    assert status.attempts == 2 and status.starts == 0
-    assert status.error is not None and "0.5 s" in status.error
+            within = pool.status()["silent"]
+            await anyio.sleep(RETRY_FIRST + 0.2)
+            await one()
+            after = pool.status()["silent"]
+    assert len(failures) == 9 and not any(f.sent for f in failures)
+    assert within.attempts == 1 and within.starts == 0
+    assert all("0.5 s" in f.message and "again" in f.message for f in failures[:8])
+    assert after.attempts == 2 and after.starts == 0
+    assert after.error is not None and "connect_timeout" in after.error
 
 
 async def test_exit_stops_stdio_servers() -> None:

@@ -7,17 +7,22 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 from desk_support import MANAGER, WORKER, Clock, order_fields, report_fields
+from mcp import Client
 
 from awl import BadRequest, Desk, ValidationFailed
 from awl._criteria_checks import normalize, run_check, take_snapshot
+from awl._desk import AsyncDesk
 from awl._memory import MemoryStore
 from awl._models import Check
 from awl.cli import main
+from awl.server import DeskServer
+from tests.awl.server_support import Desk as McpDesk
 
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_calc.py"]
 
@@ -341,3 +346,28 @@ def test_editing_the_checks_test_to_pass_is_a_question(repo: Path) -> None:
     result = desk.check_results(order_id)["c1"]["check"]
     assert result["outcome"] == "question"
     assert result["signals"] == ["edited tests/test_calc.py, which the check's command names"]
+
+
+@pytest.mark.anyio
+@pytest.mark.spec("LC-17", "SEC-12")
+async def test_over_mcp_no_workspace_is_given_and_a_failing_check_refuses_the_report(
+        repo: Path) -> None:
+    """No MCP door takes a workspace, so nobody there can make the desk run a command; a
+    worker's done report over MCP is judged by the checks the manager's side set up."""
+    desk = AsyncDesk(MemoryStore())
+    criteria = [{"id": "c1", "text": "add adds", "check": {"run": PYTEST}},
+                {"id": "c2", "text": "cited"}]
+    fields = order_fields(criteria=criteria, deadline="2099-01-01T00:00:00Z")
+    async with AsyncExitStack() as stack:
+        m, w = [McpDesk(await stack.enter_async_context(
+            Client(DeskServer(desk, principal=p).server, mode="legacy")))
+            for p in (MANAGER, WORKER)]
+        error = await m.refused("create_work_order", order=fields)
+        assert error["code"] == "BAD_REQUEST" and "workspace" in error["message"]
+        view = await desk.create(fields, MANAGER, workspace=repo)
+        await w.call("accept_work_order", order_id=view.id)
+        await w.call("start_work_order", order_id=view.id)
+        error = await w.refused("submit_work_report", order_id=view.id,
+                                report=report_fields())
+        assert error["code"] == "VALIDATION_FAILED"
+        assert [f["rule"] for f in error["findings"]] == ["R19"]

@@ -497,7 +497,7 @@ class Desk:
                 order_id=order.id, goal=order.goal, worker=order.to,
                 answerers=order.answerers,
                 attempt=(report.attempt or view.attempt) if report else view.attempt,
-                questions=view.open_questions or self._block_questions(view),
+                questions=self.open_questions(view),
                 asked_at=view.updated_at,
                 blocking=1 + self._active_descendants(order.id),
             ))
@@ -819,10 +819,13 @@ class Desk:
         _raise_invalid("work report", findings)
         return runs  # pragma: no cover - _raise_invalid raised
 
-    def _block_questions(self, view: OrderView) -> tuple[str, ...]:
-        """The questions of a block the desk put on the order itself (LC-20)."""
+    def open_questions(self, view: OrderView) -> tuple[str, ...]:
+        """What a blocked order asks: the worker's questions, or those of a block the desk
+        put on it itself when a check failed the same way twice (LC-20)."""
         if view.state != "blocked":
             return ()
+        if view.open_questions:
+            return view.open_questions
         last = self.store.events(view.id, after=view.seq - 1, limit=1)
         if not last or last[0].action != "block":
             return ()
@@ -949,8 +952,7 @@ class Desk:
             view = OrderView.of(record)
             return _Write(self._event(record, "answer", actor, "working", now, note=answer,
                                       data={"attempt": view.attempt,
-                                            "questions": list(view.open_questions
-                                                              or self._block_questions(view))}))
+                                            "questions": list(self.open_questions(view))}))
 
         return self._run(order_id, "answer", actor, plan)
 
@@ -1246,6 +1248,10 @@ class AsyncDesk:
         """See :meth:`Desk.create`."""
         return await self._write(self.desk.create, order, actor, copy_handoff=copy_handoff,
                                  workspace=workspace)
+
+    async def open_questions(self, view: OrderView) -> tuple[str, ...]:
+        """See :meth:`Desk.open_questions`."""
+        return await self._call(self.desk.open_questions, view)
 
     async def run_checks(self, order_id: str, actor: str) -> builtins.list[dict[str, Any]]:
         """See :meth:`Desk.run_checks`."""

@@ -103,6 +103,8 @@ def test_same_failure_twice_blocks_the_order_with_a_question(repo: Path) -> None
         desk.report(order_id, WORKER, report_fields())
     view = desk.get(order_id)
     assert view.state == "blocked"
+    assert "failed the same way twice" in desk.open_questions(view)[0]
+    assert "failed the same way twice" in desk.handoff(order_id)
     [question] = desk.questions(MANAGER)
     assert question.order_id == order_id
     assert "failed the same way twice" in question.questions[0]
@@ -371,3 +373,7 @@ async def test_over_mcp_no_workspace_is_given_and_a_failing_check_refuses_the_re
                                 report=report_fields())
         assert error["code"] == "VALIDATION_FAILED"
         assert [f["rule"] for f in error["findings"]] == ["R19"]
+        await w.refused("submit_work_report", order_id=view.id, report=report_fields())
+        got = await w.call("get_work_order", order_id=view.id)
+        assert got["state"] == "blocked"
+        assert "failed the same way twice" in got["open_questions"][0]

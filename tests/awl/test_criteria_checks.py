@@ -20,6 +20,8 @@ from awl._criteria_checks import normalize, run_check, take_snapshot
 from awl._desk import AsyncDesk
 from awl._memory import MemoryStore
 from awl._models import Check
+from awl._sqlite import SQLiteStore
+from awl._store import Store
 from awl.cli import main
 from awl.server import DeskServer
 from tests.awl.server_support import Desk as McpDesk
@@ -51,8 +53,8 @@ def repo(tmp_path: Path) -> Path:
     return root
 
 
-def _started(repo: Path, **check: Any) -> tuple[Desk, str]:
-    desk = Desk(MemoryStore(), clock=Clock())
+def _started(repo: Path, store: Store | None = None, **check: Any) -> tuple[Desk, str]:
+    desk = Desk(store or MemoryStore(), clock=Clock())
     criteria = [{"id": "c1", "text": "add adds", "check": {"run": PYTEST, **check}},
                 {"id": "c2", "text": "every figure cited"}]
     view = desk.create(order_fields(criteria=criteria), MANAGER, workspace=repo)
@@ -95,8 +97,8 @@ def test_failing_check_refuses_the_report_with_its_output_tail(repo: Path) -> No
 
 
 @pytest.mark.spec("LC-20")
-def test_same_failure_twice_blocks_the_order_with_a_question(repo: Path) -> None:
-    desk, order_id = _started(repo)
+def test_same_failure_twice_blocks_the_order_with_a_question(repo: Path, tmp_path: Path) -> None:
+    desk, order_id = _started(repo, SQLiteStore(tmp_path / "desk.sqlite3"))
     with pytest.raises(ValidationFailed):
         desk.report(order_id, WORKER, report_fields())
     with pytest.raises(ValidationFailed, match="blocked"):

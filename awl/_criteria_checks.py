@@ -211,9 +211,10 @@ def tamper_signals(path: str | os.PathLike[str], snapshot: Mapping[str, Any],
                    check: Check) -> list[str]:
     """What changed since ``snapshot`` that could make ``check`` pass without the work.
 
-    New skip/only/xfail markers in test files, new lint or type exemptions, deleted test
-    files, edits to the files the command names, and edits to the files that define how
-    checks run (project and CI configuration).
+    New skip/only/xfail markers in test files, new lint or type exemptions, deleted or
+    edited test files, edits to the files the command names (or under the folders it
+    names), and edits to the files that define how checks run (project and CI
+    configuration). A new test file is no signal unless it skips.
     """
     root = Path(path).resolve()
     now, changed = _changes(root, snapshot)
@@ -227,8 +228,10 @@ def tamper_signals(path: str | os.PathLike[str], snapshot: Mapping[str, Any],
             signals.append(f"deleted test file {file}")
         elif file in named:
             signals.append(f"{verb} {file}, which the check's command names")
-        elif status.startswith("D") and in_named:
-            signals.append(f"deleted {file}, under a folder the check's command names")
+        elif status.startswith(("D", "M")) and in_named:
+            signals.append(f"{verb} {file}, under a folder the check's command names")
+        elif status.startswith("M") and _is_test_file(file):
+            signals.append(f"edited test file {file}")
         if _is_config_file(file):
             signals.append(f"{verb} {file}, which defines how checks run")
         if status.startswith("D"):

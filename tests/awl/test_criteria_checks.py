@@ -152,10 +152,15 @@ def test_deleting_the_test_file_is_a_question(repo: Path) -> None:
     desk.accept(view.id, WORKER)
     desk.start(view.id, WORKER)
     (repo / "tests" / "test_calc.py").unlink()
+    (repo / "tests" / "test_new.py").write_text("def test_new():\n    pass\n")
     desk.report(view.id, WORKER, report_fields())
     result = desk.check_results(view.id)["c1"]["check"]
     assert result["outcome"] == "question"
-    assert "deleted test file tests/test_calc.py" in result["signals"]
+    assert result["signals"] == ["deleted test file tests/test_calc.py"]
+    (repo / "tests" / "test_other.py").write_text("def test_ok():\n    assert True\n")
+    [item] = desk.run_checks(view.id, MANAGER)
+    assert "edited tests/test_other.py, under a folder the check's command names" in (
+        item["check"]["signals"])
 
 
 @pytest.mark.spec("LC-19")

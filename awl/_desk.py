@@ -59,6 +59,7 @@ from awl._patterns import parse_ref
 from awl._store import OrderRecord, Store
 
 if TYPE_CHECKING:
+    from awl._criteria_checks import CheckRun
     from awl._track import TrackRecord
 
 __all__ = ["AsyncDesk", "Desk", "OrderView", "Question", "Subscription"]
@@ -742,7 +743,7 @@ class Desk:
 
         return latest_checks(self.store.events(order_id, after=0, limit=None))
 
-    def _run_criteria_checks(self, order: WorkOrder) -> builtins.list[Any]:
+    def _run_criteria_checks(self, order: WorkOrder) -> builtins.list[CheckRun]:
         from awl._criteria_checks import run_checks
 
         workspace = self.workspace(order.id)
@@ -777,7 +778,7 @@ class Desk:
         return items
 
     def _checks_on_done(self, order_id: str, actor: str,
-                        doc: Mapping[str, Any]) -> builtins.list[Any]:
+                        doc: Mapping[str, Any]) -> builtins.list[CheckRun]:
         """Run the checks of a ``done`` report before it is decided (LC-18 to LC-20).
 
         A failing check refuses the report with an R19 finding; the run is recorded in a

@@ -29,7 +29,9 @@ from tests.awl.server_support import Desk as McpDesk
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_calc.py"]
 
 CALC_BROKEN = "def add(a, b):\n    return a - b\n"
-CALC_FIXED = "def add(a, b):\n    return a + b\n"
+# Another length than the broken one: Python trusts a cached .pyc whose source has the same
+# size and modification second, and these files change within one second.
+CALC_FIXED = "def add(a, b):\n    return a + b  # fixed\n"
 TEST = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
 
 

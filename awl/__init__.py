@@ -45,6 +45,7 @@ from awl._memory import MemoryStore
 from awl._models import (
     Budget,
     CallRecord,
+    Check,
     Cost,
     Criterion,
     Effect,
@@ -84,6 +85,7 @@ __all__ = [
     "BadRequest",
     "Budget",
     "CallRecord",
+    "Check",
     "Conflict",
     "ConformanceResult",
     "ConformanceRun",

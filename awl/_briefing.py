@@ -13,9 +13,10 @@ the worker's account, not verified fact; the page says so.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
+from awl._criteria_checks import check_question, latest_checks
 from awl._models import Event, Handoff, NextStep, Review, WorkOrder, WorkReport
 
 __all__ = ["briefing"]
@@ -100,6 +101,10 @@ def briefing(record: _Record, events: Sequence[Event] = ()) -> str:
     out.append("")
 
     questions = list(latest.questions or ()) if record.state == "blocked" and latest else []
+    if record.state == "blocked" and events and events[-1].action == "block":
+        questions = [str(q) for q in (events[-1].data or {}).get("questions", ())]
+    checks = latest_checks(events)
+    questions += [q for q in map(check_question, checks.values()) if q is not None]
     handoff_questions = _field(sources, "open_questions")
     if isinstance(handoff_questions, tuple):
         questions += [q for q in handoff_questions if q not in questions]
@@ -135,7 +140,7 @@ def briefing(record: _Record, events: Sequence[Event] = ()) -> str:
                 out.append(f"- {span}" + (f": {_one_line(r.note, 200)}" if r.note else ""))
             out.append("")
 
-    out += ["## Criteria", "", *_criteria(order, latest), ""]
+    out += ["## Criteria", "", *_criteria(order, latest, checks), ""]
 
     if events:
         out += ["## Recent events", ""]
@@ -259,11 +264,18 @@ def _tried(sources: Sequence[Handoff], reports: Sequence[WorkReport],
     return lines
 
 
-def _criteria(order: WorkOrder, latest: WorkReport | None) -> list[str]:
+_CHECK_MARK = {"passed": "x", "question": "?"}
+
+
+def _criteria(order: WorkOrder, latest: WorkReport | None,
+              checks: Mapping[str, Mapping[str, Any]]) -> list[str]:
     lines = []
     for c in order.criteria:
         proof = [e for e in (latest.evidence if latest else ()) if e.criterion == c.id]
         mark = "x" if proof else " "
+        run = checks.get(c.id, {}).get("check")
+        if c.check is not None:
+            mark = _CHECK_MARK.get(run["outcome"], " ") if run else " "
         detail = ""
         if proof:
             detail = " — " + "; ".join(
@@ -271,4 +283,8 @@ def _criteria(order: WorkOrder, latest: WorkReport | None) -> list[str]:
                                                        if e.note else "")
                 for e in proof)
         lines.append(f"- [{mark}] `{c.id}` {_one_line(c.text, 200)}{detail}")
+        if c.check is not None:
+            lines.append(f"  - check `{_one_line(' '.join(c.check.run), 120)}`: "
+                         + (f"{run['outcome']}: {_one_line(str(run.get('summary', '')), 300)}"
+                            if run else "not run yet (the desk runs it on a done report)"))
     return lines

@@ -44,7 +44,16 @@ from awl._limits import (
     loads,
     read_regular_file,
 )
-from awl._models import CallRecord, Event, PassClaims, Review, WorkOrder, WorkReport, parse_time
+from awl._models import (
+    CallRecord,
+    Check,
+    Event,
+    PassClaims,
+    Review,
+    WorkOrder,
+    WorkReport,
+    parse_time,
+)
 from awl._patterns import covered_by_any, matches_any, overlap, parse_ref
 from awl._schemas import schema_findings
 
@@ -248,7 +257,7 @@ def context_model(doc: Any, doc_type: DocType, model_cls: type[_M], role: str) -
 # --------------------------------------------------------------------------- order
 
 def iter_order_findings(doc: Any) -> Iterator[Finding]:
-    """Every finding of a Work Order on its own (V1, O1-O6).
+    """Every finding of a Work Order on its own (V1, O1-O7).
 
     Raises:
         DocumentError: ``doc`` cannot be a JSON document at all.
@@ -266,6 +275,9 @@ def _order_rules(order: WorkOrder) -> Iterator[Finding]:
             yield Finding("O2", "invalid", pointer("criteria", i, "id"),
                           f"criterion id {_show(criterion.id)} is used twice")
         seen.add(criterion.id)
+    for i, criterion in enumerate(order.criteria):
+        if criterion.check is not None:
+            yield from _check_rules(criterion.check, i)
     if parse_time(order.deadline) <= parse_time(order.created_at):
         yield Finding("O3", "invalid", "/deadline", "deadline is not after created_at")
     if order.output_schema is not None:
@@ -281,6 +293,32 @@ def _order_rules(order: WorkOrder) -> Iterator[Finding]:
         yield Finding("O6", "invalid", "/parent_id", "parent_id is the order's own id")
     if order.continues is not None and order.continues == order.id:
         yield Finding("O6", "invalid", "/continues", "continues is the order's own id")
+
+
+def _check_rules(check: Check, i: int) -> Iterator[Finding]:
+    """O7: a criterion's check stays inside the workspace and holds no NUL character."""
+    for j, arg in enumerate(check.run):
+        if "\0" in arg:
+            yield Finding("O7", "invalid", pointer("criteria", i, "check", "run", j),
+                          "a command argument cannot hold a NUL character")
+    if check.cwd is not None and cwd_problem(check.cwd) is not None:
+        yield Finding("O7", "invalid", pointer("criteria", i, "check", "cwd"),
+                      f"cwd {_show(check.cwd)} {cwd_problem(check.cwd)}")
+    for name, value in sorted((check.env or {}).items()):
+        if "\0" in value:
+            yield Finding("O7", "invalid", pointer("criteria", i, "check", "env", name),
+                          f"the value of {_show(name)} cannot hold a NUL character")
+
+
+def cwd_problem(cwd: str) -> str | None:
+    """Why ``cwd`` is not a folder inside the workspace, or None when it is."""
+    if "\0" in cwd:
+        return "cannot hold a NUL character"
+    if cwd.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", cwd):
+        return "must be relative to the workspace, not absolute"
+    if ".." in re.split(r"[/\\]", cwd):
+        return "must stay inside the workspace (no .. segment)"
+    return None
 
 
 def _schema_problem(schema: Any) -> str | None:
@@ -400,14 +438,18 @@ def validate_suborder(child: Any, parent: Any,
 # --------------------------------------------------------------------------- report
 
 def iter_report_findings(doc: Any, order: Any = None,
-                         calls: Iterable[Any] | None = None) -> Iterator[Finding]:
-    """Every finding of a Work Report (V1, R1-R18).
+                         calls: Iterable[Any] | None = None,
+                         checks: Iterable[Any] | None = None) -> Iterator[Finding]:
+    """Every finding of a Work Report (V1, R1-R19).
 
     Args:
         doc: the report.
         order: the order it answers. Without it only the rules that need no order run
             (R1, R9, R10, R12, R14, R15).
         calls: the order's call records. With them R16-R18 run too.
+        checks: the desk's runs of the order's criteria checks, as evidence of type
+            ``check`` (``{criterion, type, check: {outcome, ...}}``). With them and the
+            order, R19 runs too.
 
     Raises:
         DocumentError: ``doc`` cannot be a JSON document, or ``order`` / a call record is not
@@ -425,6 +467,57 @@ def iter_report_findings(doc: Any, order: Any = None,
         yield from _report_order_rules(report, data, order_model)
     if call_models is not None:
         yield from _report_call_rules(report, order_model, call_models)
+    if checks is not None and order_model is not None:
+        yield from _report_check_rules(report, order_model, _check_runs(checks))
+
+
+def _check_runs(checks: Iterable[Any]) -> dict[str, Mapping[str, Any]]:
+    if isinstance(checks, str | bytes | Mapping) or not isinstance(checks, Iterable):
+        raise DocumentError("checks must be a list of check evidence items")
+    runs: dict[str, Mapping[str, Any]] = {}
+    for i, item in enumerate(checks):
+        body = item.get("check") if isinstance(item, Mapping) else None
+        if (not isinstance(body, Mapping) or not isinstance(item.get("criterion"), str)
+                or item.get("type") != "check" or not isinstance(body.get("outcome"), str)):
+            raise DocumentError(f"check #{i} is not a check evidence item "
+                                "({criterion, type: check, check: {outcome, ...}})")
+        runs[item["criterion"]] = body
+    return runs
+
+
+_CHECK_PASSED = frozenset({"passed", "question"})
+
+
+def check_run_findings(order: Any, checks: Iterable[Any]) -> list[Finding]:
+    """R19 alone, for a ``done`` report on ``order`` given the desk's check runs."""
+    order_model = context_model(order, "order", WorkOrder, "order")
+    runs = _check_runs(checks)
+    return list(_check_rules_done(order_model, runs))
+
+
+def _report_check_rules(report: WorkReport, order: WorkOrder,
+                        runs: Mapping[str, Mapping[str, Any]]) -> Iterator[Finding]:
+    if report.status == "done":
+        yield from _check_rules_done(order, runs)
+
+
+def _check_rules_done(order: WorkOrder,
+                      runs: Mapping[str, Mapping[str, Any]]) -> Iterator[Finding]:
+    for i, criterion in enumerate(order.criteria):
+        if criterion.check is None:
+            continue
+        run = runs.get(criterion.id)
+        if run is None:
+            yield Finding("R19", "invalid", "/status",
+                          f"the check of criterion {_show(criterion.id)} (/criteria/{i}/check) "
+                          "was not run")
+        elif run["outcome"] not in _CHECK_PASSED:
+            tail = [str(line) for line in run.get("tail", ()) if isinstance(line, str)]
+            last = " | ".join(tail[-5:]) or "no output"
+            yield Finding("R19", "invalid", "/status",
+                          f"the check of criterion {_show(criterion.id)} (/criteria/{i}/check) "
+                          f"did not pass: {run.get('summary') or run['outcome']}; output "
+                          f"ends: {last[:1000]}")
 
 
 def _calls(calls: Iterable[Any]) -> list[CallRecord]:
@@ -743,7 +836,7 @@ def detect_type(doc: Any) -> DocType:
 
 def check(doc: Any, type: DocType | None = None, *, order: Any = None, parent: Any = None,
           calls: Iterable[Any] | None = None, remaining: Any = None,
-          now: Any = None) -> list[Finding]:
+          now: Any = None, checks: Iterable[Any] | None = None) -> list[Finding]:
     """Every finding of any document, its type detected from ``spec`` unless given.
 
     Args:
@@ -756,6 +849,7 @@ def check(doc: Any, type: DocType | None = None, *, order: Any = None, parent: A
         remaining: for a pass, the budget that remains for it; for a sub-order, what is
             left of the parent's budget.
         now: for a pass, the time to check against (seconds since the epoch).
+        checks: for a report, the desk's runs of the order's criteria checks (R19).
 
     Raises:
         DocumentError: the input cannot be read, its type cannot be told, or a context
@@ -768,7 +862,7 @@ def check(doc: Any, type: DocType | None = None, *, order: Any = None, parent: A
             return list(iter_suborder_findings(doc, parent, remaining))
         return list(iter_order_findings(doc))
     if doc_type == "report":
-        return list(iter_report_findings(doc, order, calls))
+        return list(iter_report_findings(doc, order, calls, checks))
     if doc_type == "pass":
         return list(pass_checks()(doc, order=order, parent=parent, remaining=remaining,
                                    now=now))

@@ -212,7 +212,7 @@ def _run_checks(doc_type: str, document: Any, context: Mapping[str, Any]) -> Ite
         "suborder": lambda: iter_suborder_findings(document, context.get("parent"),
                                                     context.get("remaining")),
         "report": lambda: iter_report_findings(document, context.get("order"),
-                                               context.get("calls")),
+                                               context.get("calls"), context.get("checks")),
         "pass": lambda: _pass_findings(document, context),
         "call": lambda: iter_call_findings(document),
         "event": lambda: iter_event_findings(document),

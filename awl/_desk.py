@@ -28,6 +28,7 @@ from __future__ import annotations
 import builtins
 import functools
 import logging
+import os
 import secrets
 import threading
 import time
@@ -58,6 +59,7 @@ from awl._patterns import parse_ref
 from awl._store import OrderRecord, Store
 
 if TYPE_CHECKING:
+    from awl._criteria_checks import CheckRun
     from awl._track import TrackRecord
 
 __all__ = ["AsyncDesk", "Desk", "OrderView", "Question", "Subscription"]
@@ -496,7 +498,8 @@ class Desk:
                 order_id=order.id, goal=order.goal, worker=order.to,
                 answerers=order.answerers,
                 attempt=(report.attempt or view.attempt) if report else view.attempt,
-                questions=view.open_questions, asked_at=view.updated_at,
+                questions=self.open_questions(view),
+                asked_at=view.updated_at,
                 blocking=1 + self._active_descendants(order.id),
             ))
         out.sort(key=lambda q: (-q.blocking, parse_time(q.asked_at), q.order_id))
@@ -569,7 +572,8 @@ class Desk:
     # ----------------------------------------------------------------- creating
 
     def create(self, order: WorkOrder | Mapping[str, Any], actor: str, *,
-               copy_handoff: bool = False) -> OrderView:
+               copy_handoff: bool = False,
+               workspace: str | os.PathLike[str] | None = None) -> OrderView:
         """Issue an order; ``actor`` becomes (and must be) its manager.
 
         Args:
@@ -580,6 +584,11 @@ class Desk:
             copy_handoff: when the order ``continues`` another and has no handoff of its
                 own, copy the latest handoff of the continued order (from its latest report
                 that has one, else its own).
+            workspace: the folder the work happens in, the top of a git work tree. The
+                desk snapshots it when the order starts and runs the criteria's checks in
+                it (LC-17); an order whose criteria carry checks needs one. It is kept in
+                the create event, never in the order document, so only the manager's side
+                gives it.
 
         Raises:
             ValidationFailed: the order, or the sub-order against its parent, is invalid.
@@ -636,10 +645,18 @@ class Desk:
         if parse_time(model.deadline) <= now:
             raise BadRequest(f"the deadline {model.deadline} has already passed; set a later "
                              "deadline")
-        event = Event.model_validate({
+        fields: dict[str, Any] = {
             "seq": 1, "at": format_time(now), "actor": actor, "action": "create",
             "from": None, "to": "offered",
-        })
+        }
+        if workspace is not None:
+            from awl._criteria_checks import workspace_root
+
+            fields["data"] = {"workspace": str(workspace_root(workspace))}
+        elif _checked(model):
+            raise BadRequest(f"order {model.id!r} has criteria with checks but no workspace; "
+                             "give the folder they run in (awl order create --workspace DIR)")
+        event = Event.model_validate(fields)
         self.store.create_order(model, event)
         self._wake()
         return OrderView(order=model, state="offered", seq=1, updated_at=event.at)
@@ -683,8 +700,137 @@ class Desk:
         return self._simple(order_id, "decline", actor, note=reason or None)
 
     def start(self, order_id: str, actor: str) -> OrderView:
-        """The worker starts the accepted order."""
-        return self._simple(order_id, "start", actor)
+        """The worker starts the accepted order.
+
+        When the order has a workspace the desk records a snapshot of it in the start event
+        (LC-17): what the criteria's checks are later compared with.
+        """
+        workspace = self.workspace(order_id)
+        if workspace is None:
+            return self._simple(order_id, "start", actor)
+        record = self.store.load(order_id)
+        self._check_actor(record.order, "start", actor)
+        if not targets(record.state, "start"):
+            raise self._wrong_state(record.order, record.state, "start")
+        from awl._criteria_checks import take_snapshot
+
+        return self._simple(order_id, "start", actor,
+                            data={"snapshot": take_snapshot(workspace)})
+
+    # ----------------------------------------------------------------- criteria's checks
+
+    def workspace(self, order_id: str) -> str | None:
+        """The order's workspace, as its manager gave it at creation, or None."""
+        first = self.store.events(order_id, after=0, limit=1)
+        data = first[0].data if first else None
+        folder = (data or {}).get("workspace")
+        return folder if isinstance(folder, str) else None
+
+    def _snapshot(self, order_id: str) -> dict[str, Any] | None:
+        for event in self.store.events(order_id, after=0, limit=None):
+            if event.action == "start" and event.data and "snapshot" in event.data:
+                snapshot = event.data["snapshot"]
+                return dict(snapshot) if isinstance(snapshot, Mapping) else None
+        return None
+
+    def check_results(self, order_id: str) -> dict[str, dict[str, Any]]:
+        """The latest recorded run of each criterion's check, by criterion id (LC-21).
+
+        Each value is desk evidence of type ``check``: ``{criterion, type, check: {outcome,
+        exit_code, duration, tail, signature, signals?, timed_out?, error?, snapshot?}}``.
+        """
+        from awl._criteria_checks import latest_checks
+
+        return latest_checks(self.store.events(order_id, after=0, limit=None))
+
+    def _run_criteria_checks(self, order: WorkOrder) -> builtins.list[CheckRun]:
+        from awl._criteria_checks import run_checks
+
+        workspace = self.workspace(order.id)
+        if workspace is None:
+            raise BadRequest(f"order {order.id!r} has criteria with checks but no workspace "
+                             "to run them in")
+        checks = [(c.id, c.check) for c in order.criteria if c.check is not None]
+        return list(run_checks(workspace, checks, self._snapshot(order.id)))
+
+    def run_checks(self, order_id: str, actor: str) -> builtins.list[dict[str, Any]]:
+        """The manager re-runs the order's checks; the runs are recorded (LC-21).
+
+        Raises:
+            Forbidden: ``actor`` is not the order's manager.
+            BadRequest: the order has no checks or no workspace.
+            InvalidTransition: the order has not started, or has ended unapproved.
+        """
+        record = self.store.load(order_id)
+        order = record.order
+        if actor != order.manager:
+            raise Forbidden(f"{actor} may not run the checks of order {order_id!r}: only its "
+                            f"manager {order.manager} may", actor=actor, action="check")
+        if not _checked(order):
+            raise BadRequest(f"order {order_id!r} has no criteria with checks")
+        state = self._fresh(record).state
+        if not targets(state, "check"):
+            raise self._wrong_state(order, state, "check")
+        runs = self._run_criteria_checks(order)
+        items = [run.to_json() for run in runs]
+        self._simple(order_id, "check", DESK_ACTOR, note=f"re-run by {actor}",
+                     data={"by": actor, "checks": items})
+        return items
+
+    def _checks_on_done(self, order_id: str, actor: str,
+                        doc: Mapping[str, Any]) -> builtins.list[CheckRun]:
+        """Run the checks of a ``done`` report before it is decided (LC-18 to LC-20).
+
+        A failing check refuses the report with an R19 finding; the run is recorded in a
+        ``check`` event, or, when the same check failed the same way on its previous run,
+        in a ``block`` event that puts the question to the manager.
+        """
+        from awl._checks import check_run_findings
+
+        record = self.store.load(order_id)
+        late = parse_time(record.order.deadline) < self.now()
+        if doc.get("status") != "done" or not _checked(record.order) or late:
+            return []  # a late report is kept and the order expired, as without checks
+        self._check_actor(record.order, "report", actor)
+        if record.state != "working":
+            raise self._wrong_state(record.order, record.state, "report")
+        runs = self._run_criteria_checks(record.order)
+        failed = [run for run in runs if run.outcome in ("failed", "timeout")]
+        if not failed:
+            return runs
+        from awl._criteria_checks import latest_checks
+
+        before = latest_checks(self.store.events(order_id, after=0, limit=None), on_report=True)
+        again = [run for run in failed
+                 if before.get(run.criterion, {}).get("check", {}).get("signature")
+                 == run.signature]
+        items = [run.to_json() for run in runs]
+        attempt = OrderView.of(record).attempt
+        findings = check_run_findings(record.order, items)
+        if again:
+            questions = [f"the check of criterion {run.criterion} failed the same way twice "
+                         f"({run.summary()}); last output: {' | '.join(run.tail[-3:])}"
+                         for run in again]
+            self._simple(order_id, "block", DESK_ACTOR, note="; ".join(questions),
+                         data={"attempt": attempt, "checks": items, "questions": questions})
+            raise ValidationFailed(
+                f"order {order_id!r} is blocked: {questions[0]}; the manager decides how to "
+                "go on", findings=findings)
+        self._simple(order_id, "check", DESK_ACTOR, data={"attempt": attempt, "checks": items})
+        _raise_invalid("work report", findings)
+        return runs  # pragma: no cover - _raise_invalid raised
+
+    def open_questions(self, view: OrderView) -> tuple[str, ...]:
+        """What a blocked order asks: the worker's questions, or those of a block the desk
+        put on it itself when a check failed the same way twice (LC-20)."""
+        if view.state != "blocked":
+            return ()
+        if view.open_questions:
+            return view.open_questions
+        last = self.store.events(view.id, after=view.seq - 1, limit=1)
+        if not last or last[0].action != "block":
+            return ()
+        return tuple(str(q) for q in (last[0].data or {}).get("questions", ()))
 
     def progress(self, order_id: str, actor: str, note: str,
                  percent: int | float | None = None) -> OrderView:
@@ -741,6 +887,7 @@ class Desk:
         doc = report.to_json() if isinstance(report, WorkReport) else to_plain(dict(report))
         if not isinstance(doc, dict):
             raise BadRequest("a report is a JSON object")
+        runs = self._checks_on_done(order_id, actor, doc)
 
         def plan(record: OrderRecord, now: datetime) -> _Write:
             order = record.order
@@ -759,7 +906,9 @@ class Desk:
                                  f"{order.id!r} is on attempt {attempt}")
             full["attempt"] = attempt
             calls = self.store.calls(order.id)
-            findings = list(iter_report_findings(full, order, calls or None))
+            findings = list(iter_report_findings(full, order, calls or None,
+                                                 [run.to_json() for run in runs]
+                                                 if runs else None))
             late = parse_time(order.deadline) < now
             if _invalid(findings):
                 if late:  # the order is over either way; expire it, keep nothing invalid
@@ -783,9 +932,12 @@ class Desk:
                                       "findings": [f.to_dict() for f in limits]}),
                     report=model)
             to = "blocked" if model.status == "blocked" else "submitted"
+            data: dict[str, Any] = {"attempt": attempt, "status": model.status}
+            if runs:
+                data["checks"] = [run.to_json() for run in runs]
             return _Write(
                 self._event(record, "report", actor, to, now, note=model.result.summary or None,
-                            data={"attempt": attempt, "status": model.status}),
+                            data=data),
                 report=model)
 
         return self._run(order_id, "report", actor, plan, expire_stale=False)
@@ -801,7 +953,7 @@ class Desk:
             view = OrderView.of(record)
             return _Write(self._event(record, "answer", actor, "working", now, note=answer,
                                       data={"attempt": view.attempt,
-                                            "questions": list(view.open_questions)}))
+                                            "questions": list(self.open_questions(view))}))
 
         return self._run(order_id, "answer", actor, plan)
 
@@ -1017,6 +1169,11 @@ class Desk:
             state=state, action=action)
 
 
+def _checked(order: WorkOrder) -> bool:
+    """Whether any criterion of ``order`` carries a check."""
+    return any(c.check is not None for c in order.criteria)
+
+
 def _latest_handoff(view: OrderView) -> Handoff | None:
     for report in reversed(view.reports):
         if report.handoff is not None:
@@ -1087,9 +1244,19 @@ class AsyncDesk:
         return await self._write(self.desk.events, order_id, after, limit)
 
     async def create(self, order: WorkOrder | Mapping[str, Any], actor: str, *,
-                     copy_handoff: bool = False) -> OrderView:
+                     copy_handoff: bool = False,
+                     workspace: str | os.PathLike[str] | None = None) -> OrderView:
         """See :meth:`Desk.create`."""
-        return await self._write(self.desk.create, order, actor, copy_handoff=copy_handoff)
+        return await self._write(self.desk.create, order, actor, copy_handoff=copy_handoff,
+                                 workspace=workspace)
+
+    async def open_questions(self, view: OrderView) -> tuple[str, ...]:
+        """See :meth:`Desk.open_questions`."""
+        return await self._call(self.desk.open_questions, view)
+
+    async def run_checks(self, order_id: str, actor: str) -> builtins.list[dict[str, Any]]:
+        """See :meth:`Desk.run_checks`."""
+        return await self._write(self.desk.run_checks, order_id, actor)
 
     async def accept(self, order_id: str, actor: str) -> OrderView:
         """See :meth:`Desk.accept`."""

@@ -18,6 +18,7 @@ submitted   approve         approved    manager
 submitted   rework          working     manager (reason required)
 any active  cancel          cancelled   manager
 any active  expire          expired     desk
+working     block           blocked     desk    (a check failed the same way twice)
 ==========  ==============  ==========  ==========
 
 The report action has two rows because its outcome depends on the report's status, so the
@@ -26,7 +27,8 @@ table is keyed by the whole ``(from, action, to)`` triple rather than by ``(from
 
 Non-transition events keep the state (``from == to``): ``progress`` (worker, while the
 order is accepted, working or blocked), ``settle`` and ``retry`` (manager, on an approved
-order's effects) and ``drop`` (desk, when held calls are dropped). They are rows too.
+order's effects), ``drop`` (desk, when held calls are dropped) and ``check`` (desk, a run
+of the criteria's checks while working, blocked, submitted or approved). They are rows too.
 """
 
 from __future__ import annotations
@@ -89,6 +91,11 @@ def _build() -> dict[tuple[str | None, str, str], Role]:
         rows[(state, "expire", "expired")] = "desk"
     for state in ("accepted", "working", "blocked"):
         rows[(state, "progress", state)] = "worker"
+    # The desk blocks a working order whose check failed the same way twice in a row, and
+    # records each run of the criteria's checks (on a report, or when the manager re-runs).
+    rows[("working", "block", "blocked")] = "desk"
+    for state in ("working", "blocked", "submitted", "approved"):
+        rows[(state, "check", state)] = "desk"
     for action in ("settle", "retry"):
         rows[("approved", action, "approved")] = "manager"
     # Held calls are dropped on rework (working), on a partial approval (approved) and when

@@ -29,9 +29,11 @@ from awl._limits import MAX_EPOCH, check_instant
 from awl._patterns import NAME
 
 __all__ = [
+    "CHECK_TIMEOUT",
     "Artifact",
     "Budget",
     "CallRecord",
+    "Check",
     "ContextItem",
     "Cost",
     "Criterion",
@@ -157,6 +159,32 @@ class _Document(_Model):
         return self
 
 
+CHECK_TIMEOUT = 300
+"""Seconds a criterion's check may run when its order names no timeout."""
+
+EnvName = Annotated[StrictStr, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128)]
+
+
+class Check(_Model):
+    """A command the desk runs itself in the order's workspace to judge a criterion."""
+
+    run: Annotated[tuple[Annotated[StrictStr, Field(min_length=1, max_length=4096)], ...],
+                   Field(min_length=1, max_length=256)]
+    """The argument vector, run without a shell; the first item is the program."""
+    cwd: Maybe[Annotated[StrictStr, Field(min_length=1, max_length=1024)]] = None
+    """Working folder relative to the workspace (O7 keeps it inside)."""
+    timeout: Maybe[Annotated[StrictFloat | StrictInt, Field(gt=0, le=3600)]] = None
+    """Seconds before the command's process group is killed (default :data:`CHECK_TIMEOUT`)."""
+    env: Maybe[Annotated[dict[EnvName, Annotated[StrictStr, Field(max_length=4096)]],
+                         Field(max_length=64)]] = None
+    """Variables the command gets beside the minimal environment."""
+
+    @property
+    def seconds(self) -> float:
+        """The timeout in force."""
+        return float(self.timeout if self.timeout is not None else CHECK_TIMEOUT)
+
+
 class Criterion(_Model):
     """One way the work will be judged."""
 
@@ -164,6 +192,8 @@ class Criterion(_Model):
     """Unique within the order; evidence names it."""
     text: Text
     """What must be true, in plain language."""
+    check: Maybe[Check] = None
+    """A command the desk runs to judge it when the worker reports done."""
 
 
 class _Amounts(_Model):

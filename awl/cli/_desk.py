@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from awl._checks import load_document
+from awl._criteria_checks import check_question, latest_checks
 from awl._desk import Desk, OrderView, Question
 from awl._errors import ValidationFailed
 from awl._home import default_store, home_dir
 from awl._lifecycle import ACTIVE, TERMINAL
 from awl._limits import check_integer
-from awl._models import Event
+from awl._models import Event, WorkOrder
 from awl._track import TrackRecord
 
 __all__ = ["register"]
@@ -137,6 +138,9 @@ def register(subparsers: Any) -> None:
     create.add_argument("file", metavar="FILE", help="the order as JSON, or - for stdin")
     create.add_argument("--copy-handoff", action="store_true",
                         help="copy the handoff of the order this one continues")
+    create.add_argument("--workspace", metavar="DIR",
+                        help="the git work tree the work happens in; the desk snapshots it "
+                             "when the order starts and runs the criteria's checks there")
     _common(create, writes=True)
     create.set_defaults(func=_create)
 
@@ -213,6 +217,17 @@ def register(subparsers: Any) -> None:
     handoff.set_defaults(func=_handoff)
 
     _register_work(subparsers)
+    _register_checks(subparsers)
+
+
+def _register_checks(subparsers: Any) -> None:
+    group = subparsers.add_parser("checks", help="run an order's criteria checks again",
+                                  description="The checks a manager wrote into the criteria.")
+    run = group.add_subparsers(dest="checks_command", metavar="COMMAND", required=True) \
+        .add_parser("run", help="re-run an order's checks in its workspace (manager)")
+    run.add_argument("order_id", metavar="ID")
+    _common(run, writes=True)
+    run.set_defaults(func=_checks_run)
 
 
 def _register_work(subparsers: Any) -> None:
@@ -291,6 +306,7 @@ def _show_text(view: OrderView, events: Sequence[Event]) -> list[str]:
         out.append(f"sub-order of {o.parent_id}")
     if o.continues:
         out.append(f"continues {o.continues}")
+    out += ["", "criteria:", *_criteria_lines(o, latest_checks(events))]
     if view.reports:
         out += ["", "reports:"]
         for i, r in enumerate(view.reports, start=1):
@@ -310,6 +326,25 @@ def _show_text(view: OrderView, events: Sequence[Event]) -> list[str]:
             out.append(f"  attempt {rv.attempt} · {rv.decision} by {rv.actor} at {rv.at}"
                        f"{chosen}{why}")
     out += ["", f"events ({len(events)}):"] + [f"  {_event_line(e)}" for e in events]
+    return out
+
+
+def _criteria_lines(order: WorkOrder, checks: dict[str, dict[str, Any]]) -> list[str]:
+    """Each criterion, with its check and the check's latest run beside it (LC-21)."""
+    out = []
+    for c in order.criteria:
+        out.append(f"  {c.id}: {_short(c.text, 200)}")
+        if c.check is None:
+            continue
+        run = checks.get(c.id)
+        result = "not run yet" if run is None else (
+            f"{run['check']['outcome']} ({_short(str(run['check'].get('summary', '')), 300)})")
+        out.append(f"    check {_short(' '.join(c.check.run), 120)}: {result}")
+        question = None if run is None else check_question(run)
+        if question is not None:
+            out.append(f"    question for the manager: {_short(question, 400)}")
+        if run is not None and run["check"]["outcome"] in ("failed", "timeout"):
+            out += [f"    | {_clean(line)}" for line in run["check"].get("tail", ())[-5:]]
     return out
 
 
@@ -356,7 +391,8 @@ def _create(args: argparse.Namespace) -> int:
     actor = _actor(args)
     doc = _object(args.file, "work order")
     with _desk(args) as desk:
-        view = desk.create(doc, actor, copy_handoff=args.copy_handoff)
+        view = desk.create(doc, actor, copy_handoff=args.copy_handoff,
+                           workspace=args.workspace)
     if args.json:
         _print_json(view.to_json())
     else:
@@ -459,6 +495,26 @@ def _track(args: argparse.Namespace) -> int:
     else:
         print("\n".join(_track_lines(record)))
     return 0
+
+
+def _checks_run(args: argparse.Namespace) -> int:
+    actor = _actor(args)
+    with _desk(args) as desk:
+        items = desk.run_checks(args.order_id, actor)
+    if args.json:
+        _print_json(items)
+        return 0
+    failed = 0
+    for item in items:
+        body = item["check"]
+        failed += body["outcome"] in ("failed", "timeout")
+        print(f"{_clean(item['criterion'])}: {body['outcome']} ({_short(body['summary'], 300)})")
+        if body["outcome"] in ("failed", "timeout"):
+            print("\n".join(f"  | {_clean(line)}" for line in body["tail"][-5:]))
+        question = check_question(item)
+        if question is not None:
+            print(f"  question for the manager: {_short(question, 400)}")
+    return 1 if failed else 0
 
 
 def _handoff(args: argparse.Namespace) -> int:

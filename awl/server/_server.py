@@ -377,6 +377,7 @@ class DeskServer:
     async def _get(self, actor: str, args: Data) -> tuple[Data, str]:
         view = await self._visible(args["order_id"], actor)
         data = _view(view, actor)
+        data["open_questions"] = list(await self.desk.open_questions(view))
         if args.get("include_events"):
             data["events"] = [e.to_json() for e in await self.desk.events(view.id)]
         return data, f"order {view.id} is {view.state} (event {view.seq})"

@@ -6,6 +6,7 @@ from awl import InvalidTransition
 from awl._lifecycle import (
     ACTIVE,
     NOTE_ACTIONS,
+    STATES,
     TABLE,
     TERMINAL,
     fold,
@@ -36,6 +37,7 @@ TRANSITIONS = [
     ("blocked", "answer", "working", "answerer"),
     ("submitted", "approve", "approved", "manager"),
     ("submitted", "rework", "working", "manager"),
+    ("working", "block", "blocked", "desk"),
     *[(s, "cancel", "cancelled", "manager") for s in sorted(ACTIVE)],
     *[(s, "expire", "expired", "desk") for s in sorted(ACTIVE)],
 ]
@@ -86,6 +88,17 @@ def test_note_actions_keep_the_state_where_allowed(state: str, action: str,
     """Non-transition actions are rows with from equal to to, only where they make sense."""
     assert action in NOTE_ACTIONS
     assert is_row(state, action, state) is allowed
+
+
+@pytest.mark.spec("LC-20", "LC-21")
+@pytest.mark.parametrize("state", sorted(STATES))
+def test_check_runs_are_desk_rows_once_work_started(state: str) -> None:
+    """The desk records check runs from working on (not before, nor on an order that ended
+    unapproved), and only the desk blocks an order itself, from working."""
+    allowed = state in ("working", "blocked", "submitted", "approved")
+    assert is_row(state, "check", state) is allowed
+    assert (TABLE.get((state, "check", state)) == "desk") is allowed
+    assert is_row(state, "block", "blocked") is (state == "working")
 
 
 @pytest.mark.parametrize(

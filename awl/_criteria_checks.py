@@ -1,0 +1,451 @@
+"""Running a criterion's check in an order's workspace, and what changed since the start.
+
+The desk calls this module; the documents and checks layer never does (it does no I/O). A
+workspace is the top folder of a git work tree. Its snapshot, taken when the order starts,
+is the commit checked out (``head``) and a tree object of the whole work tree as it was,
+tracked and untracked files alike (``tree``), written through a temporary index so the
+worker's own index is left alone. When a check runs, the work tree is written the same way
+again and the two trees are compared: that is how edits to tests and to the files that
+define how checks run are found (the tamper signals).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from awl._errors import BadRequest
+from awl._models import Check, Event
+
+__all__ = [
+    "ENV_KEPT",
+    "CheckRun",
+    "check_question",
+    "latest_checks",
+    "normalize",
+    "run_check",
+    "run_checks",
+    "take_snapshot",
+    "tamper_signals",
+    "workspace_root",
+]
+
+ENV_KEPT = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")
+"""The only variables of the desk's own environment a check inherits."""
+
+OUTPUT_LIMIT = 64 * 1024
+"""Bytes of a check's output the desk keeps (the last ones)."""
+
+TAIL_LINES = 20
+"""Lines of output a check record keeps."""
+
+_LINE_LIMIT = 300
+_GIT_TIMEOUT = 60.0
+_MAX_CHANGED = 2000
+_MAX_BLOB = 1024 * 1024
+
+
+# --------------------------------------------------------------------------- git
+
+# The work tree is the worker's: git reads its config, so git runs with the same minimal
+# environment as a check, never the desk's own, and without a file-system monitor program.
+_GIT = ("git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
+
+
+def _git(root: Path, *args: str, env: Mapping[str, str] | None = None,
+         check: bool = True) -> str:
+    base = {name: os.environ[name] for name in ENV_KEPT if name in os.environ}
+    try:
+        done = subprocess.run((*_GIT, *args), cwd=root, capture_output=True,
+                              timeout=_GIT_TIMEOUT,
+                              env={**base, "GIT_CONFIG_NOSYSTEM": "1", **(env or {})},
+                              check=False, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise BadRequest("git is not installed; a workspace is a git work tree") from None
+    except subprocess.TimeoutExpired:
+        raise BadRequest(f"git {args[0]} in {root} took over {_GIT_TIMEOUT:.0f} s") from None
+    if check and done.returncode != 0:
+        why = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise BadRequest(f"git {args[0]} failed in {root}: {why[-1] if why else 'no output'}")
+    return done.stdout.decode("utf-8", "replace")
+
+
+def workspace_root(path: str | os.PathLike[str]) -> Path:
+    """``path`` as an absolute workspace folder, or :class:`BadRequest` saying why not."""
+    root = Path(path).expanduser().resolve()
+    if not root.is_dir():
+        raise BadRequest(f"workspace {path} is not a folder; give the top of a git work tree")
+    top = _git(root, "rev-parse", "--show-toplevel", check=False).strip()
+    if not top or Path(top).resolve() != root:
+        raise BadRequest(f"workspace {root} is not the top folder of a git work tree; "
+                         "run `git init` there or give the repository's top folder")
+    return root
+
+
+def _write_tree(root: Path, head: str | None) -> str:
+    """The whole work tree (tracked and untracked, minus ignored files) as a tree object."""
+    with tempfile.TemporaryDirectory(prefix="awl-index-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        if head is not None:
+            _git(root, "read-tree", head, env=env)
+        _git(root, "add", "-A", ".", env=env)
+        return _git(root, "write-tree", env=env).strip()
+
+
+def _head(root: Path) -> str | None:
+    head = _git(root, "rev-parse", "--verify", "-q", "HEAD", check=False).strip()
+    return head or None
+
+
+def take_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The workspace as it is now: ``{"kind": "git", "head": commit, "tree": tree}``."""
+    root = workspace_root(path)
+    head = _head(root)
+    snapshot: dict[str, Any] = {"kind": "git", "tree": _write_tree(root, head)}
+    if head is not None:
+        snapshot["head"] = head
+    return snapshot
+
+
+def _changes(root: Path, snapshot: Mapping[str, Any]) -> tuple[str, list[tuple[str, str]]]:
+    """The tree of the work tree now and each ``(status, path)`` changed since the snapshot."""
+    now = _write_tree(root, _head(root))
+    out = _git(root, "diff-tree", "-r", "--no-renames", "--name-status", "-z",
+               str(snapshot["tree"]), now)
+    parts = [p for p in out.split("\0") if p]
+    pairs = [(parts[i], parts[i + 1]) for i in range(0, len(parts) - 1, 2)]
+    return now, [p for p in pairs if not _is_byproduct(p[1])][:_MAX_CHANGED]
+
+
+_BYPRODUCT_FOLDERS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache",
+                                "node_modules", ".tox", ".nox"})
+
+
+def _is_byproduct(path: str) -> bool:
+    """Files a run itself leaves behind (bytecode, caches): never the worker's edits."""
+    parts = PurePosixPath(path).parts
+    return path.endswith((".pyc", ".pyo")) or any(p in _BYPRODUCT_FOLDERS for p in parts)
+
+
+def _blob(root: Path, tree: str, path: str) -> str:
+    out = _git(root, "cat-file", "-p", f"{tree}:{path}", check=False)
+    return out[:_MAX_BLOB]
+
+
+# --------------------------------------------------------------------------- tamper signals
+
+_SKIP_MARKERS = re.compile(
+    r"pytest\.mark\.(?:skip|skipif|xfail)\b|pytest\.(?:skip|xfail|importorskip)\s*\("
+    r"|unittest\.(?:skip|skipIf|skipUnless|expectedFailure)\b"
+    r"|@(?:skip|skipIf|skipUnless|expectedFailure)\b"
+    r"|\b(?:it|test|describe|context|suite)\.(?:skip|only|todo|fixme)\s*\("
+    r"|\b(?:xit|xtest|xdescribe|fit|fdescribe)\s*\(|\bt\.Skip(?:Now|f)?\s*\(|#\[ignore\]")
+_EXEMPTIONS = re.compile(
+    r"#\s*noqa\b|#\s*type:\s*ignore\b|#\s*pragma:\s*no\s*cover\b|eslint-disable"
+    r"|@ts-(?:ignore|expect-error|nocheck)\b|#\s*pylint:\s*disable\b|#!\[allow\(|#\[allow\(")
+_TEST_NAME = re.compile(
+    r"^(?:test_.*\.py|.*_test\.py|.*_test\.go|.*\.(?:test|spec)\.[cm]?[jt]sx?|.*Test\.java)$")
+_TEST_FOLDERS = frozenset({"test", "tests", "__tests__", "spec", "specs"})
+_CONFIG_NAMES = frozenset({
+    "pyproject.toml", "setup.cfg", "setup.py", "tox.ini", "pytest.ini", "noxfile.py",
+    "conftest.py", ".coveragerc", "mypy.ini", ".mypy.ini", "ruff.toml", ".ruff.toml",
+    ".flake8", ".pylintrc", "package.json", "Makefile", "justfile", "Cargo.toml",
+    ".pre-commit-config.yaml", ".gitlab-ci.yml", "Jenkinsfile", "azure-pipelines.yml",
+    "tsconfig.json", ".eslintrc", ".eslintrc.json", ".eslintrc.js",
+})
+_CONFIG_PREFIXES = ("jest.config.", "vitest.config.", "eslint.config.", "playwright.config.",
+                    "karma.conf.", "mocha")
+_CI_FOLDERS = (".github/workflows/", ".circleci/", ".buildkite/")
+
+
+def _is_test_file(path: str) -> bool:
+    parts = PurePosixPath(path).parts
+    return bool(_TEST_NAME.match(parts[-1])) or any(p in _TEST_FOLDERS for p in parts[:-1])
+
+
+def _is_config_file(path: str) -> bool:
+    name = PurePosixPath(path).name
+    return (name in _CONFIG_NAMES or name.startswith(_CONFIG_PREFIXES)
+            or path.startswith(_CI_FOLDERS))
+
+
+def _named_paths(root: Path, check: Check) -> set[str]:
+    """Workspace paths (relative, POSIX) that the check's command names."""
+    cwd = root / (check.cwd or ".")
+    named: set[str] = set()
+    for arg in check.run:
+        if arg.startswith("-"):
+            if "=" not in arg:
+                continue
+            arg = arg.split("=", 1)[1]
+        arg = arg.split("::", 1)[0]
+        if not arg:
+            continue
+        try:
+            target = (cwd / arg).resolve()
+            relative = target.relative_to(root)
+        except (ValueError, OSError):
+            continue
+        if str(relative) != ".":
+            named.add(relative.as_posix())
+    return named
+
+
+def _verb(status: str) -> str:
+    return {"A": "added", "D": "deleted"}.get(status[:1], "edited")
+
+
+def tamper_signals(path: str | os.PathLike[str], snapshot: Mapping[str, Any],
+                   check: Check) -> list[str]:
+    """What changed since ``snapshot`` that could make ``check`` pass without the work.
+
+    New skip/only/xfail markers in test files, new lint or type exemptions, deleted or
+    edited test files, edits to the files the command names (or under the folders it
+    names), and edits to the files that define how checks run (project and CI
+    configuration). A new test file is no signal unless it skips.
+    """
+    root = Path(path).resolve()
+    now, changed = _changes(root, snapshot)
+    old_tree = str(snapshot["tree"])
+    named = _named_paths(root, check)
+    signals: list[str] = []
+    for status, file in changed:
+        verb = _verb(status)
+        in_named = file in named or any(file.startswith(n + "/") for n in named)
+        if status.startswith("D") and _is_test_file(file):
+            signals.append(f"deleted test file {file}")
+        elif file in named:
+            signals.append(f"{verb} {file}, which the check's command names")
+        elif status.startswith(("D", "M")) and in_named:
+            signals.append(f"{verb} {file}, under a folder the check's command names")
+        elif status.startswith("M") and _is_test_file(file):
+            signals.append(f"edited test file {file}")
+        if _is_config_file(file):
+            signals.append(f"{verb} {file}, which defines how checks run")
+        if status.startswith("D"):
+            continue
+        new = _blob(root, now, file)
+        old = _blob(root, old_tree, file) if status.startswith("M") else ""
+        if _is_test_file(file) and _count(_SKIP_MARKERS, new) > _count(_SKIP_MARKERS, old):
+            signals.append(f"new skip, only or xfail marker in {file}")
+        if _count(_EXEMPTIONS, new) > _count(_EXEMPTIONS, old):
+            signals.append(f"new lint or type exemption in {file}")
+    return list(dict.fromkeys(signals))
+
+
+def _count(pattern: re.Pattern[str], text: str) -> int:
+    return sum(1 for _ in pattern.finditer(text))
+
+
+# --------------------------------------------------------------------------- running
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+_NUMBER = re.compile(r"0x[0-9a-fA-F]+|\b[0-9a-f]{7,40}\b|\d+(?:\.\d+)?")
+
+
+def _temp_roots() -> tuple[str, ...]:
+    roots = {tempfile.gettempdir(), "/tmp", "/var/folders", "/private/var/folders"}
+    return tuple(sorted(roots, key=len, reverse=True))
+
+
+def normalize(text: str) -> str:
+    """``text`` without what differs between two runs of the same failure.
+
+    Colour codes go, paths under a temporary folder become ``<tmp>``, and numbers (counts,
+    durations, line numbers, addresses, hashes) become ``N``.
+    """
+    text = _ANSI.sub("", text)
+    for root in _temp_roots():
+        text = re.sub(re.escape(root) + r"[^\s'\":]*", "<tmp>", text)
+    return _NUMBER.sub("N", text).strip()
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRun:
+    """One run of one criterion's check."""
+
+    criterion: str
+    exit_code: int | None
+    """The command's exit status; None when it did not start or was killed at the timeout."""
+    duration: float
+    """Seconds it ran."""
+    tail: tuple[str, ...]
+    """The last lines of its output (stdout and stderr together)."""
+    timed_out: bool = False
+    error: str | None = None
+    """Why it could not run at all (a missing program, a missing folder)."""
+    signals: tuple[str, ...] = field(default=())
+    """Tamper signals found when it passed."""
+    snapshot: Mapping[str, Any] | None = None
+    """The snapshot it was compared with."""
+
+    @property
+    def outcome(self) -> str:
+        """``passed``, ``question`` (passed, with tamper signals), ``failed`` or ``timeout``."""
+        if self.timed_out:
+            return "timeout"
+        if self.exit_code != 0:
+            return "failed"
+        return "question" if self.signals else "passed"
+
+    @property
+    def signature(self) -> str:
+        """Tells one failure from another: same signature, same failure (normalized)."""
+        head = f"{self.outcome}:{self.exit_code}:{self.error or ''}\n"
+        text = head + normalize("\n".join(self.tail))
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def summary(self) -> str:
+        """One line saying how it went."""
+        if self.error is not None:
+            return f"could not run: {self.error}"
+        if self.timed_out:
+            return f"killed at its timeout after {self.duration:.1f} s"
+        status = f"exit {self.exit_code} after {self.duration:.1f} s"
+        if self.signals:
+            return f"{status}, but {'; '.join(self.signals)}"
+        return status
+
+    def to_json(self) -> dict[str, Any]:
+        """The run as desk evidence of type ``check``."""
+        body: dict[str, Any] = {
+            "outcome": self.outcome, "exit_code": self.exit_code,
+            "duration": round(self.duration, 3), "tail": list(self.tail),
+            "signature": self.signature, "summary": self.summary(),
+        }
+        if self.timed_out:
+            body["timed_out"] = True
+        if self.error is not None:
+            body["error"] = self.error
+        if self.signals:
+            body["signals"] = list(self.signals)
+        if self.snapshot is not None:
+            body["snapshot"] = dict(self.snapshot)
+        return {"criterion": self.criterion, "type": "check", "check": body}
+
+    @classmethod
+    def from_json(cls, item: Mapping[str, Any]) -> CheckRun:
+        """Read back what :meth:`to_json` wrote."""
+        body = item["check"]
+        return cls(criterion=str(item["criterion"]), exit_code=body.get("exit_code"),
+                   duration=float(body.get("duration", 0.0)),
+                   tail=tuple(body.get("tail", ())), timed_out=bool(body.get("timed_out")),
+                   error=body.get("error"), signals=tuple(body.get("signals", ())),
+                   snapshot=body.get("snapshot"))
+
+
+def latest_checks(events: Iterable[Event], *,
+                  on_report: bool = False) -> dict[str, dict[str, Any]]:
+    """The latest recorded run of each criterion's check in an order's log, by criterion.
+
+    With ``on_report``, only runs made on a worker's report count (not a manager's re-run).
+    """
+    latest: dict[str, dict[str, Any]] = {}
+    for event in events:
+        if on_report and "by" in (event.data or {}):
+            continue
+        for item in (event.data or {}).get("checks", ()):
+            if (isinstance(item, Mapping) and isinstance(item.get("criterion"), str)
+                    and isinstance(item.get("check"), Mapping)):
+                latest[item["criterion"]] = dict(item)
+    return latest
+
+
+def check_question(item: Mapping[str, Any]) -> str | None:
+    """The question a recorded run puts to the manager (LC-19), or None."""
+    body = item["check"]
+    if body.get("outcome") != "question":
+        return None
+    signals = "; ".join(str(s) for s in body.get("signals", ()))
+    return (f"the check of criterion {item['criterion']} passed, but since the work started: "
+            f"{signals}. Is the pass to be trusted?")
+
+
+def _environment(check: Check) -> dict[str, str]:
+    env = {name: os.environ[name] for name in ENV_KEPT if name in os.environ}
+    env.update(check.env or {})
+    return env
+
+
+def _tail(data: bytes) -> tuple[str, ...]:
+    lines = data.decode("utf-8", "replace").splitlines()
+    return tuple(line[:_LINE_LIMIT] for line in lines[-TAIL_LINES:])
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def run_check(path: str | os.PathLike[str], criterion: str, check: Check) -> CheckRun:
+    """Run ``check`` in the workspace at ``path``: no shell, its own process group killed at
+    the timeout, output bounded to the last :data:`OUTPUT_LIMIT` bytes, and an environment
+    of only :data:`ENV_KEPT` plus what the check names."""
+    root = Path(path).resolve()
+    cwd = (root / (check.cwd or ".")).resolve()
+    if cwd != root and root not in cwd.parents:
+        return CheckRun(criterion, None, 0.0, (), error=f"cwd {check.cwd} leaves the workspace")
+    if not cwd.is_dir():
+        return CheckRun(criterion, None, 0.0, (), error=f"cwd {check.cwd} is not a folder")
+    started = time.monotonic()
+    try:
+        process = subprocess.Popen(
+            list(check.run), cwd=cwd, env=_environment(check), stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as exc:
+        return CheckRun(criterion, None, 0.0, (),
+                        error=f"{check.run[0]}: {exc.strerror or exc}")
+    kept: deque[bytes] = deque()
+    size = [0]
+
+    def read() -> None:
+        assert process.stdout is not None
+        fd = process.stdout.fileno()
+        for chunk in iter(lambda: os.read(fd, 8192), b""):
+            kept.append(chunk)
+            size[0] += len(chunk)
+            while size[0] - len(kept[0]) >= OUTPUT_LIMIT:
+                size[0] -= len(kept.popleft())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    timed_out = False
+    try:
+        process.wait(timeout=check.seconds)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        _kill_group(process.pid)  # also whatever it left running in its group
+        process.wait()
+    reader.join(timeout=5)
+    if process.stdout is not None:
+        process.stdout.close()
+    duration = time.monotonic() - started
+    data = b"".join(kept)[-OUTPUT_LIMIT:]
+    return CheckRun(criterion, None if timed_out else process.returncode, duration,
+                    _tail(data), timed_out=timed_out)
+
+
+def run_checks(path: str | os.PathLike[str], checks: Sequence[tuple[str, Check]],
+               snapshot: Mapping[str, Any] | None) -> Iterator[CheckRun]:
+    """Run each ``(criterion, check)``; a passing run is compared with ``snapshot``."""
+    for criterion, check in checks:
+        run = run_check(path, criterion, check)
+        signals: tuple[str, ...] = ()
+        if run.outcome == "passed" and snapshot is not None:
+            signals = tuple(tamper_signals(path, snapshot, check))
+        yield CheckRun(run.criterion, run.exit_code, run.duration, run.tail,
+                       timed_out=run.timed_out, error=run.error, signals=signals,
+                       snapshot=snapshot)

@@ -37,6 +37,7 @@ from starlette.responses import (
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from awl._criteria_checks import check_question
 from awl._desk import Desk, OrderView
 from awl._effects import list_effects, manager_only, settle
 from awl._errors import AWLError, BadRequest, Forbidden
@@ -262,6 +263,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
                                                  [c.to_json() for c in calls]))
         evidence = {c.id: [e for e in (report.evidence if report else ())
                            if e.criterion == c.id] for c in order.criteria}
+        checks = desk.check_results(order_id)
         attempt = view.attempt
         choosable = {e.ref for e in (report.effects or ())} if report else set()
         held = [e for e in effects if e.attempt == attempt and e.state == "held"]
@@ -269,7 +271,9 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         upstream = shlex.quote(cfg.upstream_path or "upstream.json")
         return {
             "view": view, "order": order, "report": report, "findings": findings,
-            "evidence": evidence, "effects": effects, "held": held, "choosable": choosable,
+            "evidence": evidence, "checks": checks,
+            "check_questions": {cid: check_question(run) for cid, run in checks.items()},
+            "effects": effects, "held": held, "choosable": choosable,
             "placeholders": {e.ref: list(_placeholders(e.arguments)) for e in effects},
             "usage": store.usage(order_id), "events": store.events(order_id),
             "is_manager": me == order.manager, "may_answer": me in order.answerers,

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import shlex
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
 
+from awl import ValidationFailed
+from awl._desk import format_time
 from awl.server._tokens import issue_token
 from awl.web import CSP, Sessions, WebConfig, build_app, loopback_hosts
 from tests.web.web_support import MANAGER, WORKER, csrf_of, make_desk, signed_in, submit_order
@@ -291,3 +296,50 @@ def test_a_worker_inbox_lists_its_work_and_offers_no_decisions(tmp_path: Path) -
     working = inbox[inbox.index('id="working"'):]
     assert oid in working and "working, from human:ana" in working
     assert "/review" not in inbox
+
+
+@pytest.mark.spec("LC-21")
+def test_the_order_page_shows_each_check_result_beside_its_criterion(tmp_path: Path) -> None:
+    hostile = "<script>alert(1)</script>"
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "tests" / "test_ok.py").write_text("def test_ok():\n    assert True\n")
+    (repo / "tests" / "test_bad.py").write_text(
+        f"def test_bad():\n    assert False, {hostile!r}\n")
+    (repo / ".gitignore").write_text("__pycache__/\n")
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "start"]):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,
+                       check=True, capture_output=True)
+    pytest_argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    d = make_desk(tmp_path)
+    view = d.desk.create({
+        "to": WORKER, "goal": "Make the tests pass",
+        "criteria": [{"id": "ok", "text": "the good test passes",
+                      "check": {"run": [*pytest_argv, "tests/test_ok.py"]}},
+                     {"id": "bad", "text": "the bad test passes",
+                      "check": {"run": [*pytest_argv, "tests/test_bad.py"]}}],
+        "budget": {"usd": 5, "tool_calls": 50},
+        "deadline": format_time(datetime.now(UTC) + timedelta(hours=2)),
+        "tools": ["receiver/*"],
+    }, MANAGER, workspace=repo)
+    oid = view.id
+    d.desk.accept(oid, WORKER)
+    d.desk.start(oid, WORKER)
+    with pytest.raises(ValidationFailed):
+        d.desk.report(oid, WORKER, {
+            "status": "done", "result": {"summary": "all green"}, "cost": {"tool_calls": 1},
+            "evidence": [{"criterion": c, "type": "note", "note": "ran"} for c in ("ok", "bad")],
+            "tools_used": []})
+    results = d.desk.check_results(oid)
+    page = signed_in(d, MANAGER).get(f"/orders/{oid}").text
+    good = page.split('data-criterion="ok"', 1)[1].split("</div>", 1)[0]
+    assert 'data-outcome="passed"' in good and "passed" in good
+    assert results["ok"]["check"]["summary"] in good and "exit 0 after" in good
+    assert "tests/test_ok.py" in good and '<pre class="tail">' not in good
+    bad = page.split('data-criterion="bad"', 1)[1].split("</div>", 1)[0]
+    assert page.index("the good test passes") < page.index('data-criterion="ok"') \
+        < page.index("the bad test passes") < page.index('data-criterion="bad"')
+    assert 'data-outcome="failed"' in bad and "exit 1 after" in bad
+    assert "1 failed" in bad
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in bad
+    assert hostile not in page

@@ -3,7 +3,11 @@
 The public surface is re-exported here; everything else is private.
 """
 
-from awl._checks import (
+from awl.desk.desk import AsyncDesk, Desk, OrderView, Question, Subscription
+from awl.desk.effects import EffectView, list_effects, settle
+from awl.desk.home import default_store, home_dir
+from awl.desk.track import TrackRecord, UnitSpend
+from awl.documents.checks import (
     check,
     is_valid_call,
     is_valid_event,
@@ -25,10 +29,8 @@ from awl._checks import (
     validate_review,
     validate_suborder,
 )
-from awl._conformance import ConformanceResult, ConformanceRun, run_conformance
-from awl._desk import AsyncDesk, Desk, OrderView, Question, Subscription
-from awl._effects import EffectView, list_effects, settle
-from awl._errors import (
+from awl.documents.conformance import ConformanceResult, ConformanceRun, run_conformance
+from awl.documents.errors import (
     AWLError,
     BadRequest,
     Conflict,
@@ -39,10 +41,8 @@ from awl._errors import (
     PassError,
     ValidationFailed,
 )
-from awl._findings import Finding
-from awl._home import default_store, home_dir
-from awl._memory import MemoryStore
-from awl._models import (
+from awl.documents.findings import Finding
+from awl.documents.models import (
     Budget,
     CallRecord,
     Check,
@@ -59,7 +59,8 @@ from awl._models import (
     WorkReport,
     parse_time,
 )
-from awl._passes import (
+from awl.documents.schemas import load_schema
+from awl.passes.passes import (
     KeySet,
     KeyStore,
     VerifiedPass,
@@ -73,9 +74,8 @@ from awl._passes import (
     validate_pass,
     verify_pass,
 )
-from awl._schemas import load_schema
-from awl._sqlite import SQLiteStore
-from awl._track import TrackRecord, UnitSpend
+from awl.store.memory import MemoryStore
+from awl.store.sqlite import SQLiteStore
 
 __version__ = "0.1.0"
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from awl import WorkOrder, WorkReport, iter_order_findings, iter_report_findings
-from awl._schemas import validator
+from awl.documents.schemas import validator
 
 ORDER: dict[str, Any] = {
     "spec": "awl/work-order@0.3",

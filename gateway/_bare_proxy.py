@@ -3,7 +3,7 @@
 It lists every upstream tool (under the same exposed names as the gateway) and forwards
 every call, with no order, no checks and no recording. It shares the gateway's upstream
 side (:class:`~gateway._upstream.UpstreamPool`), MCP server code and stdio transport (the
-frame check of :mod:`awl.server._frames`), so the difference between the two is exactly what
+frame check of :mod:`awl.mcp.frames`), so the difference between the two is exactly what
 the gateway adds. Not for production: it enforces nothing.
 
 Run it over stdio::
@@ -22,8 +22,8 @@ import mcp_types as types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 
-from awl._errors import AWLError
-from awl.server._frames import stdio_frames
+from awl.documents.errors import AWLError
+from awl.mcp.frames import stdio_frames
 from gateway._config import load_config
 from gateway._names import NameTable
 from gateway._upstream import UpstreamError, UpstreamPool

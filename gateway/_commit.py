@@ -49,7 +49,7 @@ revocation after the hold does not count, since every pass is revoked when its o
 approval included (DP-8). Any problem runs **nothing** and is named in
 :attr:`CommitSummary.mismatches`. Held calls the approved report does not list, the
 manager did not approve, or that belong to an earlier attempt are ``dropped`` and a
-``drop`` event is logged (:func:`awl._effects.drop_held`, which the desk also uses).
+``drop`` event is logged (:func:`awl.desk.effects.drop_held`, which the desk also uses).
 
 ``$ref`` values. A held call's arguments may contain ``{"$ref": "server/tool#M",
 "pointer": "/..."}``. At commit time the value is replaced by the part of effect M's
@@ -62,9 +62,9 @@ If M is not ``committed``, or the pointer names nothing, the dependent effect is
 Every forwarded call carries ``_meta`` ``{"awl/ref", "awl/order", "awl/attempt"}``; a
 retry sends the same three values, so a receiver can deduplicate.
 
-Settlement. :func:`awl._effects.settle` lets the order's manager record what they found
+Settlement. :func:`awl.desk.effects.settle` lets the order's manager record what they found
 out about an ``unknown`` effect (``happened`` or ``did_not_happen``, with evidence) as a
-``settle`` event; it and :func:`awl._effects.list_effects` send nothing, so they live in
+``settle`` event; it and :func:`awl.desk.effects.list_effects` send nothing, so they live in
 ``awl`` and are re-exported here. A settlement stays valid until the effect is dispatched
 again (the event records the effect's dispatch count). :func:`retry` sends an effect whose
 valid settlement says ``did_not_happen``, after checking the order's authority again
@@ -95,9 +95,8 @@ from typing import Any, Protocol
 import anyio
 import mcp_types as types
 
-from awl._checks import json_equal
-from awl._desk import Clock, Desk, format_time
-from awl._effects import (
+from awl.desk.desk import Clock, Desk, format_time
+from awl.desk.effects import (
     EffectView,
     drop_held,
     find_call,
@@ -108,12 +107,13 @@ from awl._effects import (
     settle_events,
     valid_settlement,
 )
-from awl._effects import record_event as _log
-from awl._errors import BadRequest, Conflict, InvalidTransition, NotFound
-from awl._lineage import ancestors, staging_ancestor
-from awl._models import CallRecord, WorkOrder, WorkReport, parse_time
-from awl._patterns import canonical_ref, matches_any, parse_ref
-from awl._store import EffectState, OrderRecord, Revocation, Store
+from awl.desk.effects import record_event as _log
+from awl.desk.lineage import ancestors, staging_ancestor
+from awl.documents.checks import json_equal
+from awl.documents.errors import BadRequest, Conflict, InvalidTransition, NotFound
+from awl.documents.models import CallRecord, WorkOrder, WorkReport, parse_time
+from awl.documents.patterns import canonical_ref, matches_any, parse_ref
+from awl.store.protocol import EffectState, OrderRecord, Revocation, Store
 from gateway._lock import DEFAULT_LEASE, EXIT_LOCKED, LockBusy, LockLost, OrderLock
 from gateway._policy import allowed
 from gateway._staging import Placeholder, placeholders
@@ -958,7 +958,7 @@ def retry_sync(order_id: str, ref: str, by: str, **kwargs: Any) -> EffectOutcome
 # --------------------------------------------------------------------------- CLI
 
 def _open_store(args: argparse.Namespace) -> Store:
-    from awl._home import default_store
+    from awl.desk.home import default_store
 
     return default_store(getattr(args, "home", None))
 

@@ -48,8 +48,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from awl._errors import BadRequest, DocumentError
-from awl._limits import (
+from awl.documents.errors import BadRequest, DocumentError
+from awl.documents.limits import (
     INT64_MAX,
     check_json_value,
     is_finite_number,

@@ -56,17 +56,17 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
-from awl._desk import Desk, format_time
-from awl._errors import Conflict, DocumentError, PassError
-from awl._lifecycle import TERMINAL
-from awl._limits import check_json_value
-from awl._lineage import ancestors, staging_ancestor
-from awl._memory import stale_order
-from awl._models import CallRecord, WorkOrder
-from awl._passes import DEFAULT_AUDIENCE, VerifiedPass, verify_pass
-from awl._patterns import matches_any, parse_ref
-from awl._store import OrderRecord, Scope, Store
-from awl.server._transport import identity_of
+from awl.desk.desk import Desk, format_time
+from awl.desk.lineage import ancestors, staging_ancestor
+from awl.documents.errors import Conflict, DocumentError, PassError
+from awl.documents.lifecycle import TERMINAL
+from awl.documents.limits import check_json_value
+from awl.documents.models import CallRecord, WorkOrder
+from awl.documents.patterns import matches_any, parse_ref
+from awl.mcp.transport import identity_of
+from awl.passes.passes import DEFAULT_AUDIENCE, VerifiedPass, verify_pass
+from awl.store.protocol import OrderRecord, Scope, Store
+from awl.store.rules import stale_order
 from gateway._config import GatewayConfig
 from gateway._names import NameTable, server_of, split_canonical
 from gateway._passthrough import Passthrough

@@ -35,8 +35,8 @@ from types import TracebackType
 
 import anyio
 
-from awl._errors import Conflict
-from awl._store import LockInfo, Store
+from awl.documents.errors import Conflict
+from awl.store.protocol import LockInfo, Store
 
 EXIT_LOCKED = 3
 """The exit code of ``awl gateway --commit`` and ``awl effects retry`` when another live

@@ -25,7 +25,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
-from awl._patterns import covered_by_any
+from awl.documents.patterns import covered_by_any
 from gateway._upstream import UpstreamError, UpstreamRejected
 
 if TYPE_CHECKING:

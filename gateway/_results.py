@@ -2,7 +2,7 @@
 
 :func:`bound_result` cuts a result larger than the server's ``max_result_bytes`` (GW-8,
 GW-12, DOC-15): it keeps ``is_error``, the text blocks in order (at most
-:data:`~awl._limits.MAX_CONTENT_BLOCKS` of them) and as much of the structured content as
+:data:`~awl.documents.limits.MAX_CONTENT_BLOCKS` of them) and as much of the structured content as
 fits, shortening the longest strings first (every string longer than some length is cut to
 that length), and ends with one text block
 that says in words what was cut and by how much. Its time is linear in the result's size
@@ -27,7 +27,7 @@ from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
 from jsonschema.validators import validator_for  # type: ignore[import-untyped]
 
-from awl._limits import MAX_CONTENT_BLOCKS
+from awl.documents.limits import MAX_CONTENT_BLOCKS
 
 __all__ = [
     "AWL_UPSTREAM_BAD_RESULT",

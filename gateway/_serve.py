@@ -11,7 +11,7 @@ missing or invalid pass gets ``401`` before any MCP message is read. The pass is
 again on every tool call, so revoking it stops a connected worker at once. Only loopback
 addresses are served unless the caller explicitly allows remote workers. The HTTP serving
 itself (listening, the 401, loopback rules) is the desk server's transport,
-:func:`awl.server._transport.serve_http`; this module only says how a pass authenticates.
+:func:`awl.mcp.transport.serve_http`; this module only says how a pass authenticates.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from awl._errors import BadRequest
-from awl._passes import DEFAULT_AUDIENCE, KeySet, KeyStore
-from awl._store import Store
-from awl.server._frames import stdio_frames
-from awl.server._transport import Unauthorized, is_loopback, parse_address
-from awl.server._transport import serve_http as _serve_mcp_http
+from awl.documents.errors import BadRequest
+from awl.mcp.frames import stdio_frames
+from awl.mcp.transport import Unauthorized, is_loopback, parse_address
+from awl.mcp.transport import serve_http as _serve_mcp_http
+from awl.passes.passes import DEFAULT_AUDIENCE, KeySet, KeyStore
+from awl.store.protocol import Store
 from gateway._config import GatewayConfig, load_config
 from gateway._gateway import Authority, Clock, Gateway
 from gateway._relay import Relay
@@ -101,12 +101,12 @@ async def open_gateway(
         config = load_config(config)
     async with AsyncExitStack() as stack:
         if store is None:
-            from awl._home import default_store
+            from awl.desk.home import default_store
 
             store = default_store(home)
             stack.callback(store.close)
         if jwks is None and (pass_token is not None or load_keys):
-            from awl._home import home_dir
+            from awl.desk.home import home_dir
 
             # Read again whenever a key is rotated in or retired (DP-13); read once now so
             # an unusable key folder is an error before anything starts.

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, get_args
 import anyio.to_thread
 import mcp_types as types
 
-from awl._errors import AWLError, BadRequest
-from awl._limits import INT64_MAX, check_integer
-from awl._models import CallOutcome, CallRecord, WorkOrder
-from awl._patterns import matches_any
+from awl.documents.errors import AWLError, BadRequest
+from awl.documents.limits import INT64_MAX, check_integer
+from awl.documents.models import CallOutcome, CallRecord, WorkOrder
+from awl.documents.patterns import matches_any
 from awl.server._server import tool_error
 
 if TYPE_CHECKING:

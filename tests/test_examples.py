@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from awl import check, load_document
-from awl._patterns import matches_any
+from awl.documents.patterns import matches_any
 from gateway import UpstreamPool, load_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,8 +14,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from awl._errors import AWLError
-from awl._limits import check_text, show_value
+from awl.documents.errors import AWLError
+from awl.documents.limits import check_text, show_value
 
 # Modules that add subcommands, in the order they appear in --help.
 _COMMAND_MODULES = (

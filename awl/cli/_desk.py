@@ -23,15 +23,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from awl._checks import load_document
-from awl._criteria_checks import check_question, latest_checks
-from awl._desk import Desk, OrderView, Question
-from awl._errors import ValidationFailed
-from awl._home import default_store, home_dir
-from awl._lifecycle import ACTIVE, TERMINAL
-from awl._limits import check_integer
-from awl._models import Event, WorkOrder
-from awl._track import TrackRecord
+from awl.desk.criteria import check_question, latest_checks
+from awl.desk.desk import Desk, OrderView, Question
+from awl.desk.home import default_store, home_dir
+from awl.desk.track import TrackRecord
+from awl.documents.checks import load_document
+from awl.documents.errors import ValidationFailed
+from awl.documents.lifecycle import ACTIVE, TERMINAL
+from awl.documents.limits import check_integer
+from awl.documents.models import Event, WorkOrder
 
 __all__ = ["register"]
 

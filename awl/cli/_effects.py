@@ -2,7 +2,7 @@
 
 The manager's side of committing: ``list`` shows every held call with its state,
 arguments and settlement; ``settle`` records whether an ``unknown`` effect happened, with
-evidence (both :mod:`awl._effects`, store only); ``retry`` sends an effect settled as
+evidence (both :mod:`awl.desk.effects`, store only); ``retry`` sends an effect settled as
 ``did_not_happen`` again, with the same ``awl/ref`` (:mod:`gateway._commit`, imported when
 used, since it needs the upstream servers).
 """
@@ -14,8 +14,8 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from awl._effects import EffectView, list_effects, settle
-from awl._home import default_store, home_dir
+from awl.desk.effects import EffectView, list_effects, settle
+from awl.desk.home import default_store, home_dir
 
 if TYPE_CHECKING:
     from gateway._commit import EffectOutcome

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from awl._errors import BadRequest, PassError
-from awl._home import default_store, home_dir
-from awl._limits import INT64_MAX, check_epoch, show_value
-from awl._passes import (
+from awl.desk.home import default_store, home_dir
+from awl.documents.errors import BadRequest, PassError
+from awl.documents.limits import INT64_MAX, check_epoch, show_value
+from awl.passes.passes import (
     DEFAULT_AUDIENCE,
     KeyStore,
     VerifiedPass,

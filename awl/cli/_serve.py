@@ -17,7 +17,7 @@ import anyio
 from awl.cli import CLIError
 
 if TYPE_CHECKING:
-    from awl._store import TokenRecord
+    from awl.store.protocol import TokenRecord
 
 
 def register(subparsers: Any) -> None:
@@ -67,12 +67,12 @@ def register(subparsers: Any) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from awl._desk import AsyncDesk
-    from awl._home import default_store, home_dir
-    from awl._passes import KeyStore
+    from awl.desk.desk import AsyncDesk
+    from awl.desk.home import default_store, home_dir
+    from awl.desk.tokens import check_principal
+    from awl.mcp.transport import is_loopback
+    from awl.passes.passes import KeyStore
     from awl.server import DeskServer, parse_address, serve_stdio
-    from awl.server._tokens import check_principal
-    from awl.server._transport import is_loopback
 
     if args.principal is not None:
         if args.allow_remote:
@@ -115,7 +115,7 @@ class _Announce:
 
 
 def _issue_token(args: argparse.Namespace) -> int:
-    from awl._home import default_store, home_dir
+    from awl.desk.home import default_store, home_dir
     from awl.server import issue_token, token_hash, token_id
 
     store = default_store(home_dir(args.home))
@@ -140,7 +140,7 @@ def _token_rows(records: list[TokenRecord]) -> list[dict[str, str]]:
 
 
 def _list_tokens(args: argparse.Namespace) -> int:
-    from awl._home import default_store, home_dir
+    from awl.desk.home import default_store, home_dir
 
     store = default_store(home_dir(args.home))
     try:
@@ -158,7 +158,7 @@ def _list_tokens(args: argparse.Namespace) -> int:
 
 
 def _revoke_tokens(args: argparse.Namespace) -> int:
-    from awl._home import default_store, home_dir
+    from awl.desk.home import default_store, home_dir
     from awl.server import revoke_tokens
 
     store = default_store(home_dir(args.home))

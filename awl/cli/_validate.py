@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
-from awl._checks import DocType, check, load_document
-from awl._errors import AWLError
-from awl._findings import Finding
+from awl.documents.checks import DocType, check, load_document
+from awl.documents.errors import AWLError
+from awl.documents.findings import Finding
 
 _TYPES = ("order", "report", "pass", "call", "event", "review")
 
@@ -119,7 +119,7 @@ def _print_findings(name: str, findings: list[Finding]) -> None:
 
 def _conformance(args: argparse.Namespace) -> int:
     _tolerant_output()
-    from awl._conformance import run_conformance
+    from awl.documents.conformance import run_conformance
 
     run = run_conformance(args.path)
     if args.json:

@@ -40,10 +40,10 @@ def register(subparsers: Any) -> None:
 
 
 def _web(args: argparse.Namespace) -> int:
-    from awl._home import default_store, home_dir
+    from awl.desk.home import default_store, home_dir
+    from awl.desk.tokens import check_principal
+    from awl.mcp.transport import _listen, is_loopback
     from awl.server import parse_address
-    from awl.server._tokens import check_principal
-    from awl.server._transport import _listen, is_loopback
     from awl.web import Sessions, WebConfig, build_app, loopback_hosts
 
     host, port = parse_address(args.listen)

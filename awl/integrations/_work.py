@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from awl._desk import AsyncDesk, Desk, OrderView
-from awl._errors import AWLError, BadRequest
-from awl._models import CallRecord
+from awl.desk.desk import AsyncDesk, Desk, OrderView
+from awl.documents.errors import AWLError, BadRequest
+from awl.documents.models import CallRecord
 from gateway._commit import CommitSummary, commit
 from gateway._worker_tools import listable_effects, tools_used
 

@@ -12,14 +12,7 @@ streamable HTTP, where each request acts as the principal whose desk token it se
 other servers that need the same.
 """
 
-from awl.server._server import (
-    WAIT_LIMIT,
-    DeskServer,
-    serve_desk_http,
-    serve_stdio,
-    tool_error,
-)
-from awl.server._tokens import (
+from awl.desk.tokens import (
     TOKEN_PREFIX,
     issue_token,
     principal_for_token,
@@ -27,8 +20,7 @@ from awl.server._tokens import (
     token_hash,
     token_id,
 )
-from awl.server._tools import INSTRUCTIONS, TOOL_NAMES, TOOLS, ToolSpec
-from awl.server._transport import (
+from awl.mcp.transport import (
     MCP_PATH,
     Authenticate,
     BearerAuth,
@@ -39,6 +31,14 @@ from awl.server._transport import (
     parse_address,
     serve_http,
 )
+from awl.server._server import (
+    WAIT_LIMIT,
+    DeskServer,
+    serve_desk_http,
+    serve_stdio,
+    tool_error,
+)
+from awl.server._tools import INSTRUCTIONS, TOOL_NAMES, TOOLS, ToolSpec
 
 __all__ = [
     "INSTRUCTIONS",

@@ -1,6 +1,6 @@
 """The desk served over MCP, each connection bound to one principal.
 
-:class:`DeskServer` wraps an :class:`~awl._desk.AsyncDesk` in a low-level MCP server whose
+:class:`DeskServer` wraps an :class:`~awl.desk.desk.AsyncDesk` in a low-level MCP server whose
 tools (:mod:`awl.server._tools`) act as the connection's principal: the one given at start
 (stdio, in-process) or the one whose desk token authenticated the HTTP request. No tool
 takes an actor argument, so an agent can neither approve its own work nor answer its own
@@ -38,9 +38,10 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 
 from awl import __version__
-from awl._desk import AsyncDesk, Desk, OrderView
-from awl._effects import list_effects, settle
-from awl._errors import (
+from awl.desk.desk import AsyncDesk, Desk, OrderView
+from awl.desk.effects import list_effects, settle
+from awl.desk.tokens import check_principal, principal_for_token
+from awl.documents.errors import (
     AWLError,
     BadRequest,
     Forbidden,
@@ -49,13 +50,12 @@ from awl._errors import (
     PassError,
     ValidationFailed,
 )
-from awl._lifecycle import TABLE, TERMINAL
-from awl._limits import INT64_MAX, check_integer, check_json_value
-from awl._models import Event, WorkOrder, parse_time
-from awl._passes import KeyStore, issue_recorded_pass, unverified_claims
-from awl._store import Store
-from awl.server._frames import stdio_frames
-from awl.server._tokens import check_principal, principal_for_token
+from awl.documents.lifecycle import TABLE, TERMINAL
+from awl.documents.limits import INT64_MAX, check_integer, check_json_value
+from awl.documents.models import Event, WorkOrder, parse_time
+from awl.mcp.frames import stdio_frames
+from awl.mcp.transport import Unauthorized, identity_of, serve_http
+from awl.passes.passes import KeyStore, issue_recorded_pass, unverified_claims
 from awl.server._tools import (
     INSTRUCTIONS,
     ORDER_TOOLS,
@@ -63,7 +63,7 @@ from awl.server._tools import (
     TOOLS,
     argument_schema,
 )
-from awl.server._transport import Unauthorized, identity_of, serve_http
+from awl.store.protocol import Store
 
 __all__ = ["ERROR_META", "WAIT_LIMIT", "DeskServer", "serve_desk_http", "serve_stdio",
            "tool_error"]
@@ -202,7 +202,7 @@ class DeskServer:
     """The desk's MCP server; serve :attr:`server` over stdio, HTTP or in-process.
 
     Args:
-        desk: The desk (an :class:`~awl._desk.AsyncDesk`, a :class:`~awl._desk.Desk`, or
+        desk: The desk (an :class:`~awl.desk.desk.AsyncDesk`, a :class:`~awl.desk.desk.Desk`, or
             a store to open one on).
         principal: Who every request acts as; None when each request brings its own
             identity (HTTP with desk tokens, see :func:`awl.server.serve_desk_http`).

@@ -24,8 +24,8 @@ from typing import Any
 
 import mcp_types as types
 
-from awl._lifecycle import STATES
-from awl._schemas import load_schema
+from awl.documents.lifecycle import STATES
+from awl.documents.schemas import load_schema
 
 __all__ = [
     "INSTRUCTIONS",

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from awl.server._transport import _LOOPBACK_NAMES
+from awl.mcp.transport import _LOOPBACK_NAMES
 from awl.web._app import COOKIE, CSP, WebConfig, build_app
 from awl.web._sessions import Session, Sessions
 

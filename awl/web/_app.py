@@ -1,7 +1,7 @@
 """The approval page: the desk's manager view as a small Starlette app (BIND-9 to BIND-13).
 
 Every change goes through the desk's own operations (:class:`~awl.Desk`,
-:mod:`awl._effects`, and the gateway's commit path for running effects), acting as the
+:mod:`awl.desk.effects`, and the gateway's commit path for running effects), acting as the
 principal of the signed-in session and nothing else: whatever those refuse is refused here,
 and the refusal is shown in words. Pages are rendered on the server and work without
 JavaScript; one external script (``/static/live.js``) listens to server-sent events and
@@ -37,13 +37,13 @@ from starlette.responses import (
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from awl._criteria_checks import check_question
-from awl._desk import Desk, OrderView
-from awl._effects import list_effects, manager_only, settle
-from awl._errors import AWLError, BadRequest, Forbidden
-from awl._models import parse_time
-from awl._store import Store
-from awl.server._tokens import principal_for_token, token_hash
+from awl.desk.criteria import check_question
+from awl.desk.desk import Desk, OrderView
+from awl.desk.effects import list_effects, manager_only, settle
+from awl.desk.tokens import principal_for_token, token_hash
+from awl.documents.errors import AWLError, BadRequest, Forbidden
+from awl.documents.models import parse_time
+from awl.store.protocol import Store
 from awl.web._sessions import Session, Sessions
 
 __all__ = ["COOKIE", "CSP", "WebConfig", "build_app"]
@@ -249,7 +249,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
                             "worker and answerers see it", actor=me, action="read")
 
     def order_data(order_id: str, me: str) -> dict[str, Any]:
-        from awl._checks import iter_report_findings
+        from awl.documents.checks import iter_report_findings
 
         view = desk.get(order_id)
         party(view, me)
@@ -297,7 +297,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         ref = request.query_params.get("ref", "")
 
         def load() -> dict[str, Any]:
-            from awl._effects import find_call
+            from awl.desk.effects import find_call
             view = desk.get(oid)
             party(view, session.principal)
             return {"view": view, "call": find_call(store, oid, ref)}

@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from awl._desk import Desk, OrderView
-from awl._memory import MemoryStore
-from awl._store import Store
+from awl.desk.desk import Desk, OrderView
+from awl.store.memory import MemoryStore
+from awl.store.protocol import Store
 
 MANAGER = "human:ana"
 WORKER = "agent:writer"
@@ -34,7 +34,7 @@ def open_store(kind: str, folder: Path) -> Store:
     """A fresh store of the given kind (``memory`` or ``sqlite``)."""
     if kind == "memory":
         return MemoryStore()
-    from awl._sqlite import SQLiteStore
+    from awl.store.sqlite import SQLiteStore
 
     return SQLiteStore(folder / "desk.sqlite3")
 

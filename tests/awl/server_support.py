@@ -15,10 +15,10 @@ import mcp_types as types
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from mcp import Client, StdioServerParameters, stdio_client
 
-from awl._desk import format_time
-from awl._models import CallRecord
-from awl._store import Store
+from awl.desk.desk import format_time
+from awl.documents.models import CallRecord
 from awl.server._server import ERROR_META
+from awl.store.protocol import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 MANAGER = "human:ana"

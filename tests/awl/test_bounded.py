@@ -17,11 +17,11 @@ from typing import Any
 import anyio
 import pytest
 
-import awl._bounded
-from awl._bounded import SchemaTooCostly, bounded_errors, bounded_validator
-from awl._checks import iter_order_findings, iter_report_findings
-from awl._desk import Desk as LibraryDesk
-from awl._sqlite import SQLiteStore
+import awl.documents.bounded
+from awl.desk.desk import Desk as LibraryDesk
+from awl.documents.bounded import SchemaTooCostly, bounded_errors, bounded_validator
+from awl.documents.checks import iter_order_findings, iter_report_findings
+from awl.store.sqlite import SQLiteStore
 from gateway._staging import check_arguments
 from tests.awl.server_support import MANAGER, WORKER, order_fields, serve_as
 from tests.awl.test_checks import make_order, make_report
@@ -104,7 +104,7 @@ def test_a_schema_whose_work_doubles_per_level_stops_at_its_bound(
         bounded_errors(validator, "text", steps=10**12, seconds=0.2)
     assert time.monotonic() - started < 3
     # Through the report check: R11 says the schema is too costly, the order stays valid.
-    monkeypatch.setattr(awl._bounded, "MAX_SCHEMA_STEPS", 20_000)
+    monkeypatch.setattr(awl.documents.bounded, "MAX_SCHEMA_STEPS", 20_000)
     order = make_order(output_schema=schema)
     assert list(iter_order_findings(order)) == []
     found = list(iter_report_findings(make_report(result={"summary": "x", "output": "s"}),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from desk_support import HELPER, MANAGER, WORKER, Clock, order_fields, report_fields, working
 
-from awl._briefing import briefing
-from awl._desk import Desk
-from awl._memory import MemoryStore
+from awl.desk.briefing import briefing
+from awl.desk.desk import Desk
+from awl.store.memory import MemoryStore
 
 HANDOFF = {
     "summary": "Root cause found: the job enqueues twice on retry.",

@@ -19,7 +19,7 @@ from awl import (
     iter_pass_findings,
     validate_pass,
 )
-from awl._checks import (
+from awl.documents.checks import (
     check,
     detect_type,
     is_valid_call,
@@ -44,7 +44,7 @@ from awl._checks import (
     validate_review,
     validate_suborder,
 )
-from awl._schemas import SCHEMA_NAMES, load_schema, schema_findings, validator
+from awl.documents.schemas import SCHEMA_NAMES, load_schema, schema_findings, validator
 
 
 def make_order(**changes: Any) -> dict[str, Any]:

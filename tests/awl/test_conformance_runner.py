@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from awl import _checks, _conformance
-from awl._conformance import run_conformance, run_test
-from awl._errors import BadRequest
-from awl._schemas import conformance_dir
+from awl.documents import checks as _checks
+from awl.documents import conformance as _conformance
+from awl.documents.conformance import run_conformance, run_test
+from awl.documents.errors import BadRequest
+from awl.documents.schemas import conformance_dir
 from tests.awl.test_checks import make_order, make_report
 
 
@@ -139,7 +140,7 @@ def test_errors_and_crashes_fail_the_test(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_pass_cases_without_pass_checks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the pass module, pass tests fail with the reason pass checks not installed."""
-    monkeypatch.setitem(sys.modules, "awl._passes", None)
+    monkeypatch.setitem(sys.modules, "awl.passes.passes", None)
     result = single("pass", {}, [{"rule": "P1"}])
     assert result.status == "failed"
     assert result.reason == "raised BadRequest: pass checks not installed"

@@ -16,14 +16,14 @@ from desk_support import MANAGER, WORKER, Clock, order_fields, report_fields
 from mcp import Client
 
 from awl import BadRequest, Desk, ValidationFailed
-from awl._criteria_checks import normalize, run_check, take_snapshot
-from awl._desk import AsyncDesk
-from awl._memory import MemoryStore
-from awl._models import Check
-from awl._sqlite import SQLiteStore
-from awl._store import Store
 from awl.cli import main
+from awl.desk.criteria import normalize, run_check, take_snapshot
+from awl.desk.desk import AsyncDesk
+from awl.documents.models import Check
 from awl.server import DeskServer
+from awl.store.memory import MemoryStore
+from awl.store.protocol import Store
+from awl.store.sqlite import SQLiteStore
 from tests.awl.server_support import Desk as McpDesk
 
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_calc.py"]

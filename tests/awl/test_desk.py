@@ -34,10 +34,10 @@ from awl import (
     NotFound,
     ValidationFailed,
 )
-from awl._desk import AsyncDesk, Desk, format_time
-from awl._errors import PassError
-from awl._lifecycle import DESK_ACTOR, fold
-from awl._passes import (
+from awl.desk.desk import AsyncDesk, Desk, format_time
+from awl.documents.errors import PassError
+from awl.documents.lifecycle import DESK_ACTOR, fold
+from awl.passes.passes import (
     DEFAULT_AUDIENCE,
     KeyStore,
     issue_pass,
@@ -46,7 +46,7 @@ from awl._passes import (
     unverified_claims,
     verify_pass,
 )
-from awl._store import Store
+from awl.store.protocol import Store
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -890,7 +890,7 @@ def test_wait_wakes_on_a_write_from_another_thread(desk: Desk) -> None:
 
 def test_wait_sees_writes_by_another_desk_on_the_same_file(tmp_path: Path) -> None:
     """Two desks on one SQLite file (as two processes would) see each other's writes."""
-    from awl._sqlite import SQLiteStore
+    from awl.store.sqlite import SQLiteStore
 
     with SQLiteStore(tmp_path / "d.sqlite3") as one, SQLiteStore(tmp_path / "d.sqlite3") as two:
         reader, writer = Desk(one), Desk(two)
@@ -1042,7 +1042,7 @@ def test_processes_racing_on_one_desk_lose_nothing(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from awl._sqlite import SQLiteStore
+    from awl.store.sqlite import SQLiteStore
 
     path = tmp_path / "desk.sqlite3"
     with SQLiteStore(path) as store:

@@ -21,9 +21,9 @@ import pytest
 from desk_support import Clock, effect, open_store, order_fields, report_fields
 
 from awl import AWLError, Event, WorkReport
-from awl._desk import Desk, OrderView, format_time
-from awl._lifecycle import DESK_ACTOR, TABLE, TERMINAL, fold
-from awl._store import Store
+from awl.desk.desk import Desk, OrderView, format_time
+from awl.documents.lifecycle import DESK_ACTOR, TABLE, TERMINAL, fold
+from awl.store.protocol import Store
 
 MANAGERS = ["human:m1", "human:m2"]
 WORKERS = ["agent:w1", "agent:w2"]

@@ -12,9 +12,9 @@ import anyio
 import mcp_types as types
 import pytest
 
-from awl._sqlite import SQLiteStore
+from awl.mcp.frames import MAX_FRAME_BYTES, Refused, check_frame
 from awl.server import DeskServer, issue_token
-from awl.server._frames import MAX_FRAME_BYTES, Refused, check_frame
+from awl.store.sqlite import SQLiteStore
 from tests.awl.frames_support import (
     INVALID_REQUEST,
     Frame,

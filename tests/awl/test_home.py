@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from awl._errors import BadRequest
-from awl._home import default_store, home_dir
+from awl.desk.home import default_store, home_dir
+from awl.documents.errors import BadRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 

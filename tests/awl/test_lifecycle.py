@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from awl import InvalidTransition
-from awl._lifecycle import (
+from awl.documents.lifecycle import (
     ACTIVE,
     NOTE_ACTIONS,
     STATES,
@@ -14,7 +14,7 @@ from awl._lifecycle import (
     role_of,
     targets,
 )
-from awl._models import Event
+from awl.documents.models import Event
 
 T0 = "2026-03-01T10:00:00Z"
 

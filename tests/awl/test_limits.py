@@ -1,4 +1,4 @@
-"""The input limits of SPEC section 3.5, through the library's doors (awl._limits)."""
+"""The input limits of SPEC section 3.5, through the library's doors (awl.documents.limits)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from awl import BadRequest, DocumentError
-from awl._checks import iter_order_findings, load_document, to_plain
-from awl._limits import (
+from awl.documents.checks import iter_order_findings, load_document, to_plain
+from awl.documents.limits import (
     INT64_MAX,
     MAX_EPOCH,
     MIN_EPOCH,
@@ -22,7 +22,7 @@ from awl._limits import (
     loads,
     read_regular_file,
 )
-from awl._models import parse_time
+from awl.documents.models import parse_time
 from tests.awl.test_checks import make_order
 
 

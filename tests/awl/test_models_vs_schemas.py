@@ -10,8 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from awl import CallRecord, Event, PassClaims, Review, WorkOrder, WorkReport
-from awl._models import _Model
-from awl._schemas import conformance_dir, validator
+from awl.documents.models import _Model
+from awl.documents.schemas import conformance_dir, validator
 
 _BY_TYPE: dict[str, tuple[str, type[_Model]]] = {
     "order": ("order", WorkOrder),

@@ -16,11 +16,10 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from awl._conformance import run_conformance
-from awl._errors import InvalidTransition, PassError
-from awl._memory import MemoryStore
-from awl._models import Event, WorkOrder
-from awl._passes import (
+from awl.documents.conformance import run_conformance
+from awl.documents.errors import InvalidTransition, PassError
+from awl.documents.models import Event, WorkOrder
+from awl.passes.passes import (
     LEEWAY,
     MAX_CHAIN,
     PASS_SPEC,
@@ -37,8 +36,9 @@ from awl._passes import (
     unverified_claims,
     verify_pass,
 )
-from awl._sqlite import SQLiteStore
-from awl._store import Scope, Store
+from awl.store.memory import MemoryStore
+from awl.store.protocol import Scope, Store
+from awl.store.sqlite import SQLiteStore
 
 NOW = 1_800_000_000  # 2027-01-15; the order's deadline is 2030-01-01
 DEADLINE = 1_893_456_000

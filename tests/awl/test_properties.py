@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from awl import AWLError, DocumentError, WorkOrder, WorkReport
-from awl._checks import (
+from awl.documents.checks import (
     check,
     iter_call_findings,
     iter_event_findings,

@@ -11,11 +11,11 @@ import anyio
 import pytest
 from mcp import Client
 
-from awl._desk import format_time
-from awl._memory import MemoryStore
-from awl._models import CallRecord
-from awl._sqlite import SQLiteStore
+from awl.desk.desk import format_time
+from awl.documents.models import CallRecord
 from awl.server import TOOL_NAMES, DeskServer
+from awl.store.memory import MemoryStore
+from awl.store.sqlite import SQLiteStore
 from tests.awl.server_support import (
     MANAGER,
     WORKER,

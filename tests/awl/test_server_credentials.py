@@ -11,11 +11,11 @@ import anyio
 import httpx2
 import pytest
 
-from awl._desk import Desk as SyncDesk
-from awl._memory import MemoryStore
-from awl._sqlite import SQLiteStore
 from awl.cli import main
+from awl.desk.desk import Desk as SyncDesk
 from awl.server import issue_token
+from awl.store.memory import MemoryStore
+from awl.store.sqlite import SQLiteStore
 from tests.awl.server_support import MANAGER, OUTSIDER, WORKER, order_fields
 from tests.awl.test_server_http import _HEADERS, _INITIALIZE, desk_over_http
 from tests.awl.test_server_tools import _working, desks

@@ -22,9 +22,8 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from awl._errors import BadRequest
-from awl._sqlite import SQLiteStore
 from awl.cli import main
+from awl.documents.errors import BadRequest
 from awl.server import (
     DeskServer,
     issue_token,
@@ -33,6 +32,7 @@ from awl.server import (
     token_hash,
     token_id,
 )
+from awl.store.sqlite import SQLiteStore
 from tests.awl.server_support import (
     MANAGER,
     MODES,
@@ -235,7 +235,7 @@ def test_served_connections_send_without_waiting_for_acks() -> None:
     """Each accepted connection has TCP_NODELAY, so a streamed answer never waits 40 ms."""
     import asyncio
 
-    from awl.server._transport import _listen
+    from awl.mcp.transport import _listen
 
     async def accepted_nodelay() -> int:
         seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()

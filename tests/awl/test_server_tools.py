@@ -12,13 +12,13 @@ import anyio
 import pytest
 from mcp import Client
 
-from awl._desk import AsyncDesk
-from awl._errors import Conflict
-from awl._memory import MemoryStore
-from awl._passes import KeyStore
-from awl._store import OrderRecord, Store
+from awl.desk.desk import AsyncDesk
+from awl.documents.errors import Conflict
+from awl.passes.passes import KeyStore
 from awl.server import DeskServer
 from awl.server._server import ERROR_META
+from awl.store.memory import MemoryStore
+from awl.store.protocol import OrderRecord, Store
 from tests.awl.server_support import (
     MANAGER,
     OUTSIDER,

@@ -16,9 +16,9 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from awl._desk import Desk
-from awl._sqlite import SQLiteStore
+from awl.desk.desk import Desk
 from awl.server import DeskServer, issue_token, serve_desk_http
+from awl.store.sqlite import SQLiteStore
 from tests.awl.server_support import MANAGER, OUTSIDER, ROOT, WORKER, order_fields
 from tests.node_support import first_text, inspector, ts_calls
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from awl._errors import AWLError
-from awl._memory import MemoryStore
-from awl._models import CallRecord, Event, WorkOrder
-from awl._sqlite import MIGRATIONS, SCHEMA_VERSION, SQLiteStore
-from awl._store import Scope, Store
+from awl.documents.errors import AWLError
+from awl.documents.models import CallRecord, Event, WorkOrder
+from awl.store.memory import MemoryStore
+from awl.store.protocol import Scope, Store
+from awl.store.sqlite import MIGRATIONS, SCHEMA_VERSION, SQLiteStore
 
 T0 = "2030-01-01T00:00:00Z"
 
@@ -233,7 +233,7 @@ def test_a_schema_4_desk_gets_its_sub_orders_charges_backfilled(tmp_path: Path) 
     """Opening a desk written before sub-orders' calls were charged up the chain fills the
     charges from its call records (migration 5): each order's usage, first call included,
     is what live charging gives, and the next reservation is checked against it."""
-    from awl._desk import Desk
+    from awl.desk.desk import Desk
 
     path = tmp_path / "desk.sqlite3"
     with SQLiteStore(path) as store:

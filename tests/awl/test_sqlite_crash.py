@@ -10,15 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from awl._models import Event
-from awl._sqlite import SQLiteStore
+from awl.documents.models import Event
+from awl.store.sqlite import SQLiteStore
 
 # Walks orders through the lifecycle for ever (create, accept, start, report, then rework
 # and a second report every other order, approve), printing one line per committed write.
 CHILD = r"""
 import sys
-from awl._models import Event, Review, WorkOrder, WorkReport
-from awl._sqlite import SQLiteStore
+from awl.documents.models import Event, Review, WorkOrder, WorkReport
+from awl.store.sqlite import SQLiteStore
 
 path, prefix = sys.argv[1], sys.argv[2]
 T = "2030-01-01T00:00:00Z"

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from awl._models import Event, WorkOrder
-from awl._sqlite import SQLiteStore
+from awl.documents.models import Event, WorkOrder
+from awl.store.sqlite import SQLiteStore
 
 T0 = "2030-01-01T00:00:00Z"
 PROCESSES = 3
@@ -21,9 +21,9 @@ PROCESSES = 3
 # time, then prints one JSON line: what it wrote, and its refused writes by error type.
 APPEND_CHILD = r"""
 import json, os, random, sys, time
-from awl._errors import Conflict
-from awl._models import Event
-from awl._sqlite import SQLiteStore
+from awl.documents.errors import Conflict
+from awl.documents.models import Event
+from awl.store.sqlite import SQLiteStore
 
 path, go, name = sys.argv[1:4]
 rounds, orders = int(sys.argv[4]), int(sys.argv[5])
@@ -51,8 +51,8 @@ print(json.dumps({"written": written, "refused": refused}))
 
 RESERVE_CHILD = r"""
 import json, os, sys, time
-from awl._sqlite import SQLiteStore
-from awl._store import Scope
+from awl.store.sqlite import SQLiteStore
+from awl.store.protocol import Scope
 
 path, go, name, tries = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 store = SQLiteStore(path)

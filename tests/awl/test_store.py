@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from awl._errors import BadRequest, Conflict, NotFound
-from awl._memory import MemoryStore
-from awl._models import Event, Review, WorkOrder, WorkReport
-from awl._store import (
+from awl.documents.errors import BadRequest, Conflict, NotFound
+from awl.documents.models import Event, Review, WorkOrder, WorkReport
+from awl.store.memory import MemoryStore
+from awl.store.protocol import (
     LockInfo,
     PassRecord,
     Revocation,
@@ -28,7 +28,7 @@ T0 = "2030-01-01T00:00:00Z"
 def _open(kind: str, path: Path) -> Store:
     if kind == "memory":
         return MemoryStore()
-    from awl._sqlite import SQLiteStore
+    from awl.store.sqlite import SQLiteStore
 
     return SQLiteStore(path / "desk.sqlite3")
 
@@ -206,7 +206,7 @@ def test_list_orders_filters_newest_first(store: Store) -> None:
 
 def test_track_rows_match_the_full_records(store: Store) -> None:
     """track_rows gives, in bulk, exactly the rows built from full records and seq 2."""
-    from awl._track import TrackRow
+    from awl.store.protocol import TrackRow
 
     for oid in ("a", "b", "c", "d"):
         create(store, oid, to="agent:x" if oid != "d" else "agent:y")

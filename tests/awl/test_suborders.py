@@ -24,9 +24,9 @@ import pytest
 from desk_support import MANAGER, WORKER, Clock, open_store, order_fields, working
 
 from awl import BadRequest, Desk, ValidationFailed
-from awl._memory import MemoryStore
-from awl._store import Scope, Store
 from awl.cli import main
+from awl.store.memory import MemoryStore
+from awl.store.protocol import Scope, Store
 
 HELPER = "agent:helper"
 DEEP = "agent:deep"

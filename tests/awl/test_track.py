@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from desk_support import MANAGER, WORKER, Clock, open_store, order_fields, report_fields, working
 
-from awl._desk import Desk
-from awl._store import Store
-from awl._track import OUTCOMES, outcome_of, track_record
+from awl.desk.desk import Desk
+from awl.desk.track import OUTCOMES, outcome_of, track_record
+from awl.store.protocol import Store
 
 
 @pytest.fixture

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from awl._desk import Desk
-from awl._sqlite import SQLiteStore
 from awl.cli import main
+from awl.desk.desk import Desk
+from awl.store.sqlite import SQLiteStore
 from tests.awl.desk_support import report_fields
 from tests.awl.server_support import MANAGER, WORKER, order_fields
 from tests.fuzz.generators import damage, dumps, mutate, rng, scale

@@ -20,11 +20,11 @@ import mcp_types as types
 import pytest
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
-from awl._lifecycle import fold
-from awl._passes import KeyStore
-from awl._sqlite import SQLiteStore
+from awl.documents.lifecycle import fold
+from awl.passes.passes import KeyStore
 from awl.server import TOOL_NAMES, DeskServer
 from awl.server._tools import TOOLS, argument_schema
+from awl.store.sqlite import SQLiteStore
 from tests.awl.desk_support import report_fields
 from tests.awl.server_support import MANAGER, WORKER, order_fields
 from tests.fuzz.generators import mutate, rng, scale, sharp, value
@@ -38,9 +38,9 @@ OUTPUTS = {t.name: Draft202012Validator(t.output_schema) for t in TOOLS}
 # offer to approval; it prints each order's id and final state.
 SECOND_WRITER = """
 import json, sys
-from awl._desk import Desk
-from awl._sqlite import SQLiteStore
-from awl._errors import Conflict
+from awl.desk.desk import Desk
+from awl.store.sqlite import SQLiteStore
+from awl.documents.errors import Conflict
 sys.path.insert(0, sys.argv[3])
 from tests.awl.server_support import order_fields
 from tests.awl.desk_support import report_fields

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from awl import AWLError, Finding
-from awl._checks import check, load_document
+from awl.documents.checks import check, load_document
 from gateway._config import load_config
 from tests.awl.test_checks import (
     make_call,

@@ -19,7 +19,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from awl._lifecycle import fold
+from awl.documents.lifecycle import fold
 from tests.fuzz.generators import mutate, rng, scale, sharp, value
 from tests.gateway.gateway_support import connect, make_env, server_entry
 

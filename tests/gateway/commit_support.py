@@ -21,10 +21,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from awl._desk import Desk, format_time
-from awl._models import Event, WorkReport
-from awl._sqlite import SQLiteStore
-from awl._store import EffectState, PassRecord
+from awl.desk.desk import Desk, format_time
+from awl.documents.models import Event, WorkReport
+from awl.store.protocol import EffectState, PassRecord
+from awl.store.sqlite import SQLiteStore
 from tests.servers.receiver import counts, read_log
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,9 +23,9 @@ from typing import Any
 import mcp_types as types
 from mcp import Client, StdioServerParameters, stdio_client
 
-from awl._desk import Desk, OrderView
-from awl._models import CallRecord
-from awl._sqlite import SQLiteStore
+from awl.desk.desk import Desk, OrderView
+from awl.documents.models import CallRecord
+from awl.store.sqlite import SQLiteStore
 from gateway._gateway import Gateway
 from gateway._serve import open_gateway
 

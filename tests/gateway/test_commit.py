@@ -15,11 +15,11 @@ from typing import Any
 import anyio
 import pytest
 
-from awl._desk import format_time
-from awl._errors import BadRequest, Conflict, Forbidden, InvalidTransition
-from awl._models import parse_time
-from awl._store import LockInfo, PassRecord, Revocation
 from awl.cli import main
+from awl.desk.desk import format_time
+from awl.documents.errors import BadRequest, Conflict, Forbidden, InvalidTransition
+from awl.documents.models import parse_time
+from awl.store.protocol import LockInfo, PassRecord, Revocation
 from gateway._commit import (
     CommitSummary,
     commit,

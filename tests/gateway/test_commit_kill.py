@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from awl._errors import InvalidTransition
+from awl.documents.errors import InvalidTransition
 from gateway._commit import commit_sync, lock_name, retry_sync, settle
 from gateway._config import load_config
 from tests.gateway.commit_support import (

@@ -12,9 +12,9 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from awl._errors import Conflict, NotFound
-from awl._models import CallRecord, parse_time
-from awl._sqlite import SQLiteStore
+from awl.documents.errors import Conflict, NotFound
+from awl.documents.models import CallRecord, parse_time
+from awl.store.sqlite import SQLiteStore
 from gateway._config import ConfigError, load_config
 from gateway._gateway import UNRESOLVED_TOOL
 from gateway._names import SEPARATOR, NameTable, split_canonical

@@ -9,7 +9,7 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
-from awl._patterns import Ref, parse_ref
+from awl.documents.patterns import Ref, parse_ref
 from tests.gateway.gateway_support import (
     Clock,
     connect,

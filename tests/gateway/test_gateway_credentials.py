@@ -22,9 +22,9 @@ import anyio
 import httpx2
 import pytest
 
-from awl._passes import KeyStore, issue_recorded_pass, unverified_claims
 from awl.cli import main
-from awl.server._transport import serve_http as serve_mcp_http
+from awl.mcp.transport import serve_http as serve_mcp_http
+from awl.passes.passes import KeyStore, issue_recorded_pass, unverified_claims
 from gateway._serve import open_gateway, serve_http
 from tests.gateway.gateway_support import (
     WORKER,

@@ -15,8 +15,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from awl._errors import DocumentError
-from awl._passes import KeyStore, issue_recorded_pass
+from awl.documents.errors import DocumentError
+from awl.passes.passes import KeyStore, issue_recorded_pass
 from tests.awl.frames_support import (
     INVALID_PARAMS,
     StdioPeer,

@@ -18,9 +18,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
-from awl._errors import BadRequest
-from awl._passes import KeyStore, issue_recorded_pass, revoke_pass
 from awl.cli import main
+from awl.documents.errors import BadRequest
+from awl.passes.passes import KeyStore, issue_recorded_pass, revoke_pass
 from gateway._serve import is_loopback, open_gateway, parse_address, serve_http
 from tests.gateway.gateway_support import ROOT, WORKER, make_env, text
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from awl._models import Budget, CallRecord, Grant, WorkOrder
-from awl._store import Usage
+from awl.documents.models import Budget, CallRecord, Grant, WorkOrder
+from awl.store.protocol import Usage
 from gateway._policy import (
     AWL_BUDGET_EXHAUSTED,
     AWL_EXPIRED,

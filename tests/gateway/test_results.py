@@ -11,7 +11,7 @@ import anyio
 import mcp_types as types
 import pytest
 
-from awl._limits import MAX_CONTENT_BLOCKS
+from awl.documents.limits import MAX_CONTENT_BLOCKS
 from awl.server._server import ERROR_META
 from gateway._results import (
     AWL_UPSTREAM_BAD_RESULT,

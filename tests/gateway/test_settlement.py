@@ -11,9 +11,9 @@ import anyio
 import pytest
 from mcp import Client
 
-from awl._effects import list_effects, record_event, settle
-from awl._errors import InvalidTransition
 from awl.cli import main
+from awl.desk.effects import list_effects, record_event, settle
+from awl.documents.errors import InvalidTransition
 from awl.server import DeskServer
 from awl.server._server import ERROR_META
 from gateway._commit import commit_sync, lock_name, retry_sync

@@ -24,10 +24,10 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
-from awl._desk import format_time
-from awl._effects import settle
-from awl._errors import InvalidTransition, ValidationFailed
-from awl._models import Event, WorkOrder
+from awl.desk.desk import format_time
+from awl.desk.effects import settle
+from awl.documents.errors import InvalidTransition, ValidationFailed
+from awl.documents.models import Event, WorkOrder
 from gateway._commit import commit, retry
 from gateway._config import load_config
 from tests.gateway.commit_support import hold

@@ -34,13 +34,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from awl._desk import Desk, format_time
-from awl._errors import AWLError
-from awl._lineage import ancestors, remaining_of
-from awl._memory import MemoryStore
-from awl._models import WorkOrder
-from awl._passes import KeyStore, issue_recorded_pass
-from awl._patterns import covered_by_any, matches_any, overlap
+from awl.desk.desk import Desk, format_time
+from awl.desk.lineage import ancestors, remaining_of
+from awl.documents.errors import AWLError
+from awl.documents.models import WorkOrder
+from awl.documents.patterns import covered_by_any, matches_any, overlap
+from awl.passes.passes import KeyStore, issue_recorded_pass
+from awl.store.memory import MemoryStore
 from gateway._commit import commit
 from gateway._config import load_config
 from gateway._gateway import Gateway

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from awl.server._tokens import issue_token
+from awl.desk.tokens import issue_token
 from tests.gateway.commit_support import ROOT
 from tests.servers.receiver import read_log
 from tests.web.web_support import MANAGER, WORKER, Desked, make_desk, submit_order

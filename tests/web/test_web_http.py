@@ -12,8 +12,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from awl import ValidationFailed
-from awl._desk import format_time
-from awl.server._tokens import issue_token
+from awl.desk.desk import format_time
+from awl.desk.tokens import issue_token
 from awl.web import CSP, Sessions, WebConfig, build_app, loopback_hosts
 from tests.web.web_support import MANAGER, WORKER, csrf_of, make_desk, signed_in, submit_order
 
@@ -278,7 +278,7 @@ def test_a_sign_in_posted_from_another_site_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.spec("BIND-9", "SEC-6")
 def test_revoking_the_desk_token_ends_the_session_it_started(tmp_path: Path) -> None:
-    from awl.server._tokens import revoke_tokens
+    from awl.desk.tokens import revoke_tokens
 
     d = make_desk(tmp_path)
     client = signed_in(d, MANAGER)

@@ -22,10 +22,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from awl._errors import NotFound
-from awl._models import WorkOrder, parse_time
-from awl._patterns import matches_any
-from awl._store import Store, Usage
+from awl.documents.errors import NotFound
+from awl.documents.models import WorkOrder, parse_time
+from awl.documents.patterns import matches_any
+from awl.store.protocol import Store, Usage
 
 __all__ = ["MAX_DEPTH", "ancestors", "remaining_of", "self_review_problem",
            "staging_ancestor"]

@@ -26,17 +26,17 @@ from pydantic import BaseModel, ValidationError
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 
-from awl._bounded import (
+from awl.documents.bounded import (
     PatternError,
     SchemaTooCostly,
     bounded_errors,
     bounded_validator,
     meta_errors,
 )
-from awl._errors import BadRequest, DocumentError, ValidationFailed
-from awl._findings import Finding, pointer
-from awl._lifecycle import is_row
-from awl._limits import (
+from awl.documents.errors import BadRequest, DocumentError, ValidationFailed
+from awl.documents.findings import Finding, pointer
+from awl.documents.lifecycle import is_row
+from awl.documents.limits import (
     MAX_DEPTH,
     MAX_DOCUMENT_BYTES,
     check_amounts,
@@ -44,7 +44,7 @@ from awl._limits import (
     loads,
     read_regular_file,
 )
-from awl._models import (
+from awl.documents.models import (
     CallRecord,
     Check,
     Event,
@@ -54,8 +54,8 @@ from awl._models import (
     WorkReport,
     parse_time,
 )
-from awl._patterns import covered_by_any, matches_any, overlap, parse_ref
-from awl._schemas import schema_findings
+from awl.documents.patterns import covered_by_any, matches_any, overlap, parse_ref
+from awl.documents.schemas import schema_findings
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -170,7 +170,7 @@ def to_plain(value: Any, *, max_depth: int = DEFAULT_MAX_DEPTH,
     Raises:
         DocumentError: ``value`` holds something JSON cannot (bytes, NaN, non-string keys,
             lone surrogates, other objects), nests deeper than ``max_depth``, or is larger
-            than about ``max_bytes`` (the limits of :mod:`awl._limits`).
+            than about ``max_bytes`` (the limits of :mod:`awl.documents.limits`).
     """
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json", by_alias=True, exclude_unset=True)
@@ -234,7 +234,7 @@ def check_structure(doc: Any, doc_type: DocType) -> tuple[Any, BaseModel | None,
 def context_model(doc: Any, doc_type: DocType, model_cls: type[_M], role: str) -> _M:
     """A document given as context (a report's order, a parent), which must be valid.
 
-    Shared with :mod:`awl._passes` (a pass's order and parent claims); not part of the
+    Shared with :mod:`awl.passes.passes` (a pass's order and parent claims); not part of the
     package's public surface.
 
     Args:
@@ -884,9 +884,9 @@ def pass_checks() -> Callable[..., Iterator[Finding]]:
     """
     # The pass checks live with the pass code; imported late so the core works without them.
     try:
-        module = importlib.import_module("awl._passes")
+        module = importlib.import_module("awl.passes.passes")
     except ModuleNotFoundError as exc:
-        if exc.name != "awl._passes":
+        if exc.name != "awl.passes.passes":
             raise
         raise BadRequest("pass checks not installed") from None
     found: Callable[..., Iterator[Finding]] | None = getattr(module, "iter_pass_findings", None)

@@ -31,13 +31,13 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
-from awl._errors import BadRequest, Conflict, Forbidden, InvalidTransition, NotFound
-from awl._models import CallRecord, Event, WorkOrder
-from awl._patterns import canonical_ref
-from awl._store import EffectState, Settlement, Store
+from awl.documents.errors import BadRequest, Conflict, Forbidden, InvalidTransition, NotFound
+from awl.documents.models import CallRecord, Event, WorkOrder
+from awl.documents.patterns import canonical_ref
+from awl.store.protocol import EffectState, Settlement, Store
 
 if TYPE_CHECKING:
-    from awl._desk import Desk
+    from awl.desk.desk import Desk
 
 __all__ = [
     "EffectView",
@@ -285,8 +285,8 @@ def settle(order_id: str, ref: str, verdict: Verdict, evidence: str, by: str, *,
         BadRequest: No evidence, or an unknown verdict.
         NotFound: No such order or call.
     """
-    # awl._desk imports this module, so the desk is imported when first needed.
-    from awl._desk import Desk, format_time
+    # awl.desk.desk imports this module, so the desk is imported when first needed.
+    from awl.desk.desk import Desk, format_time
 
     if verdict not in ("happened", "did_not_happen"):
         raise BadRequest(f"verdict must be happened or did_not_happen, not {verdict!r}")

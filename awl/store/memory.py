@@ -1,28 +1,27 @@
-"""The in-memory store: the reference implementation of :class:`awl._store.Store`.
+"""The in-memory store: the reference implementation of :class:`awl.store.protocol.Store`.
 
 Everything lives in dictionaries behind one lock, so every method is atomic against every
 other thread. It keeps nothing across processes; use it for tests and short-lived desks.
-The small checks both stores share (state names, scope limits, refs, call records) live
-here too, so the two stores cannot drift apart on what they accept.
+The checks it shares with the other backends live in :mod:`awl.store.rules`.
 """
+
 
 from __future__ import annotations
 
-import json
 import threading
-from _json import encode_basestring, make_encoder
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, cast, get_args
+from typing import Any
 
-from pydantic import ValidationError
-
-from awl._errors import BadRequest, Conflict, NotFound
-from awl._models import CALL_ENDING, CallRecord, Event, Review, WorkOrder, WorkReport, parse_time
-from awl._patterns import make_ref, parse_ref
-from awl._store import (
+from awl.documents.models import (
+    CallRecord,
+    Event,
+    Review,
+    WorkOrder,
+    WorkReport,
+)
+from awl.store.protocol import (
     EffectState,
-    EffectStateName,
     LockInfo,
     OrderRecord,
     PassRecord,
@@ -30,323 +29,33 @@ from awl._store import (
     Scope,
     Settlement,
     TokenRecord,
+    TrackRow,
     Usage,
 )
-from awl._track import TrackRow
+from awl.store.rules import (
+    MAX_CHAIN,
+    call_not_found,
+    call_number,
+    check_ending,
+    check_first_event,
+    check_takeover,
+    exceeded_above,
+    exceeded_scope,
+    finished_call,
+    make_call,
+    may_take,
+    new_call,
+    next_effect,
+    order_exists_conflict,
+    order_not_found,
+    record_order_id,
+    seq_conflict,
+    stale_order,
+    stored_lock,
+    timestamp,
+)
 
 __all__ = ["MemoryStore"]
-
-EFFECT_STATES: frozenset[str] = frozenset(get_args(EffectStateName))
-
-# A float sum of per-call prices may land a hair above an exact limit (0.1 * 3 > 0.3).
-USD_TOLERANCE = 1e-9
-
-
-def check_effect_state(state: str) -> EffectStateName:
-    """``state`` as an effect state name; BadRequest when it is not one."""
-    if state not in EFFECT_STATES:
-        raise BadRequest(
-            f"unknown effect state {state!r}; use one of {', '.join(sorted(EFFECT_STATES))}"
-        )
-    return cast(EffectStateName, state)
-
-
-def check_first_event(order: WorkOrder, event: Event) -> None:
-    """Refuse a first event that is not seq 1."""
-    if event.seq != 1:
-        raise BadRequest(f"the first event of order {order.id!r} must have seq 1, not {event.seq}")
-
-
-def seq_conflict(order_id: str, event: Event, actual: int) -> Conflict:
-    """The Conflict for an append whose seq does not follow the stored one."""
-    return Conflict(
-        f"order {order_id!r} is at seq {actual}, but the event has seq {event.seq}; "
-        "read the order again and retry",
-        expected_seq=event.seq - 1,
-        actual_seq=actual,
-    )
-
-
-def stale_order(order_id: str, expected: int, actual: int) -> Conflict:
-    """The Conflict for a reservation made on an order read at an older seq."""
-    return Conflict(
-        f"order {order_id!r} is at seq {actual}, not {expected}; read the order again",
-        expected_seq=expected,
-        actual_seq=actual,
-    )
-
-
-def order_exists_conflict(order_id: str, actual: int) -> Conflict:
-    """The Conflict for creating an order whose id is taken."""
-    return Conflict(
-        f"an order with id {order_id!r} already exists; choose another id",
-        expected_seq=0,
-        actual_seq=actual,
-    )
-
-
-def order_not_found(order_id: str) -> NotFound:
-    """The NotFound for an absent order."""
-    return NotFound(f"no order with id {order_id!r}")
-
-
-def call_number(order_id: str, ref: str) -> tuple[int, str]:
-    """The N and tool a ref names; NotFound when it is not a ref at all."""
-    parsed = parse_ref(ref)
-    if parsed is None:
-        raise NotFound(f"{ref!r} is not a call ref (server/tool#N) of order {order_id!r}")
-    return parsed.n, parsed.tool
-
-
-def call_not_found(order_id: str, ref: str) -> NotFound:
-    """The NotFound for a ref that names no recorded call."""
-    return NotFound(f"order {order_id!r} has no recorded call {ref!r}")
-
-
-def exceeded_scope(
-    scopes: Sequence[Scope], spent: Callable[[frozenset[str] | None], tuple[int, float]],
-    usd: float,
-) -> str | None:
-    """The name of the first scope one more call costing ``usd`` would exceed.
-
-    ``spent(jtis)`` gives the counted calls and their summed usd so far under ``jtis``
-    (all of the order's when None); it is asked only for scopes that set a limit.
-    """
-    for scope in scopes:
-        if scope.max_calls is None and scope.max_usd is None:
-            continue
-        calls, used = spent(scope.jtis)
-        if scope.max_calls is not None and calls + 1 > scope.max_calls:
-            return scope.name
-        if scope.max_usd is not None and used + usd > scope.max_usd + USD_TOLERANCE:
-            return scope.name
-    return None
-
-
-MAX_CHAIN = 64
-"""The most orders above an order that a reservation charges (a deeper chain, or a cycle in
-a damaged store, stops there; the desk's chains are far shorter)."""
-
-
-def above_scope(order_id: str) -> str:
-    """The scope name a reservation returns for an order above the calling one."""
-    return f"order {order_id}"
-
-
-def exceeded_above(
-    above: Sequence[tuple[str, float | None, float | None, int, float]], usd: float,
-) -> str | None:
-    """The scope name of the first order above that one more call costing ``usd`` exceeds.
-
-    Each entry is ``(order_id, max tool_calls, max usd, calls charged, usd charged)``: an
-    order's own counted calls plus those of every sub-order below it.
-    """
-    for order_id, max_calls, max_usd, calls, used in above:
-        if max_calls is not None and calls + 1 > max_calls:
-            return above_scope(order_id)
-        if max_usd is not None and used + usd > max_usd + USD_TOLERANCE:
-            return above_scope(order_id)
-    return None
-
-
-def json_copy(value: Any, what: str) -> Any:
-    """A fresh copy of ``value`` as JSON reads it back (tuples become lists, and so on).
-
-    Both stores hand back exactly this, so what a caller gets never depends on the store
-    (nor aliases what it passed in). BadRequest when ``value`` is not JSON data.
-    """
-    try:
-        return json.loads(json.dumps(value))
-    except (TypeError, ValueError) as exc:
-        raise BadRequest(f"{what} must be JSON data: {exc}") from None
-
-
-def stored_lock(info: LockInfo) -> LockInfo:
-    """The lock as a store keeps it (its data as JSON reads it back)."""
-    return replace(info, data=json_copy(info.data, f"the data of lock {info.name!r}"))
-
-
-def may_take(current: LockInfo | None, replace_: LockInfo | None) -> bool:
-    """Whether a lock now held as ``current`` may be taken by one expecting ``replace_``."""
-    return current is None or (replace_ is not None and current == stored_lock(replace_))
-
-
-def dump_json(data: Any) -> str:
-    """The compact JSON text a store keeps a document as."""
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-
-
-def new_call(
-    order_id: str, n: int, *, attempt: int, tool: str, arguments: dict[str, Any],
-    pass_jti: str | None, started_at: str,
-) -> tuple[CallRecord, str]:
-    """A reserved call's record (outcome pending, ended when it started) and its JSON text."""
-    return stored_call({
-        "order_id": order_id, "attempt": attempt, "tool": tool, "arguments": arguments,
-        "pass_jti": pass_jti, "outcome": "pending", "started_at": started_at,
-        "ended_at": started_at,
-    }, n)
-
-
-def record_order_id(fields: dict[str, Any]) -> str:
-    """The order a call record to store belongs to; BadRequest when it names none."""
-    order_id = fields.get("order_id")
-    if not isinstance(order_id, str):
-        raise BadRequest("a call record needs an 'order_id' string")
-    return order_id
-
-
-def stored_call(fields: dict[str, Any], n: int) -> tuple[CallRecord, str]:
-    """A call record from its fields (None meaning absent) and its number, as stores keep it.
-
-    Returns the record as read back from its JSON text, and that text. BadRequest when the
-    fields do not form a valid record.
-    """
-    if "ref" in fields:
-        raise BadRequest("the store numbers calls itself; leave out 'ref'")
-    tool = fields.get("tool")
-    if not isinstance(tool, str):
-        raise BadRequest("a call record needs a 'tool' string")
-    # Records leave out what is unknown (the models refuse null for optional fields).
-    data = {"ref": make_ref(tool, n), **{k: v for k, v in fields.items() if v is not None}}
-    text = json_text(data, "a call record")
-    # One pass: the JSON text is validated as the record, and the record read back from it
-    # is what the SQLite store hands out later (a fresh copy, never the caller's objects).
-    return read_call(text), text
-
-
-def make_call(fields: dict[str, Any], n: int) -> CallRecord:
-    """A CallRecord from its fields (None meaning absent) and its number.
-
-    BadRequest when they do not form a valid record.
-    """
-    return stored_call(fields, n)[0]
-
-
-def check_ending(outcome: str, result: dict[str, Any] | None, error: str | None,
-                 ended_at: str) -> None:
-    """BadRequest unless these fields may end a call: a final outcome (not ``pending``), and
-    each field valid as CallRecord has it (None meaning absent)."""
-    if outcome == "pending":
-        raise BadRequest("finish_call sets a final outcome; 'pending' is not one")
-    fields: dict[str, Any] = {"outcome": outcome, "ended_at": ended_at}
-    if result is not None:
-        fields["result"] = result
-    if error is not None:
-        fields["error"] = error
-    try:
-        CALL_ENDING.model_validate(fields)
-    except ValidationError as exc:
-        raise _invalid("call ending", exc) from None
-
-
-def outcome_conflict(order_id: str, ref: str, outcome: str) -> Conflict:
-    """The Conflict for finishing a call whose outcome is ``outcome`` already."""
-    return Conflict(f"call {ref!r} of order {order_id!r} already has outcome {outcome!r}; "
-                    "an outcome is set once")
-
-
-def _not_json(value: Any) -> Any:
-    raise TypeError(f"a {type(value).__name__} is not JSON data")
-
-
-# The C encoder behind json.dumps, made once (JSONEncoder.encode makes one per call): compact,
-# UTF-8 as is, NaN and infinities refused. Without a markers dict it keeps no state between
-# calls (so threads may share it); a circular value fails as too deep.
-_encode_strict = make_encoder(None, _not_json, encode_basestring, None, ":", ",", False, False,
-                              False)
-
-
-def json_text(value: Any, what: str) -> str:
-    """``value`` as the compact JSON text stores keep; BadRequest when it is not JSON data."""
-    try:
-        return "".join(_encode_strict(value, 0))
-    except (TypeError, ValueError) as exc:
-        raise BadRequest(f"{what} must be JSON data: {exc}") from None
-    except RecursionError:
-        raise BadRequest(f"{what} must be JSON data: it is nested too deeply, or contains "
-                         "itself") from None
-
-
-def read_call(text: str) -> CallRecord:
-    """The call record a JSON text holds; BadRequest, naming the first problem, if invalid."""
-    try:
-        return CallRecord.model_validate_json(text)
-    except ValidationError as exc:
-        raise _invalid("call record", exc) from None
-
-
-def _invalid(what: str, exc: ValidationError) -> BadRequest:
-    """The BadRequest naming the first problem pydantic found in a ``what``."""
-    first = exc.errors()[0]
-    where = "/".join(str(p) for p in first["loc"])
-    return BadRequest(f"not a valid {what}: {where}: {first['msg']}")
-
-
-def finished_call(old: dict[str, Any], n: int, ref: str, *, outcome: str,
-                  result: dict[str, Any] | None, error: str | None,
-                  ended_at: str) -> tuple[CallRecord, str]:
-    """The record with its outcome set, and its JSON text; Conflict when it was set already.
-
-    ``old`` is the stored record's JSON data, ``n`` its number; the new fields were checked
-    with :func:`check_ending`.
-    """
-    if old["outcome"] != "pending":
-        raise outcome_conflict(old["order_id"], ref, old["outcome"])
-    fields = {**old, "outcome": outcome, "result": result, "error": error,
-              "ended_at": ended_at}
-    del fields["ref"]
-    return stored_call(fields, n)
-
-
-def effect_conflict(order_id: str, ref: str, actual: str | None,
-                    expect: Sequence[str] | None) -> Conflict:
-    """The Conflict for an effect whose state is not the expected one."""
-    wanted = "absent" if expect is None else " or ".join(expect)
-    return Conflict(
-        f"effect {ref!r} of order {order_id!r} is {actual or 'absent'}, not {wanted}; "
-        "someone else moved it first"
-    )
-
-
-def next_effect(
-    old: EffectState | None, record: CallRecord, *, expect: Sequence[str] | None, state: str,
-    attempt: int | None, result: dict[str, Any] | None, error: str | None,
-    settlement: Settlement | None, count_dispatch: bool, at: str,
-) -> EffectState:
-    """The effect state ``set_effect`` writes, after its compare-and-set check."""
-    name = check_effect_state(state)
-    result = json_copy(result, f"the result of effect {record.ref!r}")
-    if expect is None:
-        if old is not None:
-            raise effect_conflict(record.order_id, record.ref, old.state, expect)
-        return EffectState(
-            order_id=record.order_id, ref=record.ref,
-            attempt=record.attempt if attempt is None else attempt, state=name,
-            result=result, error=error, settlement=settlement,
-            dispatches=1 if count_dispatch else 0, updated_at=at,
-        )
-    if old is None:
-        raise NotFound(f"order {record.order_id!r} has no effect {record.ref!r}")
-    if old.state not in expect:
-        raise effect_conflict(record.order_id, record.ref, old.state, expect)
-    return replace(
-        old, state=name, attempt=old.attempt if attempt is None else attempt,
-        result=result, error=error,
-        settlement=old.settlement if settlement is None else settlement,
-        dispatches=old.dispatches + (1 if count_dispatch else 0), updated_at=at,
-    )
-
-
-def check_takeover(info: LockInfo, replace_: LockInfo | None) -> None:
-    """Refuse a takeover of a lock with another name."""
-    if replace_ is not None and replace_.name != info.name:
-        raise BadRequest(f"cannot take over lock {replace_.name!r} as {info.name!r}")
-
-
-def timestamp(text: str) -> float:
-    """Seconds since the epoch for an RFC 3339 timestamp."""
-    return parse_time(text).timestamp()
 
 
 @dataclass
@@ -386,7 +95,7 @@ class _Order:
 
 
 class MemoryStore:
-    """A :class:`awl._store.Store` in memory, safe to share between threads.
+    """A :class:`awl.store.protocol.Store` in memory, safe to share between threads.
 
     Example:
         >>> store = MemoryStore()

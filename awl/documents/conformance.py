@@ -17,7 +17,7 @@ from typing import Any, Literal
 # jsonschema ships no type hints (types-jsonschema is not a dependency).
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
-from awl._checks import (
+from awl.documents.checks import (
     iter_call_findings,
     iter_event_findings,
     iter_order_findings,
@@ -27,9 +27,9 @@ from awl._checks import (
     load_document,
     pass_checks,
 )
-from awl._errors import AWLError, BadRequest, DocumentError
-from awl._findings import Finding
-from awl._schemas import conformance_dir
+from awl.documents.errors import AWLError, BadRequest, DocumentError
+from awl.documents.findings import Finding
+from awl.documents.schemas import conformance_dir
 
 __all__ = ["ConformanceResult", "ConformanceRun", "run_conformance", "run_test"]
 

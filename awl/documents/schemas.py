@@ -19,9 +19,9 @@ from jsonschema import Draft202012Validator, FormatChecker  # type: ignore[impor
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from awl._errors import AWLError
-from awl._findings import Finding, pointer
-from awl._models import parse_time
+from awl.documents.errors import AWLError
+from awl.documents.findings import Finding, pointer
+from awl.documents.models import parse_time
 
 __all__ = [
     "SCHEMA_NAMES",
@@ -46,7 +46,7 @@ _STEMS: Mapping[str, tuple[str, ...]] = {
     "review": ("review",),
 }
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parent.parent
 _MESSAGE_LIMIT = 300
 
 

@@ -25,8 +25,8 @@ from pydantic import (
     model_validator,
 )
 
-from awl._limits import MAX_EPOCH, check_instant
-from awl._patterns import NAME
+from awl.documents.limits import MAX_EPOCH, check_instant
+from awl.documents.patterns import NAME
 
 __all__ = [
     "CHECK_TIMEOUT",

@@ -55,8 +55,8 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from awl._errors import DocumentError
-from awl._limits import MAX_DOCUMENT_BYTES, check_json_value
+from awl.documents.errors import DocumentError
+from awl.documents.limits import MAX_DOCUMENT_BYTES, check_json_value
 
 __all__ = ["MAX_FRAME_BYTES", "FrameGuard", "Refused", "check_frame", "stdio_frames"]
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from awl._errors import BadRequest
-from awl._models import Check, Event
+from awl.documents.errors import BadRequest
+from awl.documents.models import Check, Event
 
 __all__ = [
     "ENV_KEPT",

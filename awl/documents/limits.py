@@ -11,7 +11,7 @@ later layer (SQLite, ``datetime``, ``json.dumps``, a regular expression engine).
 - :func:`check_instant` and :func:`check_epoch` keep dates within years 1 to 9999.
 - :func:`read_regular_file` reads a file only when it is a regular one (a FIFO would block).
 
-This module imports only :mod:`awl._errors`: every other layer may use it.
+This module imports only :mod:`awl.documents.errors`: every other layer may use it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from awl._errors import BadRequest, DocumentError
+from awl.documents.errors import BadRequest, DocumentError
 
 __all__ = [
     "INT64_MAX",

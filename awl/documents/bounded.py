@@ -13,7 +13,7 @@ multiply the work exponentially. Here:
 - every keyword application spends steps from a budget of :data:`MAX_SCHEMA_STEPS` and
   :data:`MAX_SCHEMA_SECONDS`; past either the check stops with :class:`SchemaTooCostly`.
 
-This module depends only on :mod:`awl._limits` and the schema libraries.
+This module depends only on :mod:`awl.documents.limits` and the schema libraries.
 """
 
 from __future__ import annotations

@@ -34,9 +34,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from awl._errors import Forbidden
-from awl._models import Event, parse_time
-from awl._store import OrderRecord, Store
+from awl.documents.errors import Forbidden
+from awl.documents.models import parse_time
+from awl.store.protocol import OrderRecord, Store, TrackRow
 
 __all__ = ["OUTCOMES", "TrackRecord", "TrackRow", "UnitSpend", "outcome_of", "summarize",
            "track_record"]
@@ -103,40 +103,6 @@ class TrackRecord:
             "spend": {unit: s.to_json() for unit, s in sorted(self.spend.items())},
             "median_seconds_to_approval": self.median_seconds_to_approval,
         }
-
-
-@dataclass(frozen=True, slots=True)
-class TrackRow:
-    """What a track record needs of one order."""
-
-    order_id: str
-    state: str
-    budget: dict[str, float]
-    """The order's budget units."""
-    cost: dict[str, float] | None = None
-    """The latest report's cost (None without a report)."""
-    status: str | None = None
-    """The latest report's status."""
-    reworks: int = 0
-    """How many reviews sent the work back."""
-    accepted_at: str | None = None
-    """When the worker accepted (the seq 2 event, when it is an accept)."""
-    approved_at: str | None = None
-    """When the manager approved (the latest approving review)."""
-
-    @classmethod
-    def of(cls, record: OrderRecord, accept: Event | None = None) -> TrackRow:
-        """The row of a full record, given its seq 2 event (if any)."""
-        latest = record.reports[-1] if record.reports else None
-        approvals = [r.at for r in record.reviews if r.decision == "approve"]
-        return cls(
-            order_id=record.order.id, state=record.state, budget=record.order.budget.units(),
-            cost=latest.cost.units() if latest is not None else None,
-            status=latest.status if latest is not None else None,
-            reworks=sum(1 for r in record.reviews if r.decision == "rework"),
-            accepted_at=accept.at if accept is not None and accept.action == "accept" else None,
-            approved_at=approvals[-1] if approvals else None,
-        )
 
 
 def outcome_of(row: TrackRow | OrderRecord) -> str:

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from awl._criteria_checks import check_question, latest_checks
-from awl._models import Event, Handoff, NextStep, Review, WorkOrder, WorkReport
+from awl.desk.criteria import check_question, latest_checks
+from awl.documents.models import Event, Handoff, NextStep, Review, WorkOrder, WorkReport
 
 __all__ = ["briefing"]
 
@@ -60,7 +60,7 @@ def briefing(record: _Record, events: Sequence[Event] = ()) -> str:
 
     Args:
         record: the order with its state, reports and reviews (an :class:`awl.OrderView`
-            or an :class:`awl._store.OrderRecord`).
+            or an :class:`awl.store.protocol.OrderRecord`).
         events: the order's log, oldest first (optional; without it the page has no
             manager decisions from the log and no recent events).
 

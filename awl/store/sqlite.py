@@ -40,9 +40,22 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from awl._errors import AWLError, Conflict
-from awl._files import create_private, make_private
-from awl._memory import (
+from awl.documents.errors import AWLError, Conflict
+from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
+from awl.store.files import create_private, make_private
+from awl.store.protocol import (
+    EffectState,
+    LockInfo,
+    OrderRecord,
+    PassRecord,
+    Revocation,
+    Scope,
+    Settlement,
+    TokenRecord,
+    TrackRow,
+    Usage,
+)
+from awl.store.rules import (
     MAX_CHAIN,
     call_not_found,
     call_number,
@@ -66,19 +79,6 @@ from awl._memory import (
     stored_lock,
     timestamp,
 )
-from awl._models import CallRecord, Event, Review, WorkOrder, WorkReport
-from awl._store import (
-    EffectState,
-    LockInfo,
-    OrderRecord,
-    PassRecord,
-    Revocation,
-    Scope,
-    Settlement,
-    TokenRecord,
-    Usage,
-)
-from awl._track import TrackRow
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -364,7 +364,7 @@ def _lock_from(doc: str) -> LockInfo:
 
 
 class SQLiteStore:
-    """A :class:`awl._store.Store` in one SQLite file, safe across threads and processes.
+    """A :class:`awl.store.protocol.Store` in one SQLite file, safe across threads and processes.
 
     Args:
         path: The desk file; created (with its schema) if absent.

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from awl._findings import Finding
+    from awl.documents.findings import Finding
 
 
 class AWLError(Exception):

@@ -43,16 +43,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from awl._checks import (
+from awl.documents.checks import (
     _no_invalid,
     _validated,
     check_structure,
     context_model,
     load_document,
 )
-from awl._errors import BadRequest, DocumentError, InvalidTransition, NotFound, PassError
-from awl._findings import Finding, pointer
-from awl._limits import (
+from awl.documents.errors import BadRequest, DocumentError, InvalidTransition, NotFound, PassError
+from awl.documents.findings import Finding, pointer
+from awl.documents.limits import (
     MAX_EPOCH,
     MIN_EPOCH,
     check_amounts,
@@ -61,9 +61,9 @@ from awl._limits import (
     is_finite_number,
     show_value,
 )
-from awl._models import Budget, PassClaims, WorkOrder, parse_time
-from awl._patterns import covered_by_any, matches_any, overlap
-from awl._store import PassRecord, Scope, Store, Usage
+from awl.documents.models import Budget, PassClaims, WorkOrder, parse_time
+from awl.documents.patterns import covered_by_any, matches_any, overlap
+from awl.store.protocol import PassRecord, Scope, Store, Usage
 
 __all__ = [
     "ALGORITHM",

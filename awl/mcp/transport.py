@@ -29,8 +29,8 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from awl._errors import BadRequest
-from awl.server._frames import MAX_FRAME_BYTES, FrameGuard
+from awl.documents.errors import BadRequest
+from awl.mcp.frames import MAX_FRAME_BYTES, FrameGuard
 
 __all__ = [
     "IDENTITY_KEY",

@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from awl._errors import BadRequest
-from awl._files import create_private
-from awl._sqlite import SQLiteStore
+from awl.documents.errors import BadRequest
+from awl.store.files import create_private
+from awl.store.sqlite import SQLiteStore
 
 __all__ = ["DESK_FILE", "ENV_VAR", "default_store", "home_dir"]
 

@@ -16,8 +16,8 @@ import hashlib
 import secrets
 from datetime import UTC, datetime
 
-from awl._errors import BadRequest, NotFound
-from awl._store import Store, TokenRecord
+from awl.documents.errors import BadRequest, NotFound
+from awl.store.protocol import Store, TokenRecord
 
 __all__ = ["TOKEN_PREFIX", "check_principal", "issue_token", "principal_for_token",
            "revoke_tokens", "token_hash", "token_id"]

@@ -13,12 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
-from awl._models import CallRecord, Event, Review, WorkOrder, WorkReport
-
-if TYPE_CHECKING:
-    from awl._track import TrackRow
+from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
 
 EffectStateName = Literal[
     "held", "dropped", "dispatching", "committed", "failed", "unknown", "skipped"
@@ -127,6 +124,40 @@ class LockInfo:
     data: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class TrackRow:
+    """What a track record needs of one order."""
+
+    order_id: str
+    state: str
+    budget: dict[str, float]
+    """The order's budget units."""
+    cost: dict[str, float] | None = None
+    """The latest report's cost (None without a report)."""
+    status: str | None = None
+    """The latest report's status."""
+    reworks: int = 0
+    """How many reviews sent the work back."""
+    accepted_at: str | None = None
+    """When the worker accepted (the seq 2 event, when it is an accept)."""
+    approved_at: str | None = None
+    """When the manager approved (the latest approving review)."""
+
+    @classmethod
+    def of(cls, record: OrderRecord, accept: Event | None = None) -> TrackRow:
+        """The row of a full record, given its seq 2 event (if any)."""
+        latest = record.reports[-1] if record.reports else None
+        approvals = [r.at for r in record.reviews if r.decision == "approve"]
+        return cls(
+            order_id=record.order.id, state=record.state, budget=record.order.budget.units(),
+            cost=latest.cost.units() if latest is not None else None,
+            status=latest.status if latest is not None else None,
+            reworks=sum(1 for r in record.reviews if r.decision == "rework"),
+            accepted_at=accept.at if accept is not None and accept.action == "accept" else None,
+            approved_at=approvals[-1] if approvals else None,
+        )
+
+
 class Store(Protocol):
     """Durable, multi-process-safe storage for a desk."""
 
@@ -162,7 +193,7 @@ class Store(Protocol):
         ...
 
     def track_rows(self, worker: str) -> list[TrackRow]:
-        """One :class:`awl._track.TrackRow` per order addressed to ``worker``, newest first.
+        """One :class:`TrackRow` per order addressed to ``worker``, newest first.
 
         Equal to ``TrackRow.of(record, seq 2 event)`` for each of the worker's records, but
         read in bulk: a store may pick the few fields from its documents without parsing

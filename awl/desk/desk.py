@@ -1,7 +1,7 @@
 """The desk: where orders are issued, worked, reported, reviewed and followed.
 
 :class:`Desk` is the one place that enforces who may do what (the roles of
-:mod:`awl._lifecycle`) and when, validates every document with the numbered checks, and
+:mod:`awl.documents.lifecycle`) and when, validates every document with the numbered checks, and
 writes each step as one event appended to the order's log in the store. A refused
 operation writes nothing, with one deliberate exception: an order found past its deadline
 is expired first (the desk's own event), so nobody ever sees a stale active state.
@@ -40,8 +40,9 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 import anyio
 import anyio.to_thread
 
-from awl._effects import drop_held, held_calls
-from awl._errors import (
+from awl.desk.effects import drop_held, held_calls
+from awl.desk.lineage import ancestors, remaining_of, self_review_problem
+from awl.documents.errors import (
     AWLError,
     BadRequest,
     Conflict,
@@ -50,17 +51,16 @@ from awl._errors import (
     NotFound,
     ValidationFailed,
 )
-from awl._findings import Finding
-from awl._lifecycle import ACTIVE, DESK_ACTOR, NOTE_ACTIONS, TABLE, TERMINAL, Role, targets
-from awl._limits import check_integer
-from awl._lineage import ancestors, remaining_of, self_review_problem
-from awl._models import Event, Handoff, Review, WorkOrder, WorkReport, parse_time
-from awl._patterns import parse_ref
-from awl._store import OrderRecord, Store
+from awl.documents.findings import Finding
+from awl.documents.lifecycle import ACTIVE, DESK_ACTOR, NOTE_ACTIONS, TABLE, TERMINAL, Role, targets
+from awl.documents.limits import check_integer
+from awl.documents.models import Event, Handoff, Review, WorkOrder, WorkReport, parse_time
+from awl.documents.patterns import parse_ref
+from awl.store.protocol import OrderRecord, Store
 
 if TYPE_CHECKING:
-    from awl._criteria_checks import CheckRun
-    from awl._track import TrackRecord
+    from awl.desk.criteria import CheckRun
+    from awl.desk.track import TrackRecord
 
 __all__ = ["AsyncDesk", "Desk", "OrderView", "Question", "Subscription"]
 
@@ -310,7 +310,7 @@ def _same_ref(a: str, b: str) -> bool:
 
 
 class Desk:
-    """The work-order desk over a :class:`~awl._store.Store`.
+    """The work-order desk over a :class:`~awl.store.protocol.Store`.
 
     Every operation takes the acting principal explicitly and enforces its role: only the
     order's worker accepts, declines, starts, posts progress and reports; only its manager
@@ -337,7 +337,7 @@ class Desk:
                  conflict_retries: int = 1, poll_interval: float = 0.02,
                  max_poll_interval: float = 0.25) -> None:
         if store is None:
-            from awl._home import default_store
+            from awl.desk.home import default_store
             store = default_store()
         self.store: Store = store
         self._clock: Clock = clock or _utc_now
@@ -521,12 +521,12 @@ class Desk:
 
     def track(self, worker: str, *, viewer: str | None = None) -> TrackRecord:
         """How the worker's orders turned out, as ``viewer`` may see it (SEC-8); see
-        :func:`awl._track.track_record`.
+        :func:`awl.desk.track.track_record`.
 
         Raises:
             Forbidden: ``viewer`` is neither the worker nor a manager of its orders.
         """
-        from awl._track import track_record
+        from awl.desk.track import track_record
         return track_record(self.store, worker, viewer=viewer)
 
     def handoff(self, order_id: str) -> str:
@@ -535,7 +535,7 @@ class Desk:
         Raises:
             NotFound: no such order.
         """
-        from awl._briefing import briefing
+        from awl.desk.briefing import briefing
         view = self.get(order_id)
         return briefing(view, self.store.events(order_id))
 
@@ -600,7 +600,7 @@ class Desk:
                 escalation contact is its worker or manager (LC-13).
             Conflict: the id is taken.
         """
-        from awl._checks import iter_order_findings, iter_suborder_findings, to_plain
+        from awl.documents.checks import iter_order_findings, iter_suborder_findings, to_plain
 
         doc = order.to_json() if isinstance(order, WorkOrder) else to_plain(dict(order))
         if not isinstance(doc, dict):
@@ -650,7 +650,7 @@ class Desk:
             "from": None, "to": "offered",
         }
         if workspace is not None:
-            from awl._criteria_checks import workspace_root
+            from awl.desk.criteria import workspace_root
 
             fields["data"] = {"workspace": str(workspace_root(workspace))}
         elif _checked(model):
@@ -712,7 +712,7 @@ class Desk:
         self._check_actor(record.order, "start", actor)
         if not targets(record.state, "start"):
             raise self._wrong_state(record.order, record.state, "start")
-        from awl._criteria_checks import take_snapshot
+        from awl.desk.criteria import take_snapshot
 
         return self._simple(order_id, "start", actor,
                             data={"snapshot": take_snapshot(workspace)})
@@ -739,12 +739,12 @@ class Desk:
         Each value is desk evidence of type ``check``: ``{criterion, type, check: {outcome,
         exit_code, duration, tail, signature, signals?, timed_out?, error?, snapshot?}}``.
         """
-        from awl._criteria_checks import latest_checks
+        from awl.desk.criteria import latest_checks
 
         return latest_checks(self.store.events(order_id, after=0, limit=None))
 
     def _run_criteria_checks(self, order: WorkOrder) -> builtins.list[CheckRun]:
-        from awl._criteria_checks import run_checks
+        from awl.desk.criteria import run_checks
 
         workspace = self.workspace(order.id)
         if workspace is None:
@@ -785,7 +785,7 @@ class Desk:
         ``check`` event, or, when the same check failed the same way on its previous run,
         in a ``block`` event that puts the question to the manager.
         """
-        from awl._checks import check_run_findings
+        from awl.documents.checks import check_run_findings
 
         record = self.store.load(order_id)
         late = parse_time(record.order.deadline) < self.now()
@@ -798,7 +798,7 @@ class Desk:
         failed = [run for run in runs if run.outcome in ("failed", "timeout")]
         if not failed:
             return runs
-        from awl._criteria_checks import latest_checks
+        from awl.desk.criteria import latest_checks
 
         before = latest_checks(self.store.events(order_id, after=0, limit=None), on_report=True)
         again = [run for run in failed
@@ -882,7 +882,7 @@ class Desk:
             ValidationFailed: the report has ``invalid`` findings.
             BadRequest: ``from`` or ``attempt`` does not match.
         """
-        from awl._checks import iter_report_findings, to_plain
+        from awl.documents.checks import iter_report_findings, to_plain
 
         doc = report.to_json() if isinstance(report, WorkReport) else to_plain(dict(report))
         if not isinstance(doc, dict):
@@ -975,7 +975,7 @@ class Desk:
             BadRequest: an effect ref the report does not list, or an approval of a failed
                 report.
         """
-        from awl._checks import iter_review_findings
+        from awl.documents.checks import iter_review_findings
 
         if decision not in ("approve", "rework"):
             raise BadRequest(f"decision must be approve or rework, not {decision!r}")
@@ -1123,7 +1123,7 @@ class Desk:
         order_id = view.id
         try:
             if event.to in TERMINAL:
-                from awl._passes import revoke_order_passes
+                from awl.passes.passes import revoke_order_passes
 
                 revoke_order_passes(self.store, order_id, reason=f"order {event.to}",
                                     now=event.at)

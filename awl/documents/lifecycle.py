@@ -36,8 +36,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Literal
 
-from awl._errors import InvalidTransition
-from awl._models import Event
+from awl.documents.errors import InvalidTransition
+from awl.documents.models import Event
 
 __all__ = [
     "ACTIVE",

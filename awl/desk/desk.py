@@ -32,7 +32,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
@@ -56,7 +56,7 @@ from awl.documents.lifecycle import ACTIVE, DESK_ACTOR, NOTE_ACTIONS, TABLE, TER
 from awl.documents.limits import check_integer
 from awl.documents.models import Event, Handoff, Review, WorkOrder, WorkReport, parse_time
 from awl.documents.patterns import parse_ref
-from awl.store.protocol import OrderRecord, Store
+from awl.store.protocol import Notification, OrderRecord, Store, Webhook
 
 if TYPE_CHECKING:
     from awl.desk.criteria import CheckRun
@@ -548,6 +548,37 @@ class Desk:
             if overdue and self._fresh(record).state == "expired":
                 expired.append(record.order.id)
         return expired
+
+    # ----------------------------------------------------------------- webhooks
+
+    def add_webhook(self, url: str, events: str | Iterable[str], *,
+                    orders: str | Iterable[str] | None = None) -> Webhook:
+        """Subscribe ``url`` to ``events`` (some of ``submitted``, ``blocked``, ``expired``,
+        ``unknown``, ``committed``, ``failed``), for every order or only ``orders`` (HOOK-1).
+
+        The returned record carries the subscription's signing secret (``whsec_...``), which
+        the desk never shows again. BadRequest for a URL or event name it cannot take,
+        NotFound for an order that does not exist."""
+        from awl.desk.notify import add_webhook
+
+        return add_webhook(self.store, url, events, orders=orders, now=self.now())
+
+    def webhooks(self) -> builtins.list[Webhook]:
+        """Every webhook subscription, oldest first."""
+        return self.store.webhooks()
+
+    def remove_webhook(self, webhook_id: str) -> None:
+        """Remove a subscription; its pending notifications are never sent (HOOK-6)."""
+        from awl.desk.notify import remove_webhook
+
+        remove_webhook(self.store, webhook_id, now=self.now())
+
+    def notifications(self, *, state: str | None = None, webhook_id: str | None = None,
+                      order_id: str | None = None,
+                      limit: int | None = 100) -> builtins.list[Notification]:
+        """The outbox, newest first: each notification with its delivery attempts."""
+        return self.store.notifications(state=state, webhook_id=webhook_id,
+                                        order_id=order_id, limit=limit)
 
     def _fresh(self, record: OrderRecord) -> OrderView:
         """The record's view, expiring it first when it is active past its deadline."""
@@ -1316,6 +1347,26 @@ class AsyncDesk:
     async def expire_overdue(self) -> builtins.list[str]:
         """See :meth:`Desk.expire_overdue`."""
         return await self._write(self.desk.expire_overdue)
+
+    async def add_webhook(self, url: str, events: str | Iterable[str], *,
+                          orders: str | Iterable[str] | None = None) -> Webhook:
+        """See :meth:`Desk.add_webhook`."""
+        return await self._call(self.desk.add_webhook, url, events, orders=orders)
+
+    async def webhooks(self) -> builtins.list[Webhook]:
+        """See :meth:`Desk.webhooks`."""
+        return await self._call(self.desk.webhooks)
+
+    async def remove_webhook(self, webhook_id: str) -> None:
+        """See :meth:`Desk.remove_webhook`."""
+        await self._call(self.desk.remove_webhook, webhook_id)
+
+    async def notifications(self, *, state: str | None = None, webhook_id: str | None = None,
+                            order_id: str | None = None,
+                            limit: int | None = 100) -> builtins.list[Notification]:
+        """See :meth:`Desk.notifications`."""
+        return await self._call(self.desk.notifications, state=state, webhook_id=webhook_id,
+                                order_id=order_id, limit=limit)
 
     async def wait(self, order_id: str, after: int = 0,
                    timeout: float = 30.0) -> builtins.list[Event]:

@@ -9,7 +9,7 @@ The checks it shares with the other backends live in :mod:`awl.store.rules`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -21,8 +21,10 @@ from awl.documents.models import (
     WorkReport,
 )
 from awl.store.protocol import (
+    DeliveryAttempt,
     EffectState,
     LockInfo,
+    Notification,
     OrderRecord,
     PassRecord,
     Revocation,
@@ -31,21 +33,31 @@ from awl.store.protocol import (
     TokenRecord,
     TrackRow,
     Usage,
+    Webhook,
 )
 from awl.store.rules import (
     MAX_CHAIN,
+    WEBHOOK_REMOVED,
+    after_attempt,
     call_not_found,
     call_number,
     check_ending,
     check_first_event,
+    check_notification_state,
     check_takeover,
+    effect_counts,
+    effect_event_kind,
     exceeded_above,
     exceeded_scope,
     finished_call,
     make_call,
     may_take,
     new_call,
+    new_notifications,
     next_effect,
+    notification_not_found,
+    notification_payload,
+    order_event_kind,
     order_exists_conflict,
     order_not_found,
     record_order_id,
@@ -53,6 +65,7 @@ from awl.store.rules import (
     stale_order,
     stored_lock,
     timestamp,
+    webhook_conflict,
 )
 
 __all__ = ["MemoryStore"]
@@ -110,6 +123,8 @@ class MemoryStore:
         self._revoked: dict[str, Revocation] = {}
         self._tokens: dict[str, TokenRecord] = {}
         self._passes: dict[str, PassRecord] = {}
+        self._webhooks: dict[str, Webhook] = {}
+        self._outbox: dict[str, Notification] = {}
 
     def _get(self, order_id: str) -> _Order:
         found = self._orders.get(order_id)
@@ -156,6 +171,9 @@ class MemoryStore:
                 found.reports.append(report)
             if review is not None:
                 found.reviews.append(review)
+            self._notify(found, order_event_kind(event), event.at, lambda kind: (
+                notification_payload(kind, found.order, state, event.at, self._counts(found),
+                                     event=event)))
 
     def events(self, order_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
         """Events with seq > ``after``, in order (at most ``limit``)."""
@@ -339,8 +357,26 @@ class MemoryStore:
                 result=result, error=error, settlement=settlement,
                 count_dispatch=count_dispatch, at=at,
             )
+            old = effects.get(n)
             effects[n] = new
+            found = self._orders[order_id]
+            self._notify(found, effect_event_kind(old, new), at, lambda kind: (
+                notification_payload(kind, found.order, found.state, at, self._counts(found),
+                                     effect=new, tool=call.record.tool)))
             return new
+
+    def _notify(self, found: _Order, kind: str | None, at: str,
+                payload: Callable[[str], dict[str, Any]]) -> None:
+        """Put the notifications a write calls for in the outbox (under the write's lock)."""
+        for note in new_notifications(list(self._webhooks.values()), kind, found.order.id, at,
+                                      payload):
+            self._outbox[note.id] = note
+
+    @staticmethod
+    def _counts(found: _Order) -> dict[str, int]:
+        return effect_counts(
+            found.effects[n].state if n in found.effects else "held"
+            for n, c in found.calls.items() if c.record.outcome == "held")
 
     # Locks ----------------------------------------------------------------------------
     def acquire_lock(self, info: LockInfo, *, replace: LockInfo | None = None) -> bool:
@@ -411,6 +447,66 @@ class MemoryStore:
         """Forget a token; False if there was no such token."""
         with self._lock:
             return self._tokens.pop(token_hash, None) is not None
+
+    # Subscriptions and outbox -----------------------------------------------------------
+    def add_webhook(self, webhook: Webhook) -> None:
+        """Keep a webhook subscription. Conflict if its id exists."""
+        with self._lock:
+            if webhook.id in self._webhooks:
+                raise webhook_conflict(webhook.id)
+            self._webhooks[webhook.id] = webhook
+
+    def webhooks(self) -> list[Webhook]:
+        """Every webhook subscription, oldest first."""
+        with self._lock:
+            return list(self._webhooks.values())
+
+    def remove_webhook(self, webhook_id: str, *, at: str) -> bool:
+        """Forget a webhook; its pending notifications become dead."""
+        with self._lock:
+            if self._webhooks.pop(webhook_id, None) is None:
+                return False
+            for note in list(self._outbox.values()):
+                if note.webhook_id == webhook_id and note.state == "pending":
+                    self._outbox[note.id] = replace(note, state="dead", next_at=at,
+                                                    error=WEBHOOK_REMOVED)
+            return True
+
+    def claim_notifications(self, *, now: str, lease_until: str,
+                            limit: int) -> list[tuple[Notification, Webhook]]:
+        """Take up to ``limit`` due notifications, due again only at ``lease_until``."""
+        moment = timestamp(now)
+        with self._lock:
+            due = sorted((n for n in self._outbox.values()
+                          if n.state == "pending" and timestamp(n.next_at) <= moment),
+                         key=lambda n: timestamp(n.next_at))[:max(limit, 0)]
+            claimed = []
+            for note in due:
+                self._outbox[note.id] = note = replace(note, next_at=lease_until)
+                claimed.append((note, self._webhooks[note.webhook_id]))
+            return claimed
+
+    def record_attempt(self, notification_id: str, attempt: DeliveryAttempt, *,
+                       state: str, next_at: str, error: str | None = None) -> Notification:
+        """Add an attempt and move the notification to ``state``."""
+        check_notification_state(state)
+        with self._lock:
+            old = self._outbox.get(notification_id)
+            if old is None:
+                raise notification_not_found(notification_id)
+            new = self._outbox[notification_id] = after_attempt(
+                old, attempt, state=state, next_at=next_at, error=error)
+            return new
+
+    def notifications(self, *, state: str | None = None, webhook_id: str | None = None,
+                      order_id: str | None = None, limit: int | None = 100) -> list[Notification]:
+        """Notifications matching every filter given, newest first."""
+        with self._lock:
+            found = [n for n in reversed(self._outbox.values())
+                     if (state is None or n.state == state)
+                     and (webhook_id is None or n.webhook_id == webhook_id)
+                     and (order_id is None or n.order_id == order_id)]
+        return found if limit is None else found[:limit]
 
     def close(self) -> None:
         """Nothing to release; present for the interface."""

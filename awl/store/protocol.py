@@ -7,6 +7,14 @@ for an effect), so a PostgreSQL store can follow without changing callers.
 
 Every method is synchronous and short; :class:`awl.Desk` runs them in a worker thread for
 async callers.
+
+Subscriptions and outbox (HOOK-3): a store keeps the desk's webhooks and, in the very
+transaction of the write that causes it, one :class:`Notification` per webhook that wants the
+event: :meth:`Store.append` for an event reaching ``submitted``, ``blocked`` or ``expired``,
+:meth:`Store.set_effect` for an effect reaching ``unknown``, ``committed`` or ``failed``. The
+rules of which writes notify whom, and what a notification carries, live in
+:mod:`awl.store.rules` (``order_event_kind``, ``effect_event_kind``, ``wanted_by``,
+``notification_payload``), so every backend writes the same rows.
 """
 
 from __future__ import annotations
@@ -20,6 +28,12 @@ from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkRepor
 EffectStateName = Literal[
     "held", "dropped", "dispatching", "committed", "failed", "unknown", "skipped"
 ]
+
+NotifyEventName = Literal["submitted", "blocked", "unknown", "committed", "failed", "expired"]
+"""What a webhook may subscribe to: an order reaching ``submitted``, ``blocked`` or
+``expired``, an effect reaching ``unknown``, ``committed`` or ``failed``."""
+
+NotificationStateName = Literal["pending", "delivered", "dead"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +172,55 @@ class TrackRow:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Webhook:
+    """A webhook subscription: where to POST which events, and the key that signs them."""
+
+    id: str
+    url: str
+    events: tuple[str, ...]
+    """Event names (:data:`NotifyEventName`) it wants."""
+    secret: str
+    """The signing secret in Standard Webhooks form (``whsec_`` + base64)."""
+    orders: tuple[str, ...] | None = None
+    """Only these orders' events (None: every order's)."""
+    created_at: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryAttempt:
+    """One POST of a notification and what came of it."""
+
+    at: str
+    status: int | None
+    """The HTTP status answered (None: no answer)."""
+    error: str | None
+    """Why it failed (None: a 2xx answer)."""
+    ms: float
+    """How long it took."""
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """One event for one webhook, kept until it is delivered or given up (the outbox)."""
+
+    id: str
+    """The ``webhook-id``, the same on every attempt, so a receiver can deduplicate."""
+    webhook_id: str
+    event: str
+    order_id: str
+    payload: dict[str, Any]
+    """The JSON body (``type``, ``timestamp``, ``data``) without the page link, which the
+    deliverer adds."""
+    created_at: str
+    state: NotificationStateName = "pending"
+    next_at: str = ""
+    """When it is next due (pending), or the last time it moved."""
+    attempts: tuple[DeliveryAttempt, ...] = ()
+    error: str | None = None
+    """Why it is dead."""
+
+
 class Store(Protocol):
     """Durable, multi-process-safe storage for a desk."""
 
@@ -185,7 +248,8 @@ class Store(Protocol):
         the order's state, storing the report or review with it, all in one transaction.
 
         The Conflict carries ``expected_seq`` (``event.seq - 1``, what the caller read) and
-        ``actual_seq`` (the stored seq). NotFound if the order is absent."""
+        ``actual_seq`` (the stored seq). NotFound if the order is absent. The same
+        transaction writes the notifications the event calls for (HOOK-3)."""
         ...
 
     def events(self, order_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
@@ -308,7 +372,8 @@ class Store(Protocol):
         defaults to the call's. ``result`` and ``error`` describe the new state and replace
         the old ones (None clears them); ``attempt`` and ``settlement`` are kept unless
         given. ``count_dispatch`` adds one to ``dispatches``. NotFound if ``expect`` is given
-        and the effect does not exist; BadRequest for an unknown state name."""
+        and the effect does not exist; BadRequest for an unknown state name. The same
+        transaction writes the notifications the new state calls for (HOOK-3)."""
         ...
 
     # Locks ----------------------------------------------------------------------------
@@ -365,6 +430,43 @@ class Store(Protocol):
 
     def drop_token(self, token_hash: str) -> bool:
         """Forget a token, so it no longer authenticates; False if there was no such token."""
+        ...
+
+    # Subscriptions and outbox -----------------------------------------------------------
+    # Besides these, ``append`` and ``set_effect`` write the notifications their write calls
+    # for, in their own transaction (see the module's docstring).
+    def add_webhook(self, webhook: Webhook) -> None:
+        """Keep a webhook subscription. Conflict if its id exists."""
+        ...
+
+    def webhooks(self) -> list[Webhook]:
+        """Every webhook subscription, oldest first."""
+        ...
+
+    def remove_webhook(self, webhook_id: str, *, at: str) -> bool:
+        """Forget a webhook; its pending notifications become ``dead`` (as of ``at``) in the
+        same transaction. False if there was no such webhook."""
+        ...
+
+    def claim_notifications(self, *, now: str, lease_until: str,
+                            limit: int) -> list[tuple[Notification, Webhook]]:
+        """Take up to ``limit`` pending notifications due at ``now`` (oldest due first), each
+        with its webhook, and make them due again only at ``lease_until``, in one transaction:
+        two deliverers never claim one notification at once, and one whose deliverer dies
+        is claimed again when the lease runs out. A store with nothing due writes nothing."""
+        ...
+
+    def record_attempt(self, notification_id: str, attempt: DeliveryAttempt, *,
+                       state: str, next_at: str, error: str | None = None) -> Notification:
+        """Add ``attempt`` to the notification and move it to ``state`` (due again at
+        ``next_at`` when pending; ``error`` says why when dead). A delivered notification
+        stays delivered (a late attempt is still recorded). NotFound if absent; BadRequest
+        for an unknown state name."""
+        ...
+
+    def notifications(self, *, state: str | None = None, webhook_id: str | None = None,
+                      order_id: str | None = None, limit: int | None = 100) -> list[Notification]:
+        """Notifications matching every filter given, newest first."""
         ...
 
     def close(self) -> None:

@@ -8,8 +8,10 @@ the backends cannot drift apart on what they accept or how they say no.
 from __future__ import annotations
 
 import json
+import secrets
 from _json import encode_basestring, make_encoder
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, cast, get_args
 
@@ -25,11 +27,16 @@ from awl.documents.models import (
 )
 from awl.documents.patterns import make_ref, parse_ref
 from awl.store.protocol import (
+    DeliveryAttempt,
     EffectState,
     EffectStateName,
     LockInfo,
+    Notification,
+    NotificationStateName,
+    NotifyEventName,
     Scope,
     Settlement,
+    Webhook,
 )
 
 EFFECT_STATES: frozenset[str] = frozenset(get_args(EffectStateName))
@@ -343,3 +350,115 @@ def check_takeover(info: LockInfo, replace_: LockInfo | None) -> None:
 def timestamp(text: str) -> float:
     """Seconds since the epoch for an RFC 3339 timestamp."""
     return parse_time(text).timestamp()
+
+
+# Subscriptions and outbox ------------------------------------------------------------------
+
+NOTIFY_EVENTS: tuple[str, ...] = get_args(NotifyEventName)
+ORDER_EVENTS: frozenset[str] = frozenset({"submitted", "blocked", "expired"})
+"""Notified when an order's event reaches the state of that name (HOOK-3)."""
+EFFECT_EVENTS: frozenset[str] = frozenset({"unknown", "committed", "failed"})
+"""Notified when an effect reaches the state of that name (HOOK-3)."""
+NOTIFICATION_STATES: frozenset[str] = frozenset(get_args(NotificationStateName))
+
+
+def order_event_kind(event: Event) -> str | None:
+    """The notification an appended event calls for: its new state when it moves the order
+    into ``submitted``, ``blocked`` or ``expired``; None for every other event."""
+    if event.from_ != event.to and event.to in ORDER_EVENTS:
+        return event.to
+    return None
+
+
+def effect_event_kind(old: EffectState | None, new: EffectState) -> str | None:
+    """The notification an effect write calls for: its new state when it moves into
+    ``unknown``, ``committed`` or ``failed`` (a write that keeps the state, such as a
+    settlement, calls for none)."""
+    if new.state in EFFECT_EVENTS and (old is None or old.state != new.state):
+        return new.state
+    return None
+
+
+def wanted_by(webhooks: Iterable[Webhook], kind: str, order_id: str) -> list[Webhook]:
+    """The webhooks that subscribe to ``kind`` for this order."""
+    return [w for w in webhooks
+            if kind in w.events and (w.orders is None or order_id in w.orders)]
+
+
+def effect_counts(states: Iterable[str]) -> dict[str, int]:
+    """How many of an order's held calls are in each effect state (a held call whose effect
+    was never written counts as ``held``), by state name."""
+    return dict(sorted(Counter(states).items()))
+
+
+def notification_payload(kind: str, order: WorkOrder, state: str, at: str,
+                         counts: dict[str, int], *, event: Event | None = None,
+                         effect: EffectState | None = None,
+                         tool: str | None = None) -> dict[str, Any]:
+    """The body of a notification (HOOK-5), as Standard Webhooks lays it out: ``type``,
+    ``timestamp`` and ``data``. The deliverer adds ``data.url`` when a public address is
+    configured."""
+    data: dict[str, Any] = {
+        "event": kind, "order_id": order.id, "goal": order.goal, "worker": order.to,
+        "manager": order.manager, "state": state, "at": at, "effects": counts,
+    }
+    if event is not None:
+        data.update(seq=event.seq, action=event.action, actor=event.actor)
+        if event.note is not None:
+            data["note"] = event.note
+    if effect is not None:
+        data.update(ref=effect.ref, tool=tool, attempt=effect.attempt)
+        if effect.error is not None:
+            data["error"] = effect.error
+    scope = "order" if kind in ORDER_EVENTS else "effect"
+    return {"type": f"{scope}.{kind}", "timestamp": at, "data": data}
+
+
+def new_notifications(webhooks: Sequence[Webhook], kind: str | None, order_id: str, at: str,
+                      payload: Callable[[str], dict[str, Any]]) -> list[Notification]:
+    """The notifications a write calls for: one per webhook that wants ``kind`` for the
+    order, each with a fresh id and due at ``at``. ``payload(kind)`` is asked once, and only
+    when some webhook wants the event."""
+    if kind is None:
+        return []
+    wanting = wanted_by(webhooks, kind, order_id)
+    if not wanting:
+        return []
+    body = json_copy(payload(kind), "a notification's payload")
+    return [Notification(id=f"msg_{secrets.token_hex(12)}", webhook_id=w.id, event=kind,
+                         order_id=order_id, payload=body, created_at=at, next_at=at)
+            for w in wanting]
+
+
+def check_notification_state(state: str) -> NotificationStateName:
+    """``state`` as a notification state name; BadRequest when it is not one."""
+    if state not in NOTIFICATION_STATES:
+        raise BadRequest(f"unknown notification state {state!r}; use one of "
+                         f"{', '.join(sorted(NOTIFICATION_STATES))}")
+    return cast(NotificationStateName, state)
+
+
+def after_attempt(old: Notification, attempt: DeliveryAttempt, *, state: str, next_at: str,
+                  error: str | None) -> Notification:
+    """The notification ``record_attempt`` writes: the attempt added and the new state, except
+    that a delivered notification stays delivered."""
+    name = check_notification_state(state)
+    attempts = (*old.attempts, attempt)
+    if old.state == "delivered":
+        return replace(old, attempts=attempts)
+    return replace(old, state=name, next_at=next_at, attempts=attempts,
+                   error=error if name == "dead" else None)
+
+
+def webhook_conflict(webhook_id: str) -> Conflict:
+    """The Conflict for adding a webhook whose id is taken."""
+    return Conflict(f"a webhook with id {webhook_id!r} already exists; choose another id")
+
+
+def notification_not_found(notification_id: str) -> NotFound:
+    """The NotFound for an absent notification."""
+    return NotFound(f"no notification with id {notification_id!r}")
+
+
+WEBHOOK_REMOVED = "its webhook was removed"
+"""Why a pending notification dies with its webhook."""

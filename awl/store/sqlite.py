@@ -33,9 +33,9 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -44,8 +44,10 @@ from awl.documents.errors import AWLError, Conflict
 from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
 from awl.store.files import create_private, make_private
 from awl.store.protocol import (
+    DeliveryAttempt,
     EffectState,
     LockInfo,
+    Notification,
     OrderRecord,
     PassRecord,
     Revocation,
@@ -54,21 +56,31 @@ from awl.store.protocol import (
     TokenRecord,
     TrackRow,
     Usage,
+    Webhook,
 )
 from awl.store.rules import (
     MAX_CHAIN,
+    WEBHOOK_REMOVED,
+    after_attempt,
     call_not_found,
     call_number,
     check_ending,
     check_first_event,
+    check_notification_state,
     check_takeover,
     dump_json,
+    effect_counts,
+    effect_event_kind,
     exceeded_above,
     exceeded_scope,
     json_text,
     may_take,
     new_call,
+    new_notifications,
     next_effect,
+    notification_not_found,
+    notification_payload,
+    order_event_kind,
     order_exists_conflict,
     order_not_found,
     outcome_conflict,
@@ -78,6 +90,7 @@ from awl.store.rules import (
     stored_call,
     stored_lock,
     timestamp,
+    webhook_conflict,
 )
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -262,10 +275,42 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         WHERE pairs.above IN (SELECT id FROM orders)
         GROUP BY pairs.above""",
     ),
+    (
+        # Webhook subscriptions, and the outbox: one row per notification, written in the
+        # transaction of the event or effect write that causes it (HOOK-3). `next_at` is
+        # when a pending one is next due, in seconds since the epoch.
+        """CREATE TABLE webhooks (
+            pos INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            doc TEXT NOT NULL
+        )""",
+        """CREATE TABLE outbox (
+            pos INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            webhook_id TEXT NOT NULL,
+            order_id TEXT NOT NULL,
+            state TEXT NOT NULL,
+            next_at REAL NOT NULL,
+            doc TEXT NOT NULL
+        )""",
+        "CREATE INDEX outbox_due ON outbox (state, next_at)",
+        "CREATE INDEX outbox_by_order ON outbox (order_id, pos)",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema version this code writes; a desk file is migrated up to it when opened."""
+
+
+def _where(clauses: list[str], params: list[Any],
+           equal: Sequence[tuple[str, Any]]) -> str:
+    """A WHERE clause of ``clauses`` and ``column = value`` for each pair whose value is not
+    None; the values are added to ``params``."""
+    for column, value in equal:
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    return f"WHERE {' AND '.join(clauses)}" if clauses else ""
 
 
 def _jti_filter(jtis: frozenset[str]) -> tuple[str, list[str]]:
@@ -361,6 +406,26 @@ def _effect_from(doc: str) -> EffectState:
 
 def _lock_from(doc: str) -> LockInfo:
     return LockInfo(**json.loads(doc))
+
+
+def _webhook_from(doc: str) -> Webhook:
+    data = json.loads(doc)
+    orders = data.pop("orders")
+    return Webhook(**data | {"events": tuple(data["events"])},
+                   orders=None if orders is None else tuple(orders))
+
+
+def _notification_from(doc: str) -> Notification:
+    data = json.loads(doc)
+    attempts = tuple(DeliveryAttempt(**a) for a in data.pop("attempts"))
+    return Notification(**data, attempts=attempts)
+
+
+# The order's held calls with their effect state (a held call without one is held).
+_HELD_STATES = """
+    SELECT COALESCE(json_extract(e.doc, '$.state'), 'held') FROM calls AS c
+    LEFT JOIN effects AS e ON e.order_id = c.order_id AND e.n = c.n
+    WHERE c.order_id = ? AND json_extract(c.doc, '$.outcome') = 'held'"""
 
 
 class SQLiteStore:
@@ -608,6 +673,9 @@ class SQLiteStore:
                         f" COUNT(*) FROM {table} WHERE order_id = ?), ?)",
                         (order_id, order_id, dump_json(doc.to_json())),
                     )
+            self._notify(conn, order_event_kind(event), order_id, event.at,
+                         lambda kind, order, counts: notification_payload(
+                             kind, order, state, event.at, counts, event=event))
 
     def events(self, order_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
         """Events with seq > ``after``, in order (at most ``limit``)."""
@@ -676,12 +744,8 @@ class SQLiteStore:
                 return []
             clauses.append(f"state IN ({','.join('?' * len(states))})")
             params.extend(states)
-        for column, value in (("worker", worker), ("manager", manager),
-                              ("parent_id", parent_id)):
-            if value is not None:
-                clauses.append(f"{column} = ?")
-                params.append(value)
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        where = _where(clauses, params, (("worker", worker), ("manager", manager),
+                                         ("parent_id", parent_id)))
         return self._records(where, params, limit, offset)
 
     # Gateway call records --------------------------------------------------------------
@@ -918,11 +982,45 @@ class SQLiteStore:
                 state=state, attempt=attempt, result=result, error=error,
                 settlement=settlement, count_dispatch=count_dispatch, at=at,
             )
+            old = None if row is None else _effect_from(row[0])
             conn.execute(
                 "INSERT OR REPLACE INTO effects (order_id, n, doc) VALUES (?, ?, ?)",
                 (order_id, n, _effect_doc(new)),
             )
+            self._notify(conn, effect_event_kind(old, new), order_id, at,
+                         lambda kind, order, counts: notification_payload(
+                             kind, order, self._state(conn, order_id), at, counts,
+                             effect=new, tool=record.tool))
             return new
+
+    @staticmethod
+    def _state(conn: sqlite3.Connection, order_id: str) -> str:
+        return str(conn.execute("SELECT state FROM orders WHERE id = ?",
+                                (order_id,)).fetchone()[0])
+
+    @staticmethod
+    def _notify(conn: sqlite3.Connection, kind: str | None, order_id: str, at: str,
+                payload: Callable[[str, WorkOrder, dict[str, int]], dict[str, Any]]) -> None:
+        """Write the notifications a write calls for, in its transaction (HOOK-3).
+
+        Only a write that calls for one reads the webhooks; only a webhook that wants it
+        makes the payload read the order and count its held calls."""
+        if kind is None:
+            return
+        hooks = [_webhook_from(doc) for (doc,) in
+                 conn.execute("SELECT doc FROM webhooks ORDER BY pos").fetchall()]
+
+        def body(kind: str) -> dict[str, Any]:
+            doc = conn.execute("SELECT doc FROM orders WHERE id = ?", (order_id,)).fetchone()
+            counts = effect_counts(s for (s,) in conn.execute(_HELD_STATES, (order_id,)))
+            return payload(kind, WorkOrder.model_validate_json(doc[0]), counts)
+
+        for note in new_notifications(hooks, kind, order_id, at, body):
+            conn.execute(
+                "INSERT INTO outbox (id, webhook_id, order_id, state, next_at, doc)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (note.id, note.webhook_id, order_id, note.state, timestamp(note.next_at),
+                 dump_json(asdict(note))))
 
     # Locks ----------------------------------------------------------------------------
     def acquire_lock(self, info: LockInfo, *, replace: LockInfo | None = None) -> bool:
@@ -1018,6 +1116,88 @@ class SQLiteStore:
         with self._write() as conn:
             gone = conn.execute("DELETE FROM tokens WHERE token_hash = ?", (token_hash,))
             return gone.rowcount > 0
+
+
+    # Subscriptions and outbox -----------------------------------------------------------
+    def add_webhook(self, webhook: Webhook) -> None:
+        """Keep a webhook subscription. Conflict if its id exists."""
+        with self._write() as conn:
+            if conn.execute("SELECT 1 FROM webhooks WHERE id = ?", (webhook.id,)).fetchone():
+                raise webhook_conflict(webhook.id)
+            conn.execute("INSERT INTO webhooks (id, doc) VALUES (?, ?)",
+                         (webhook.id, dump_json(asdict(webhook))))
+
+    def webhooks(self) -> list[Webhook]:
+        """Every webhook subscription, oldest first."""
+        with self._read() as conn:
+            rows = conn.execute("SELECT doc FROM webhooks ORDER BY pos").fetchall()
+        return [_webhook_from(doc) for (doc,) in rows]
+
+    def remove_webhook(self, webhook_id: str, *, at: str) -> bool:
+        """Forget a webhook; its pending notifications become dead, in one transaction."""
+        with self._write() as conn:
+            if conn.execute("DELETE FROM webhooks WHERE id = ?", (webhook_id,)).rowcount == 0:
+                return False
+            for (doc,) in conn.execute(
+                    "SELECT doc FROM outbox WHERE webhook_id = ? AND state = 'pending'",
+                    (webhook_id,)).fetchall():
+                dead = replace(_notification_from(doc), state="dead", next_at=at,
+                               error=WEBHOOK_REMOVED)
+                self._put_notification(conn, dead)
+            return True
+
+    @staticmethod
+    def _put_notification(conn: sqlite3.Connection, note: Notification) -> None:
+        conn.execute("UPDATE outbox SET state = ?, next_at = ?, doc = ? WHERE id = ?",
+                     (note.state, timestamp(note.next_at), dump_json(asdict(note)), note.id))
+
+    def claim_notifications(self, *, now: str, lease_until: str,
+                            limit: int) -> list[tuple[Notification, Webhook]]:
+        """Take up to ``limit`` due notifications, due again only at ``lease_until``.
+
+        A read looks first, so a deliverer polling an idle outbox never takes the write
+        lock (which every gateway's call records need)."""
+        due = "FROM outbox WHERE state = 'pending' AND next_at <= ?"
+        moment = timestamp(now)
+        with self._read() as conn:
+            if conn.execute(f"SELECT 1 {due} LIMIT 1", (moment,)).fetchone() is None:
+                return []
+        with self._write(durable=False) as conn:
+            rows = conn.execute(f"SELECT doc {due} ORDER BY next_at, pos LIMIT ?",
+                                (moment, max(limit, 0))).fetchall()
+            hooks = {w.id: w for w in (_webhook_from(d) for (d,) in
+                                       conn.execute("SELECT doc FROM webhooks").fetchall())}
+            claimed = []
+            for (doc,) in rows:
+                note = replace(_notification_from(doc), next_at=lease_until)
+                self._put_notification(conn, note)
+                claimed.append((note, hooks[note.webhook_id]))
+            return claimed
+
+    def record_attempt(self, notification_id: str, attempt: DeliveryAttempt, *,
+                       state: str, next_at: str, error: str | None = None) -> Notification:
+        """Add an attempt and move the notification to ``state``."""
+        check_notification_state(state)
+        with self._write() as conn:
+            row = conn.execute("SELECT doc FROM outbox WHERE id = ?",
+                               (notification_id,)).fetchone()
+            if row is None:
+                raise notification_not_found(notification_id)
+            new = after_attempt(_notification_from(row[0]), attempt, state=state,
+                                next_at=next_at, error=error)
+            self._put_notification(conn, new)
+            return new
+
+    def notifications(self, *, state: str | None = None, webhook_id: str | None = None,
+                      order_id: str | None = None, limit: int | None = 100) -> list[Notification]:
+        """Notifications matching every filter given, newest first."""
+        params: list[Any] = []
+        where = _where([], params, (("state", state), ("webhook_id", webhook_id),
+                                    ("order_id", order_id)))
+        with self._read() as conn:
+            rows = conn.execute(f"SELECT doc FROM outbox {where} ORDER BY pos DESC LIMIT ?",
+                                (*params, -1 if limit is None else limit)).fetchall()
+        return [_notification_from(doc) for (doc,) in rows]
 
 
 class _WriteTransaction:

@@ -1,0 +1,232 @@
+"""Webhooks from the library: subscriptions, and delivery to a real receiver on 127.0.0.1."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from awl.desk.desk import Desk
+from awl.desk.notify import Deliverer
+from awl.documents.errors import BadRequest, NotFound
+from awl.store.protocol import Notification
+from awl.store.sqlite import SQLiteStore
+from tests.awl.desk_support import MANAGER, WORKER, order_fields, report_fields
+from tests.awl.hook_support import HANG, DeadReceiver, Receiver
+
+
+@pytest.fixture
+def desk(tmp_path: Path) -> Iterator[Desk]:
+    store = SQLiteStore(tmp_path / "desk.sqlite3")
+    yield Desk(store)
+    store.close()
+
+
+def soon(hours: float = 1) -> str:
+    moment = datetime.now(UTC) + timedelta(hours=hours)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def working(desk: Desk, **fields: Any) -> str:
+    view = desk.create(order_fields(deadline=soon(), **fields), MANAGER)
+    desk.accept(view.id, WORKER)
+    desk.start(view.id, WORKER)
+    return view.id
+
+
+def deliver_all(deliverer: Deliverer, desk: Desk, *, timeout: float = 10.0) -> list[Notification]:
+    """Run the deliverer until nothing is pending."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        deliverer.deliver_due()
+        if not desk.notifications(state="pending"):
+            return desk.notifications()
+        time.sleep(0.02)
+    raise AssertionError(f"still pending: {desk.notifications(state='pending')}")
+
+
+@pytest.mark.spec("HOOK-1")
+def test_a_webhook_gets_its_own_secret_shown_only_at_creation(desk: Desk) -> None:
+    """Each subscription has its own whsec_ secret of 32 random bytes; the events come back
+    in the desk's order, and the orders filter as given."""
+    order_id = working(desk)
+    first = desk.add_webhook("https://chat.example/hook?x=1", " committed, submitted ",
+                             orders=order_id)
+    second = desk.add_webhook("http://127.0.0.1:8080/", ["failed"])
+    assert first.events == ("submitted", "committed") and first.orders == (order_id,)
+    assert second.orders is None
+    for webhook in (first, second):
+        assert webhook.secret.startswith("whsec_")
+        assert len(base64.b64decode(webhook.secret.removeprefix("whsec_"))) == 32
+    assert first.secret != second.secret and first.id != second.id
+    assert desk.webhooks() == [first, second]
+
+
+@pytest.mark.spec("HOOK-1")
+@pytest.mark.parametrize(("url", "events", "says"), [
+    ("ftp://example.com/hook", "submitted", "must start with http:// or https://"),
+    ("https:///hook", "submitted", "name a host"),
+    ("chat.example/hook", "submitted", "must start with http:// or https://"),
+    ("https://example.com/a b", "submitted", "spaces or control characters"),
+    ("https://example.com:99999/", "submitted", "is not a URL"),
+    ("https://example.com/#top", "submitted", "fragment"),
+    ("https://example.com/", "submitted,approved", "unknown event 'approved'; use some of "
+                                                    "submitted, blocked, unknown, committed"),
+    ("https://example.com/", " , ", "needs at least one event"),
+])
+def test_a_bad_url_or_event_is_one_clear_refusal(desk: Desk, url: str, events: str,
+                                                 says: str) -> None:
+    """Nothing is kept, and the message names what was wrong."""
+    with pytest.raises(BadRequest) as info:
+        desk.add_webhook(url, events)
+    assert says in info.value.message and "\n" not in info.value.message
+    assert desk.webhooks() == []
+
+
+def test_an_unknown_order_or_webhook_is_not_found(desk: Desk) -> None:
+    with pytest.raises(NotFound, match="wo_nope"):
+        desk.add_webhook("https://example.com/", "submitted", orders="wo_nope")
+    with pytest.raises(NotFound, match="awl notify list"):
+        desk.remove_webhook("wh_nope")
+
+
+@pytest.mark.spec("HOOK-2", "HOOK-4", "HOOK-5")
+def test_every_order_event_arrives_signed_with_its_secret(desk: Desk) -> None:
+    """submitted, blocked and expired each reach the receiver once, with the Standard
+    Webhooks headers, signed with the subscription's secret, the body linking the order."""
+    with Receiver() as receiver:
+        webhook = desk.add_webhook(receiver.url, "submitted,blocked,expired")
+        other = desk.add_webhook(receiver.url, "committed")
+        done = working(desk)
+        desk.report(done, WORKER, report_fields())
+        blocked = working(desk)
+        desk.report(blocked, WORKER, report_fields("blocked"))
+        late = desk.create(order_fields(deadline=soon(hours=1 / 3600)), MANAGER)
+        while desk.get(late.id).state != "expired":  # reading it expires it, once past
+            time.sleep(0.05)
+        deliverer = Deliverer(desk.store, public_url="https://desk.example/")
+        notes = deliver_all(deliverer, desk)
+        got = receiver.wait_for(3)
+    assert {n.webhook_id for n in notes} == {webhook.id}
+    assert {(n.event, n.state) for n in notes} == {
+        ("submitted", "delivered"), ("blocked", "delivered"), ("expired", "delivered")}
+    bodies = {}
+    for request in got:
+        body = request.verified(webhook.secret)  # raises unless the signature is right
+        assert request.headers["webhook-id"] in {n.id for n in notes}
+        assert request.headers["content-type"] == "application/json"
+        assert abs(int(request.headers["webhook-timestamp"]) - time.time()) < 60
+        bodies[body["data"]["event"]] = body
+    with pytest.raises(Exception, match="signature"):
+        got[0].verified(other.secret)
+    sub = bodies["submitted"]
+    assert sub["type"] == "order.submitted"
+    assert sub["data"] == {
+        "event": "submitted", "order_id": done, "goal": "Summarize the quarterly filings",
+        "worker": WORKER, "manager": MANAGER, "state": "submitted", "at": sub["timestamp"],
+        "effects": {}, "seq": 4, "action": "report", "actor": WORKER, "note": "report (done)",
+        "url": f"https://desk.example/orders/{done}"}
+    assert bodies["blocked"]["data"]["state"] == "blocked"
+    assert bodies["expired"]["data"]["actor"] == "awl:desk"
+    assert bodies["expired"]["data"]["note"] == "the deadline passed"
+
+
+@pytest.mark.spec("HOOK-4")
+def test_two_failures_then_success_is_delivered_once_with_both_failures_logged(
+        desk: Desk) -> None:
+    """The same webhook-id comes three times; the notification ends delivered with two
+    failed attempts and one good one, and is never sent again."""
+    with Receiver(500, 503, 200) as receiver:
+        desk.add_webhook(receiver.url, "submitted")
+        desk.report(working(desk), WORKER, report_fields())
+        deliverer = Deliverer(desk.store, backoff=0.05)
+        [note] = deliver_all(deliverer, desk)
+        for _ in range(3):
+            deliverer.deliver_due()
+        got = receiver.received
+    assert len(got) == 3 and len({r.headers["webhook-id"] for r in got}) == 1
+    assert note.state == "delivered"
+    assert [(a.status, a.error) for a in note.attempts] == [
+        (500, "HTTP 500: ok"), (503, "HTTP 503: ok"), (200, None)]
+    assert all(a.ms >= 0 for a in note.attempts)
+
+
+@pytest.mark.spec("HOOK-4")
+def test_retries_back_off_with_jitter_and_stop_at_the_window(desk: Desk) -> None:
+    """A receiver that always fails gets fewer and fewer attempts (the delay doubles, cut
+    by jitter to between half and all of it), and after the retry window the notification
+    is dead, saying why."""
+    with Receiver(500) as receiver:
+        desk.add_webhook(receiver.url, "submitted")
+        desk.report(working(desk), WORKER, report_fields())
+        deliverer = Deliverer(desk.store, backoff=0.1, retry_for=1.0)
+        [note] = deliver_all(deliverer, desk, timeout=5)
+    assert note.state == "dead"
+    assert note.error is not None and note.error.startswith("not delivered within 1 s")
+    assert note.error.endswith("the last: HTTP 500: ok")
+    times = [datetime.fromisoformat(a.at) for a in note.attempts]
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(times)]
+    assert 3 <= len(note.attempts) <= 6
+    for k, gap in enumerate(gaps):
+        assert 0.1 * 2 ** k * 0.5 - 0.01 <= gap <= 0.1 * 2 ** k + 0.3
+
+
+@pytest.mark.spec("HOOK-4")
+def test_a_receiver_that_never_answers_times_out_and_is_retried(desk: Desk) -> None:
+    """No answer within the timeout is a failed attempt, retried later."""
+    with DeadReceiver() as dead:
+        desk.add_webhook(dead.url, "submitted")
+        desk.report(working(desk), WORKER, report_fields())
+        deliverer = Deliverer(desk.store, timeout=0.3, backoff=60)
+        started = time.monotonic()
+        assert deliverer.deliver_due() == 1
+        assert time.monotonic() - started < 2
+    [note] = desk.notifications()
+    assert note.state == "pending"
+    assert [(a.status, a.error) for a in note.attempts] == [(None, "no answer within 0.3 s")]
+
+
+@pytest.mark.spec("HOOK-3")
+def test_a_dead_receiver_never_slows_the_desk(desk: Desk) -> None:
+    """With the deliverer running against a receiver that never answers, reports and
+    events take no longer than the store's own writes: nothing waits for delivery."""
+    with DeadReceiver() as dead:
+        for _ in range(3):
+            desk.add_webhook(dead.url, "submitted,blocked")
+        with Deliverer(desk.store, timeout=30, poll=0.01, workers=2):
+            started = time.monotonic()
+            for _ in range(5):
+                desk.report(working(desk), WORKER, report_fields())
+            took = time.monotonic() - started
+    assert took < 5, took
+    assert len(desk.notifications()) == 15
+
+
+@pytest.mark.spec("HOOK-4")
+def test_the_running_deliverer_keeps_others_going_past_a_dead_receiver(desk: Desk) -> None:
+    """One receiver hanging holds one worker; the next notification goes out meanwhile."""
+    with DeadReceiver() as dead, Receiver() as live:
+        desk.add_webhook(dead.url, "submitted")
+        desk.add_webhook(live.url, "submitted")
+        with Deliverer(desk.store, timeout=30, poll=0.02, workers=2):
+            desk.report(working(desk), WORKER, report_fields())
+            [request] = live.wait_for(1)
+    assert request.json()["type"] == "order.submitted"
+
+
+@pytest.mark.spec("HOOK-6")
+def test_a_removed_webhook_is_never_sent_its_pending_notifications(desk: Desk) -> None:
+    with Receiver(HANG) as receiver:
+        webhook = desk.add_webhook(receiver.url, "submitted")
+        desk.report(working(desk), WORKER, report_fields())
+        desk.remove_webhook(webhook.id)
+        assert Deliverer(desk.store).deliver_due() == 0
+        assert receiver.received == []
+    [note] = desk.notifications()
+    assert (note.state, note.error) == ("dead", "its webhook was removed")

@@ -26,6 +26,7 @@ _COMMAND_MODULES = (
     "awl.cli._effects",
     "awl.cli._serve",
     "awl.cli._web",
+    "awl.cli._notify",
 )
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from awl.cli import CLIError
+from awl.cli._notify import deliverer_options, start_deliverer
 
 if TYPE_CHECKING:
     from awl.store.protocol import TokenRecord
@@ -37,6 +38,7 @@ def register(subparsers: Any) -> None:
                        help="with --http, allow a non-loopback address")
     serve.add_argument("--home", metavar="DIR",
                        help="the desk's home folder (default: $AWL_HOME, else ./.awl)")
+    deliverer_options(serve)
     serve.set_defaults(func=_serve)
 
     token = subparsers.add_parser(
@@ -86,13 +88,17 @@ def _serve(args: argparse.Namespace) -> int:
                            "add --allow-remote to accept other machines")
     home = home_dir(args.home)
     store = default_store(home)
+    deliverer = None
     try:
+        deliverer = start_deliverer(args, store)
         server = DeskServer(AsyncDesk(store), principal=args.principal, keys=KeyStore(home))
         if address is None:
             anyio.run(serve_stdio, server)
         else:
             anyio.run(_serve_http, server, address, args.allow_remote)
     finally:
+        if deliverer is not None:
+            deliverer.stop()
         store.close()
     return 0
 

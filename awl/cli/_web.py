@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 
 from awl.cli import CLIError
+from awl.cli._notify import deliverer_options, start_deliverer
 
 
 def register(subparsers: Any) -> None:
@@ -36,6 +37,7 @@ def register(subparsers: Any) -> None:
                      help="how long a sign-in lasts (default 8)")
     web.add_argument("--home", metavar="DIR",
                      help="the desk's home folder (default: $AWL_HOME, else ./.awl)")
+    deliverer_options(web)
     web.set_defaults(func=_web)
 
 
@@ -69,9 +71,13 @@ def _web(args: argparse.Namespace) -> int:
     app = build_app(store, sessions, config)
     shown = f"[{host}]" if ":" in host else host
     base = f"http://{shown}:{port}"
+    deliverer = None
     try:
+        deliverer = start_deliverer(args, store)
         anyio.run(_serve, app, sock, base, sessions, args.principal)
     finally:
+        if deliverer is not None:
+            deliverer.stop()
         sock.close()
         store.close()
     return 0

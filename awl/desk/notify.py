@@ -269,11 +269,13 @@ class Deliverer:
             now=_stamp(now), lease_until=_stamp(now + timedelta(seconds=self.lease)),
             limit=limit)
 
-    def deliver_due(self) -> int:
-        """Deliver (one attempt each) what is due now, in parallel; how many were tried."""
-        claimed = self.claim(self.workers)
+    def deliver_due(self, limit: int | None = None) -> int:
+        """Try what is due now (at most ``limit``, default ``workers``) once each, ``workers``
+        at a time, and return how many were tried."""
+        claimed = self.claim(limit or self.workers)
         if claimed:
-            with ThreadPoolExecutor(len(claimed), thread_name_prefix="awl-notify") as pool:
+            threads = min(self.workers, len(claimed))
+            with ThreadPoolExecutor(threads, thread_name_prefix="awl-notify") as pool:
                 list(pool.map(lambda pair: self._attempt_logged(*pair), claimed))
         return len(claimed)
 
@@ -323,6 +325,11 @@ class Deliverer:
             self._thread = threading.Thread(target=self.run, name="awl-deliverer", daemon=True)
             self._thread.start()
         return self
+
+    @property
+    def alive(self) -> bool:
+        """Whether the thread :meth:`start` made is running."""
+        return self._thread is not None and self._thread.is_alive()
 
     def stop(self, wait: float = 1.0) -> None:
         """Stop delivering; a POST in flight is left to its lease (it is sent again later)."""

@@ -48,3 +48,16 @@ def test_summary_adds_the_control_run_by_run() -> None:
                         "time per call under load 1.05x")
     assert lines[3] == "control under load, run by run: 0.90x, 1.10x, 1.05x"
     assert len(summary(runs).splitlines()) == 2
+
+
+def test_the_webhook_bench_compares_a_dead_receiver_with_none() -> None:
+    """Dead receiver over no webhook: latency ratios, and calls/s the other way round."""
+    from bench.notify import DEAD, NONE, Ratio
+    from bench.notify import report as notify_report
+
+    figures = [Figures(NONE, 2.0, 4.0, 400.0), Figures(DEAD, 2.2, 4.0, 320.0)]
+    ratio = Ratio.of(figures)
+    assert (round(ratio.median, 6), ratio.p99, ratio.under_load) == (1.1, 1.0, 1.25)
+    assert notify_report(figures, callers=16, note="n").splitlines()[-2:] == [
+        "dead receiver / no webhook: median 1.10x, p99 1.00x, time per call under load 1.25x",
+        "n"]

@@ -183,3 +183,16 @@ def test_the_framework_block_runs_examples_that_exist_with_extras_that_exist() -
     [named] = re.findall(r'pip install -e "\.\[([^\]]+)\]"', body)
     assert set(named.split(",")) <= set(extras)
     assert "dev,pydantic-ai,openai-agents" in (ROOT / "scripts" / "dev-install.sh").read_text()
+
+
+def test_the_webhook_block_subscribes_and_lists_without_the_secret(
+        world: tuple[Path, dict[str, str]]) -> None:
+    """The secret is printed by `add` only; `list` shows the subscription without it."""
+    folder, env = world
+    out = run_bash(find("bash", "awl notify add"), folder, env)
+    added, secret, listed = out.splitlines()
+    assert secret.startswith("secret: whsec_")
+    webhook_id = added.split()[0]
+    assert listed.startswith(f"{webhook_id}  ") and "whsec_" not in listed
+    assert listed.endswith("https://chat.example/hooks/awl  "
+                           "submitted,blocked,unknown,failed,expired  every order")

@@ -260,20 +260,30 @@ def report(figures: list[Figures], *, callers: int) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark and print its table."""
-    parser = argparse.ArgumentParser(prog="python -m bench.gateway", description=__doc__)
+def call_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a benchmark that measures calls with :func:`measure`."""
     parser.add_argument("--quick", action="store_true", help="fewer calls, for a smoke run")
     parser.add_argument("--calls", type=int, help="sequential calls per target (default 400)")
     parser.add_argument("--callers", type=int, default=16, help="concurrent callers (16)")
     parser.add_argument("--per-caller", type=int, help="calls per concurrent caller (40)")
+
+
+def call_sizes(args: argparse.Namespace) -> tuple[int, int]:
+    """Sequential calls per target and calls per concurrent caller, as asked."""
+    return (args.calls or (60 if args.quick else 400),
+            args.per_caller or (5 if args.quick else 40))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print its table."""
+    parser = argparse.ArgumentParser(prog="python -m bench.gateway", description=__doc__)
+    call_options(parser)
     parser.add_argument("--repeat", type=int, default=1,
                         help="measure this many times, fresh processes each time (1)")
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat needs a count of 1 or more")
-    calls = args.calls or (60 if args.quick else 400)
-    per_caller = args.per_caller or (5 if args.quick else 40)
+    calls, per_caller = call_sizes(args)
     runs: list[Ratios] = []
     controls: list[Ratios] = []
     for i in range(args.repeat):

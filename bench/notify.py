@@ -33,7 +33,15 @@ from pathlib import Path
 import anyio
 from mcp import StdioServerParameters
 
-from bench.gateway import OUTBOX_SERVER, ROOT, Figures, _working_order, measure
+from bench.gateway import (
+    OUTBOX_SERVER,
+    ROOT,
+    Figures,
+    _working_order,
+    call_options,
+    call_sizes,
+    measure,
+)
 
 NONE = "no webhook"
 DEAD = "dead receiver"
@@ -151,13 +159,9 @@ def report(figures: list[Figures], *, callers: int, note: str = "") -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its table."""
     parser = argparse.ArgumentParser(prog="python -m bench.notify", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer calls, for a smoke run")
-    parser.add_argument("--calls", type=int, help="sequential calls per target (default 400)")
-    parser.add_argument("--callers", type=int, default=16, help="concurrent callers (16)")
-    parser.add_argument("--per-caller", type=int, help="calls per concurrent caller (40)")
+    call_options(parser)
     args = parser.parse_args(argv)
-    calls = args.calls or (60 if args.quick else 400)
-    per_caller = args.per_caller or (5 if args.quick else 40)
+    calls, per_caller = call_sizes(args)
     figures, note = anyio.run(run, calls, args.callers, per_caller)
     print(report(figures, callers=args.callers, note=note), flush=True)
     return 0

@@ -282,8 +282,8 @@ class Deliverer:
     def _attempt_logged(self, note: Notification, webhook: Webhook) -> None:
         try:
             self.attempt(note, webhook)
-        except AWLError as exc:  # the store said no: the lease runs out, it is tried again
-            log.warning("could not record the delivery of %s: %s", note.id, exc)
+        except Exception as exc:  # the store said no: the lease runs out, it is tried again
+            log.warning("could not record the delivery of %s: %s", note.id, _said(exc))
 
     def run(self) -> None:
         """Deliver until :meth:`stop`: at most ``workers`` POSTs at once, new work as soon as
@@ -298,10 +298,10 @@ class Deliverer:
                     break
                 try:
                     claimed = self.claim(free)
-                except AWLError as exc:
+                except Exception as exc:  # a busy or closed store: say so once, look again
                     if self._stop.is_set():
                         break
-                    log.warning("the deliverer could not read the outbox: %s", exc)
+                    log.warning("the deliverer could not read the outbox: %s", _said(exc))
                     claimed = []
                 for note, webhook in claimed:
                     with self._idle:
@@ -344,6 +344,10 @@ class Deliverer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _said(exc: Exception) -> str:
+    return exc.message if isinstance(exc, AWLError) else f"{type(exc).__name__}: {exc}"
 
 
 def _post(url: str, body: bytes, headers: dict[str, str],

@@ -483,7 +483,7 @@ class MemoryStore:
             claimed = []
             for note in due:
                 self._outbox[note.id] = note = replace(note, next_at=lease_until)
-                claimed.append((note, self._webhooks[note.webhook_id]))
+                claimed.append((note, self._webhooks[note.webhook_id]))  # removal kills notes
             return claimed
 
     def record_attempt(self, notification_id: str, attempt: DeliveryAttempt, *,

@@ -441,10 +441,11 @@ def check_notification_state(state: str) -> NotificationStateName:
 def after_attempt(old: Notification, attempt: DeliveryAttempt, *, state: str, next_at: str,
                   error: str | None) -> Notification:
     """The notification ``record_attempt`` writes: the attempt added and the new state, except
-    that a delivered notification stays delivered."""
+    that a delivered notification stays delivered and a dead one stays dead unless this
+    attempt delivered it (its webhook may have been removed while it was in flight)."""
     name = check_notification_state(state)
     attempts = (*old.attempts, attempt)
-    if old.state == "delivered":
+    if old.state == "delivered" or (old.state == "dead" and name != "delivered"):
         return replace(old, attempts=attempts)
     return replace(old, state=name, next_at=next_at, attempts=attempts,
                    error=error if name == "dead" else None)

@@ -1171,7 +1171,7 @@ class SQLiteStore:
             for (doc,) in rows:
                 note = replace(_notification_from(doc), next_at=lease_until)
                 self._put_notification(conn, note)
-                claimed.append((note, hooks[note.webhook_id]))
+                claimed.append((note, hooks[note.webhook_id]))  # removal kills its notes
             return claimed
 
     def record_attempt(self, notification_id: str, attempt: DeliveryAttempt, *,

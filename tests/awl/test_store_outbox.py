@@ -183,3 +183,21 @@ def test_removing_a_webhook_kills_its_pending_notifications(store: Store) -> Non
     assert states == {"wh_1": ("dead", "its webhook was removed"), "wh_2": ("pending", None)}
     assert [n.webhook_id for n, _ in store.claim_notifications(
         now=T2, lease_until=T2, limit=5)] == ["wh_2"]
+
+
+@pytest.mark.spec("HOOK-6")
+def test_a_notification_in_flight_when_its_webhook_goes_stays_dead(store: Store) -> None:
+    """An attempt that ends after the removal is recorded, but a failure never makes the
+    notification pending again (it would have no webhook); a success still counts."""
+    store.add_webhook(hook())
+    working(store)
+    store.append("o1", ev(4, "report", "working", "submitted"), state="submitted")
+    store.append("o1", ev(5, "expire", "submitted", "expired"), state="expired")
+    claimed = [n for n, _ in store.claim_notifications(now=T1, lease_until=T2, limit=5)]
+    store.remove_webhook("wh_1", at=T1)
+    failed = DeliveryAttempt(at=T1, status=500, error="HTTP 500", ms=1.0)
+    ok = DeliveryAttempt(at=T1, status=200, error=None, ms=1.0)
+    lost = store.record_attempt(claimed[0].id, failed, state="pending", next_at=T1)
+    made = store.record_attempt(claimed[1].id, ok, state="delivered", next_at=T1)
+    assert (lost.state, lost.attempts, made.state) == ("dead", (failed,), "delivered")
+    assert store.claim_notifications(now=T2, lease_until=T2, limit=5) == []

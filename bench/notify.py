@@ -9,9 +9,11 @@ front of the example outbox server; a client calls its read-only ``get_note`` to
 - **dead receiver**: a desk with four subscriptions to every event, all pointing at an
   address that accepts connections and never answers, a backlog of notifications in its
   outbox, and ``awl notify run`` delivering them all along (its POSTs hang until their
-  timeout, then are retried), writing its claims and attempts to the same desk file.
+  timeout, then are retried), writing its claims and attempts to the same desk file;
+- **no webhook (control)**: a second desk like the first, whose ratio to it is this run's
+  noise.
 
-Both are measured side by side, taking turns as in :mod:`bench.gateway`: the median and
+They are measured side by side, taking turns as in :mod:`bench.gateway`: the median and
 p99 latency of sequential calls, then calls per second with ``--callers`` concurrent
 callers. The ratio line is dead receiver over no webhook (1.00x: no slower).
 """
@@ -45,6 +47,7 @@ from bench.gateway import (
 
 NONE = "no webhook"
 DEAD = "dead receiver"
+CONTROL = "no webhook (control)"
 HOOKS = 4
 BACKLOG = 20
 """Orders reported in the dead receiver's desk before the run: one notification each per
@@ -60,11 +63,18 @@ class Ratio:
     under_load: float
 
     @classmethod
-    def of(cls, figures: list[Figures]) -> Ratio:
+    def of(cls, figures: list[Figures], name: str = DEAD) -> Ratio | None:
+        """Target ``name``'s ratios to no webhook; None when the run lacks either."""
         by = {f.name: f for f in figures}
-        none, dead = by[NONE], by[DEAD]
-        return cls(dead.median_ms / none.median_ms, dead.p99_ms / none.p99_ms,
-                   none.calls_per_s / dead.calls_per_s)
+        none, other = by.get(NONE), by.get(name)
+        if none is None or other is None:
+            return None
+        return cls(other.median_ms / none.median_ms, other.p99_ms / none.p99_ms,
+                   none.calls_per_s / other.calls_per_s)
+
+    def line(self, what: str) -> str:
+        return (f"{what}: median {self.median:.2f}x, p99 {self.p99:.2f}x, "
+                f"time per call under load {self.under_load:.2f}x")
 
 
 def _backlog(home: Path, url: str) -> None:
@@ -114,8 +124,8 @@ async def run(calls: int, callers: int, per_caller: int) -> tuple[list[Figures],
         env = {"PYTHONPATH": str(ROOT)}
         targets: list[tuple[str, StdioServerParameters, str]] = []
         homes = {}
-        for name in (NONE, DEAD):
-            home = folder / name.replace(" ", "-")
+        for name in (NONE, DEAD, CONTROL):
+            home = folder / name.replace(" ", "-").strip("()")
             home.mkdir()
             homes[name] = home
             order_id = _working_order(home, calls + callers * per_caller)
@@ -148,9 +158,12 @@ def report(figures: list[Figures], *, callers: int, note: str = "") -> str:
              "|---|---:|---:|---:|"]
     lines += [f"| {f.name} | {f.median_ms:.2f} | {f.p99_ms:.2f} | {f.calls_per_s:.0f} |"
               for f in figures]
-    ratio = Ratio.of(figures)
-    lines += ["", f"dead receiver / no webhook: median {ratio.median:.2f}x, p99 "
-                  f"{ratio.p99:.2f}x, time per call under load {ratio.under_load:.2f}x"]
+    lines.append("")
+    for name, what in ((DEAD, "dead receiver / no webhook"),
+                       (CONTROL, "control / no webhook (two identical desks: this run's noise)")):
+        ratio = Ratio.of(figures, name)
+        if ratio is not None:
+            lines.append(ratio.line(what))
     if note:
         lines.append(note)
     return "\n".join(lines)

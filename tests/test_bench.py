@@ -52,12 +52,17 @@ def test_summary_adds_the_control_run_by_run() -> None:
 
 def test_the_webhook_bench_compares_a_dead_receiver_with_none() -> None:
     """Dead receiver over no webhook: latency ratios, and calls/s the other way round."""
-    from bench.notify import DEAD, NONE, Ratio
+    from bench.notify import CONTROL, DEAD, NONE, Ratio
     from bench.notify import report as notify_report
 
     figures = [Figures(NONE, 2.0, 4.0, 400.0), Figures(DEAD, 2.2, 4.0, 320.0)]
     ratio = Ratio.of(figures)
+    assert ratio is not None
     assert (round(ratio.median, 6), ratio.p99, ratio.under_load) == (1.1, 1.0, 1.25)
-    assert notify_report(figures, callers=16, note="n").splitlines()[-2:] == [
+    assert Ratio.of(figures, CONTROL) is None
+    lines = notify_report([*figures, Figures(CONTROL, 2.0, 2.0, 500.0)], callers=16,
+                          note="n").splitlines()
+    assert lines[-3:] == [
         "dead receiver / no webhook: median 1.10x, p99 1.00x, time per call under load 1.25x",
-        "n"]
+        "control / no webhook (two identical desks: this run's noise): median 1.00x, "
+        "p99 0.50x, time per call under load 0.80x", "n"]

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any
 
-from awl.cli import CLIError
+from awl.documents.limits import check_integer
 
 
 def register(subparsers: Any) -> None:
@@ -95,8 +95,6 @@ def make_deliverer(args: argparse.Namespace, store: Any, **options: Any) -> Any:
     """The deliverer the parsed options ask for (BadRequest for a bad public URL)."""
     from awl.desk.notify import Deliverer
 
-    if not args.notify_timeout > 0:
-        raise CLIError("--notify-timeout must be a positive number of seconds")
     return Deliverer(store, public_url=args.public_url, timeout=args.notify_timeout, **options)
 
 
@@ -175,8 +173,7 @@ def _remove(args: argparse.Namespace) -> int:
 def _log(args: argparse.Namespace) -> int:
     from awl.desk.notify import describe_notification
 
-    if args.limit < 1:
-        raise CLIError("--limit must be 1 or more")
+    check_integer(args.limit, name="--limit", minimum=1)
     desk = _desk(args)
     try:
         notes = desk.notifications(state=args.state, webhook_id=args.webhook,
@@ -202,9 +199,6 @@ def _log(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    for name in ("retry_for", "backoff", "poll"):
-        if not getattr(args, name) > 0:
-            raise CLIError(f"--{name.replace('_', '-')} must be a positive number of seconds")
     store = _store(args)
     try:
         deliverer = make_deliverer(args, store, retry_for=args.retry_for,

@@ -63,6 +63,8 @@ PUBLIC_URL_ENV = "AWL_PUBLIC_URL"
 """The environment variable naming the desk's public address (the approval page's base)."""
 
 SECRET_BYTES = 32
+MAX_SECONDS = 10**8
+"""The longest time any of the deliverer's settings may name (about three years)."""
 MAX_URL = 2048
 _ANSWER_BYTES = 512
 """How much of a receiver's answer an attempt keeps (for the log)."""
@@ -195,9 +197,10 @@ class Deliverer:
                  workers: int = 4, poll: float = 1.0, clock: Clock | None = None,
                  rng: random.Random | None = None) -> None:
         for name, value in (("timeout", timeout), ("retry_for", retry_for),
-                            ("backoff", backoff), ("poll", poll)):
-            if not value > 0:
-                raise BadRequest(f"{name} must be a positive number of seconds")
+                            ("backoff", backoff), ("max_backoff", max_backoff), ("poll", poll)):
+            if not 0 < value <= MAX_SECONDS:
+                raise BadRequest(f"{name} must be a number of seconds above 0 and at most "
+                                 f"{MAX_SECONDS:,}, not {show_value(value)}")
         self.store = store
         self.public_url = None if public_url is None else check_public_url(public_url)
         self.timeout = timeout

@@ -60,6 +60,11 @@ COMMANDS: dict[tuple[str, ...], dict[str, str | None]] = {
     ("token", "issue"): {"": "who", "--json": None},
     ("token", "list"): {"--json": None},
     ("token", "revoke"): {"": "word", "--token": "word", "--principal": "who", "--json": None},
+    ("notify", "add"): {"": "url", "--events": "events", "--orders": "id", "--json": None},
+    ("notify", "list"): {"--json": None},
+    ("notify", "remove"): {"": "word", "--json": None},
+    ("notify", "log"): {"--order": "id", "--webhook": "word", "--state": "word",
+                        "--limit": "number", "--json": None},
 }
 
 HOSTILE_WORDS = ["", "-", "--", "-x", "\udcff", "a\udcfe", "é", "\x00x", "x" * 3000, "9" * 30,
@@ -104,6 +109,11 @@ def test_random_command_lines_end_in_an_exit_code_never_a_traceback(
             return r.choice(["1", "5", "0.01", "2.0", "100"])
         if kind == "token":
             return r.choice([token, token[:-3] + "abc", token.replace(".", "", 1)])
+        if kind == "url":
+            return r.choice(["http://127.0.0.1:9/hook", "https://chat.example/h?k=1",
+                             "ftp://x", "http://[::1", "https://x.example:0/"])
+        if kind == "events":
+            return r.choice(["submitted", "committed,failed,unknown", "approved", ","])
         if kind == "budget":
             return r.choice(["usd=1", "tool_calls=2", "usd=0.5,tokens=10"])
         return r.choice(["approve", "because", "done", "order", "report", "x"])

@@ -9,14 +9,14 @@ import pytest
 
 from awl.documents.errors import BadRequest, Conflict, NotFound
 from awl.store.protocol import DeliveryAttempt, Settlement, Store, Webhook
-from tests.awl.test_store import T0, _open, create, ev, report, reserve
+from tests.awl.test_store import STORES, T0, _open, create, ev, report, reserve
 
 T1 = "2030-01-01T00:00:05Z"
 T2 = "2030-01-01T00:01:00Z"
 ALL = ("submitted", "blocked", "unknown", "committed", "failed", "expired")
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=STORES)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     opened = _open(request.param, tmp_path)
     yield opened

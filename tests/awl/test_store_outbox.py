@@ -201,3 +201,25 @@ def test_a_notification_in_flight_when_its_webhook_goes_stays_dead(store: Store)
     made = store.record_attempt(claimed[1].id, ok, state="delivered", next_at=T1)
     assert (lost.state, lost.attempts, made.state) == ("dead", (failed,), "delivered")
     assert store.claim_notifications(now=T2, lease_until=T2, limit=5) == []
+
+
+@pytest.mark.spec("HOOK-3")
+def test_the_event_and_its_notification_are_one_sqlite_transaction(tmp_path: Path) -> None:
+    """When the notification cannot be written, the event is not written either: the two
+    commit together or not at all (here the outbox table is gone from a damaged file)."""
+    import sqlite3
+
+    from awl.store.sqlite import SQLiteStore
+
+    path = tmp_path / "desk.sqlite3"
+    with SQLiteStore(path) as store:
+        store.add_webhook(hook())
+        working(store)
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("ALTER TABLE outbox RENAME TO outbox_gone")
+        conn.close()
+        with pytest.raises(sqlite3.OperationalError, match="outbox"):
+            store.append("o1", ev(4, "report", "working", "submitted"), state="submitted")
+        assert (store.load("o1").state, store.load("o1").seq) == ("working", 3)
+        store.append("o1", ev(4, "progress", "working", "working"), state="working")
+        assert store.load("o1").seq == 4  # an event that notifies nobody never touches it

@@ -289,30 +289,30 @@ class Deliverer:
             log.warning("could not record the delivery of %s: %s", note.id, _said(exc))
 
     def run(self) -> None:
-        """Deliver until :meth:`stop`: at most ``workers`` POSTs at once, new work as soon as
-        one ends, a look every ``poll`` seconds when the outbox is idle."""
-        with ThreadPoolExecutor(self.workers, thread_name_prefix="awl-notify") as pool:
-            while not self._stop.is_set():
-                with self._idle:
-                    while self._busy >= self.workers and not self._stop.is_set():
-                        self._idle.wait(self.poll)
-                    free = self.workers - self._busy
+        """Deliver until :meth:`stop`: at most ``workers`` POSTs at once, each in a daemon
+        thread of its own (so stopping never waits for a receiver), new work as soon as one
+        ends, a look every ``poll`` seconds when the outbox is idle."""
+        while not self._stop.is_set():
+            with self._idle:
+                while self._busy >= self.workers and not self._stop.is_set():
+                    self._idle.wait(self.poll)
+                free = self.workers - self._busy
+            if self._stop.is_set():
+                break
+            try:
+                claimed = self.claim(free)
+            except Exception as exc:  # a busy or closed store: say so once, look again
                 if self._stop.is_set():
                     break
-                try:
-                    claimed = self.claim(free)
-                except Exception as exc:  # a busy or closed store: say so once, look again
-                    if self._stop.is_set():
-                        break
-                    log.warning("the deliverer could not read the outbox: %s", _said(exc))
-                    claimed = []
-                for note, webhook in claimed:
-                    with self._idle:
-                        self._busy += 1
-                    pool.submit(self._job, note, webhook)
-                if not claimed:
-                    self._stop.wait(self.poll)
-            pool.shutdown(wait=False, cancel_futures=True)
+                log.warning("the deliverer could not read the outbox: %s", _said(exc))
+                claimed = []
+            for note, webhook in claimed:
+                with self._idle:
+                    self._busy += 1
+                threading.Thread(target=self._job, args=(note, webhook), daemon=True,
+                                 name=f"awl-notify-{note.id}").start()
+            if not claimed:
+                self._stop.wait(self.poll)
 
     def _job(self, note: Notification, webhook: Webhook) -> None:
         try:

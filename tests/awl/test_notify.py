@@ -230,3 +230,20 @@ def test_a_removed_webhook_is_never_sent_its_pending_notifications(desk: Desk) -
         assert receiver.received == []
     [note] = desk.notifications()
     assert (note.state, note.error) == ("dead", "its webhook was removed")
+
+
+def test_stopping_never_waits_for_a_receiver(desk: Desk) -> None:
+    """With every worker stuck on a receiver that never answers, stop() returns at once;
+    the claimed notification is left to its lease, never lost."""
+    with DeadReceiver() as dead:
+        desk.add_webhook(dead.url, "submitted")
+        desk.report(working(desk), WORKER, report_fields())
+        deliverer = Deliverer(desk.store, timeout=30, poll=0.01, workers=1).start()
+        [before] = desk.notifications()
+        while desk.notifications()[0].next_at == before.next_at:  # claimed: lease set
+            time.sleep(0.01)
+        started = time.monotonic()
+        deliverer.stop()
+        assert time.monotonic() - started < 1.5 and not deliverer.alive
+    [note] = desk.notifications()
+    assert (note.state, note.attempts) == ("pending", ())

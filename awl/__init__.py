@@ -60,7 +60,7 @@ from awl.documents.models import (
     parse_time,
 )
 from awl.documents.schemas import load_schema
-from awl.passes.passes import (
+from awl.passes import (
     KeySet,
     KeyStore,
     VerifiedPass,

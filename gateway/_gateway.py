@@ -64,7 +64,7 @@ from awl.documents.limits import check_json_value
 from awl.documents.models import CallRecord, WorkOrder
 from awl.documents.patterns import matches_any, parse_ref
 from awl.mcp.transport import identity_of
-from awl.passes.passes import DEFAULT_AUDIENCE, VerifiedPass, verify_pass
+from awl.passes import DEFAULT_AUDIENCE, VerifiedPass, verify_pass
 from awl.store.protocol import OrderRecord, Scope, Store
 from awl.store.rules import stale_order
 from gateway._config import GatewayConfig

@@ -1123,7 +1123,7 @@ class Desk:
         order_id = view.id
         try:
             if event.to in TERMINAL:
-                from awl.passes.passes import revoke_order_passes
+                from awl.passes import revoke_order_passes
 
                 revoke_order_passes(self.store, order_id, reason=f"order {event.to}",
                                     now=event.at)

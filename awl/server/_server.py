@@ -55,7 +55,7 @@ from awl.documents.limits import INT64_MAX, check_integer, check_json_value
 from awl.documents.models import Event, WorkOrder, parse_time
 from awl.mcp.frames import stdio_frames
 from awl.mcp.transport import Unauthorized, identity_of, serve_http
-from awl.passes.passes import KeyStore, issue_recorded_pass, unverified_claims
+from awl.passes import KeyStore, issue_recorded_pass, unverified_claims
 from awl.server._tools import (
     INSTRUCTIONS,
     ORDER_TOOLS,

@@ -37,7 +37,7 @@ from awl import (
 from awl.desk.desk import AsyncDesk, Desk, format_time
 from awl.documents.errors import PassError
 from awl.documents.lifecycle import DESK_ACTOR, fold
-from awl.passes.passes import (
+from awl.passes import (
     DEFAULT_AUDIENCE,
     KeyStore,
     issue_pass,

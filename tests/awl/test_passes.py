@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import serialization
 from awl.documents.conformance import run_conformance
 from awl.documents.errors import InvalidTransition, PassError
 from awl.documents.models import Event, WorkOrder
-from awl.passes.passes import (
+from awl.passes import (
     LEEWAY,
     MAX_CHAIN,
     PASS_SPEC,

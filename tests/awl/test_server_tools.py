@@ -14,7 +14,7 @@ from mcp import Client
 
 from awl.desk.desk import AsyncDesk
 from awl.documents.errors import Conflict
-from awl.passes.passes import KeyStore
+from awl.passes import KeyStore
 from awl.server import DeskServer
 from awl.server._server import ERROR_META
 from awl.store.memory import MemoryStore

@@ -21,7 +21,7 @@ import pytest
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
 from awl.documents.lifecycle import fold
-from awl.passes.passes import KeyStore
+from awl.passes import KeyStore
 from awl.server import TOOL_NAMES, DeskServer
 from awl.server._tools import TOOLS, argument_schema
 from awl.store.sqlite import SQLiteStore

@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from awl.documents.errors import PassError
-from awl.passes.passes import KeyStore, issue_recorded_pass, revoke_pass
+from awl.passes import KeyStore, issue_recorded_pass, revoke_pass
 from tests.gateway.gateway_support import (
     MANAGER,
     WORKER,

@@ -16,7 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from awl.documents.errors import DocumentError
-from awl.passes.passes import KeyStore, issue_recorded_pass
+from awl.passes import KeyStore, issue_recorded_pass
 from tests.awl.frames_support import (
     INVALID_PARAMS,
     StdioPeer,

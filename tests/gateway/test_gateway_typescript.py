@@ -15,7 +15,7 @@ import anyio.to_thread
 import mcp_types as types
 import pytest
 
-from awl.passes.passes import KeyStore, issue_recorded_pass
+from awl.passes import KeyStore, issue_recorded_pass
 from gateway._serve import open_gateway, serve_http
 from tests.gateway.gateway_support import (
     ROOT,

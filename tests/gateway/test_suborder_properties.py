@@ -39,7 +39,7 @@ from awl.desk.lineage import ancestors, remaining_of
 from awl.documents.errors import AWLError
 from awl.documents.models import WorkOrder
 from awl.documents.patterns import covered_by_any, matches_any, overlap
-from awl.passes.passes import KeyStore, issue_recorded_pass
+from awl.passes import KeyStore, issue_recorded_pass
 from awl.store.memory import MemoryStore
 from gateway._commit import commit
 from gateway._config import load_config

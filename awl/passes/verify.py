@@ -71,6 +71,7 @@ __all__ = [
     "DEFAULT_ISSUER",
     "LEEWAY",
     "MAX_CHAIN",
+    "MAX_TOKEN_BYTES",
     "PASS_SPEC",
     "PASS_TYPE",
     "REASONS",

@@ -884,9 +884,9 @@ def pass_checks() -> Callable[..., Iterator[Finding]]:
     """
     # The pass checks live with the pass code; imported late so the core works without them.
     try:
-        module = importlib.import_module("awl.passes.verify")
+        module = importlib.import_module("awl.passes.rules")
     except ModuleNotFoundError as exc:
-        if exc.name != "awl.passes.verify":
+        if exc.name != "awl.passes.rules":
             raise
         raise BadRequest("pass checks not installed") from None
     found: Callable[..., Iterator[Finding]] | None = getattr(module, "iter_pass_findings", None)

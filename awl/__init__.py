@@ -3,7 +3,7 @@
 The public surface is re-exported here; everything else is private.
 """
 
-from awl.desk.desk import AsyncDesk, Desk, OrderView, Question, Subscription
+from awl.desk import AsyncDesk, Desk, OrderView, Question, Subscription
 from awl.desk.effects import EffectView, list_effects, settle
 from awl.desk.home import default_store, home_dir
 from awl.desk.track import TrackRecord, UnitSpend

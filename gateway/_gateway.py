@@ -56,8 +56,9 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
-from awl.desk.desk import Desk, format_time
+from awl.desk import Desk
 from awl.desk.lineage import ancestors, staging_ancestor
+from awl.desk.views import format_time
 from awl.documents.errors import Conflict, DocumentError, PassError
 from awl.documents.lifecycle import TERMINAL
 from awl.documents.limits import check_json_value

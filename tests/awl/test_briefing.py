@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from desk_support import HELPER, MANAGER, WORKER, Clock, order_fields, report_fields, working
 
+from awl.desk import Desk
 from awl.desk.briefing import briefing
-from awl.desk.desk import Desk
 from awl.store.memory import MemoryStore
 
 HANDOFF = {

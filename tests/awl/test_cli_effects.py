@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from awl.cli import main
-from awl.desk.desk import Desk
+from awl.desk import Desk
 from awl.store.sqlite import SQLiteStore
 from tests.awl.server_support import MANAGER, WORKER, hold_call, order_fields
 

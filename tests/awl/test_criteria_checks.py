@@ -17,8 +17,8 @@ from mcp import Client
 
 from awl import BadRequest, Desk, ValidationFailed
 from awl.cli import main
+from awl.desk import AsyncDesk
 from awl.desk.criteria import normalize, run_check, take_snapshot
-from awl.desk.desk import AsyncDesk
 from awl.documents.models import Check
 from awl.server import DeskServer
 from awl.store.memory import MemoryStore

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -31,10 +32,12 @@ from awl import (
     Event,
     Forbidden,
     InvalidTransition,
+    MemoryStore,
     NotFound,
     ValidationFailed,
 )
-from awl.desk.desk import AsyncDesk, Desk, format_time
+from awl.desk import AsyncDesk, Desk
+from awl.desk.views import format_time
 from awl.documents.errors import PassError
 from awl.documents.lifecycle import DESK_ACTOR, fold
 from awl.passes import (
@@ -1004,6 +1007,38 @@ async def test_async_errors_are_the_desk_s_errors(store: Store, clock: Clock) ->
         await adesk.accept(view.id, MANAGER)
     with pytest.raises(NotFound):
         await adesk.get("wo_missing")
+
+
+def test_every_desk_operation_has_an_async_twin_with_the_same_parameters() -> None:
+    """Each public method of Desk is on AsyncDesk, as a coroutine taking the same parameters;
+    only ``now`` and ``subscribe``, which never wait, stay plain methods."""
+    adesk = AsyncDesk(MemoryStore())
+    public = sorted(name for name, _ in inspect.getmembers(Desk, inspect.isfunction)
+                    if not name.startswith("_"))
+    assert {"create", "get", "review", "wait", "follow", "workspace"} <= set(public)
+    plain = {"now", "subscribe"}
+    for name in public:
+        twin = getattr(adesk, name, None)
+        assert twin is not None, f"AsyncDesk has no {name}"
+        waits = inspect.iscoroutinefunction(twin) or inspect.isasyncgenfunction(twin)
+        assert waits == (name not in plain), name
+
+        def shown(func: Callable[..., Any]) -> list[inspect.Parameter]:
+            return [p for p in inspect.signature(func).parameters.values()
+                    if not p.name.startswith("_")]
+
+        assert shown(twin) == shown(getattr(Desk(MemoryStore()), name)), name
+
+
+def test_an_async_twin_must_run_the_desk_method_of_its_name() -> None:
+    """A twin named after one method but running another is refused when the class is made."""
+    from awl.desk.asyncdesk import _InThread
+
+    with pytest.raises(Exception) as raised:
+        type("Wrong", (), {"accept": _InThread(Desk.decline)})
+    error = raised.value if isinstance(raised.value, TypeError) else raised.value.__cause__
+    assert isinstance(error, TypeError)
+    assert str(error) == "Wrong.accept would run Desk.decline"
 
 
 # ----------------------------------------------------------------------------- processes

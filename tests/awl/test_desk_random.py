@@ -21,7 +21,8 @@ import pytest
 from desk_support import Clock, effect, open_store, order_fields, report_fields
 
 from awl import AWLError, Event, WorkReport
-from awl.desk.desk import Desk, OrderView, format_time
+from awl.desk import Desk, OrderView
+from awl.desk.views import format_time
 from awl.documents.lifecycle import DESK_ACTOR, TABLE, TERMINAL, fold
 from awl.store.protocol import Store
 

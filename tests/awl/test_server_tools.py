@@ -12,7 +12,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from awl.desk.desk import AsyncDesk
+from awl.desk import AsyncDesk
 from awl.documents.errors import Conflict
 from awl.passes import KeyStore
 from awl.server import DeskServer

@@ -233,7 +233,7 @@ def test_a_schema_4_desk_gets_its_sub_orders_charges_backfilled(tmp_path: Path) 
     """Opening a desk written before sub-orders' calls were charged up the chain fills the
     charges from its call records (migration 5): each order's usage, first call included,
     is what live charging gives, and the next reservation is checked against it."""
-    from awl.desk.desk import Desk
+    from awl.desk import Desk
 
     path = tmp_path / "desk.sqlite3"
     with SQLiteStore(path) as store:

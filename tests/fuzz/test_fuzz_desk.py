@@ -38,7 +38,7 @@ OUTPUTS = {t.name: Draft202012Validator(t.output_schema) for t in TOOLS}
 # offer to approval; it prints each order's id and final state.
 SECOND_WRITER = """
 import json, sys
-from awl.desk.desk import Desk
+from awl.desk import Desk
 from awl.store.sqlite import SQLiteStore
 from awl.documents.errors import Conflict
 sys.path.insert(0, sys.argv[3])

@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from awl.cli import main
-from awl.desk.desk import format_time
+from awl.desk.views import format_time
 from awl.documents.errors import BadRequest, Conflict, Forbidden, InvalidTransition
 from awl.documents.models import parse_time
 from awl.store.protocol import LockInfo, PassRecord, Revocation

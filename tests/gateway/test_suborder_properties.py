@@ -34,8 +34,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from awl.desk.desk import Desk, format_time
+from awl.desk import Desk
 from awl.desk.lineage import ancestors, remaining_of
+from awl.desk.views import format_time
 from awl.documents.errors import AWLError
 from awl.documents.models import WorkOrder
 from awl.documents.patterns import covered_by_any, matches_any, overlap

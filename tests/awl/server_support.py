@@ -65,7 +65,7 @@ async def serve_as(home: Path, principal: str, mode: str) -> AsyncIterator[Desk]
     """A client of an ``awl serve --as principal`` subprocess, in protocol era ``mode``."""
     with open(home / f"serve-{principal.replace(':', '-')}.err", "a") as errlog:
         transport = stdio_client(serve_params(home, "--as", principal), errlog=errlog)
-        async with Client(transport, mode=mode) as client:  # type: ignore[arg-type]
+        async with Client(transport, mode=mode) as client:
             yield Desk(client)
 
 

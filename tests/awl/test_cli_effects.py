@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ def test_effects_list_shows_a_text_only_result(
     oid = desk.create(order_fields(staged=["mail/send"]), MANAGER).id
     desk.accept(oid, WORKER)
     desk.start(oid, WORKER)
-    answers = {
+    answers: dict[str, dict[str, Any]] = {
         "text": {"content": [{"type": "text", "text": "committed 3f2a9c1\nmain"}]},
         "structured": {"content": [{"type": "text", "text": "{}"}],
                        "structuredContent": {"id": 7}},

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from desk_support import MANAGER, WORKER, Clock, order_fields, report_fields
 from mcp import Client
 
 from awl import BadRequest, Desk, ValidationFailed
@@ -24,6 +23,7 @@ from awl.server import DeskServer
 from awl.store.memory import MemoryStore
 from awl.store.protocol import Store
 from awl.store.sqlite import SQLiteStore
+from tests.awl.desk_support import MANAGER, WORKER, Clock, order_fields, report_fields
 from tests.awl.server_support import Desk as McpDesk
 
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_calc.py"]

@@ -11,20 +11,6 @@ from typing import Any
 
 import anyio
 import pytest
-from desk_support import (
-    DEADLINE,
-    HELPER,
-    MANAGER,
-    T0,
-    WORKER,
-    Clock,
-    effect,
-    open_store,
-    order_fields,
-    report_fields,
-    submitted,
-    working,
-)
 
 from awl import (
     BadRequest,
@@ -50,6 +36,20 @@ from awl.passes import (
     verify_pass,
 )
 from awl.store.protocol import Store
+from tests.awl.desk_support import (
+    DEADLINE,
+    HELPER,
+    MANAGER,
+    T0,
+    WORKER,
+    Clock,
+    effect,
+    open_store,
+    order_fields,
+    report_fields,
+    submitted,
+    working,
+)
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -815,7 +815,7 @@ class RacingStore:
 
     def __init__(self, inner: Store) -> None:
         self.inner = inner
-        self.before_append: Callable[[], None] | None = None
+        self.before_append: Callable[[], object] | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -830,7 +830,7 @@ class RacingStore:
 def test_a_lost_race_is_decided_again_when_still_valid(store: Store, clock: Clock) -> None:
     """A progress note that lost the race to another note is written after it."""
     racing = RacingStore(store)
-    desk = Desk(racing, clock=clock)  # type: ignore[arg-type]
+    desk = Desk(racing, clock=clock)
     other = Desk(store, clock=clock)
     view = working(desk)
     racing.before_append = lambda: other.progress(view.id, WORKER, "first")
@@ -843,7 +843,7 @@ def test_a_lost_race_that_is_no_longer_valid_gets_the_new_state_s_error(
 ) -> None:
     """Two reviews race; the loser sees the order already approved."""
     racing = RacingStore(store)
-    desk = Desk(racing, clock=clock)  # type: ignore[arg-type]
+    desk = Desk(racing, clock=clock)
     other = Desk(store, clock=clock)
     view = submitted(desk)
     racing.before_append = lambda: other.review(view.id, MANAGER, "approve")
@@ -857,7 +857,7 @@ def test_a_lost_race_that_is_no_longer_valid_gets_the_new_state_s_error(
 def test_without_retries_a_lost_race_is_a_conflict(store: Store, clock: Clock) -> None:
     """With conflict_retries=0 the caller gets the Conflict and nothing of theirs is written."""
     racing = RacingStore(store)
-    desk = Desk(racing, clock=clock, conflict_retries=0)  # type: ignore[arg-type]
+    desk = Desk(racing, clock=clock, conflict_retries=0)
     other = Desk(store, clock=clock)
     view = working(desk)
     racing.before_append = lambda: other.progress(view.id, WORKER, "first")

@@ -95,7 +95,8 @@ from typing import Any, Protocol
 import anyio
 import mcp_types as types
 
-from awl.desk.desk import Clock, Desk, format_time
+from awl.desk import Desk
+from awl.desk.core import Clock
 from awl.desk.effects import (
     EffectView,
     drop_held,
@@ -109,6 +110,7 @@ from awl.desk.effects import (
 )
 from awl.desk.effects import record_event as _log
 from awl.desk.lineage import ancestors, staging_ancestor
+from awl.desk.views import format_time
 from awl.documents.checks import json_equal
 from awl.documents.errors import BadRequest, Conflict, InvalidTransition, NotFound
 from awl.documents.models import CallRecord, WorkOrder, WorkReport, parse_time

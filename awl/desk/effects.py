@@ -31,12 +31,14 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
+from awl.desk.views import format_time
 from awl.documents.errors import BadRequest, Conflict, Forbidden, InvalidTransition, NotFound
 from awl.documents.models import CallRecord, Event, WorkOrder
 from awl.documents.patterns import canonical_ref
 from awl.store.protocol import EffectState, Settlement, Store
 
 if TYPE_CHECKING:
+    from awl.desk.core import DeskCore
     from awl.desk.desk import Desk
 
 __all__ = [
@@ -82,7 +84,7 @@ def held_calls(store: Store, order_id: str, *,
     ]
 
 
-def record_event(desk: Desk, order_id: str, actor: str, action: str, *, note: str | None,
+def record_event(desk: DeskCore, order_id: str, actor: str, action: str, *, note: str | None,
                  data: Mapping[str, Any]) -> None:
     """Append a non-transition event, deciding again after every lost race."""
     for round_ in range(_LOG_ATTEMPTS):
@@ -94,7 +96,7 @@ def record_event(desk: Desk, order_id: str, actor: str, action: str, *, note: st
                 raise
 
 
-def drop_held(desk: Desk, order_id: str, reasons: Mapping[str, str], *, actor: str,
+def drop_held(desk: DeskCore, order_id: str, reasons: Mapping[str, str], *, actor: str,
               at: str, note: str | None = None,
               data: Mapping[str, Any] | None = None) -> list[str]:
     """Drop the held calls named in ``reasons`` (ref → why) and log one ``drop`` event.
@@ -285,8 +287,8 @@ def settle(order_id: str, ref: str, verdict: Verdict, evidence: str, by: str, *,
         BadRequest: No evidence, or an unknown verdict.
         NotFound: No such order or call.
     """
-    # awl.desk.desk imports this module, so the desk is imported when first needed.
-    from awl.desk.desk import Desk, format_time
+    # awl.desk.core imports this module, so the desk is imported when first needed.
+    from awl.desk.desk import Desk
 
     if verdict not in ("happened", "did_not_happen"):
         raise BadRequest(f"verdict must be happened or did_not_happen, not {verdict!r}")

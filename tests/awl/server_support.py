@@ -15,7 +15,7 @@ import mcp_types as types
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from mcp import Client, StdioServerParameters, stdio_client
 
-from awl.desk.desk import format_time
+from awl.desk.views import format_time
 from awl.documents.models import CallRecord
 from awl.server._server import ERROR_META
 from awl.store.protocol import Store
@@ -65,7 +65,7 @@ async def serve_as(home: Path, principal: str, mode: str) -> AsyncIterator[Desk]
     """A client of an ``awl serve --as principal`` subprocess, in protocol era ``mode``."""
     with open(home / f"serve-{principal.replace(':', '-')}.err", "a") as errlog:
         transport = stdio_client(serve_params(home, "--as", principal), errlog=errlog)
-        async with Client(transport, mode=mode) as client:  # type: ignore[arg-type]
+        async with Client(transport, mode=mode) as client:
             yield Desk(client)
 
 

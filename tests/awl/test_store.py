@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from awl.documents.errors import BadRequest, Conflict, NotFound
-from awl.documents.models import Event, Review, WorkOrder, WorkReport
+from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
 from awl.store.memory import MemoryStore
 from awl.store.protocol import (
     LockInfo,
@@ -256,8 +256,8 @@ def test_finish_call_sets_the_outcome_once(store: Store) -> None:
     """A reserved call gets one final outcome; a second one is a Conflict."""
     create(store)
     reserve(store)
-    assert store.finish_call("o1", "srv/read#1", outcome="ok", result={"r": 1}, error=None,
-                             ended_at="2030-01-01T00:00:01Z") is None
+    store.finish_call("o1", "srv/read#1", outcome="ok", result={"r": 1}, error=None,
+                      ended_at="2030-01-01T00:00:01Z")
     [done] = store.calls("o1")
     assert (done.outcome, done.result, done.ended_at) == ("ok", {"r": 1}, "2030-01-01T00:00:01Z")
     with pytest.raises(Conflict):
@@ -348,18 +348,24 @@ def test_reserve_call_refuses_the_first_exceeded_scope(store: Store) -> None:
     assert [c.ref for c in store.calls("o1")] == ["srv/read#1", "srv/read#2", "srv/read#3"]
 
 
+def _reserved(result: CallRecord | str) -> CallRecord:
+    """The record of a reservation that was made (a scope's name says it was refused)."""
+    assert isinstance(result, CallRecord), result
+    return result
+
+
 def test_reserve_call_with_seq_refuses_a_stale_order(store: Store) -> None:
     """With ``seq``, a reservation on an order whose log moved on writes nothing."""
     create(store)
     args: dict[str, Any] = {"attempt": 1, "tool": "srv/read", "arguments": {},
                             "pass_jti": None, "usd": 0.0, "started_at": T0, "scopes": []}
-    assert store.reserve_call("o1", seq=1, **args).ref == "srv/read#1"
+    assert _reserved(store.reserve_call("o1", seq=1, **args)).ref == "srv/read#1"
     store.append("o1", ev(2, "accept", "offered", "accepted"), state="accepted")
     with pytest.raises(Conflict) as caught:
         store.reserve_call("o1", seq=1, **args)
     assert (caught.value.expected_seq, caught.value.actual_seq) == (1, 2)
     assert [c.ref for c in store.calls("o1")] == ["srv/read#1"]
-    assert store.reserve_call("o1", seq=2, **args).ref == "srv/read#2"
+    assert _reserved(store.reserve_call("o1", seq=2, **args)).ref == "srv/read#2"
 
 
 def test_reserve_call_is_exact_under_racing_threads(store: Store) -> None:

@@ -21,7 +21,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from awl.desk.desk import Desk, format_time
+from awl.desk import Desk
+from awl.desk.views import format_time
 from awl.documents.models import Event, WorkReport
 from awl.store.protocol import EffectState, PassRecord
 from awl.store.sqlite import SQLiteStore

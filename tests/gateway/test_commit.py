@@ -16,7 +16,8 @@ import anyio
 import pytest
 
 from awl.cli import main
-from awl.desk.desk import format_time
+from awl.desk.views import format_time
+from awl.documents.checks import json_equal
 from awl.documents.errors import BadRequest, Conflict, Forbidden, InvalidTransition
 from awl.documents.models import parse_time
 from awl.store.protocol import LockInfo, PassRecord, Revocation
@@ -26,7 +27,6 @@ from gateway._commit import (
     commit_sync,
     drop_attempt,
     fill_refs,
-    json_equal,
     list_effects,
     lock_name,
     resolve_pointer,

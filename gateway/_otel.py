@@ -308,4 +308,14 @@ def from_env(wanted: Signals) -> OTelTelemetry:
         meter_provider = MeterProvider(resource=resource, metric_readers=readers)
         metrics.set_meter_provider(meter_provider)
         atexit.register(meter_provider.shutdown)
-    return OTelTelemetry()
+    return shared()
+
+
+_shared: list[OTelTelemetry] = []
+
+
+def shared() -> OTelTelemetry:
+    """The process's one :class:`OTelTelemetry` (its instruments are made once)."""
+    if not _shared:
+        _shared.append(OTelTelemetry())
+    return _shared[0]

@@ -159,9 +159,9 @@ def _from_env(env: Mapping[str, str]) -> Telemetry:
         return NOOP
     try:
         from gateway import _otel
-    except ImportError as exc:
-        _say(f"OTEL_* settings ask for telemetry, but OpenTelemetry is not installed "
-             f"({exc.name or exc}); running without it. Install it with {INSTALL_HINT}")
+    except ImportError:
+        _say("OTEL_* settings ask for telemetry, but the OpenTelemetry SDK is not installed; "
+             f"running without it. Install it with {INSTALL_HINT}")
         return NOOP
     try:
         return _otel.from_env(wanted)
@@ -189,7 +189,7 @@ def enable() -> Telemetry:
     global _active
     from gateway import _otel
 
-    _active = _otel.OTelTelemetry()
+    _active = _otel.shared()
     return _active
 
 

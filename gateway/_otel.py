@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import threading
 import time
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
@@ -289,26 +290,45 @@ def _metric_exporter(name: str) -> Any:
     return OTLPMetricExporter()
 
 
+EXIT_FLUSH = 1.0
+"""Seconds a process spends at exit sending what is still buffered: a collector that does
+not answer must not hold up the exit (a stdio client gives its server about 2 s)."""
+
+
 def from_env(wanted: Signals) -> OTelTelemetry:
     """Set up the global providers the environment asks for (OBS-1), unless the application
     already set its own, and answer the telemetry that reports to them.
 
     Their exporters read the other ``OTEL_*`` settings themselves. At exit the providers
-    are shut down, which sends what is still buffered."""
+    are shut down, which sends what is still buffered, for at most :data:`EXIT_FLUSH`."""
     given = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": SERVICE}
     resource = Resource.create(given)
+    providers: list[TracerProvider | MeterProvider] = []
     if wanted.traces and not isinstance(trace.get_tracer_provider(), TracerProvider):
-        tracer_provider = TracerProvider(resource=resource)
+        tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
         for name in wanted.traces:
             tracer_provider.add_span_processor(BatchSpanProcessor(_span_exporter(name)))
         trace.set_tracer_provider(tracer_provider)
-        atexit.register(tracer_provider.shutdown)
+        providers.append(tracer_provider)
     if wanted.metrics and not isinstance(metrics.get_meter_provider(), MeterProvider):
         readers = [PeriodicExportingMetricReader(_metric_exporter(n)) for n in wanted.metrics]
-        meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+        meter_provider = MeterProvider(resource=resource, metric_readers=readers,
+                                       shutdown_on_exit=False)
         metrics.set_meter_provider(meter_provider)
-        atexit.register(meter_provider.shutdown)
+        providers.append(meter_provider)
+    if providers:
+        atexit.register(_shut_down, providers)
     return shared()
+
+
+def _shut_down(providers: list[TracerProvider | MeterProvider]) -> None:
+    """Shut the providers down side by side, waiting at most :data:`EXIT_FLUSH` for them."""
+    threads = [threading.Thread(target=p.shutdown, daemon=True) for p in providers]
+    for thread in threads:
+        thread.start()
+    end = time.monotonic() + EXIT_FLUSH
+    for thread in threads:
+        thread.join(max(end - time.monotonic(), 0))
 
 
 _shared: list[OTelTelemetry] = []

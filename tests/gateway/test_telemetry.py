@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +33,15 @@ from gateway import _telemetry
 from gateway._commit import commit
 from gateway._config import load_config
 from gateway._telemetry import Signals, signals
-from tests.gateway.gateway_support import MANAGER, ROOT, WORKER, Env, connect, make_env
+from tests.gateway.gateway_support import (
+    MANAGER,
+    ROOT,
+    WORKER,
+    Env,
+    connect,
+    server_entry,
+)
+from tests.gateway.gateway_support import make_env as _make_env
 
 pytestmark = pytest.mark.anyio
 
@@ -78,6 +87,13 @@ def otel() -> Iterator[tuple[_Capture, InMemoryMetricReader]]:
     finally:
         capture.active = False
         _telemetry._active = saved
+
+
+def make_env(tmp: Path) -> Env:
+    """A working order in front of the receiver alone (it logs the _meta it gets)."""
+    log = tmp / "receiver.jsonl"
+    return _make_env(tmp, servers={"receiver": server_entry(
+        "receiver", env={"RECEIVER_LOG": str(log)})})
 
 
 def _traceparent(trace_id: int, span_id: int) -> str:
@@ -356,11 +372,18 @@ async def test_otel_settings_without_the_extra_say_so_once_and_the_gateway_serve
 async def test_otel_traces_exporter_console_turns_tracing_on_in_a_gateway_process(
         tmp_path: Path) -> None:
     """OTEL_TRACES_EXPORTER=console: the gateway process writes its spans to stderr (its
-    stdout is the MCP stream, which stays clean), in the worker's trace."""
+    stdout is the MCP stream, which stays clean), in the worker's trace; the OTLP exporter
+    beside it (and the metrics the endpoint turns on) has no collector, and the call is
+    served all the same."""
     env = make_env(tmp_path)
     out, err = tmp_path / "modules.json", tmp_path / "gateway.err"
-    params = _probe(env, out, otel_env={"OTEL_TRACES_EXPORTER": "console",
-                                        "OTEL_BSP_SCHEDULE_DELAY": "50"})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    params = _probe(env, out, otel_env={
+        "OTEL_TRACES_EXPORTER": "console,otlp", "OTEL_BSP_SCHEDULE_DELAY": "50",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{closed}",
+        "OTEL_EXPORTER_OTLP_TIMEOUT": "1"})
     with anyio.fail_after(60):
         await _run(env, params, err)
     assert "gateway._otel" in _modules(out)

@@ -3,9 +3,11 @@
 The gateway and the committer talk only to :func:`current`, which answers a
 :class:`Telemetry`. Unless the environment asks for telemetry (SPEC OBS-1) that is the
 no-op one defined here: its context managers are shared ``nullcontext`` objects and its
-methods do nothing, so a call pays a few attribute lookups and nothing imports
-``opentelemetry``. When the environment asks for it, :mod:`gateway._otel` (which needs the
-``agent-work-layer[otel]`` extra) builds the real one, once per process.
+methods do nothing, so a call pays a few attribute lookups and nothing imports the
+OpenTelemetry SDK. (The OpenTelemetry *API* is always loaded: the MCP SDK depends on it and
+opens its own spans, which record nothing until an SDK provider is installed.) When the
+environment asks for it, :mod:`gateway._otel` (which needs the ``agent-work-layer[otel]``
+extra) builds the real one, once per process.
 
 The switch, read once per process from the standard variables:
 
@@ -20,8 +22,8 @@ never sends to ``localhost:4318`` unasked. The exporters read the rest of ``OTEL
 (endpoint, headers, timeout, service name, resource attributes, export intervals)
 themselves. ``console`` writes to stderr, since a stdio gateway's stdout is its MCP stream.
 
-An application that runs the gateway in-process and has its own providers calls
-:func:`enable` with them instead.
+An application that runs the gateway in-process and sets up its own global providers calls
+:func:`enable` instead.
 """
 
 from __future__ import annotations

@@ -637,7 +637,7 @@ class _Committer:
 
     async def dispatch(self, call: CallRecord, arguments: dict[str, Any],
                        expect: Sequence[str] | None) -> EffectOutcome:
-        """:meth:`_send` inside the effect's span (OBS-3)."""
+        """:meth:`_send` inside the effect's span (OBS-4)."""
         with self.telemetry.effect(self.order_id, call) as span:
             outcome = await self._send(call, arguments, expect)
             span.done(outcome.state, sent=outcome.sent)

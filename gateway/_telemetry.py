@@ -168,8 +168,8 @@ def _from_env(env: Mapping[str, str]) -> Telemetry:
     try:
         return _otel.from_env(wanted)
     except Exception as exc:  # a bad OTEL_* value the SDK refuses must not stop the gateway
-        _say(f"could not start OpenTelemetry ({type(exc).__name__}: {exc}); running "
-             "without it")
+        what = str(exc) if isinstance(exc, RuntimeError) else f"{type(exc).__name__}: {exc}"
+        _say(f"could not start OpenTelemetry ({what}); running without it")
         return NOOP
 
 

@@ -168,8 +168,9 @@ async def test_one_trace_runs_from_the_worker_through_the_gateway_to_the_upstrea
     worker = _worker_span()
     with anyio.fail_after(60):
         async with connect(env) as (gw, client):
-            # The worker's MCP SDK writes its own span's trace context into the request's
-            # _meta; its span runs under the worker's trace.
+            # The worker runs in its own trace. (An in-process client may hand the gateway
+            # its context directly instead of in _meta: the direct call below, and the
+            # gateway process in the console test, have nothing but their _meta.)
             with trace.use_span(worker):
                 delivered = await client.call_tool("receiver__deliver", {"to": "ops"})
                 held = await client.call_tool("receiver__create_issue", {"title": "Outage"})

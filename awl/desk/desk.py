@@ -584,7 +584,8 @@ class Desk:
             copy_handoff: when the order ``continues`` another and has no handoff of its
                 own, copy the latest handoff of the continued order (from its latest report
                 that has one, else its own).
-            workspace: the folder the work happens in, the top of a git work tree. The
+            workspace: the folder the work happens in: the top of a git work tree, or a
+                plain folder in none (its snapshots are kept under the AWL home). The
                 desk snapshots it when the order starts and runs the criteria's checks in
                 it (LC-17); an order whose criteria carry checks needs one. It is kept in
                 the create event, never in the order document, so only the manager's side

@@ -119,6 +119,7 @@ from awl.store.protocol import EffectState, OrderRecord, Revocation, Store
 from gateway._lock import DEFAULT_LEASE, EXIT_LOCKED, LockBusy, LockLost, OrderLock
 from gateway._policy import allowed
 from gateway._staging import Placeholder, placeholders
+from gateway._telemetry import current as current_telemetry
 
 __all__ = [
     "COMMIT_ACTOR",
@@ -596,6 +597,7 @@ class _Committer:
         self.lock = lock
         self.timeout = timeout
         self.states: dict[str, EffectState] = {}
+        self.telemetry = current_telemetry()
 
     def at(self) -> str:
         return _stamp(self.clock)
@@ -637,6 +639,14 @@ class _Committer:
 
     async def dispatch(self, call: CallRecord, arguments: dict[str, Any],
                        expect: Sequence[str] | None) -> EffectOutcome:
+        """:meth:`_send` inside the effect's span (OBS-4)."""
+        with self.telemetry.effect(self.order_id, call) as span:
+            outcome = await self._send(call, arguments, expect)
+            span.done(outcome.state, sent=outcome.sent)
+            return outcome
+
+    async def _send(self, call: CallRecord, arguments: dict[str, Any],
+                    expect: Sequence[str] | None) -> EffectOutcome:
         """Mark, send, record: the write-ahead protocol for one effect.
 
         The ``dispatching`` mark is made in the pool's ``before_send`` hook: after the

@@ -258,7 +258,7 @@ def test_a_schema_4_desk_gets_its_sub_orders_charges_backfilled(tmp_path: Path) 
     assert live[root.id].first_call_at == "2029-12-31T22:00:00Z"
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("DROP TABLE suborder_totals")
-    conn.execute("DELETE FROM awl_schema WHERE version = 5")
+    conn.execute("DELETE FROM awl_schema WHERE version >= 5")
     conn.close()
     with SQLiteStore(path) as store:
         assert store.schema_version() == SCHEMA_VERSION

@@ -59,8 +59,7 @@ while True:
     step(oid, 3, "start", "accepted", "working")
     call = store.reserve_call(oid, attempt=1, tool="srv/send", arguments={"k": k},
         pass_jti=None, usd=0.0, started_at=T, scopes=[])
-    store.finish_call(oid, call.ref, outcome="held", result=None, error=None, ended_at=T)
-    store.set_effect(oid, call.ref, expect=None, state="held", at=T)
+    store.hold_call(oid, call.ref, result=None, ended_at=T)
     done("call")
     step(oid, 4, "report", "working", "submitted", report=report(oid, 1))
     seq = 5

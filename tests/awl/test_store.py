@@ -273,8 +273,7 @@ def test_finish_call_sets_the_outcome_once(store: Store) -> None:
     with pytest.raises(BadRequest):
         store.finish_call("o1", "srv/read#2", outcome="pending", result=None, error=None,
                           ended_at=T0)
-    store.finish_call("o1", "srv/read#call-2", outcome="held", result=None, error=None,
-                      ended_at=T0)
+    store.hold_call("o1", "srv/read#call-2", result=None, ended_at=T0)
     assert [c.outcome for c in store.calls("o1")] == ["ok", "held"]
     with pytest.raises(BadRequest, match="error"):  # checked before anything is looked up
         store.finish_call("o1", "srv/read#9", outcome="error", result=None,
@@ -320,8 +319,7 @@ def test_usage_counts_reserved_calls_only(store: Store) -> None:
     reserve(store, usd=1.0)
     store.finish_call("o1", "srv/read#2", outcome="error", result=None, error="x",
                       ended_at="2030-01-01T00:00:00Z")
-    store.finish_call("o1", "srv/read#3", outcome="held", result=None, error=None,
-                      ended_at=T0)
+    store.hold_call("o1", "srv/read#3", result=None, ended_at=T0)
     total = store.usage("o1")
     assert (total.tool_calls, total.usd) == (3, 1.75)
     assert total.first_call_at == "2029-12-31T23:00:00+00:00"
@@ -448,7 +446,9 @@ def test_effect_moves_only_from_the_expected_state(store: Store) -> None:
 def test_effect_settlement_and_retry_keep_history(store: Store) -> None:
     """A settlement stays through a retry, and each dispatch is counted."""
     ref = _held(store)
-    store.set_effect("o1", ref, expect=None, state="dispatching", count_dispatch=True, at=T0)
+    store.set_effect("o1", ref, expect=None, state="held", at=T0)
+    store.set_effect("o1", ref, expect=["held"], state="dispatching", count_dispatch=True,
+                     at=T0)
     store.set_effect("o1", ref, expect=["dispatching"], state="unknown", error="lost", at=T0)
     settled = Settlement(verdict="did_not_happen", evidence="no mail", by="human:m", at=T0)
     got = store.set_effect("o1", ref, expect=["unknown"], state="unknown", error="lost",

@@ -872,7 +872,5 @@ class Gateway:
             structured_content={"pending": record.ref, "status": "held"},
             meta={META_REF: record.ref},
         )
-        self.store.finish_call(self.order_id, record.ref, outcome="held",
-                               result=_wire(answer), error=None, ended_at=ended)
-        self.store.set_effect(self.order_id, record.ref, expect=None, state="held", at=ended)
+        self.store.hold_call(self.order_id, record.ref, result=_wire(answer), ended_at=ended)
         return _Admission(decision, record, answer)

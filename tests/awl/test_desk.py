@@ -410,8 +410,7 @@ def test_the_report_is_checked_against_the_order_s_calls(desk: Desk, store: Stor
                               pass_jti=None, usd=0.0, started_at=DEADLINE.replace("02", "01"),
                               scopes=())
     assert not isinstance(call, str)
-    store.finish_call(view.id, call.ref, outcome="held", result=None, error=None,
-                      ended_at=DEADLINE.replace("02", "01"))
+    store.hold_call(view.id, call.ref, result=None, ended_at=DEADLINE.replace("02", "01"))
     with pytest.raises(ValidationFailed) as caught:
         desk.report(view.id, WORKER, report_fields(
             tools_used=["mail/send"], effects=[effect(2, to="cfo")]))
@@ -658,9 +657,7 @@ def _hold(store: Store, order_id: str, to: str, *, attempt: int = 1) -> str:
                                 arguments={"to": to}, pass_jti=None, usd=0.0, started_at=at,
                                 scopes=())
     assert not isinstance(record, str)
-    store.finish_call(order_id, record.ref, outcome="held", result=None, error=None,
-                      ended_at=at)
-    store.set_effect(order_id, record.ref, expect=None, state="held", at=at)
+    store.hold_call(order_id, record.ref, result=None, ended_at=at)
     return record.ref
 
 

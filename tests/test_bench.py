@@ -66,3 +66,21 @@ def test_the_webhook_bench_compares_a_dead_receiver_with_none() -> None:
         "dead receiver / no webhook: median 1.10x, p99 1.00x, time per call under load 1.25x",
         "control / no webhook (two identical desks: this run's noise): median 1.00x, "
         "p99 0.50x, time per call under load 0.80x", "n"]
+
+
+def test_the_telemetry_bench_compares_tracing_on_and_the_control_with_tracing_off() -> None:
+    from bench.telemetry import CONTROL, OFF, ON
+    from bench.telemetry import report as telemetry_report
+
+    figures = [Figures(OFF, 8.0, 16.0, 300.0), Figures(ON, 8.8, 20.0, 250.0),
+               Figures(CONTROL, 8.0, 16.0, 300.0)]
+    lines = telemetry_report(figures, callers=16, failed_exports=4, noop_us=0.8).splitlines()
+    assert lines[-1] == ("telemetry off, its hooks cost 0.80 µs per call (0.010% of the "
+                         "tracing-off median)")
+    lines.pop()
+    assert lines[-3] == ("tracing on, no collector / tracing off: median 1.10x, p99 1.25x, "
+                         "time per call under load 1.20x")
+    assert lines[-2].startswith("control / tracing off (two identical gateways: this run's "
+                                "noise): median 1.00x")
+    assert lines[-1] == ("with tracing on and no collector, the gateway logged 4 failed "
+                         "export attempts")

@@ -43,6 +43,7 @@ from awl.store.rules import (
     call_number,
     check_ending,
     check_first_event,
+    check_hold,
     check_notification_state,
     check_takeover,
     effect_counts,
@@ -50,6 +51,7 @@ from awl.store.rules import (
     exceeded_above,
     exceeded_scope,
     finished_call,
+    held_call,
     make_call,
     may_take,
     new_call,
@@ -342,6 +344,20 @@ class MemoryStore:
         with self._lock:
             return [e for _, e in sorted(self._get(order_id).effects.items())]
 
+    def hold_call(
+        self, order_id: str, ref: str, *, result: dict[str, Any] | None, ended_at: str,
+    ) -> EffectState:
+        """Set a reserved call's outcome to ``held`` and create its ``held`` effect, at once."""
+        check_hold(result, ended_at)
+        with self._lock:
+            n, call = self._call(order_id, ref)
+            effects = self._orders[order_id].effects
+            record, _, effect = held_call(call.record.to_json(), n, ref, effects.get(n),
+                                          result=result, ended_at=ended_at)
+            call.record = record
+            effects[n] = effect
+            return effect
+
     def set_effect(
         self, order_id: str, ref: str, *, expect: Sequence[str] | None, state: str,
         attempt: int | None = None, result: dict[str, Any] | None = None,
@@ -374,9 +390,7 @@ class MemoryStore:
 
     @staticmethod
     def _counts(found: _Order) -> dict[str, int]:
-        return effect_counts(
-            found.effects[n].state if n in found.effects else "held"
-            for n, c in found.calls.items() if c.record.outcome == "held")
+        return effect_counts(e.state for e in found.effects.values())
 
     # Locks ----------------------------------------------------------------------------
     def acquire_lock(self, info: LockInfo, *, replace: LockInfo | None = None) -> bool:

@@ -102,11 +102,8 @@ def test_effect_states_are_notified_with_counts(store: Store) -> None:
     refs = []
     for _ in range(4):
         call = reserve(store, tool="srv/send")
-        store.finish_call("o1", call.ref, outcome="held", result=None, error=None,
-                          ended_at=T0)
+        store.hold_call("o1", call.ref, result=None, ended_at=T0)
         refs.append(call.ref)
-    for ref in refs[:3]:
-        store.set_effect("o1", ref, expect=None, state="held", at=T0)
     for ref, end in zip(refs[:3], ("committed", "failed", "unknown"), strict=True):
         store.set_effect("o1", ref, expect=["held"], state="dispatching", at=T1)
         store.set_effect("o1", ref, expect=["dispatching"], state=end, at=T1,

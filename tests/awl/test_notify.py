@@ -238,8 +238,8 @@ def test_stopping_never_waits_for_a_receiver(desk: Desk) -> None:
     with DeadReceiver() as dead:
         desk.add_webhook(dead.url, "submitted")
         desk.report(working(desk), WORKER, report_fields())
-        deliverer = Deliverer(desk.store, timeout=30, poll=0.01, workers=1).start()
         [before] = desk.notifications()
+        deliverer = Deliverer(desk.store, timeout=30, poll=0.01, workers=1).start()
         while desk.notifications()[0].next_at == before.next_at:  # claimed: lease set
             time.sleep(0.01)
         started = time.monotonic()

@@ -340,13 +340,16 @@ async def test_a_gateway_without_otel_settings_imports_no_opentelemetry_sdk(
     never imports the SDK, an exporter, or its own OpenTelemetry module; the worker's
     trace context still reaches the upstream as it was sent."""
     env = make_env(tmp_path)
-    for i, otel_env in enumerate(({}, {"OTEL_SDK_DISABLED": "true",
-                                       "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})):
-        out, err = tmp_path / f"modules{i}.json", tmp_path / f"gateway{i}.err"
-        with anyio.fail_after(60):
-            await _run(env, _probe(env, out, otel_env=otel_env), err)
-        assert _modules(out) == []
-        assert "telemetry" not in err.read_text()
+    settings = ({}, {"OTEL_SDK_DISABLED": "true",
+                     "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:  # two gateway processes side by side
+            for i, otel_env in enumerate(settings):
+                params = _probe(env, tmp_path / f"modules{i}.json", otel_env=otel_env)
+                tg.start_soon(_run, env, params, tmp_path / f"gateway{i}.err")
+    for i in range(len(settings)):
+        assert _modules(tmp_path / f"modules{i}.json") == []
+        assert "telemetry" not in (tmp_path / f"gateway{i}.err").read_text()
     assert [_ids(d["traceparent"])[0] for d in env.deliveries()] == [TRACE, TRACE]
 
 

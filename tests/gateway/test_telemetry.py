@@ -175,11 +175,15 @@ async def test_one_trace_runs_from_the_worker_through_the_gateway_to_the_upstrea
                 delivered = await client.call_tool("receiver__deliver", {"to": "ops"})
                 held = await client.call_tool("receiver__create_issue", {"title": "Outage"})
                 refused = await client.call_tool("receiver__nope", {})
+                failed = await client.call_tool("receiver__reject", {"reason": "full"})
             # In-process, straight from a worker's _meta.
             direct = await gw.call("receiver__deliver", {"to": "it"}, meta={
                 "traceparent": _traceparent(OTHER_TRACE, SPAN), "tracestate": "worker=2"})
+            # Trace context that is not one: the call runs in a trace of its own.
+            odd = await gw.call("receiver__deliver", {"to": "odd"}, meta={
+                "traceparent": 12345, "tracestate": ["x"]})
     assert not delivered.is_error and not direct.is_error and not held.is_error
-    assert refused.is_error
+    assert refused.is_error and failed.is_error
     spans = capture.spans
     by_id = {s.context.span_id: s for s in spans}
 
@@ -195,7 +199,7 @@ async def test_one_trace_runs_from_the_worker_through_the_gateway_to_the_upstrea
         "awl.outcome": "ok"}
     assert "error.type" not in _attrs(served)
 
-    first, second = (d for d in env.deliveries() if d["tool"] == "deliver")
+    first, second, third = (d for d in env.deliveries() if d["tool"] == "deliver")
     assert first["ref"] == "receiver/deliver#1"
     upstream_trace, upstream_parent = _ids(first["traceparent"])
     assert upstream_trace == TRACE
@@ -214,6 +218,11 @@ async def test_one_trace_runs_from_the_worker_through_the_gateway_to_the_upstrea
     assert _ids(second["traceparent"])[0] == OTHER_TRACE
     assert second["tracestate"] == "worker=2"
 
+    assert not odd.is_error
+    lone = _one(spans, "tools/call receiver__deliver", awl_ref=third["ref"])
+    assert lone.parent is None and lone.context.trace_id not in (TRACE, OTHER_TRACE)
+    assert _ids(third["traceparent"])[0] == lone.context.trace_id  # the worker's was replaced
+
     pending = _one(spans, "tools/call receiver__create_issue")
     assert pending.context.trace_id == TRACE
     assert _attrs(pending)["awl.outcome"] == "held"
@@ -228,6 +237,12 @@ async def test_one_trace_runs_from_the_worker_through_the_gateway_to_the_upstrea
     # The name resolves to no tool: recorded under the unresolved name, named by no tool.
     assert "awl.tool" not in _attrs(no) and _attrs(no)["awl.ref"].endswith("#3")
     assert no.status.status_code == StatusCode.ERROR
+
+    # The upstream answered with a tool error: the gateway has no code of its own for it.
+    bad = _one(spans, "tools/call receiver__reject")
+    assert {k: _attrs(bad).get(k) for k in ("awl.outcome", "error.type", "awl.error.code")} == {
+        "awl.outcome": "error", "error.type": "tool_error", "awl.error.code": None}
+    assert bad.status.status_code == StatusCode.ERROR
 
 
 def _approve(env: Env, ref: str) -> None:

@@ -29,6 +29,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
 from opentelemetry.trace.span import TraceState
 
+from awl.documents.errors import DocumentError
 from gateway import _telemetry
 from gateway._commit import commit
 from gateway._config import load_config
@@ -182,6 +183,8 @@ async def test_one_trace_runs_from_the_worker_through_the_gateway_to_the_upstrea
             # Trace context that is not one: the call runs in a trace of its own.
             odd = await gw.call("receiver__deliver", {"to": "odd"}, meta={
                 "traceparent": 12345, "tracestate": ["x"]})
+            with pytest.raises(DocumentError):  # not recorded, not forwarded (GW-7)
+                await gw.call("receiver__echo", {"text": float("nan")})
     assert not delivered.is_error and not direct.is_error and not held.is_error
     assert refused.is_error and failed.is_error
     spans = capture.spans
@@ -237,6 +240,10 @@ async def test_one_trace_runs_from_the_worker_through_the_gateway_to_the_upstrea
     # The name resolves to no tool: recorded under the unresolved name, named by no tool.
     assert "awl.tool" not in _attrs(no) and _attrs(no)["awl.ref"].endswith("#3")
     assert no.status.status_code == StatusCode.ERROR
+
+    broken = _one(spans, "tools/call receiver__echo")
+    assert _attrs(broken)["error.type"] == "DocumentError" and "awl.ref" not in _attrs(broken)
+    assert broken.status.status_code == StatusCode.ERROR
 
     # The upstream answered with a tool error: the gateway has no code of its own for it.
     bad = _one(spans, "tools/call receiver__reject")

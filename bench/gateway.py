@@ -135,7 +135,7 @@ async def measure(targets: list[tuple[str, StdioServerParameters, str]], *, call
 
 def _working_order(home: Path, calls: int) -> str:
     """A fresh SQLite desk with one working order allowed to call the outbox server."""
-    from awl.desk.desk import Desk
+    from awl.desk import Desk
     from awl.store.sqlite import SQLiteStore
 
     store = SQLiteStore(home / "desk.sqlite3")

@@ -56,15 +56,16 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
-from awl.desk.desk import Desk, format_time
+from awl.desk import Desk
 from awl.desk.lineage import ancestors, staging_ancestor
+from awl.desk.views import format_time
 from awl.documents.errors import Conflict, DocumentError, PassError
 from awl.documents.lifecycle import TERMINAL
 from awl.documents.limits import check_json_value
 from awl.documents.models import CallRecord, WorkOrder
 from awl.documents.patterns import matches_any, parse_ref
 from awl.mcp.transport import identity_of
-from awl.passes.passes import DEFAULT_AUDIENCE, VerifiedPass, verify_pass
+from awl.passes import DEFAULT_AUDIENCE, VerifiedPass, verify_pass
 from awl.store.protocol import OrderRecord, Scope, Store
 from awl.store.rules import stale_order
 from gateway._config import GatewayConfig
@@ -871,7 +872,5 @@ class Gateway:
             structured_content={"pending": record.ref, "status": "held"},
             meta={META_REF: record.ref},
         )
-        self.store.finish_call(self.order_id, record.ref, outcome="held",
-                               result=_wire(answer), error=None, ended_at=ended)
-        self.store.set_effect(self.order_id, record.ref, expect=None, state="held", at=ended)
+        self.store.hold_call(self.order_id, record.ref, result=_wire(answer), ended_at=ended)
         return _Admission(decision, record, answer)

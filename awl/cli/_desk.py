@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from awl.desk import Desk, OrderView, Question
 from awl.desk.criteria import check_question, latest_checks
-from awl.desk.desk import Desk, OrderView, Question
 from awl.desk.home import default_store, home_dir
 from awl.desk.track import TrackRecord
 from awl.documents.checks import load_document

@@ -13,18 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from desk_support import MANAGER, WORKER, Clock, order_fields, report_fields
 from mcp import Client
 
 from awl import BadRequest, Desk, ValidationFailed
 from awl.cli import main
+from awl.desk import AsyncDesk
 from awl.desk.criteria import normalize, run_check, take_snapshot, tamper_signals
-from awl.desk.desk import AsyncDesk
 from awl.documents.models import Check
 from awl.server import DeskServer
 from awl.store.memory import MemoryStore
 from awl.store.protocol import Store
 from awl.store.sqlite import SQLiteStore
+from tests.awl.desk_support import MANAGER, WORKER, Clock, order_fields, report_fields
 from tests.awl.server_support import Desk as McpDesk
 
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_calc.py"]

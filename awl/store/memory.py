@@ -37,7 +37,6 @@ from awl.store.protocol import (
 )
 from awl.store.rules import (
     MAX_CHAIN,
-    WEBHOOK_REMOVED,
     after_attempt,
     call_not_found,
     call_number,
@@ -62,6 +61,7 @@ from awl.store.rules import (
     order_event_kind,
     order_exists_conflict,
     order_not_found,
+    orphaned,
     record_order_id,
     seq_conflict,
     stale_order,
@@ -482,8 +482,7 @@ class MemoryStore:
                 return False
             for note in list(self._outbox.values()):
                 if note.webhook_id == webhook_id and note.state == "pending":
-                    self._outbox[note.id] = replace(note, state="dead", next_at=at,
-                                                    error=WEBHOOK_REMOVED)
+                    self._outbox[note.id] = orphaned(note, at)
             return True
 
     def claim_notifications(self, *, now: str, lease_until: str,

@@ -515,3 +515,8 @@ def notification_not_found(notification_id: str) -> NotFound:
 
 WEBHOOK_REMOVED = "its webhook was removed"
 """Why a pending notification dies with its webhook."""
+
+
+def orphaned(note: Notification, at: str) -> Notification:
+    """A pending notification as its webhook's removal leaves it: dead, as of ``at``."""
+    return replace(note, state="dead", next_at=at, error=WEBHOOK_REMOVED)

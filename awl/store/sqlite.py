@@ -60,7 +60,6 @@ from awl.store.protocol import (
 )
 from awl.store.rules import (
     MAX_CHAIN,
-    WEBHOOK_REMOVED,
     after_attempt,
     call_not_found,
     call_number,
@@ -85,6 +84,7 @@ from awl.store.rules import (
     order_event_kind,
     order_exists_conflict,
     order_not_found,
+    orphaned,
     outcome_conflict,
     record_order_id,
     seq_conflict,
@@ -435,8 +435,6 @@ def _notification_from(doc: str) -> Notification:
     data = json.loads(doc)
     attempts = tuple(DeliveryAttempt(**a) for a in data.pop("attempts"))
     return Notification(**data, attempts=attempts)
-
-
 
 
 class SQLiteStore:
@@ -1174,9 +1172,7 @@ class SQLiteStore:
             for (doc,) in conn.execute(
                     "SELECT doc FROM outbox WHERE webhook_id = ? AND state = 'pending'",
                     (webhook_id,)).fetchall():
-                dead = replace(_notification_from(doc), state="dead", next_at=at,
-                               error=WEBHOOK_REMOVED)
-                self._put_notification(conn, dead)
+                self._put_notification(conn, orphaned(_notification_from(doc), at))
             return True
 
     @staticmethod

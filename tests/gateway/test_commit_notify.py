@@ -54,3 +54,19 @@ def test_a_commit_notifies_committed_failed_and_unknown(tmp_path: Path) -> None:
     assert "error" not in bodies[done]["data"]
     assert bodies[done]["data"]["effects"] == {"committed": 1, "held": 2}
     assert {n.state for n in setup.desk.notifications()} == {"delivered"}
+
+
+@pytest.mark.spec("HOOK-2")
+def test_a_later_commit_finding_dispatching_notifies_unknown(tmp_path: Path) -> None:
+    """A committer that died after its dispatching mark leaves no notification (nothing was
+    known yet); the later commit that turns the mark into unknown writes one."""
+    setup = make_setup(tmp_path, [(DELIVER, {"to": "cfo"})])
+    [ref] = setup.refs
+    setup.desk.add_webhook("http://127.0.0.1:9/hook", "unknown")
+    setup.store.set_effect(setup.order_id, ref, expect=["held"], state="dispatching",
+                           count_dispatch=True, at="2030-01-01T00:00:00Z")
+    assert setup.desk.notifications() == []
+    commit_sync(setup.order_id, store=setup.store, pool_or_config=load_config(setup.config))
+    [note] = setup.desk.notifications()
+    assert (note.event, note.payload["data"]["ref"]) == ("unknown", ref)
+    assert "found dispatching by a later commit" in note.payload["data"]["error"]

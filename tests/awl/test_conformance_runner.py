@@ -34,6 +34,7 @@ def single(doc_type: str, document: Any, findings: list[dict[str, str]],
     return run_test(doc_type, test, context or {})
 
 
+@pytest.mark.slow
 @pytest.mark.spec("DOC-10")
 def test_shipped_suite_passes() -> None:
     """Every shipped conformance test passes against this implementation."""
@@ -44,6 +45,7 @@ def test_shipped_suite_passes() -> None:
     assert conformance_dir() is not None
 
 
+@pytest.mark.slow
 @pytest.mark.spec("DOC-10")
 def test_every_case_of_the_repository_suite_runs_and_none_fails() -> None:
     """Running the repository's conformance folder runs every test of every case file once

@@ -70,6 +70,7 @@ async def connect(url: str, token: str, mode: str) -> AsyncIterator[Desk]:
             yield Desk(client)
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.spec("BIND-3", "SEC-1")
@@ -159,6 +160,7 @@ async def test_a_revoked_token_is_refused_from_the_next_request_on(tmp_path: Pat
         store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.spec("SEC-6")
 def test_awl_token_lists_and_revokes_tokens_by_id_token_or_principal(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -286,6 +288,7 @@ def test_the_desk_keeps_only_a_hash_of_each_token(tmp_path: Path,
     assert out == "" and err.count("\n") == 1 and "reserved" in err
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.spec("BIND-3")
 async def test_awl_serve_http_announces_its_address_and_serves_token_holders(

@@ -19,6 +19,8 @@ from tests.gateway.commit_support import (
     wait_for,
 )
 
+pytestmark = pytest.mark.slow
+
 DELIVER = "receiver/deliver"
 
 

@@ -27,6 +27,8 @@ from gateway._commit import commit_sync
 from gateway._config import load_config
 from tests.gateway.commit_support import Setup, kill9, make_setup, start_committer, wait_for
 
+pytestmark = pytest.mark.slow
+
 DELIVER = "receiver/deliver"
 RUNS = int(os.environ.get("AWL_SOAK_RUNS", "5"))
 SEED = int(os.environ.get("AWL_SOAK_SEED", "20261130"))

@@ -64,6 +64,7 @@ async def _client(url: str, token: str) -> AsyncIterator[Client]:
         yield client
 
 
+@pytest.mark.slow
 @pytest.mark.spec("BIND-6")
 async def test_the_gateway_serves_http_to_workers_with_a_pass(tmp_path: Path) -> None:
     """Over HTTP a worker with a valid pass is served; no pass, a bad or revoked pass get 401."""

@@ -22,6 +22,8 @@ from gateway._lock import EXIT_LOCKED, OrderLock
 from tests.gateway.commit_support import MANAGER, Setup, make_setup
 from tests.gateway.gateway_support import server_entry
 
+pytestmark = pytest.mark.slow
+
 
 def _delivered_but_unknown(tmp_path: Path) -> tuple[Setup, str]:
     """One approved effect that reached the receiver (count 1) and whose answer never came."""

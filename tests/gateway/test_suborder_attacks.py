@@ -43,7 +43,7 @@ from tests.gateway.gateway_support import (
     text,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SUB = "agent:sub"
 SUB2 = "agent:sub2"

@@ -22,7 +22,7 @@ from awl.documents.errors import AWLError, BadRequest
 from awl.documents.limits import INT64_MAX, check_integer
 from awl.documents.models import CallOutcome, CallRecord, WorkOrder
 from awl.documents.patterns import matches_any
-from awl.server._server import tool_error
+from awl.mcp.errors import tool_error
 
 if TYPE_CHECKING:
     from gateway._gateway import Authority, Gateway

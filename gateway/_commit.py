@@ -95,7 +95,7 @@ from typing import Any, Protocol
 import anyio
 import mcp_types as types
 
-from awl.desk.desk import Clock, Desk, format_time
+from awl.desk.desk import Clock, Desk
 from awl.desk.effects import (
     EffectView,
     drop_held,
@@ -103,15 +103,15 @@ from awl.desk.effects import (
     held_calls,
     list_effects,
     manager_only,
-    settle,
     settle_events,
     valid_settlement,
 )
 from awl.desk.effects import record_event as _log
 from awl.desk.lineage import ancestors, staging_ancestor
+from awl.desk.settlement import settle
 from awl.documents.checks import json_equal
 from awl.documents.errors import BadRequest, Conflict, InvalidTransition, NotFound
-from awl.documents.models import CallRecord, WorkOrder, WorkReport, parse_time
+from awl.documents.models import CallRecord, WorkOrder, WorkReport, format_time, parse_time
 from awl.documents.patterns import canonical_ref, matches_any, parse_ref
 from awl.store.protocol import EffectState, OrderRecord, Revocation, Store
 from gateway._lock import DEFAULT_LEASE, EXIT_LOCKED, LockBusy, LockLost, OrderLock

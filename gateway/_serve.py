@@ -33,8 +33,9 @@ from awl.mcp.transport import Unauthorized, is_loopback, parse_address
 from awl.mcp.transport import serve_http as _serve_mcp_http
 from awl.passes.passes import DEFAULT_AUDIENCE, KeySet, KeyStore
 from awl.store.protocol import Store
+from gateway._authority import Authority
 from gateway._config import GatewayConfig, load_config
-from gateway._gateway import Authority, Clock, Gateway
+from gateway._gateway import Clock, Gateway
 from gateway._relay import Relay
 from gateway._upstream import UpstreamPool
 

@@ -14,8 +14,9 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from awl.desk.effects import EffectView, list_effects, settle
+from awl.desk.effects import EffectView, list_effects
 from awl.desk.home import default_store, home_dir
+from awl.desk.settlement import settle
 
 if TYPE_CHECKING:
     from gateway._commit import EffectOutcome

@@ -54,7 +54,15 @@ from awl.documents.errors import (
 from awl.documents.findings import Finding
 from awl.documents.lifecycle import ACTIVE, DESK_ACTOR, NOTE_ACTIONS, TABLE, TERMINAL, Role, targets
 from awl.documents.limits import check_integer
-from awl.documents.models import Event, Handoff, Review, WorkOrder, WorkReport, parse_time
+from awl.documents.models import (
+    Event,
+    Handoff,
+    Review,
+    WorkOrder,
+    WorkReport,
+    format_time,
+    parse_time,
+)
 from awl.documents.patterns import parse_ref
 from awl.store.protocol import OrderRecord, Store
 
@@ -87,11 +95,6 @@ _ROLE_NAMES: dict[Role, str] = {
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-def format_time(moment: datetime) -> str:
-    """An aware datetime as the RFC 3339 UTC text the desk writes (milliseconds, ``Z``)."""
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def new_order_id() -> str:

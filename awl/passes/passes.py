@@ -12,6 +12,9 @@ A pass is a JWS compact token (EdDSA over Ed25519) whose payload is a
   JWKS and the revocation list can check every link and re-check that each one narrows its
   parent (rules P3..P9 of SPEC.md).
 
+The rules themselves are document checks and live with the others
+(:func:`awl.documents.checks.iter_pass_findings`); this module re-exports them.
+
 Issuing refuses with :class:`~awl.PassError` whose ``reason`` is the broken rule id (``P4``);
 verifying refuses with a stable reason code (see :data:`REASONS`).
 """
@@ -28,8 +31,7 @@ import os
 import re
 import secrets
 import stat
-import time
-from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -44,25 +46,26 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from awl.documents.checks import (
-    _no_invalid,
-    _validated,
+    LEEWAY,
+    PassFacts,
     check_structure,
-    context_model,
+    is_valid_pass,
+    issued_ahead,
+    iter_pass_findings,
     load_document,
+    pass_rule_findings,
+    validate_pass,
 )
 from awl.documents.errors import BadRequest, DocumentError, InvalidTransition, NotFound, PassError
-from awl.documents.findings import Finding, pointer
 from awl.documents.limits import (
     MAX_EPOCH,
     MIN_EPOCH,
     check_amounts,
-    check_epoch,
-    check_instant,
     is_finite_number,
     show_value,
 )
-from awl.documents.models import Budget, PassClaims, WorkOrder, parse_time
-from awl.documents.patterns import covered_by_any, matches_any, overlap
+from awl.documents.models import Budget, PassClaims, WorkOrder, epoch_seconds, parse_time
+from awl.documents.patterns import matches_any, overlap
 from awl.store.protocol import PassRecord, Scope, Store, Usage
 
 __all__ = [
@@ -101,8 +104,6 @@ DEFAULT_ISSUER = "awl:desk"
 """``iss`` of the passes a desk signs."""
 DEFAULT_AUDIENCE = "awl:gateway"
 """``aud`` of a worker's pass when none is asked for."""
-LEEWAY = 30
-"""Seconds of clock skew tolerated on ``exp``, ``nbf`` and ``iat``."""
 MAX_CHAIN = 8
 """Most links in a chain (the worker's pass counts as one)."""
 MAX_TOKEN_BYTES = 64 * 1024
@@ -171,30 +172,6 @@ def _json_object(data: bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError("not a JSON object")
     return value
-
-
-def _epoch(when: datetime | str | float | None, name: str = "now") -> float:
-    """Seconds since the epoch for ``now``-like arguments (None: the clock).
-
-    Raises:
-        BadRequest: not an aware datetime, an RFC 3339 string or a number of seconds
-            within years 1 to 9999 (DOC-14).
-    """
-    if when is None:
-        return time.time()
-    if isinstance(when, datetime):
-        if when.tzinfo is None:
-            raise BadRequest("a time without an offset is ambiguous: give an aware datetime")
-        try:
-            return check_instant(when, name=name).timestamp()
-        except ValueError as exc:
-            raise BadRequest(str(exc)) from None
-    if isinstance(when, str):
-        try:
-            return parse_time(when).timestamp()
-        except ValueError as exc:
-            raise BadRequest(f"{name}: {exc}") from None
-    return float(check_epoch(when, name=name))
 
 
 def _thumbprint(x: str) -> str:
@@ -400,242 +377,6 @@ class KeySet:
         return jwks
 
 
-# -- rules --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _OrderFacts:
-    """What the P rules need about an order, from the order or from a worker's pass."""
-
-    order_id: str
-    manager: str | None
-    tools: tuple[str, ...]
-    budget: Mapping[str, float]
-    deadline: str | None
-    staged: tuple[str, ...]
-
-    @classmethod
-    def of_order(cls, order: WorkOrder) -> _OrderFacts:
-        return cls(order.id, order.manager, order.tools, order.budget.units(),
-                   order.deadline, order.staged)
-
-    @classmethod
-    def of_root(cls, root: PassClaims) -> _OrderFacts:
-        g = root.grant
-        return cls(g.order_id, g.manager, g.tools, g.budget.units(), g.deadline,
-                   g.staged or ())
-
-
-def _bad(rule: str, path: str, message: str) -> Finding:
-    return Finding(rule, "invalid", path, message)
-
-
-def _time_findings(claims: PassClaims, now: float | None) -> Iterator[Finding]:
-    problems = []
-    if claims.exp <= claims.nbf:
-        problems.append(f"exp {claims.exp} is not after nbf {claims.nbf}")
-    if claims.iat > claims.exp:
-        problems.append(f"iat {claims.iat} is after exp {claims.exp}")
-    if now is not None and claims.exp <= now:
-        problems.append(f"exp {claims.exp} is not after the time of issue {int(now)}")
-    if problems:
-        yield _bad("P2", "/exp", "; ".join(problems))
-    if now is not None and _issued_ahead(claims, now, LEEWAY):
-        yield _bad("P9", "/iat", f"iat {claims.iat} is more than {LEEWAY} s after the time "
-                   f"{int(now)}: a pass is never dated in the future")
-
-
-def _issued_ahead(claims: PassClaims, now: float, leeway: float) -> bool:
-    """Whether ``iat`` lies further ahead of ``now`` than the clock leeway (P9)."""
-    return claims.iat > now + leeway
-
-
-def _order_findings(claims: PassClaims, facts: _OrderFacts) -> Iterator[Finding]:
-    g = claims.grant
-    if g.order_id != facts.order_id:
-        yield _bad("P3", "/grant/order_id",
-                   f"the pass is for order {g.order_id!r}, not {facts.order_id!r}")
-    if g.manager is not None and facts.manager is not None and g.manager != facts.manager:
-        yield _bad("P3", "/grant/manager",
-                   f"the order's manager is {facts.manager!r}, not {g.manager!r}")
-
-
-def _tool_findings(claims: PassClaims, facts: _OrderFacts | None,
-                   parent: PassClaims | None) -> Iterator[Finding]:
-    if parent is not None:
-        outer, whose = parent.grant.tools, "the parent pass"
-    elif facts is not None:
-        outer, whose = facts.tools, "the order"
-    else:
-        return
-    for i, pattern in enumerate(claims.grant.tools):
-        if not covered_by_any(outer, pattern):
-            yield _bad("P4", pointer("grant", "tools", i),
-                       f"{pattern} is not covered by {whose}'s tools {list(outer)}")
-
-
-def _budget_findings(claims: PassClaims, facts: _OrderFacts | None, parent: PassClaims | None,
-                     remaining: Mapping[str, float] | None) -> Iterator[Finding]:
-    if parent is not None:
-        base, whose = parent.grant.budget.units(), "the parent pass"
-    elif facts is not None:
-        base, whose = dict(facts.budget), "the order"
-    else:
-        return
-    granted = claims.grant.budget.units()
-    for unit in sorted(base):
-        limit = base[unit]
-        if remaining is not None and unit in remaining:
-            limit = min(limit, remaining[unit])
-        where = pointer("grant", "budget", unit)
-        if unit not in granted:
-            yield _bad("P5", where, f"{whose} limits {unit}; the pass must limit it too")
-        elif granted[unit] > limit:
-            yield _bad("P5", where, f"{unit} {granted[unit]} is more than the {limit} that "
-                       f"remains of {whose}'s budget")
-
-
-def _expiry_findings(claims: PassClaims, facts: _OrderFacts | None,
-                     parent: PassClaims | None) -> Iterator[Finding]:
-    problems = []
-    if parent is not None and claims.exp > parent.exp:
-        problems.append(f"exp {claims.exp} is after the parent pass's exp {parent.exp}")
-    deadline = facts.deadline if facts is not None else None
-    if deadline is not None and claims.exp > parse_time(deadline).timestamp():
-        problems.append(f"exp {claims.exp} is after the order deadline {deadline}")
-    if problems:
-        yield _bad("P6", "/exp", "; ".join(problems))
-    stated = claims.grant.deadline
-    if (stated is not None and deadline is not None
-            and parse_time(stated) != parse_time(deadline)):
-        yield _bad("P6", "/grant/deadline",
-                   f"the order's deadline is {deadline}, not {stated}")
-
-
-def _staged_findings(claims: PassClaims, facts: _OrderFacts | None) -> Iterator[Finding]:
-    if facts is None:
-        return
-    g = claims.grant
-    if g.staged is not None and set(g.staged) != set(facts.staged):
-        yield _bad("P7", "/grant/staged",
-                   f"the order stages {list(facts.staged)}, not {list(g.staged)}")
-    if g.parent_jti is None:
-        return  # the worker's own pass may hold staged tools: the gateway holds their calls
-    for i, pattern in enumerate(g.tools):
-        hit = [s for s in facts.staged if overlap(pattern, s) is not None]
-        if hit:
-            yield _bad("P7", pointer("grant", "tools", i),
-                       f"{pattern} reaches staged {hit}: a staged tool is never delegated")
-
-
-def _parent_findings(claims: PassClaims, parent: PassClaims | None) -> Iterator[Finding]:
-    if parent is not None and claims.grant.parent_jti != parent.jti:
-        yield _bad("P8", "/grant/parent_jti",
-                   f"parent_jti {claims.grant.parent_jti!r} is not the parent's jti "
-                   f"{parent.jti!r}")
-
-
-def _rule_findings(claims: PassClaims, facts: _OrderFacts | None, parent: PassClaims | None,
-                   remaining: Mapping[str, float] | None, now: float | None
-                   ) -> Iterator[Finding]:
-    yield from _time_findings(claims, now)
-    if facts is not None:
-        yield from _order_findings(claims, facts)
-    yield from _tool_findings(claims, facts, parent)
-    yield from _budget_findings(claims, facts, parent, remaining)
-    yield from _expiry_findings(claims, facts, parent)
-    yield from _staged_findings(claims, facts)
-    yield from _parent_findings(claims, parent)
-
-
-def iter_pass_findings(
-    claims: Any,
-    *,
-    order: Any = None,
-    parent: Any = None,
-    remaining: Mapping[str, float] | None = None,
-    now: datetime | str | float | None = None,
-) -> Iterator[Finding]:
-    """Findings for a pass's claims: V1, P1 (schema), then P2..P9.
-
-    When V1 or P1 fails, nothing else runs (the later rules assume the structure).
-
-    Args:
-        claims: the claims, as JSON data or a :class:`~awl.PassClaims`.
-        order: the order the pass is for (rules P3, P6, P7 and the fallback of P4, P5).
-        parent: the parent pass's claims, for a derived pass (P4, P5, P6, P8).
-        remaining: per budget unit, what is left of the parent's (or the order's) budget;
-            a unit not given counts as its full limit.
-        now: the time of issue; when given, P2 also wants ``exp`` after it and P9 wants
-            ``iat`` no later than it plus the leeway.
-
-    Raises:
-        DocumentError: ``claims`` cannot be a JSON document at all, or ``order`` or
-            ``parent`` is not a valid document.
-        BadRequest: ``now`` is not a time within years 1 to 9999, or ``remaining`` does not
-            map unit names to finite numbers.
-    """
-    remaining = check_amounts(remaining, name="remaining")
-    t = None if now is None else _epoch(now)
-    _, model, found = check_structure(claims, "pass")
-    yield from found
-    if model is None:
-        return
-    order_model = None if order is None else context_model(order, "order", WorkOrder, "order")
-    parent_model = (None if parent is None
-                    else context_model(parent, "pass", PassClaims, "parent"))
-    yield from _rule_findings(cast(PassClaims, model),
-                              _OrderFacts.of_order(order_model) if order_model else None,
-                              parent_model, remaining, t)
-
-
-def is_valid_pass(
-    claims: Any,
-    *,
-    order: Any = None,
-    parent: Any = None,
-    remaining: Mapping[str, float] | None = None,
-    now: datetime | str | float | None = None,
-) -> bool:
-    """Whether a pass's claims have no ``invalid`` finding (DOC-9).
-
-    Takes the same arguments as :func:`iter_pass_findings`.
-
-    Raises:
-        DocumentError: ``claims`` cannot be a JSON document at all, or ``order`` or
-            ``parent`` is not a valid document.
-        BadRequest: ``now`` is not a time within years 1 to 9999, or ``remaining`` does not
-            map unit names to finite numbers.
-    """
-    return _no_invalid(iter_pass_findings(claims, order=order, parent=parent,
-                                          remaining=remaining, now=now))
-
-
-def validate_pass(
-    claims: Any,
-    *,
-    order: Any = None,
-    parent: Any = None,
-    remaining: Mapping[str, float] | None = None,
-    now: datetime | str | float | None = None,
-) -> PassClaims:
-    """A pass's claims as a model, when they have no ``invalid`` finding (DOC-9).
-
-    Takes the same arguments as :func:`iter_pass_findings`. This checks the claims only;
-    a token's signature and chain are :func:`verify_pass`'s.
-
-    Raises:
-        ValidationFailed: with every finding, when one is ``invalid``.
-        DocumentError: ``claims`` cannot be a JSON document at all, or ``order`` or
-            ``parent`` is not a valid document.
-        BadRequest: ``now`` is not a time within years 1 to 9999, or ``remaining`` does not
-            map unit names to finite numbers.
-    """
-    found = iter_pass_findings(claims, order=order, parent=parent, remaining=remaining,
-                               now=now)
-    return _validated(PassClaims, "delegation pass", found, claims)
-
-
 # -- verifying ----------------------------------------------------------------------------
 
 
@@ -803,7 +544,7 @@ class _Check:
         if self.now < claims.nbf - self.leeway:
             raise _refuse("not_yet_valid", f"pass {claims.jti} is not valid before "
                           f"{claims.nbf}")
-        if _issued_ahead(claims, self.now, self.leeway):
+        if issued_ahead(claims, self.now, self.leeway):
             raise _refuse("issued_in_future", f"pass {claims.jti} says it was issued at "
                           f"{claims.iat}, later than now ({int(self.now)}) beyond the "
                           f"{self.leeway:g} s leeway")
@@ -839,9 +580,9 @@ class _Check:
         if root.grant.staged is None:
             # Without the order's staged tools no one could tell what must stay held.
             raise _refuse("malformed", f"worker's pass {root.jti} does not state staged tools")
-        facts = _OrderFacts.of_root(root)
+        facts = PassFacts.of_root(root)
         for parent, child in zip([None, *links[:-1]], links, strict=True):
-            for finding in _rule_findings(child, facts, parent, None, None):
+            for finding in pass_rule_findings(child, facts, parent, None, None):
                 raise _refuse(_RULE_REASON[finding.rule],
                               f"pass {child.jti}: {finding.rule} {finding.path}: "
                               f"{finding.message}")
@@ -877,7 +618,7 @@ def verify_pass(
         PassError: with ``reason`` one of :data:`REASONS`.
         BadRequest: ``now`` is not a time within years 1 to 9999.
     """
-    check = _Check(_public_keys(jwks), revoked, audience, issuer, _epoch(now), leeway)
+    check = _Check(_public_keys(jwks), revoked, audience, issuer, epoch_seconds(now), leeway)
     kid, links = check.chain(token)
     return VerifiedPass(token=token, kid=kid, claims=links[-1], chain=tuple(links))
 
@@ -921,7 +662,7 @@ def _expiry(now: float, cap: float, expires_in: timedelta | float | None,
                              f"1 to 9999, not {show_value(seconds)}")
         return math.floor(now + seconds)
     if exp is not None:
-        return math.floor(_epoch(exp, "exp"))
+        return math.floor(epoch_seconds(exp, "exp"))
     return math.floor(cap)
 
 
@@ -969,7 +710,7 @@ def issue_pass(
         BadRequest: for contradictory or malformed arguments (``now``, ``exp``, ``expires_in``
             or ``remaining`` that is not a time within years 1 to 9999 or a number).
     """
-    t = _epoch(now)
+    t = epoch_seconds(now)
     remaining = check_amounts(remaining, name="remaining")
     parent: VerifiedPass | None = None
     if parent_token is None and subject != order.to:
@@ -1056,7 +797,7 @@ def revoke_pass(store: Store, jti: str, reason: str, *,
     """Revoke one pass; every pass derived from it stops verifying too (idempotent)."""
     if not jti:
         raise BadRequest("name the pass to revoke by its jti")
-    store.revoke(jti, reason=reason or "revoked", at=_stamp(_epoch(now)))
+    store.revoke(jti, reason=reason or "revoked", at=_stamp(epoch_seconds(now)))
 
 
 def revoke_order_passes(store: Store, order_id: str, *, reason: str = "order ended",
@@ -1071,7 +812,7 @@ def revoke_order_passes(store: Store, order_id: str, *, reason: str = "order end
         return []
     done = store.revoked()
     fresh = [p.jti for p in issued if p.jti not in done]
-    at = _stamp(_epoch(now))
+    at = _stamp(epoch_seconds(now))
     for jti in fresh:
         store.revoke(jti, reason=reason, at=at)
     return fresh
@@ -1166,7 +907,7 @@ def issue_recorded_pass(
                                 "it is accepted or working", state=record.state,
                                 action="issue_pass")
     revoked = store.revoked()
-    t = _epoch(now)
+    t = epoch_seconds(now)
     parent = None
     if parent_token is not None:
         aud = audience or unverified_claims(parent_token)[1].get("aud")

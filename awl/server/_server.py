@@ -39,7 +39,8 @@ from mcp.server.context import ServerRequestContext
 
 from awl import __version__
 from awl.desk.desk import AsyncDesk, Desk, OrderView
-from awl.desk.effects import list_effects, settle
+from awl.desk.effects import list_effects
+from awl.desk.settlement import settle
 from awl.desk.tokens import check_principal, principal_for_token
 from awl.documents.errors import (
     AWLError,

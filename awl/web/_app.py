@@ -39,7 +39,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from awl.desk.criteria import check_question
 from awl.desk.desk import Desk, OrderView
-from awl.desk.effects import list_effects, manager_only, settle
+from awl.desk.effects import list_effects, manager_only
+from awl.desk.settlement import settle
 from awl.desk.tokens import principal_for_token, token_hash
 from awl.documents.errors import AWLError, BadRequest, Forbidden
 from awl.documents.models import parse_time

@@ -27,6 +27,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
+from awl.desk.home import default_store, home_dir
 from awl.documents.errors import BadRequest
 from awl.mcp.frames import stdio_frames
 from awl.mcp.transport import Unauthorized, is_loopback, parse_address
@@ -102,13 +103,9 @@ async def open_gateway(
         config = load_config(config)
     async with AsyncExitStack() as stack:
         if store is None:
-            from awl.desk.home import default_store
-
             store = default_store(home)
             stack.callback(store.close)
         if jwks is None and (pass_token is not None or load_keys):
-            from awl.desk.home import home_dir
-
             # Read again whenever a key is rotated in or retired (DP-13); read once now so
             # an unusable key folder is an error before anything starts.
             jwks = KeySet(KeyStore(home_dir(home)))

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from awl.documents.errors import PassError
-from awl.passes.passes import VerifiedPass
+from awl.documents import PassError
+from awl.passes import VerifiedPass
 
 __all__ = ["Authority"]
 

@@ -90,25 +90,37 @@ from typing import Any, Protocol
 import anyio
 import mcp_types as types
 
-from awl.desk.desk import Clock, Desk
-from awl.desk.effects import (
+from awl.desk import (
+    Clock,
+    Desk,
     EffectView,
+    ancestors,
     drop_held,
     find_call,
     held_calls,
     list_effects,
     manager_only,
+    settle,
     settle_events,
+    staging_ancestor,
     valid_settlement,
 )
-from awl.desk.effects import record_event as _log
-from awl.desk.lineage import ancestors, staging_ancestor
-from awl.desk.settlement import settle
-from awl.documents.checks import json_equal
-from awl.documents.errors import Conflict, InvalidTransition, NotFound
-from awl.documents.models import CallRecord, WorkOrder, WorkReport, format_time, parse_time
-from awl.documents.patterns import canonical_ref, matches_any, parse_ref
-from awl.store.protocol import EffectState, OrderRecord, Revocation, Store
+from awl.desk import record_event as _log
+from awl.documents import (
+    CallRecord,
+    Conflict,
+    InvalidTransition,
+    NotFound,
+    WorkOrder,
+    WorkReport,
+    canonical_ref,
+    format_time,
+    json_equal,
+    matches_any,
+    parse_ref,
+    parse_time,
+)
+from awl.store import EffectState, OrderRecord, Revocation, Store
 from gateway._config import GatewayConfig, load_config
 from gateway._lock import DEFAULT_LEASE, LockLost, OrderLock
 from gateway._policy import allowed

@@ -56,17 +56,22 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
-from awl.desk.desk import Desk
-from awl.desk.lineage import ancestors, staging_ancestor
-from awl.documents.errors import Conflict, DocumentError, PassError
-from awl.documents.lifecycle import TERMINAL
-from awl.documents.limits import check_json_value
-from awl.documents.models import CallRecord, WorkOrder, format_time
-from awl.documents.patterns import matches_any, parse_ref
-from awl.mcp.transport import identity_of
-from awl.passes.passes import DEFAULT_AUDIENCE, VerifiedPass, verify_pass
-from awl.store.protocol import OrderRecord, Scope, Store
-from awl.store.rules import stale_order
+from awl.desk import Desk, ancestors, staging_ancestor
+from awl.documents import (
+    TERMINAL,
+    CallRecord,
+    Conflict,
+    DocumentError,
+    PassError,
+    WorkOrder,
+    check_json_value,
+    format_time,
+    matches_any,
+    parse_ref,
+)
+from awl.mcp import identity_of
+from awl.passes import DEFAULT_AUDIENCE, VerifiedPass, verify_pass
+from awl.store import OrderRecord, Scope, Store, stale_order
 from gateway._authority import Authority
 from gateway._config import GatewayConfig
 from gateway._names import NameTable, server_of, split_canonical

@@ -25,8 +25,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
-from awl.documents.models import WorkOrder
-from awl.documents.patterns import covered_by_any
+from awl.documents import WorkOrder, covered_by_any
 from gateway._authority import Authority
 from gateway._config import GatewayConfig
 from gateway._upstream import UpstreamError, UpstreamPool, UpstreamRejected

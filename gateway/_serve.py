@@ -27,13 +27,12 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from awl.desk.home import default_store, home_dir
-from awl.documents.errors import BadRequest
-from awl.mcp.frames import stdio_frames
-from awl.mcp.transport import Unauthorized, is_loopback, parse_address
-from awl.mcp.transport import serve_http as _serve_mcp_http
-from awl.passes.passes import DEFAULT_AUDIENCE, KeySet, KeyStore
-from awl.store.protocol import Store
+from awl.desk import default_store, home_dir
+from awl.documents import BadRequest
+from awl.mcp import Unauthorized, is_loopback, parse_address, stdio_frames
+from awl.mcp import serve_http as _serve_mcp_http
+from awl.passes import DEFAULT_AUDIENCE, KeySet, KeyStore
+from awl.store import Store
 from gateway._authority import Authority
 from gateway._config import GatewayConfig, load_config
 from gateway._gateway import Clock, Gateway

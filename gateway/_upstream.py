@@ -69,8 +69,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from pydantic import TypeAdapter, ValidationError
 
-from awl.documents.errors import AWLError, NotFound
-from awl.documents.patterns import is_tool_name
+from awl.documents import AWLError, NotFound, is_tool_name
 from gateway._config import GatewayConfig, HttpTransport, ServerConfig
 from gateway._results import bound_result
 

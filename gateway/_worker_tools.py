@@ -18,13 +18,19 @@ from typing import Any, Protocol, get_args
 import anyio.to_thread
 import mcp_types as types
 
-from awl.desk.desk import Desk
-from awl.documents.errors import AWLError, BadRequest
-from awl.documents.limits import INT64_MAX, check_integer
-from awl.documents.models import CallOutcome, CallRecord, WorkOrder
-from awl.documents.patterns import matches_any
-from awl.mcp.errors import tool_error
-from awl.store.protocol import Store
+from awl.desk import Desk
+from awl.documents import (
+    INT64_MAX,
+    AWLError,
+    BadRequest,
+    CallOutcome,
+    CallRecord,
+    WorkOrder,
+    check_integer,
+    matches_any,
+)
+from awl.mcp import tool_error
+from awl.store import Store
 from gateway._authority import Authority
 
 GET_ORDER = "awl_get_order"

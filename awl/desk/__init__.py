@@ -1,4 +1,53 @@
 """The desk: commands, queries and waiting over a store; effects, track records, briefings.
 
 Above documents, store and passes; below the gateway and the servers.
+
+The interface the gateway uses, and the only names it imports from here:
+
+- :class:`Desk` (and its :data:`Clock` type), through which the gateway's desk tools act as
+  the worker or pass holder, so the desk alone decides what they may do;
+- the effects of held calls (:mod:`~awl.desk.effects`): which calls are still held, dropping
+  them, finding a call, listing effects, logging a ``retry`` (:func:`record_event`), the
+  manager-only rule, and reading settlements back; :func:`settle` records one;
+- an order's lineage: the orders above it and which of them stages a tool;
+- the desk's home folder and default store, for ``awl gateway`` run without a store.
 """
+
+from awl.desk.desk import AsyncDesk, Clock, Desk, OrderView, Question, Subscription
+from awl.desk.effects import (
+    EffectView,
+    drop_held,
+    find_call,
+    held_calls,
+    list_effects,
+    manager_only,
+    record_event,
+    settle_events,
+    valid_settlement,
+)
+from awl.desk.home import default_store, home_dir
+from awl.desk.lineage import ancestors, staging_ancestor
+from awl.desk.settlement import settle
+
+__all__ = [
+    "AsyncDesk",
+    "Clock",
+    "Desk",
+    "EffectView",
+    "OrderView",
+    "Question",
+    "Subscription",
+    "ancestors",
+    "default_store",
+    "drop_held",
+    "find_call",
+    "held_calls",
+    "home_dir",
+    "list_effects",
+    "manager_only",
+    "record_event",
+    "settle",
+    "settle_events",
+    "staging_ancestor",
+    "valid_settlement",
+]

@@ -35,13 +35,25 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
 
 import anyio
 import anyio.to_thread
 
+from awl.desk.briefing import briefing
+from awl.desk.criteria import CheckRun, latest_checks, run_checks, take_snapshot, workspace_root
 from awl.desk.effects import drop_held, held_calls
+from awl.desk.home import default_store
 from awl.desk.lineage import ancestors, remaining_of, self_review_problem
+from awl.desk.track import TrackRecord, track_record
+from awl.documents.checks import (
+    check_run_findings,
+    iter_order_findings,
+    iter_report_findings,
+    iter_review_findings,
+    iter_suborder_findings,
+    to_plain,
+)
 from awl.documents.errors import (
     AWLError,
     BadRequest,
@@ -64,11 +76,8 @@ from awl.documents.models import (
     parse_time,
 )
 from awl.documents.patterns import parse_ref
+from awl.passes.passes import revoke_order_passes
 from awl.store.protocol import OrderRecord, Store
-
-if TYPE_CHECKING:
-    from awl.desk.criteria import CheckRun
-    from awl.desk.track import TrackRecord
 
 __all__ = ["AsyncDesk", "Desk", "OrderView", "Question", "Subscription"]
 
@@ -340,7 +349,6 @@ class Desk:
                  conflict_retries: int = 1, poll_interval: float = 0.02,
                  max_poll_interval: float = 0.25) -> None:
         if store is None:
-            from awl.desk.home import default_store
             store = default_store()
         self.store: Store = store
         self._clock: Clock = clock or _utc_now
@@ -529,7 +537,6 @@ class Desk:
         Raises:
             Forbidden: ``viewer`` is neither the worker nor a manager of its orders.
         """
-        from awl.desk.track import track_record
         return track_record(self.store, worker, viewer=viewer)
 
     def handoff(self, order_id: str) -> str:
@@ -538,7 +545,6 @@ class Desk:
         Raises:
             NotFound: no such order.
         """
-        from awl.desk.briefing import briefing
         view = self.get(order_id)
         return briefing(view, self.store.events(order_id))
 
@@ -603,8 +609,6 @@ class Desk:
                 escalation contact is its worker or manager (LC-13).
             Conflict: the id is taken.
         """
-        from awl.documents.checks import iter_order_findings, iter_suborder_findings, to_plain
-
         doc = order.to_json() if isinstance(order, WorkOrder) else to_plain(dict(order))
         if not isinstance(doc, dict):
             raise BadRequest("an order is a JSON object")
@@ -653,8 +657,6 @@ class Desk:
             "from": None, "to": "offered",
         }
         if workspace is not None:
-            from awl.desk.criteria import workspace_root
-
             fields["data"] = {"workspace": str(workspace_root(workspace))}
         elif _checked(model):
             raise BadRequest(f"order {model.id!r} has criteria with checks but no workspace; "
@@ -715,8 +717,6 @@ class Desk:
         self._check_actor(record.order, "start", actor)
         if not targets(record.state, "start"):
             raise self._wrong_state(record.order, record.state, "start")
-        from awl.desk.criteria import take_snapshot
-
         return self._simple(order_id, "start", actor,
                             data={"snapshot": take_snapshot(workspace)})
 
@@ -742,13 +742,9 @@ class Desk:
         Each value is desk evidence of type ``check``: ``{criterion, type, check: {outcome,
         exit_code, duration, tail, signature, signals?, timed_out?, error?, snapshot?}}``.
         """
-        from awl.desk.criteria import latest_checks
-
         return latest_checks(self.store.events(order_id, after=0, limit=None))
 
     def _run_criteria_checks(self, order: WorkOrder) -> builtins.list[CheckRun]:
-        from awl.desk.criteria import run_checks
-
         workspace = self.workspace(order.id)
         if workspace is None:
             raise BadRequest(f"order {order.id!r} has criteria with checks but no workspace "
@@ -788,8 +784,6 @@ class Desk:
         ``check`` event, or, when the same check failed the same way on its previous run,
         in a ``block`` event that puts the question to the manager.
         """
-        from awl.documents.checks import check_run_findings
-
         record = self.store.load(order_id)
         late = parse_time(record.order.deadline) < self.now()
         if doc.get("status") != "done" or not _checked(record.order) or late:
@@ -801,8 +795,6 @@ class Desk:
         failed = [run for run in runs if run.outcome in ("failed", "timeout")]
         if not failed:
             return runs
-        from awl.desk.criteria import latest_checks
-
         before = latest_checks(self.store.events(order_id, after=0, limit=None), on_report=True)
         again = [run for run in failed
                  if before.get(run.criterion, {}).get("check", {}).get("signature")
@@ -885,8 +877,6 @@ class Desk:
             ValidationFailed: the report has ``invalid`` findings.
             BadRequest: ``from`` or ``attempt`` does not match.
         """
-        from awl.documents.checks import iter_report_findings, to_plain
-
         doc = report.to_json() if isinstance(report, WorkReport) else to_plain(dict(report))
         if not isinstance(doc, dict):
             raise BadRequest("a report is a JSON object")
@@ -978,8 +968,6 @@ class Desk:
             BadRequest: an effect ref the report does not list, or an approval of a failed
                 report.
         """
-        from awl.documents.checks import iter_review_findings
-
         if decision not in ("approve", "rework"):
             raise BadRequest(f"decision must be approve or rework, not {decision!r}")
 
@@ -1126,8 +1114,6 @@ class Desk:
         order_id = view.id
         try:
             if event.to in TERMINAL:
-                from awl.passes.passes import revoke_order_passes
-
                 revoke_order_passes(self.store, order_id, reason=f"order {event.to}",
                                     now=event.at)
             reasons: dict[str, str] = {}

@@ -62,7 +62,7 @@ If M is not ``committed``, or the pointer names nothing, the dependent effect is
 Every forwarded call carries ``_meta`` ``{"awl/ref", "awl/order", "awl/attempt"}``; a
 retry sends the same three values, so a receiver can deduplicate.
 
-Settlement. :func:`awl.desk.effects.settle` lets the order's manager record what they found
+Settlement. :func:`awl.desk.settlement.settle` lets the order's manager record what they found
 out about an ``unknown`` effect (``happened`` or ``did_not_happen``, with evidence) as a
 ``settle`` event; it and :func:`awl.desk.effects.list_effects` send nothing, so they live in
 ``awl`` and are re-exported here. A settlement stays valid until the effect is dispatched

@@ -333,6 +333,18 @@ def test_the_gateway_uses_only_the_documented_interface_of_awl() -> None:
         assert "gateway" in (module.__doc__ or ""), f"{package} says nothing of the gateway"
 
 
+def test_no_module_imports_a_private_name_of_another_package() -> None:
+    """A name with a leading underscore stays in its package: ``awl.web`` does not reach
+    into ``awl.mcp.transport`` for one, nor ``awl.passes`` into ``awl.documents.checks``."""
+    _, found = scan()
+    private = [str(i) for i in found
+               if (i.name or "").startswith("_") and not (i.name or "").endswith("__")
+               and _ours(i.target)
+               and i.target.rpartition(".")[0] != i.module.rpartition(".")[0]
+               and not i.target.startswith(i.module + ".")]
+    assert not private, "\n".join(private)
+
+
 # --------------------------------------------------------------------------- private APIs
 
 def test_no_private_api_of_python_or_a_dependency_is_imported() -> None:

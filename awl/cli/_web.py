@@ -42,7 +42,7 @@ def register(subparsers: Any) -> None:
 
 
 def _web(args: argparse.Namespace) -> int:
-    from awl.mcp.transport import _listen, is_loopback, parse_address
+    from awl.mcp.transport import is_loopback, listen, parse_address
     from awl.web import Sessions, WebConfig, build_app, loopback_hosts
 
     host, port = parse_address(args.listen)
@@ -59,7 +59,7 @@ def _web(args: argparse.Namespace) -> int:
         from gateway._config import load_config
         upstream = load_config(args.config)
     home = home_dir(args.home)
-    sock = _listen(host, port)
+    sock = listen(host, port)
     port = sock.getsockname()[1]
     store = default_store(home)
     sessions = Sessions(ttl=args.session_hours * 3600)

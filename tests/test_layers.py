@@ -33,13 +33,12 @@ Where = Literal["module", "function", "type-checking", "importlib"]
 # never import the MCP SDK's servers, the gateway or the web stack).
 LATE_IMPORTS: dict[tuple[str, str], str] = {
     ("awl.cli._gateway", "gateway"): "`awl gateway` only: the gateway and its upstreams",
-    ("awl.cli._effects", "gateway"): "`awl effects commit|retry` only: the commit path",
+    ("awl.cli._effects", "gateway"): "`awl effects retry` only: the commit path",
     ("awl.cli._serve", "awl.server"): "`awl serve` only: the desk's MCP server",
     ("awl.cli._web", "awl.mcp"): "`awl web` only: the HTTP listener (Starlette, the MCP SDK)",
     ("awl.cli._web", "awl.web"): "`awl web` only: the approval page (Starlette, Jinja)",
     ("awl.cli._web", "gateway"): "`awl web --config` only: the gateway config reader",
     ("awl.cli._web", "uvicorn"): "`awl web` only: the HTTP server",
-    ("awl.mcp.transport", "uvicorn"): "only when serving over HTTP, never for stdio",
 }
 
 

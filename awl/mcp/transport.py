@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import uvicorn
 from mcp.server import Server
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import JSONResponse
@@ -222,8 +223,6 @@ async def serve_http(
     Raises:
         BadRequest: A non-loopback host without ``allow_remote``, or the port cannot be had.
     """
-    import uvicorn
-
     if not is_loopback(host) and not allow_remote:
         raise BadRequest(f"refusing to serve on {host}: it is not a loopback address; pass "
                          "--allow-remote to accept connections from other machines")

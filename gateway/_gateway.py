@@ -88,6 +88,7 @@ from gateway._policy import (
 from gateway._relay import Relay, worker_is_modern
 from gateway._results import OutputSchemas
 from gateway._staging import check_arguments
+from gateway._telemetry import CallSpan, current
 from gateway._upstream import (
     RESERVED_META_PREFIX,
     UpstreamError,
@@ -195,6 +196,13 @@ def attempt_of(record: OrderRecord) -> int:
     return 1 + sum(1 for r in record.reviews if r.decision == "rework")
 
 
+def _answered(decision: Decision) -> str:
+    """The recorded outcome of a call answered without being forwarded."""
+    if decision.action == "hold":
+        return "held"
+    return "error" if decision.code == AWL_INVALID_ARGUMENTS else "refused"
+
+
 @dataclass(frozen=True, slots=True)
 class _Admission:
     """What the store-side half of a call decided, and the record it wrote (as reserved)."""
@@ -273,6 +281,7 @@ class Gateway:
         # Every order above this one: its calls run only while they are all active (LC-16).
         self._above_ids: tuple[str, ...] = ()
         self.desk = Desk(store, clock=self._clock)
+        self._telemetry = current()
         self._worker = WorkerTools(self)
         self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
         self._bus = InMemorySubscriptionBus()  # 2026-07-28 clients listen here
@@ -330,6 +339,7 @@ class Gateway:
                 raise authority.error
         self.server.instructions = self._instructions()
         await self._catalog()
+        self._telemetry.watch(self)
 
     def _instructions(self) -> str:
         order = self.order
@@ -567,6 +577,15 @@ class Gateway:
             DocumentError: ``arguments`` hold what JSON cannot (NaN, a lone surrogate, ...);
                 nothing was recorded or forwarded.
         """
+        with self._telemetry.tool_call(name, self.order_id, meta, served=ctx is not None) as span:
+            return await self._call(span, name, arguments, token, meta, ctx, input_responses,
+                                    request_state)
+
+    async def _call(self, span: CallSpan, name: str, arguments: Mapping[str, Any],
+                    token: str | None, meta: Mapping[str, Any] | None,
+                    ctx: ServerRequestContext[Any] | None,
+                    input_responses: Mapping[str, Any] | None, request_state: str | None,
+                    ) -> types.CallToolResult | types.InputRequiredResult:
         args = check_json_value(dict(arguments), where="the arguments")
         table = await self._catalog()
         server = tool = canonical = unavailable = None
@@ -586,6 +605,10 @@ class Gateway:
             self._admit, name, canonical, args, token if token is not None else self._pass_token,
             unavailable)
         if admission.answer is not None:
+            done = admission.record
+            span.done(tool=canonical, ref=done.ref if done else None,
+                      attempt=done.attempt if done else None,
+                      outcome=_answered(admission.decision), code=admission.decision.code)
             return admission.answer
         record = admission.record
         assert record is not None and server is not None and tool is not None
@@ -618,6 +641,8 @@ class Gateway:
             error = f"{AWL_UPSTREAM_ERROR}: the call to {canonical} failed: {exc}"[:1000]
             answer = _text_result(error, error=True)
         await self._finish(record, outcome, result, error)
+        span.done(tool=canonical, ref=record.ref, attempt=record.attempt, outcome=outcome,
+                  code=error.split(":", 1)[0] if error else None)
         # The worker cites this ref as evidence; the answer is its only way to learn it.
         # (The answer was made for this call alone, by the upstream pool or above: setting
         # its _meta in place saves a model copy per call.)
@@ -835,7 +860,5 @@ class Gateway:
             structured_content={"pending": record.ref, "status": "held"},
             meta={META_REF: record.ref},
         )
-        self.store.finish_call(self.order_id, record.ref, outcome="held",
-                               result=_wire(answer), error=None, ended_at=ended)
-        self.store.set_effect(self.order_id, record.ref, expect=None, state="held", at=ended)
+        self.store.hold_call(self.order_id, record.ref, result=_wire(answer), ended_at=ended)
         return _Admission(decision, record, answer)

@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
     except CLIError as exc:
         print(f"awl: {exc}", file=sys.stderr)
-        return exc.code
+        return exc.exit_code
     except AWLError as exc:
         print(f"awl: {exc.code}: {exc.message}", file=sys.stderr)
         return 1

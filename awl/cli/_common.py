@@ -3,12 +3,16 @@ them all: so they never import the package itself."""
 
 from __future__ import annotations
 
+from awl.documents.errors import AWLError
+
 __all__ = ["CLIError"]
 
 
-class CLIError(Exception):
-    """A user error the CLI prints as one line before exiting with ``code``."""
+class CLIError(AWLError):
+    """A user error the CLI prints as one line before exiting with ``exit_code``."""
 
-    def __init__(self, message: str, code: int = 2) -> None:
+    code = "BAD_REQUEST"
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
         super().__init__(message)
-        self.code = code
+        self.exit_code = exit_code

@@ -19,7 +19,7 @@ import anyio
 from awl.cli._common import CLIError
 from awl.desk.home import default_store
 from awl.documents.errors import BadRequest
-from awl.passes.passes import MAX_TOKEN_BYTES
+from awl.passes import MAX_TOKEN_BYTES
 from awl.store.protocol import Store
 
 _T = TypeVar("_T")

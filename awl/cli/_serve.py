@@ -15,10 +15,10 @@ from typing import Any
 import anyio
 
 from awl.cli._common import CLIError
-from awl.desk.desk import AsyncDesk
+from awl.desk import AsyncDesk
 from awl.desk.home import default_store, home_dir
 from awl.desk.tokens import check_principal, issue_token, revoke_tokens, token_hash, token_id
-from awl.passes.passes import KeyStore
+from awl.passes import KeyStore
 from awl.store.protocol import TokenRecord
 
 

@@ -1,6 +1,9 @@
 """The desk: commands, queries and waiting over a store; effects, track records, briefings.
 
-Above documents, store and passes; below the gateway and the servers.
+Above documents, store and passes; below the gateway and the servers. :class:`Desk` is
+built in layers, each a module importing only those before it: ``views`` (what a reader
+gets), ``core`` (the write path), ``queries``, ``waiting``, ``desk`` (the commands), then
+``asyncdesk`` (every operation as a coroutine).
 
 The interface the gateway uses, and the only names it imports from here:
 
@@ -13,10 +16,13 @@ The interface the gateway uses, and the only names it imports from here:
 - the desk's home folder and default store, for ``awl gateway`` run without a store.
 """
 
-from awl.desk.desk import AsyncDesk, Clock, Desk, OrderView, Question, Subscription
+from awl.desk.asyncdesk import AsyncDesk
+from awl.desk.core import Clock
+from awl.desk.desk import Desk
 from awl.desk.effects import (
     EffectView,
     drop_held,
+    effect_of,
     find_call,
     held_calls,
     list_effects,
@@ -28,6 +34,8 @@ from awl.desk.effects import (
 from awl.desk.home import default_store, home_dir
 from awl.desk.lineage import ancestors, staging_ancestor
 from awl.desk.settlement import settle
+from awl.desk.views import OrderView, Question
+from awl.desk.waiting import Subscription
 
 __all__ = [
     "AsyncDesk",
@@ -40,6 +48,7 @@ __all__ = [
     "ancestors",
     "default_store",
     "drop_held",
+    "effect_of",
     "find_call",
     "held_calls",
     "home_dir",

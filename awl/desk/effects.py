@@ -28,7 +28,7 @@ from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from awl.documents.errors import Conflict, Forbidden, NotFound
+from awl.documents.errors import Conflict, Forbidden, InvalidTransition, NotFound
 from awl.documents.models import CallRecord, Event, WorkOrder
 from awl.documents.patterns import canonical_ref
 from awl.store.protocol import EffectState, Settlement, Store
@@ -39,6 +39,7 @@ __all__ = [
     "Settles",
     "Verdict",
     "drop_held",
+    "effect_of",
     "find_call",
     "held_calls",
     "list_effects",
@@ -68,20 +69,18 @@ class EventLog(Protocol):
 
 def held_calls(store: Store, order_id: str, *,
                attempts: Container[int] | None = None) -> list[CallRecord]:
-    """The order's calls that are held and may still run, by N.
-
-    A call counts when its outcome is ``held`` and its effect is ``held`` or not written
-    yet (the gateway records the outcome and the effect in two steps).
+    """The order's calls that are held and may still run, by N: outcome ``held`` and
+    effect ``held`` (the store writes the two together, CM-14).
 
     Args:
         store: the desk's store.
         order_id: the order.
         attempts: only calls of these attempts (all when None).
     """
-    states = {e.ref: e.state for e in store.effects(order_id)}
+    held = {e.ref for e in store.effects(order_id) if e.state == "held"}
     return [
         call for call in store.calls(order_id)
-        if call.outcome == "held" and states.get(call.ref, "held") == "held"
+        if call.outcome == "held" and call.ref in held
         and (attempts is None or call.attempt in attempts)
     ]
 
@@ -124,12 +123,10 @@ def drop_held(desk: EventLog, order_id: str, reasons: Mapping[str, str], *, acto
     states = {e.ref: e.state for e in store.effects(order_id)}
     done: list[str] = []
     for ref, why in reasons.items():
-        current = states.get(ref)
-        if current is not None and current != "held":
+        if states.get(ref) != "held":
             continue
         try:
-            store.set_effect(order_id, ref, expect=None if current is None else ["held"],
-                             state="dropped", error=why, at=at)
+            store.set_effect(order_id, ref, expect=["held"], state="dropped", error=why, at=at)
         except Conflict:  # it moved on meanwhile (dispatched, or dropped by another)
             continue
         done.append(ref)
@@ -152,7 +149,7 @@ class EffectView:
     attempt: int
     arguments: dict[str, Any]
     state: str
-    """The effect state (``held`` when the gateway recorded none yet)."""
+    """The effect state."""
     dispatches: int = 0
     result: dict[str, Any] | None = None
     error: str | None = None
@@ -223,21 +220,15 @@ def list_effects(order_id: str, *, store: Store) -> list[EffectView]:
     """Every held call of the order with its effect state, by call number."""
     states = {e.ref: e for e in store.effects(order_id)}
     settles = settle_events(store.events(order_id))
-    out: list[EffectView] = []
-    for call in store.calls(order_id):
-        state = states.get(call.ref)
-        if call.outcome != "held" and state is None:
-            continue
-        out.append(EffectView(
-            ref=call.ref, tool=call.tool, attempt=call.attempt,
-            arguments=call.arguments, state="held" if state is None else state.state,
-            dispatches=0 if state is None else state.dispatches,
-            result=None if state is None else state.result,
-            error=None if state is None else state.error,
-            settlement=valid_settlement(state, settles.get(call.ref)),
-            updated_at="" if state is None else state.updated_at,
-        ))
-    return out
+    return [
+        EffectView(
+            ref=call.ref, tool=call.tool, attempt=call.attempt, arguments=call.arguments,
+            state=state.state, dispatches=state.dispatches, result=state.result,
+            error=state.error, settlement=valid_settlement(state, settles.get(call.ref)),
+            updated_at=state.updated_at,
+        )
+        for call in store.calls(order_id) if (state := states.get(call.ref)) is not None
+    ]
 
 
 def find_call(store: Store, order_id: str, ref: str) -> CallRecord:
@@ -252,6 +243,20 @@ def find_call(store: Store, order_id: str, ref: str) -> CallRecord:
             return call
     raise NotFound(f"order {order_id!r} has no recorded call {ref!r}; list its effects with "
                    f"`awl effects list {order_id}`")
+
+
+def effect_of(store: Store, order_id: str, call: CallRecord, action: str) -> EffectState:
+    """The effect of a recorded call, for ``action`` (``settle``, ``retry``).
+
+    Raises:
+        InvalidTransition: The call was not held, so it has no effect.
+    """
+    state = next((e for e in store.effects(order_id) if e.ref == call.ref), None)
+    if state is None:
+        raise InvalidTransition(
+            f"call {call.ref} of order {order_id!r} was not held (its outcome is "
+            f"{call.outcome}), so it has no effect to {action}", state="none", action=action)
+    return state
 
 
 def manager_only(order: WorkOrder, by: str, action: str) -> None:

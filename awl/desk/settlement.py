@@ -18,6 +18,7 @@ from awl.desk.desk import Desk
 from awl.desk.effects import (
     EffectView,
     Verdict,
+    effect_of,
     find_call,
     list_effects,
     manager_only,
@@ -63,11 +64,11 @@ def settle(order_id: str, ref: str, verdict: Verdict, evidence: str, by: str, *,
     record = store.load(order_id)
     manager_only(record.order, by, "settle")
     call = find_call(store, order_id, ref)
-    state = next((e for e in store.effects(order_id) if e.ref == call.ref), None)
-    if state is None or state.state != "unknown":
-        name = "held" if state is None else state.state
-        raise InvalidTransition(f"effect {call.ref} of order {order_id!r} is {name}; only "
-                                "an unknown effect is settled", state=name, action="settle")
+    state = effect_of(store, order_id, call, "settle")
+    if state.state != "unknown":
+        raise InvalidTransition(f"effect {call.ref} of order {order_id!r} is {state.state}; "
+                                "only an unknown effect is settled", state=state.state,
+                                action="settle")
     _refuse_settled(order_id, call.ref, state, store)
     at = format_time(clock())
     # The event is the authority for a retry (it carries the dispatch count it describes);

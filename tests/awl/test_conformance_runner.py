@@ -139,9 +139,9 @@ def test_errors_and_crashes_fail_the_test(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_pass_cases_need_no_layer_above_the_documents(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pass rules are document checks: with the pass module unimportable, pass cases
+    """The pass rules are document checks: with the pass package unimportable, pass cases
     still run and ``check`` still checks a pass (the layer contract keeps it so)."""
-    monkeypatch.setitem(sys.modules, "awl.passes.passes", None)
+    monkeypatch.setitem(sys.modules, "awl.passes", None)
     result = single("pass", {}, [{"rule": "P1"}])
     assert result.status == "passed", result.reason
     assert {f.rule for f in _checks.check({"spec": "awl/delegation-pass@0.3"})} == {"P1"}

@@ -1,0 +1,94 @@
+"""OpenTelemetry for operators, behind one switch: off, and never imported, unless asked for.
+
+The gateway and the committer talk only to :func:`current`, which answers a
+:class:`Telemetry`. Unless the environment asks for telemetry (SPEC OBS-1) that is the
+no-op one defined here: its context managers are shared ``nullcontext`` objects and its
+methods do nothing, so a call pays a few attribute lookups and nothing imports the
+OpenTelemetry SDK. (The OpenTelemetry *API* is always loaded: the MCP SDK depends on it and
+opens its own spans, which record nothing until an SDK provider is installed.) When the
+environment asks for it, :mod:`gateway._otel` (which needs the ``agent-work-layer[otel]``
+extra) builds the real one, once per process.
+
+The switch, read once per process from the standard variables:
+
+- ``OTEL_SDK_DISABLED=true`` turns everything off, whatever else is set.
+- Traces are on when ``OTEL_TRACES_EXPORTER`` names ``otlp`` or ``console`` (a comma list),
+  or, when it is unset, when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
+  ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set. ``none`` turns them off.
+- Metrics likewise, with ``OTEL_METRICS_EXPORTER`` and ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``.
+
+With none of these set nothing is on: unlike the OpenTelemetry SDK's own default, a gateway
+never sends to ``localhost:4318`` unasked. The exporters read the rest of ``OTEL_*``
+(endpoint, headers, timeout, service name, resource attributes, export intervals)
+themselves. ``console`` writes to stderr, since a stdio gateway's stdout is its MCP stream.
+
+An application that runs the gateway in-process and sets up its own global providers calls
+:func:`enable` instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+from gateway._spans import NOOP, CallSpan, EffectSpan, Signals, Telemetry, signals
+
+__all__ = ["NOOP", "CallSpan", "EffectSpan", "Signals", "Telemetry", "current", "enable",
+           "signals"]
+
+INSTALL_HINT = "pip install 'agent-work-layer[otel]'"
+
+_active: Telemetry | None = None
+
+
+def _say(line: str) -> None:
+    print(f"awl: telemetry: {line}", file=sys.stderr, flush=True)
+
+
+def _from_env(env: Mapping[str, str]) -> Telemetry:
+    wanted = signals(env)
+    for problem in wanted.problems:
+        _say(problem)
+    if not wanted.on:
+        return NOOP
+    try:
+        from gateway import _otel
+    except ImportError:
+        _say("OTEL_* settings ask for telemetry, but the OpenTelemetry SDK is not installed; "
+             f"running without it. Install it with {INSTALL_HINT}")
+        return NOOP
+    try:
+        return _otel.from_env(wanted)
+    except Exception as exc:  # a bad OTEL_* value the SDK refuses must not stop the gateway
+        what = str(exc) if isinstance(exc, RuntimeError) else f"{type(exc).__name__}: {exc}"
+        _say(f"could not start OpenTelemetry ({what}); running without it")
+        return NOOP
+
+
+def current() -> Telemetry:
+    """This process's telemetry: decided from the environment at the first call."""
+    global _active
+    if _active is None:
+        _active = _from_env(os.environ)
+    return _active
+
+
+def enable() -> Telemetry:
+    """Report to the global OpenTelemetry providers the application set up, whatever the
+    environment says; gateways and commits started afterwards do. Needs the extra.
+
+    Raises:
+        ImportError: The OpenTelemetry SDK is not installed.
+    """
+    global _active
+    from gateway import _otel
+
+    _active = _otel.shared()
+    return _active
+
+
+def disable() -> None:
+    """Record nothing from now on (gateways built afterwards)."""
+    global _active
+    _active = NOOP

@@ -242,7 +242,7 @@ def check_structure(doc: Any, doc_type: DocType) -> tuple[Any, BaseModel | None,
 def context_model(doc: Any, doc_type: DocType, model_cls: type[_M], role: str) -> _M:
     """A document given as context (a report's order, a parent), which must be valid.
 
-    Shared with :mod:`awl.passes.rules` (a pass's order and parent claims); not part of the
+    Also used by the pass rules below (a pass's order and parent claims); not part of the
     package's public surface.
 
     Args:

@@ -15,6 +15,9 @@ import sys
 import time
 from typing import Any
 
+from awl.desk.desk import Desk
+from awl.desk.home import default_store, home_dir
+from awl.desk.notify import PUBLIC_URL_ENV, Deliverer, describe, describe_notification
 from awl.documents.limits import check_integer
 
 
@@ -79,8 +82,6 @@ def register(subparsers: Any) -> None:
 
 def deliverer_options(parser: argparse.ArgumentParser, *, switch: bool = True) -> None:
     """The deliverer's options, for ``notify run`` and the servers that run one."""
-    from awl.desk.notify import PUBLIC_URL_ENV
-
     parser.add_argument("--public-url", metavar="URL", default=os.environ.get(PUBLIC_URL_ENV),
                         help="the approval page's public address; notifications then link "
                              f"each order's page (default: ${PUBLIC_URL_ENV})")
@@ -93,8 +94,6 @@ def deliverer_options(parser: argparse.ArgumentParser, *, switch: bool = True) -
 
 def make_deliverer(args: argparse.Namespace, store: Any, **options: Any) -> Any:
     """The deliverer the parsed options ask for (BadRequest for a bad public URL)."""
-    from awl.desk.notify import Deliverer
-
     return Deliverer(store, public_url=args.public_url, timeout=args.notify_timeout, **options)
 
 
@@ -106,20 +105,14 @@ def start_deliverer(args: argparse.Namespace, store: Any) -> Any:
 
 
 def _store(args: argparse.Namespace) -> Any:
-    from awl.desk.home import default_store, home_dir
-
     return default_store(home_dir(args.home))
 
 
 def _desk(args: argparse.Namespace) -> Any:
-    from awl.desk.desk import Desk
-
     return Desk(_store(args))
 
 
 def _add(args: argparse.Namespace) -> int:
-    from awl.desk.notify import describe
-
     desk = _desk(args)
     try:
         webhook = desk.add_webhook(args.url, args.events, orders=args.orders)
@@ -140,8 +133,6 @@ def _scope(webhook: Any) -> str:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from awl.desk.notify import describe
-
     desk = _desk(args)
     try:
         webhooks = desk.webhooks()
@@ -171,8 +162,6 @@ def _remove(args: argparse.Namespace) -> int:
 
 
 def _log(args: argparse.Namespace) -> int:
-    from awl.desk.notify import describe_notification
-
     check_integer(args.limit, name="--limit", minimum=1)
     desk = _desk(args)
     try:

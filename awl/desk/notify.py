@@ -36,6 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote, urlsplit
 
+from standardwebhooks import Webhook as Signer
+
 from awl.documents.errors import AWLError, BadRequest, NotFound
 from awl.documents.limits import show_value
 from awl.documents.models import parse_time
@@ -232,8 +234,6 @@ class Deliverer:
 
     def send(self, note: Notification, webhook: Webhook) -> DeliveryAttempt:
         """POST ``note`` once to ``webhook`` and say how it went (never raises)."""
-        from standardwebhooks import Webhook as Signer
-
         moment = self._clock().astimezone(UTC)
         text = self.body(note)
         headers = {

@@ -114,6 +114,7 @@ def test_notify_run_once_delivers_and_log_shows_the_attempts(
     assert "  HTTP 204  " in out and out.rstrip().endswith("delivered")
 
 
+@pytest.mark.slow
 @pytest.mark.spec("HOOK-3", "HOOK-4")
 def test_a_deliverer_killed_mid_send_delivers_after_restart(tmp_path: Path) -> None:
     """The event is written; `awl notify run` claims it and POSTs; it is killed with kill -9
@@ -142,6 +143,7 @@ def test_a_deliverer_killed_mid_send_delivers_after_restart(tmp_path: Path) -> N
     assert outbox(tmp_path)[0]["attempts"] == 1
 
 
+@pytest.mark.slow
 @pytest.mark.spec("HOOK-4", "HOOK-5")
 @pytest.mark.parametrize("command", [["serve", "--http", "127.0.0.1:0"],
                                      ["web", "--listen", "127.0.0.1:0"]])

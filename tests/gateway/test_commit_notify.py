@@ -14,6 +14,8 @@ from gateway._config import load_config
 from tests.awl.hook_support import Receiver
 from tests.gateway.commit_support import make_setup
 
+pytestmark = pytest.mark.slow  # each test starts the receiver server as a subprocess
+
 DELIVER = "receiver/deliver"
 REJECT = "receiver/reject"
 

@@ -25,20 +25,24 @@ from awl.store.protocol import (
 T0 = "2030-01-01T00:00:00Z"
 
 
-def _open(kind: str, path: Path) -> Store:
+def _open(kind: str, path: Path, request: pytest.FixtureRequest) -> Store:
     if kind == "memory":
         return MemoryStore()
+    if kind == "postgres":
+        from awl.store.postgres import PostgresStore
+
+        return PostgresStore(request.getfixturevalue("pg_url"))
     from awl.store.sqlite import SQLiteStore
 
     return SQLiteStore(path / "desk.sqlite3")
 
 
-STORES = ["memory", "sqlite"]
+STORES = ["memory", "sqlite", "postgres"]
 
 
 @pytest.fixture(params=STORES)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    opened = _open(request.param, tmp_path)
+    opened = _open(request.param, tmp_path, request)
     yield opened
     opened.close()
 

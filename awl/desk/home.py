@@ -1,8 +1,9 @@
 """The home folder: where a desk keeps its SQLite file and keys.
 
-``AWL_HOME`` names it, else ``./.awl`` in the working directory. A folder this module
-creates is private to its owner and ignores itself in git, so a desk never ends up in a
-commit by accident.
+``AWL_HOME`` names it, else ``./.awl`` in the working directory. ``AWL_STORE`` set to a
+``postgresql://`` URL keeps the desk in PostgreSQL instead (the keys stay in the home). A
+folder this module creates is private to its owner and ignores itself in git, so a desk
+never ends up in a commit by accident.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from pathlib import Path
 
 from awl.documents.errors import BadRequest
 from awl.store.files import create_private
+from awl.store.protocol import Store
 from awl.store.sqlite import SQLiteStore
 
-__all__ = ["DESK_FILE", "ENV_VAR", "default_store", "home_dir"]
+__all__ = ["DESK_FILE", "ENV_VAR", "STORE_ENV", "default_store", "home_dir"]
 
 ENV_VAR = "AWL_HOME"
 DESK_FILE = "desk.sqlite3"
+STORE_ENV = "AWL_STORE"
 
 
 def home_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -59,6 +62,12 @@ def home_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     return path
 
 
-def default_store(explicit: str | os.PathLike[str] | None = None) -> SQLiteStore:
-    """The SQLite store in ``desk.sqlite3`` under :func:`home_dir`."""
+def default_store(explicit: str | os.PathLike[str] | None = None) -> Store:
+    """The PostgreSQL store ``AWL_STORE`` names, else the SQLite store in ``desk.sqlite3``
+    under :func:`home_dir`."""
+    url = os.environ.get(STORE_ENV, "")
+    if url.startswith(("postgresql://", "postgres://")):
+        from awl.store.postgres import PostgresStore
+
+        return PostgresStore(url)
     return SQLiteStore(home_dir(explicit) / DESK_FILE)

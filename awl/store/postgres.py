@@ -927,7 +927,7 @@ class PostgresStore:
             " AND p.pid = l.backend AND p.granted AND p.objsubid = 2"
             " AND p.classid::int = %s AND p.objid::int = %s"
             " AND p.database = (SELECT oid FROM pg_database WHERE datname = current_database()))",
-            (name, space & 0xFFFFFFFF, key & 0xFFFFFFFF),
+            (name, space, key),
         ).fetchone()
         return None if row is None else (LockInfo(**row[0]), int(row[1]))
 

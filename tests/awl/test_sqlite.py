@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from desk_support import newer_desk
 
 from awl.documents.errors import AWLError
 from awl.documents.models import CallRecord, Event, WorkOrder
@@ -78,11 +79,7 @@ def test_call_records_skip_the_fsync_and_other_writes_stay_durable(
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     """A desk written by a newer version is refused with a clear error, not changed."""
     path = tmp_path / "desk.sqlite3"
-    SQLiteStore(path).close()
-    conn = sqlite3.connect(path)
-    conn.execute("INSERT INTO awl_schema (version) VALUES (?)", (SCHEMA_VERSION + 1,))
-    conn.commit()
-    conn.close()
+    newer_desk(path)
     with pytest.raises(AWLError, match="newer"):
         SQLiteStore(path)
 

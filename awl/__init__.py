@@ -39,6 +39,7 @@ from awl.documents.errors import (
     InvalidTransition,
     NotFound,
     PassError,
+    StoreUnavailable,
     ValidationFailed,
 )
 from awl.documents.findings import Finding
@@ -76,6 +77,7 @@ from awl.passes.passes import (
 )
 from awl.store.memory import MemoryStore
 from awl.store.sqlite import SQLiteStore
+from awl.store.urls import open_store
 
 __version__ = "0.1.0"
 
@@ -112,6 +114,7 @@ __all__ = [
     "Question",
     "Review",
     "SQLiteStore",
+    "StoreUnavailable",
     "Subscription",
     "TrackRecord",
     "UnitSpend",
@@ -142,6 +145,7 @@ __all__ = [
     "list_effects",
     "load_document",
     "load_schema",
+    "open_store",
     "parse_time",
     "pass_scopes",
     "revoke_order_passes",

@@ -960,16 +960,16 @@ def retry_sync(order_id: str, ref: str, by: str, **kwargs: Any) -> EffectOutcome
 def _open_store(args: argparse.Namespace) -> Store:
     from awl.desk.home import default_store
 
-    return default_store(getattr(args, "home", None))
+    return default_store(getattr(args, "home", None), url=getattr(args, "store", None))
 
 
 def run_commit_cli(args: argparse.Namespace) -> int:
     """``awl gateway --order ID --config FILE --commit``: commit and print the summary.
 
-    Reads ``args.order``, ``args.config`` and, when present, ``args.home``, ``args.json``,
-    ``args.timeout`` and ``args.lock_wait``. Exit code 0 when every approved effect is
-    committed, :data:`~gateway._lock.EXIT_LOCKED` when another live committer holds the
-    order's lock (nothing was sent), 1 otherwise.
+    Reads ``args.order``, ``args.config`` and, when present, ``args.home``, ``args.store``,
+    ``args.json``, ``args.timeout`` and ``args.lock_wait``. Exit code 0 when every approved
+    effect is committed, :data:`~gateway._lock.EXIT_LOCKED` when another live committer holds
+    the order's lock (nothing was sent), 1 otherwise.
     """
     if not getattr(args, "order", None):
         raise BadRequest("--commit needs --order ORDER_ID")

@@ -26,7 +26,18 @@ _COMMAND_MODULES = (
     "awl.cli._effects",
     "awl.cli._serve",
     "awl.cli._web",
+    "awl.cli._store",
 )
+
+
+STORE_HELP = ("the desk's store: a SQLite file, sqlite:///PATH, memory: or "
+              "postgresql://USER@HOST/DB (default: $AWL_STORE, else desk.sqlite3 in the home)")
+"""The help of ``--store``, which every command that opens a desk takes."""
+
+
+def add_store_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """Add ``--store URL`` to a command that opens a desk (read as ``args.store``)."""
+    parser.add_argument("--store", metavar="URL", help=STORE_HELP)
 
 
 class CLIError(Exception):

@@ -14,8 +14,9 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from awl.cli import add_store_option
 from awl.desk.effects import EffectView, list_effects, settle
-from awl.desk.home import default_store, home_dir
+from awl.desk.home import default_store
 
 if TYPE_CHECKING:
     from gateway._commit import EffectOutcome
@@ -79,6 +80,7 @@ def register(subparsers: Any) -> None:
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--home", metavar="DIR",
                         help="the desk's home (default: $AWL_HOME, else ./.awl)")
+    add_store_option(parser)
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -120,7 +122,7 @@ def _result_text(result: dict[str, Any]) -> str:
 
 
 def _list(args: argparse.Namespace) -> int:
-    store = default_store(home_dir(args.home))
+    store = default_store(args.home, url=args.store)
     try:
         store.load(args.order)
         views = list_effects(args.order, store=store)
@@ -136,7 +138,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _settle(args: argparse.Namespace) -> int:
-    store = default_store(home_dir(args.home))
+    store = default_store(args.home, url=args.store)
     try:
         view = settle(args.order, args.ref, args.verdict, args.evidence, args.actor,
                       store=store)
@@ -162,7 +164,7 @@ def _retry(args: argparse.Namespace) -> int:
     from gateway._lock import LockBusy
 
     config = load_config(args.config)
-    store = default_store(home_dir(args.home))
+    store = default_store(args.home, url=args.store)
     try:
         outcome = retry_sync(args.order, args.ref, args.actor, store=store,
                              pool_or_config=config, timeout=args.timeout,

@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 
-from awl.cli import CLIError
+from awl.cli import CLIError, add_store_option
 from awl.passes.passes import MAX_TOKEN_BYTES
 
 _MAX_PASS_FILE = MAX_TOKEN_BYTES + 1024
@@ -33,6 +33,7 @@ def register(subparsers: Any) -> None:
                         help="upstream servers, in the mcpServers JSON shape")
     parser.add_argument("--home", metavar="DIR",
                         help="the desk's home folder (default: $AWL_HOME, else ./.awl)")
+    add_store_option(parser)
     given = parser.add_mutually_exclusive_group()
     given.add_argument("--pass-file", metavar="PATH",
                        help="run the worker under the Delegation Pass in this file (or set "
@@ -81,9 +82,16 @@ def _run(args: argparse.Namespace) -> int:
     token = _pass_token(args) or os.environ.get(PASS_ENV) or None
     if http is not None:
         token = None
-    anyio.run(lambda: run_gateway(
-        args.order, args.config, http=http, allow_remote=args.allow_remote, home=args.home,
-        pass_token=token, safe=True if args.safe else None, announce=sys.stderr))
+    from awl.desk.home import default_store
+
+    store = default_store(args.home, url=args.store)
+    try:
+        anyio.run(lambda: run_gateway(
+            args.order, args.config, http=http, allow_remote=args.allow_remote, store=store,
+            home=args.home, pass_token=token, safe=True if args.safe else None,
+            announce=sys.stderr))
+    finally:
+        store.close()
     return 0
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from awl.cli import CLIError
+from awl.cli import CLIError, add_store_option
 
 if TYPE_CHECKING:
     from awl.store.protocol import TokenRecord
@@ -37,6 +37,7 @@ def register(subparsers: Any) -> None:
                        help="with --http, allow a non-loopback address")
     serve.add_argument("--home", metavar="DIR",
                        help="the desk's home folder (default: $AWL_HOME, else ./.awl)")
+    add_store_option(serve)
     serve.set_defaults(func=_serve)
 
     token = subparsers.add_parser(
@@ -62,6 +63,7 @@ def register(subparsers: Any) -> None:
                           (revoke, _revoke_tokens)):
         command.add_argument("--home", metavar="DIR",
                              help="the desk's home folder (default: $AWL_HOME, else ./.awl)")
+        add_store_option(command)
         command.add_argument("--json", action="store_true", help="print JSON")
         command.set_defaults(func=func)
 
@@ -85,7 +87,7 @@ def _serve(args: argparse.Namespace) -> int:
             raise CLIError(f"refusing to serve on {address[0]}: it is not a loopback address; "
                            "add --allow-remote to accept other machines")
     home = home_dir(args.home)
-    store = default_store(home)
+    store = default_store(home, url=args.store)
     try:
         server = DeskServer(AsyncDesk(store), principal=args.principal, keys=KeyStore(home))
         if address is None:
@@ -115,10 +117,10 @@ class _Announce:
 
 
 def _issue_token(args: argparse.Namespace) -> int:
-    from awl.desk.home import default_store, home_dir
+    from awl.desk.home import default_store
     from awl.server import issue_token, token_hash, token_id
 
-    store = default_store(home_dir(args.home))
+    store = default_store(args.home, url=args.store)
     try:
         token = issue_token(store, args.principal)
     finally:
@@ -140,9 +142,9 @@ def _token_rows(records: list[TokenRecord]) -> list[dict[str, str]]:
 
 
 def _list_tokens(args: argparse.Namespace) -> int:
-    from awl.desk.home import default_store, home_dir
+    from awl.desk.home import default_store
 
-    store = default_store(home_dir(args.home))
+    store = default_store(args.home, url=args.store)
     try:
         rows = _token_rows(store.tokens())
     finally:
@@ -158,10 +160,10 @@ def _list_tokens(args: argparse.Namespace) -> int:
 
 
 def _revoke_tokens(args: argparse.Namespace) -> int:
-    from awl.desk.home import default_store, home_dir
+    from awl.desk.home import default_store
     from awl.server import revoke_tokens
 
-    store = default_store(home_dir(args.home))
+    store = default_store(args.home, url=args.store)
     try:
         token = sys.stdin.read().strip() if args.token == "-" else args.token
         rows = _token_rows(revoke_tokens(store, id_prefix=args.id, token=token,

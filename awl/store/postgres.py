@@ -46,7 +46,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -55,13 +55,16 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from awl.documents.errors import AWLError, Conflict
+from awl.documents.errors import Conflict, StoreUnavailable
 from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
 from awl.store.protocol import (
     EffectState,
     LockInfo,
     OrderRecord,
+    OverBudget,
     PassRecord,
+    Reservation,
+    Reserved,
     Revocation,
     Scope,
     Settlement,
@@ -77,14 +80,20 @@ from awl.store.rules import (
     check_first_event,
     check_takeover,
     dump_json,
+    effect_doc,
     exceeded_above,
     exceeded_scope,
     finished_call,
+    lock_doc,
     may_take,
     new_call,
     next_effect,
     order_exists_conflict,
     order_not_found,
+    pass_doc,
+    read_effect,
+    read_lock,
+    read_pass,
     read_record,
     read_track_row,
     record_order_id,
@@ -300,24 +309,25 @@ def _where(url: str) -> str:
     return f"PostgreSQL at {host}{'' if port is None else f':{port}'}/{database}"
 
 
-def _unavailable(url: str, exc: BaseException) -> AWLError:
+def _unavailable(url: str, exc: BaseException) -> StoreUnavailable:
     """One line for a server that cannot be reached or refuses us."""
     where = _where(url)
     text = str(exc).strip()
     lowered = text.lower()
     if "password authentication failed" in lowered or "no password supplied" in lowered \
             or isinstance(exc, pg_errors.InvalidPassword):
-        return AWLError(f"{where} refused the credentials in the store URL (password "
+        return StoreUnavailable(f"{where} refused the credentials in the store URL (password "
                         "authentication failed); check its user name and password")
     if "does not exist" in lowered and "database" in lowered:
-        return AWLError(f"{where}: the database does not exist; create it (createdb) or fix "
-                        "the store URL")
+        return StoreUnavailable(f"{where}: the database does not exist; create it (createdb) "
+                                "or fix the store URL")
     if "connection refused" in lowered or "timeout expired" in lowered \
             or "could not translate host name" in lowered or "no route" in lowered \
             or isinstance(exc, PoolTimeout):
-        return AWLError(f"cannot reach {where} ({_last_line(text) or 'no answer'}); start "
+        return StoreUnavailable(f"cannot reach {where} ({_last_line(text) or 'no answer'}); start "
                         "the server or fix the host and port in the store URL")
-    return AWLError(f"{where}: {_last_line(text) or type(exc).__name__}; nothing was written")
+    return StoreUnavailable(f"{where}: {_last_line(text) or type(exc).__name__}; nothing was "
+                            "written")
 
 
 def _last_line(text: str) -> str:
@@ -327,11 +337,6 @@ def _last_line(text: str) -> str:
     for prefix in ("FATAL:", "ERROR:"):
         line = line.removeprefix(prefix).strip()
     return line[:200]
-
-
-def _effect_from(data: dict[str, Any]) -> EffectState:
-    settled = data.pop("settlement")
-    return EffectState(**data, settlement=None if settled is None else Settlement(**settled))
 
 
 class _HeldLock:
@@ -354,8 +359,8 @@ class PostgresStore:
             holds, before giving up with an error.
 
     Raises:
-        AWLError: The server cannot be reached, refuses the credentials, or the database
-            was made by a newer version of this library (nothing is written then).
+        StoreUnavailable: The server cannot be reached, refuses the credentials, or the
+            database was made by a newer version of this library (nothing is written then).
     """
 
     def __init__(self, url: str, *, pool_size: int = 8, timeout: float = 30.0) -> None:
@@ -370,8 +375,8 @@ class PostgresStore:
             with self._connect(autocommit=False) as conn:
                 schema = conn.execute("SELECT current_schema()").fetchone()
                 if schema is None or schema[0] is None:
-                    raise AWLError(f"{self._where}: the schema the store URL's search_path "
-                                   "names does not exist; create it first")
+                    raise StoreUnavailable(f"{self._where}: the schema the store URL's "
+                                           "search_path names does not exist; create it first")
                 self.schema: str = str(schema[0])
                 self._migrate(conn)
         except psycopg.OperationalError as exc:
@@ -414,7 +419,7 @@ class PostgresStore:
         known to be).
         """
         if self._closed:
-            raise AWLError(f"the desk store at {self._where} is closed")
+            raise StoreUnavailable(f"the desk store at {self._where} is closed")
         try:
             with self._pools[durable].connection() as conn, conn.transaction():
                 yield conn
@@ -435,7 +440,7 @@ class PostgresStore:
             row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
             version = int(row[0] or 0) if row is not None else 0
             if version > SCHEMA_VERSION:
-                raise AWLError(
+                raise StoreUnavailable(
                     f"the desk at {self._where} has schema version {version}, newer than "
                     f"this awl ({SCHEMA_VERSION}); upgrade agent-work-layer to open it")
             for number in range(version, SCHEMA_VERSION):
@@ -656,7 +661,7 @@ class PostgresStore:
         started_at: str,
         scopes: Sequence[Scope],
         seq: int | None = None,
-    ) -> CallRecord | str:
+    ) -> Reservation:
         """Atomically number and record a call that counts, or name the scope it exceeds.
 
         Commits with ``synchronous_commit=off``, as call records are written (see the
@@ -677,14 +682,14 @@ class PostgresStore:
             above = [] if row.parent_id is None else self._lock_above(conn, order_id)
             over = over or exceeded_above(above, usd)
             if over is not None:
-                return over
+                return OverBudget(over)
             record, doc = new_call(
                 order_id, row.last_n + 1, attempt=attempt, tool=tool, arguments=arguments,
                 pass_jti=pass_jti, started_at=started_at,
             )
             self._insert_call(conn, record, doc, row.last_n + 1, counted=True, usd=usd,
                               above=[a[0] for a in above])
-            return record
+            return Reserved(record)
 
     @staticmethod
     def _insert_call(conn: psycopg.Connection[Any], record: CallRecord, doc: str, n: int, *,
@@ -756,6 +761,15 @@ class PostgresStore:
             ).fetchall()
         return [CallRecord.model_validate_json(doc) for (doc,) in rows]
 
+    def charges(self, order_id: str) -> list[float | None]:
+        """What each call counts against the budget, by N (None: it does not count)."""
+        with self._tx(durable=False) as conn:
+            self._seq(conn, order_id)
+            rows = conn.execute(
+                "SELECT counted, usd FROM calls WHERE order_id = %s ORDER BY n", (order_id,)
+            ).fetchall()
+        return [float(usd) if counted else None for counted, usd in rows]
+
     def usage(self, order_id: str, jtis: frozenset[str] | None = None) -> Usage:
         """Counted calls and USD so far (for the calls under ``jtis`` if given)."""
         with self._tx(durable=False) as conn:
@@ -783,9 +797,9 @@ class PostgresStore:
         with self._tx(durable=False) as conn:
             self._seq(conn, order_id)
             rows = conn.execute(
-                "SELECT doc FROM effects WHERE order_id = %s ORDER BY n", (order_id,)
+                "SELECT doc::text FROM effects WHERE order_id = %s ORDER BY n", (order_id,)
             ).fetchall()
-        return [_effect_from(doc) for (doc,) in rows]
+        return [read_effect(doc) for (doc,) in rows]
 
     def set_effect(
         self, order_id: str, ref: str, *, expect: Sequence[str] | None, state: str,
@@ -804,17 +818,17 @@ class PostgresStore:
             n, data = self._call_data(conn, order_id, ref, lock=True)
             record = CallRecord.model_validate(data)
             row = conn.execute(
-                "SELECT doc FROM effects WHERE order_id = %s AND n = %s", (order_id, n)
+                "SELECT doc::text FROM effects WHERE order_id = %s AND n = %s", (order_id, n)
             ).fetchone()
             new = next_effect(
-                None if row is None else _effect_from(row[0]), record, expect=expect,
+                None if row is None else read_effect(row[0]), record, expect=expect,
                 state=state, attempt=attempt, result=result, error=error,
                 settlement=settlement, count_dispatch=count_dispatch, at=at,
             )
             conn.execute(
                 "INSERT INTO effects (order_id, n, doc) VALUES (%s, %s, %s::jsonb)"
                 " ON CONFLICT (order_id, n) DO UPDATE SET doc = excluded.doc",
-                (order_id, n, dump_json(asdict(new))),
+                (order_id, n, effect_doc(new)),
             )
             return new
 
@@ -877,15 +891,15 @@ class PostgresStore:
                 time.sleep(0.01)
             # Between its end and our lock, someone else may have taken it and let go.
             with conn.transaction():
-                row = conn.execute("SELECT doc FROM locks WHERE name = %s FOR UPDATE",
+                row = conn.execute("SELECT doc::text FROM locks WHERE name = %s FOR UPDATE",
                                    (mine.name,)).fetchone()
-                if row is not None and LockInfo(**row[0]) != current[0]:
+                if row is not None and read_lock(row[0]) != current[0]:
                     conn.execute("SELECT pg_advisory_unlock(%s, %s)", (space, key))
                     return False
         conn.execute(
             "INSERT INTO locks (name, doc, backend) VALUES (%s, %s::jsonb, pg_backend_pid())"
             " ON CONFLICT (name) DO UPDATE SET doc = excluded.doc, backend = excluded.backend",
-            (mine.name, dump_json(asdict(mine))))
+            (mine.name, lock_doc(mine)))
         return True
 
     def _drop_local(self, name: str, backend: int) -> None:
@@ -906,7 +920,7 @@ class PostgresStore:
             with held.conn.transaction():
                 row = held.conn.execute(
                     "UPDATE locks SET doc = %s::jsonb WHERE name = %s AND backend ="
-                    " pg_backend_pid() RETURNING 1", (dump_json(asdict(mine)), mine.name),
+                    " pg_backend_pid() RETURNING 1", (lock_doc(mine), mine.name),
                 ).fetchone()
         except psycopg.Error:
             row = None
@@ -922,14 +936,14 @@ class PostgresStore:
         lock."""
         space, key = self._lock_keys(name)
         row = conn.execute(
-            "SELECT l.doc, l.backend FROM locks AS l WHERE l.name = %s AND EXISTS ("
+            "SELECT l.doc::text, l.backend FROM locks AS l WHERE l.name = %s AND EXISTS ("
             " SELECT 1 FROM pg_locks AS p WHERE p.locktype = 'advisory'"
             " AND p.pid = l.backend AND p.granted AND p.objsubid = 2"
             " AND p.classid::int = %s AND p.objid::int = %s"
             " AND p.database = (SELECT oid FROM pg_database WHERE datname = current_database()))",
             (name, space, key),
         ).fetchone()
-        return None if row is None else (LockInfo(**row[0]), int(row[1]))
+        return None if row is None else (read_lock(row[0]), int(row[1]))
 
     def get_lock(self, name: str) -> LockInfo | None:
         """The current holder of the named lock, if a live connection holds it."""
@@ -978,15 +992,15 @@ class PostgresStore:
             conn.execute(
                 "INSERT INTO passes (jti, order_id, doc) VALUES (%s, %s, %s::jsonb)"
                 " ON CONFLICT (jti) DO UPDATE SET order_id = excluded.order_id,"
-                " doc = excluded.doc", (record.jti, record.order_id, dump_json(asdict(record))))
+                " doc = excluded.doc", (record.jti, record.order_id, pass_doc(record)))
 
     def passes(self, order_id: str) -> list[PassRecord]:
         """The passes saved for an order, in the order they were first saved."""
         with self._tx(durable=False) as conn:
             rows = conn.execute(
-                "SELECT doc FROM passes WHERE order_id = %s ORDER BY pos", (order_id,)
+                "SELECT doc::text FROM passes WHERE order_id = %s ORDER BY pos", (order_id,)
             ).fetchall()
-        return [PassRecord(**row[0]) for row in rows]
+        return [read_pass(row[0]) for row in rows]
 
     def save_token(self, token_hash: str, principal: str, *, created_at: str) -> None:
         """Remember a desk access token by its hash."""
@@ -1026,7 +1040,7 @@ class PostgresStore:
         """
         with self._guard:
             if self._closed:
-                raise AWLError(f"the desk store at {self._where} is closed")
+                raise StoreUnavailable(f"the desk store at {self._where} is closed")
             if self._listener is None:
                 self._listener = _Listener(self)
             listener = self._listener

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from _json import encode_basestring, make_encoder
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any, cast, get_args
 
 from pydantic import ValidationError
@@ -31,6 +31,7 @@ from awl.store.protocol import (
     EffectStateName,
     LockInfo,
     OrderRecord,
+    PassRecord,
     Scope,
     Settlement,
     TrackRow,
@@ -174,6 +175,41 @@ def may_take(current: LockInfo | None, replace_: LockInfo | None) -> bool:
 def dump_json(data: Any) -> str:
     """The compact JSON text a store keeps a document as."""
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+# The JSON texts a store keeping documents as text keeps effects, locks and passes as (the
+# models' own documents are their to_json()); a text read back gives an equal object.
+
+def effect_doc(effect: EffectState) -> str:
+    """The JSON text of an effect state."""
+    return dump_json(asdict(effect))
+
+
+def read_effect(doc: str) -> EffectState:
+    """The effect state an :func:`effect_doc` text holds."""
+    data = json.loads(doc)
+    settled = data.pop("settlement")
+    return EffectState(**data, settlement=None if settled is None else Settlement(**settled))
+
+
+def lock_doc(info: LockInfo) -> str:
+    """The JSON text of a lock as stores keep it (see :func:`stored_lock`)."""
+    return dump_json(asdict(stored_lock(info)))
+
+
+def read_lock(doc: str) -> LockInfo:
+    """The lock a :func:`lock_doc` text holds."""
+    return LockInfo(**json.loads(doc))
+
+
+def pass_doc(record: PassRecord) -> str:
+    """The JSON text of an issued pass's record."""
+    return dump_json(asdict(record))
+
+
+def read_pass(doc: str) -> PassRecord:
+    """The pass record a :func:`pass_doc` text holds."""
+    return PassRecord(**json.loads(doc))
 
 
 def new_call(

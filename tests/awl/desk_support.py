@@ -39,6 +39,19 @@ def open_store(kind: str, folder: Path) -> Store:
     return SQLiteStore(folder / "desk.sqlite3")
 
 
+def newer_desk(path: Path) -> None:
+    """Make ``path`` a SQLite desk whose schema is one version newer than this code's."""
+    import sqlite3
+
+    from awl.store.sqlite import SCHEMA_VERSION, SQLiteStore
+
+    SQLiteStore(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("INSERT INTO awl_schema (version) VALUES (?)", (SCHEMA_VERSION + 1,))
+    conn.commit()
+    conn.close()
+
+
 def order_fields(**over: Any) -> dict[str, Any]:
     """The fields of a small valid order (the desk fills spec, id, created_at, from)."""
     fields: dict[str, Any] = {

@@ -133,8 +133,7 @@ def hold_call(store: Store, order_id: str, attempt: int, tool: str,
     """Record a held call as the gateway does: reserve, finish as held, effect state held."""
     at = format_time(datetime.now(UTC))
     record = store.reserve_call(order_id, attempt=attempt, tool=tool, arguments=arguments,
-                                pass_jti=None, usd=0.0, started_at=at, scopes=())
-    assert isinstance(record, CallRecord), record
+                                pass_jti=None, usd=0.0, started_at=at, scopes=()).record
     store.finish_call(order_id, record.ref, outcome="held", result=None, error=None,
                       ended_at=at)
     store.set_effect(order_id, record.ref, expect=None, state="held", at=at)
@@ -146,8 +145,7 @@ def forward_call(store: Store, order_id: str, attempt: int, tool: str,
     """Record a forwarded call that was answered, as the gateway does."""
     at = format_time(datetime.now(UTC))
     record = store.reserve_call(order_id, attempt=attempt, tool=tool, arguments=arguments,
-                                pass_jti=None, usd=0.0, started_at=at, scopes=())
-    assert isinstance(record, CallRecord), record
+                                pass_jti=None, usd=0.0, started_at=at, scopes=()).record
     result = {"content": [{"type": "text", "text": "ok"}], "isError": False}
     store.finish_call(order_id, record.ref, outcome="ok", result=result, error=None,
                       ended_at=at)

@@ -58,7 +58,7 @@ while True:
     step(oid, 2, "accept", "offered", "accepted")
     step(oid, 3, "start", "accepted", "working")
     call = store.reserve_call(oid, attempt=1, tool="srv/send", arguments={"k": k},
-        pass_jti=None, usd=0.0, started_at=T, scopes=[])
+        pass_jti=None, usd=0.0, started_at=T, scopes=[]).record
     store.finish_call(oid, call.ref, outcome="held", result=None, error=None, ended_at=T)
     store.set_effect(oid, call.ref, expect=None, state="held", at=T)
     done("call")

@@ -14,7 +14,10 @@ from awl.documents.models import Event, Review, WorkOrder, WorkReport
 from awl.store.memory import MemoryStore
 from awl.store.protocol import (
     LockInfo,
+    OverBudget,
     PassRecord,
+    Reservation,
+    Reserved,
     Revocation,
     Scope,
     Settlement,
@@ -82,7 +85,7 @@ def report(order_id: str = "o1", attempt: int = 1) -> WorkReport:
 
 def reserve(store: Store, order_id: str = "o1", *, tool: str = "srv/read",
             jti: str | None = None, usd: float = 0.0, scopes: list[Scope] | None = None,
-            at: str = T0, attempt: int = 1) -> Any:
+            at: str = T0, attempt: int = 1) -> Reservation:
     return store.reserve_call(
         order_id, attempt=attempt, tool=tool, arguments={"x": [1, 2]}, pass_jti=jti, usd=usd,
         started_at=at, scopes=scopes or [],
@@ -246,12 +249,12 @@ def test_calls_are_numbered_per_order_across_attempts(store: Store) -> None:
     """N runs from 1 per order over reserved and refused calls of every attempt."""
     create(store, "a")
     create(store, "b")
-    first = reserve(store, "a")
+    first = reserve(store, "a").record
     assert first.ref == "srv/read#1" and first.outcome == "pending"
     assert first.ended_at == first.started_at and first.arguments == {"x": [1, 2]}
     assert store.record_call(refusal("a")).ref == "srv/write#2"
-    assert reserve(store, "b").ref == "srv/read#1"
-    assert reserve(store, "a", tool="srv/send", attempt=2).ref == "srv/send#3"
+    assert reserve(store, "b").record.ref == "srv/read#1"
+    assert reserve(store, "a", tool="srv/send", attempt=2).record.ref == "srv/send#3"
     assert [c.ref for c in store.calls("a")] == ["srv/read#1", "srv/write#2", "srv/send#3"]
     assert [c.ref for c in store.calls("a", attempt=2)] == ["srv/send#3"]
 
@@ -301,7 +304,7 @@ def test_bad_call_records_are_refused(store: Store) -> None:
     for not_json in ({"x": float("nan")}, {"x": {1, 2}}, {"x": object()}, circular):
         with pytest.raises(BadRequest, match="JSON data"):
             store.record_call({**refusal(), "arguments": not_json})
-    assert reserve(store).ref == "srv/read#1"
+    assert reserve(store).record.ref == "srv/read#1"
     with pytest.raises(BadRequest, match="JSON data"):
         store.finish_call("o1", "srv/read#1", outcome="ok", result={"r": float("inf")},
                           error=None, ended_at=T0)
@@ -336,18 +339,31 @@ def test_usage_counts_reserved_calls_only(store: Store) -> None:
     assert store.usage("o1", frozenset()).tool_calls == 0
 
 
+def test_charges_say_what_each_call_counts(store: Store) -> None:
+    """charges gives each call's usd by N, None for a refusal (which counts nothing)."""
+    create(store)
+    assert store.charges("o1") == []
+    reserve(store, usd=0.5)
+    store.record_call(refusal())
+    reserve(store, usd=0.0)
+    reserve(store, usd=0.25, attempt=2)
+    assert store.charges("o1") == [0.5, None, 0.0, 0.25]
+    with pytest.raises(NotFound):
+        store.charges("nope")
+
+
 def test_reserve_call_refuses_the_first_exceeded_scope(store: Store) -> None:
     """A reservation over any scope's limit names that scope and writes nothing."""
     create(store)
     order = Scope(jtis=None, max_calls=3, max_usd=1.0, name="order")
     child = Scope(jtis=frozenset({"p2"}), max_calls=1, name="pass")
     # The caller passes the scopes the new call falls under: the order's and its pass's.
-    assert reserve(store, jti="p1", usd=0.3, scopes=[order]).ref == "srv/read#1"
-    assert reserve(store, jti="p2", usd=0.3, scopes=[order, child]).ref == "srv/read#2"
-    assert reserve(store, jti="p2", usd=0.1, scopes=[order, child]) == "pass"
-    assert reserve(store, jti="p2", usd=0.5, scopes=[order, child]) == "order"
-    assert reserve(store, jti="p1", usd=0.4, scopes=[order]).ref == "srv/read#3"
-    assert reserve(store, jti="p1", usd=0.0, scopes=[order]) == "order"
+    assert reserve(store, jti="p1", usd=0.3, scopes=[order]).record.ref == "srv/read#1"
+    assert reserve(store, jti="p2", usd=0.3, scopes=[order, child]).record.ref == "srv/read#2"
+    assert reserve(store, jti="p2", usd=0.1, scopes=[order, child]) == OverBudget("pass")
+    assert reserve(store, jti="p2", usd=0.5, scopes=[order, child]) == OverBudget("order")
+    assert reserve(store, jti="p1", usd=0.4, scopes=[order]).record.ref == "srv/read#3"
+    assert reserve(store, jti="p1", usd=0.0, scopes=[order]) == OverBudget("order")
     assert store.usage("o1").tool_calls == 3
     assert [c.ref for c in store.calls("o1")] == ["srv/read#1", "srv/read#2", "srv/read#3"]
 
@@ -357,13 +373,13 @@ def test_reserve_call_with_seq_refuses_a_stale_order(store: Store) -> None:
     create(store)
     args: dict[str, Any] = {"attempt": 1, "tool": "srv/read", "arguments": {},
                             "pass_jti": None, "usd": 0.0, "started_at": T0, "scopes": []}
-    assert store.reserve_call("o1", seq=1, **args).ref == "srv/read#1"
+    assert store.reserve_call("o1", seq=1, **args).record.ref == "srv/read#1"
     store.append("o1", ev(2, "accept", "offered", "accepted"), state="accepted")
     with pytest.raises(Conflict) as caught:
         store.reserve_call("o1", seq=1, **args)
     assert (caught.value.expected_seq, caught.value.actual_seq) == (1, 2)
     assert [c.ref for c in store.calls("o1")] == ["srv/read#1"]
-    assert store.reserve_call("o1", seq=2, **args).ref == "srv/read#2"
+    assert store.reserve_call("o1", seq=2, **args).record.ref == "srv/read#2"
 
 
 def test_reserve_call_is_exact_under_racing_threads(store: Store) -> None:
@@ -385,8 +401,8 @@ def test_reserve_call_is_exact_under_racing_threads(store: Store) -> None:
         t.start()
     for t in threads:
         t.join()
-    won = sorted(r.ref for r in results if not isinstance(r, str))
-    assert len(won) == 10 and results.count("order") == 40
+    won = sorted(r.record.ref for r in results if isinstance(r, Reserved))
+    assert len(won) == 10 and results.count(OverBudget("order")) == 40
     assert [c.ref for c in store.calls("o1")] == [f"srv/read#{n}" for n in range(1, 11)]
     assert store.usage("o1").tool_calls == 10
 
@@ -397,8 +413,7 @@ def test_stores_hand_back_json_never_the_callers_objects(store: Store) -> None:
     arguments: dict[str, Any] = {"t": (1, 2), "d": {"k": [1]}}
     record = store.reserve_call(
         "o1", attempt=1, tool="srv/send", arguments=arguments, pass_jti=None, usd=0.0,
-        started_at=T0, scopes=[])
-    assert not isinstance(record, str)
+        started_at=T0, scopes=[]).record
     arguments["d"]["k"].append(2)
     assert record.arguments == {"t": [1, 2], "d": {"k": [1]}}
     assert store.calls("o1")[0].arguments == {"t": [1, 2], "d": {"k": [1]}}

@@ -90,8 +90,7 @@ def hold(store: Store, order_id: str, tool: str, arguments: dict[str, Any], *,
     """Record a held call as the gateway does and return its ref."""
     at = _now()
     record = store.reserve_call(order_id, attempt=attempt, tool=tool, arguments=arguments,
-                                pass_jti=pass_jti, usd=0.0, started_at=at, scopes=[])
-    assert not isinstance(record, str)
+                                pass_jti=pass_jti, usd=0.0, started_at=at, scopes=[]).record
     store.finish_call(order_id, record.ref, outcome="held",
                       result={"content": [{"type": "text", "text": f"pending:{record.ref}"}]},
                       error=None, ended_at=at)

@@ -161,7 +161,7 @@ def test_every_effect_that_fails_the_call_log_check_is_named_and_nothing_runs(
         at = format_time(datetime.now(UTC))
         forwarded = store.reserve_call(order_id, attempt=2, tool=DELIVER,
                                        arguments={"to": "ops"}, pass_jti=None, usd=0.0,
-                                       started_at=at, scopes=[])
+                                       started_at=at, scopes=[]).record
         store.finish_call(order_id, forwarded.ref, outcome="ok", result=None, error=None,
                           ended_at=at)
         return [effects[0],

@@ -369,6 +369,8 @@ class PostgresStore:
         self._where = _where(url)
         self._guard = threading.Lock()
         self._held: dict[str, _HeldLock] = {}
+        self._spare: psycopg.Connection[Any] | None = None
+        """A connection that tried for a lock and did not get it, for the next try."""
         self._closed = False
         self._listener: _Listener | None = None
         try:
@@ -464,8 +466,11 @@ class PostgresStore:
             self._closed = True
             held, self._held = list(self._held.values()), {}
             listener, self._listener = self._listener, None
+            spare, self._spare = self._spare, None
         for lock in held:
             lock.conn.close()
+        if spare is not None:
+            spare.close()
         if listener is not None:
             listener.stop()
         for pool in self._pools.values():
@@ -849,8 +854,11 @@ class PostgresStore:
             held = self._held.get(info.name)
         if held is not None and replace is not None and held.info == stored_lock(replace):
             return self._renew(held, mine)
+        with self._guard:
+            conn, self._spare = self._spare, None
         try:
-            conn = self._connect(autocommit=True)
+            if conn is None or conn.closed:
+                conn = self._connect(autocommit=True)
         except psycopg.OperationalError as exc:
             raise _unavailable(self.url, exc) from None
         try:
@@ -859,7 +867,13 @@ class PostgresStore:
             conn.close()
             raise
         if not taken:
-            conn.close()
+            # Kept for the next attempt: a committer waiting for a busy lock asks ten
+            # times a second, and a new connection costs a login each time.
+            with self._guard:
+                if self._spare is None and not self._closed:
+                    conn, self._spare = None, conn
+            if conn is not None:
+                conn.close()
             return False
         with self._guard:
             old = self._held.pop(info.name, None)

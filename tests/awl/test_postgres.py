@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import anyio
 import psycopg
 import pytest
 
@@ -205,3 +206,40 @@ def test_a_waiting_follower_is_woken_within_100_ms_of_an_event(pg_url: str) -> N
     print("wake lags (s):", [round(x, 4) for x in lags])
     assert lags[len(lags) // 2] < 0.1, lags  # the median wake, on a busy machine
     assert lags[-1] < 1.0, lags
+
+
+@pytest.mark.spec("BIND-2")
+@pytest.mark.anyio
+async def test_wait_for_update_is_woken_by_another_hosts_write(pg_url: str) -> None:
+    """``wait_for_update`` on one desk server wakes within 100 ms of a write made through
+    another store (another host's desk): NOTIFY, where polling would lag up to 250 ms."""
+    from awl.desk.desk import Desk
+    from awl.server._server import DeskServer
+    from tests.awl.server_support import MANAGER, WORKER, order_fields
+
+    with PostgresStore(pg_url) as here, PostgresStore(pg_url) as there:
+        server = DeskServer(here)
+        other = Desk(there)
+        oid = other.create(order_fields(), MANAGER).id
+        lags = []
+        for step in range(3):
+            seq = other.get(oid).seq
+            woke: list[float] = []
+            written: list[float] = []
+
+            async def wait(after: int, woke: list[float]) -> None:
+                result = await server.call("wait_for_update", {
+                    "order_id": oid, "after_seq": after, "timeout_seconds": 10}, actor=MANAGER)
+                assert not result.is_error
+                woke.append(time.monotonic())
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait, seq, woke)
+                await anyio.sleep(0.6)  # long enough for a polling wait to reach its limit
+                write = [other.accept, other.start, lambda o, w: other.progress(
+                    o, w, "half way")][step]
+                await anyio.to_thread.run_sync(write, oid, WORKER)
+                written.append(time.monotonic())
+            lags.append(woke[0] - written[0])
+    lags.sort()
+    assert lags[1] < 0.1, lags

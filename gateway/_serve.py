@@ -31,7 +31,13 @@ from awl.documents.errors import BadRequest
 from awl.mcp.frames import stdio_frames
 from awl.mcp.transport import Unauthorized, is_loopback, parse_address
 from awl.mcp.transport import serve_http as _serve_mcp_http
-from awl.passes.passes import DEFAULT_AUDIENCE, KeySet, KeyStore
+from awl.passes.passes import (
+    DEFAULT_AUDIENCE,
+    KeyDirectory,
+    KeySet,
+    KeyStore,
+    PublishedKeySet,
+)
 from awl.store.protocol import Store
 from gateway._config import GatewayConfig, load_config
 from gateway._gateway import Authority, Clock, Gateway
@@ -109,8 +115,13 @@ async def open_gateway(
             from awl.desk.home import home_dir
 
             # Read again whenever a key is rotated in or retired (DP-13); read once now so
-            # an unusable key folder is an error before anything starts.
-            jwks = KeySet(KeyStore(home_dir(home)))
+            # an unusable key folder is an error before anything starts. A home without
+            # keys, on another host than the desk's, verifies with the public keys the
+            # desk published in the store instead (never making a key of its own).
+            keys = KeyStore(home_dir(home))
+            jwks = KeySet(keys)
+            if not keys.key_files() and isinstance(store, KeyDirectory):
+                jwks = PublishedKeySet(store)
             await anyio.to_thread.run_sync(jwks)
         # A missing order is the likeliest mistake; say so before starting any upstream.
         await anyio.to_thread.run_sync(store.load, order_id)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast, runtime_checkable
 
 import jwt
 from cryptography.hazmat.primitives import serialization
@@ -74,8 +74,10 @@ __all__ = [
     "PASS_SPEC",
     "PASS_TYPE",
     "REASONS",
+    "KeyDirectory",
     "KeySet",
     "KeyStore",
+    "PublishedKeySet",
     "VerifiedPass",
     "is_valid_pass",
     "issue_pass",
@@ -398,6 +400,50 @@ class KeySet:
         jwks = self.keys.jwks()
         self._known = (names, jwks)
         return jwks
+
+
+@runtime_checkable
+class KeyDirectory(Protocol):
+    """A store that keeps the desk's public key set, for verifiers on other hosts.
+
+    The desk publishes its JWKS there whenever it issues a pass (and ``awl pass rotate``
+    and ``retire`` publish it when given a store), so a gateway on another host verifies
+    passes with the public keys alone, never holding the desk's private keys. The
+    PostgreSQL store is one.
+    """
+
+    def publish_keys(self, jwks: Mapping[str, Any]) -> None:
+        """Replace the published public key set (durably)."""
+        ...
+
+    def published_keys(self) -> dict[str, Any] | None:
+        """The published public key set; None if none was ever published."""
+        ...
+
+
+def publish_keys(store: object, keys: KeyStore) -> None:
+    """Publish the public key set of ``keys`` in ``store`` if it keeps one (else nothing)."""
+    if isinstance(store, KeyDirectory):
+        store.publish_keys(keys.jwks())
+
+
+class PublishedKeySet:
+    """The public key set a :class:`KeyDirectory` store keeps, for a running verifier.
+
+    Calling it reads the set again, so a key rotated in or retired on the desk's host
+    counts from the next request on (DP-13), as with :class:`KeySet`.
+    """
+
+    def __init__(self, store: KeyDirectory) -> None:
+        self.store = store
+
+    def __call__(self) -> dict[str, Any]:
+        found = self.store.published_keys()
+        if found is None:
+            raise PassError("the desk's store holds no public keys yet; issue a pass on the "
+                            "desk (or run `awl pass rotate --store URL` there) to publish them",
+                            reason="unknown_kid")
+        return found
 
 
 # -- rules --------------------------------------------------------------------------------
@@ -1178,4 +1224,5 @@ def issue_recorded_pass(
                        remaining=remaining_budget(store, record.order, parent),
                        revoked=revoked, issuer=issuer, now=t)
     record_pass(store, token)
+    publish_keys(store, keys)
     return token

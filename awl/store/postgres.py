@@ -29,6 +29,8 @@ What holds across hosts, and how:
   the next committer takes it without waiting out a lease. A takeover of a live holder
   whose lease ran out ends that holder's lock connection first, so its next renewal
   fails and it sends nothing more.
+- The desk's public key set is published in the store (``publish_keys``), so gateways on
+  other hosts verify passes without the desk's private keys.
 - ``wait_for_events`` is woken by ``LISTEN``/``NOTIFY``: each event written notifies the
   desk's channel when its transaction commits.
 - The schema is migrated on open inside one transaction holding an advisory lock, so
@@ -44,7 +46,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +86,7 @@ from awl.store.rules import (
     exceeded_above,
     exceeded_scope,
     finished_call,
+    json_text,
     lock_doc,
     may_take,
     new_call,
@@ -211,6 +214,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             doc JSONB NOT NULL
         )""",
         "CREATE INDEX passes_by_order ON passes (order_id, pos)",
+    ),
+    (
+        # The desk's public key set (JWKS), published for gateways on other hosts.
+        """CREATE TABLE public_keys (
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            doc JSONB NOT NULL
+        )""",
     ),
 )
 
@@ -1043,6 +1053,24 @@ class PostgresStore:
         with self._tx() as conn:
             return conn.execute("DELETE FROM tokens WHERE token_hash = %s",
                                 (token_hash,)).rowcount > 0
+
+    # Public keys ----------------------------------------------------------------------------
+    def publish_keys(self, jwks: Mapping[str, Any]) -> None:
+        """Replace the desk's published public key set (durable), for verifiers on other
+        hosts (see :class:`awl.passes.passes.KeyDirectory`)."""
+        text = json_text(dict(jwks), "a public key set")
+        with self._tx() as conn:
+            conn.execute("INSERT INTO public_keys (id, doc) VALUES (1, %s::jsonb)"
+                         " ON CONFLICT (id) DO UPDATE SET doc = excluded.doc", (text,))
+
+    def published_keys(self) -> dict[str, Any] | None:
+        """The published public key set; None if none was ever published."""
+        with self._tx(durable=False) as conn:
+            row = conn.execute("SELECT doc::text FROM public_keys WHERE id = 1").fetchone()
+        if row is None:
+            return None
+        found: dict[str, Any] = json.loads(row[0])
+        return found
 
     # Subscriptions -----------------------------------------------------------------------
     def wait_for_events(self, order_id: str, after: int, timeout: float) -> bool:

@@ -4,6 +4,7 @@ receiver's own log is the truth of what was delivered."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,9 +13,11 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
+from awl.passes.passes import KeyStore, issue_recorded_pass, publish_keys
 from awl.store.postgres import PostgresStore
 from gateway._commit import commit_sync, lock_name
 from gateway._config import load_config
+from gateway._serve import open_gateway
 from tests.gateway.commit_support import (
     Setup,
     finish,
@@ -23,7 +26,7 @@ from tests.gateway.commit_support import (
     start_committer,
     wait_for,
 )
-from tests.gateway.gateway_support import gateway_client, make_env, text
+from tests.gateway.gateway_support import WORKER, gateway_client, make_env, text
 
 DELIVER = "receiver/deliver"
 
@@ -140,3 +143,33 @@ def test_a_committer_killed_after_the_receiver_got_it_counts_once(tmp_path: Path
         assert setup.counts() == {setup.refs[0]: 1, setup.refs[1]: 1}
     finally:
         setup.store.close()
+
+
+@pytest.mark.spec("DP-13")
+@pytest.mark.anyio
+async def test_a_gateway_on_another_host_verifies_with_the_published_keys(
+        tmp_path: Path, pg_store: PostgresStore) -> None:
+    """A gateway whose home holds no keys (another host) verifies the worker's pass with
+    the public keys the desk published in the store, makes no key of its own, and refuses
+    the pass from the next call on once the desk retires its key."""
+    env = make_env(tmp_path, staged=[], store=pg_store)
+    desk_keys = KeyStore(env.home)
+    token = issue_recorded_pass(pg_store, env.order_id, keys=desk_keys, subject=WORKER)
+    assert pg_store.published_keys() == desk_keys.jwks()
+    far = tmp_path / "far"
+    far.mkdir()
+    with anyio.fail_after(60), open(os.devnull, "w") as quiet:
+        async with (open_gateway(env.order_id, env.config, store=pg_store, home=far,
+                                 pass_token=token, errlog=quiet) as gw,
+                    Client(gw.server) as client):
+            await gw.pool.wait_started(60)
+            first = await client.call_tool("receiver__deliver", {"to": "a"})
+            old = desk_keys.current_kid
+            desk_keys.rotate()
+            desk_keys.retire(old)
+            publish_keys(pg_store, desk_keys)
+            second = await client.call_tool("receiver__deliver", {"to": "b"})
+    assert not first.is_error, text(first)
+    assert second.is_error
+    assert len(env.deliveries()) == 1
+    assert KeyStore(far).key_files() == frozenset() and not (far / "keys").exists()

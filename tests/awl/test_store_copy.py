@@ -223,3 +223,28 @@ def test_awl_store_copy_from_a_missing_desk_creates_nothing(
     assert code == 1 and err.count("\n") == 1
     assert "no desk file at" in err and "typo.sqlite3" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.spec("BIND-15")
+def test_awl_store_copy_moves_a_sqlite_desk_to_postgresql_and_back(
+        tmp_path: Path, pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """SQLite to PostgreSQL with `awl store copy`, verified, and back into a new SQLite
+    file: the desk reads back equal at each step; a second copy into it is refused."""
+    from awl.store.postgres import PostgresStore
+
+    desk_file = tmp_path / "desk.sqlite3"
+    with SQLiteStore(desk_file) as source:
+        ids = fill(source)
+    assert main(["store", "copy", "--from", str(desk_file), "--to", pg_url]) == 0
+    out, err = capsys.readouterr()
+    assert "verified: the copy reads back equal to the source" in out, err
+    back = tmp_path / "back.sqlite3"
+    assert main(["store", "copy", "--from", pg_url, "--to", str(back)]) == 0
+    capsys.readouterr()
+    with (SQLiteStore(desk_file) as source, PostgresStore(pg_url) as moved,
+          SQLiteStore(back) as returned):
+        assert compare_stores(source, moved) == []
+        assert compare_stores(source, returned) == []
+        assert moved.usage(ids["a"]).tool_calls == 6
+    assert main(["store", "copy", "--from", str(desk_file), "--to", pg_url]) == 1
+    assert "already holds orders" in capsys.readouterr().err

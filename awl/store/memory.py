@@ -54,6 +54,7 @@ from awl.store.rules import (
     record_order_id,
     seq_conflict,
     stale_order,
+    state_names,
     stored_lock,
     timestamp,
 )
@@ -194,7 +195,7 @@ class MemoryStore:
         offset: int = 0,
     ) -> list[OrderRecord]:
         """Orders matching every filter given, most recently created first."""
-        states = {state} if isinstance(state, str) else None if state is None else set(state)
+        states = state_names(state)
         with self._lock:
             found = [
                 o.record() for o in reversed(self._orders.values())

@@ -58,6 +58,14 @@ def check_first_event(order: WorkOrder, event: Event) -> None:
         raise BadRequest(f"the first event of order {order.id!r} must have seq 1, not {event.seq}")
 
 
+def state_names(state: str | Sequence[str] | None) -> list[str] | None:
+    """The states a ``list_orders`` filter asks for, sorted (None: any state; an empty
+    list matches no order)."""
+    if state is None:
+        return None
+    return [state] if isinstance(state, str) else sorted(set(state))
+
+
 def seq_conflict(order_id: str, event: Event, actual: int) -> Conflict:
     """The Conflict for an append whose seq does not follow the stored one."""
     return Conflict(

@@ -86,6 +86,7 @@ from awl.store.rules import (
     record_order_id,
     seq_conflict,
     stale_order,
+    state_names,
     stored_call,
     timestamp,
 )
@@ -664,8 +665,8 @@ class SQLiteStore:
         """Orders matching every filter given, most recently created first."""
         clauses: list[str] = []
         params: list[Any] = []
-        if state is not None:
-            states = [state] if isinstance(state, str) else list(state)
+        states = state_names(state)
+        if states is not None:
             if not states:
                 return []
             clauses.append(f"state IN ({','.join('?' * len(states))})")

@@ -11,7 +11,10 @@ from pathlib import Path
 
 import anyio
 import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
 
+from awl.integrations import gateway_command
 from awl.store.sqlite import SQLiteStore
 from tests.gateway.commit_support import make_setup
 from tests.gateway.gateway_support import ROOT, gateway_client, make_env, text
@@ -41,6 +44,25 @@ async def test_the_gateway_serves_and_records_in_the_store_it_is_given(
             assert not answer.is_error, text(answer)
     with SQLiteStore(tmp_path / "elsewhere.sqlite3") as store:
         assert [c.ref for c in store.calls(env.order_id)] == ["receiver/deliver#1"]
+    assert not (env.home / "desk.sqlite3").exists()
+
+
+@pytest.mark.spec("BIND-14")
+@pytest.mark.anyio
+async def test_gateway_command_hands_the_store_to_the_gateway_out_of_sight(
+        tmp_path: Path) -> None:
+    """``gateway_command(store=URL)`` gives the URL in the environment (a password in it
+    stays off the command line), and the gateway it starts uses that store."""
+    env = make_env(tmp_path)
+    url = _move_desk(env.home, env.store, tmp_path / "elsewhere.sqlite3")
+    cmd = gateway_command(env.order_id, env.config, home=env.home, store=url)
+    assert cmd.env["AWL_STORE"] == url and url not in cmd.args
+    params = StdioServerParameters(command=cmd.command, args=cmd.args,
+                                   env={**cmd.env, "PYTHONPATH": str(ROOT)}, cwd=str(env.home))
+    with anyio.fail_after(90), open(env.home / "gateway.err", "a") as errlog:
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            listed = await client.list_tools()
+    assert "receiver__deliver" in [t.name for t in listed.tools]
     assert not (env.home / "desk.sqlite3").exists()
 
 

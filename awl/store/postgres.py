@@ -102,6 +102,7 @@ from awl.store.rules import (
     record_order_id,
     seq_conflict,
     stale_order,
+    state_names,
     stored_call,
     stored_lock,
     timestamp,
@@ -619,8 +620,8 @@ class PostgresStore:
         """Orders matching every filter given, most recently created first."""
         clauses: list[str] = []
         params: list[Any] = []
-        if state is not None:
-            states = [state] if isinstance(state, str) else list(state)
+        states = state_names(state)
+        if states is not None:
             if not states:
                 return []
             clauses.append("state = ANY(%s)")

@@ -124,27 +124,6 @@ def test_a_committer_killed_after_its_dispatching_mark_is_taken_over_at_once(
         setup.store.close()
 
 
-@pytest.mark.spec("CM-7", "CM-8")
-def test_a_committer_killed_after_the_receiver_got_it_counts_once(tmp_path: Path,
-                                                                  pg_url: str) -> None:
-    """The receiver has the delivery, its committer is killed before the answer: the next
-    one records unknown without sending again; the receiver's count stays 1."""
-    setup = _setup(tmp_path, pg_url, 2)
-    try:
-        setup.control_receiver(hang_after=[setup.refs[0]])
-        proc = start_committer(setup)
-        wait_for(lambda: setup.counts().get(setup.refs[0]) == 1, timeout=60,
-                 what="the first delivery")
-        kill9(proc)
-        setup.control_receiver()
-        summary = commit_sync(setup.order_id, store=setup.store,
-                              pool_or_config=load_config(setup.config), lock_wait=0)
-        assert summary.recovered == (setup.refs[0],)
-        assert setup.counts() == {setup.refs[0]: 1, setup.refs[1]: 1}
-    finally:
-        setup.store.close()
-
-
 @pytest.mark.spec("DP-13")
 @pytest.mark.anyio
 async def test_a_gateway_on_another_host_verifies_with_the_published_keys(

@@ -51,10 +51,24 @@ if [ "${1:-}" = stop ]; then
   exit 0
 fi
 
-if as_server "$BIN/pg_ctl" -D "$DIR" status >/dev/null 2>&1; then
+# Answering already: nothing to do. Starting up: wait for it. Not answering: a pid file
+# left by a server that was killed (its pid may belong to another process by now) is
+# removed, and the server started.
+ready=0
+"$BIN/pg_isready" -q -h 127.0.0.1 -p "$PORT" -t 5 || ready=$?
+if [ "$ready" = 1 ]; then
+  for _ in $(seq 60); do
+    sleep 1
+    ready=0
+    "$BIN/pg_isready" -q -h 127.0.0.1 -p "$PORT" -t 5 || ready=$?
+    [ "$ready" = 1 ] || break
+  done
+fi
+if [ "$ready" = 0 ]; then
   echo "$URL"
   exit 0
 fi
+rm -f "$DIR/postmaster.pid"
 
 if [ ! -f "$DIR/PG_VERSION" ]; then
   rm -rf "$DIR"

@@ -243,3 +243,22 @@ async def test_wait_for_update_is_woken_by_another_hosts_write(pg_url: str) -> N
             lags.append(woke[0] - written[0])
     lags.sort()
     assert lags[1] < 0.1, lags
+
+
+@pytest.mark.spec("CM-10")
+def test_a_committer_taken_over_stops_before_its_next_send(pg_url: str) -> None:
+    """Once another host takes the lock over, the old holder's check before its next send
+    fails at once, though its own lease has most of its time left."""
+    from dataclasses import replace
+
+    from gateway._lock import LockLost
+
+    with PostgresStore(pg_url) as here, PostgresStore(pg_url) as there:
+        lock = OrderLock(here, "commit:o1", lease=30)
+        assert lock.try_acquire() and lock.info is not None
+        lock.check()  # ours: nothing to say
+        taker = replace(lock.info, holder="other", host="elsewhere")
+        assert there.acquire_lock(taker, replace=lock.info)
+        with pytest.raises(LockLost):
+            lock.check()
+        assert lock.lost and there.get_lock("commit:o1") == taker

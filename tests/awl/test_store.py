@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from awl.store.protocol import (
     Scope,
     Settlement,
     Store,
+    Subscriptions,
     TokenRecord,
 )
 
@@ -581,3 +583,36 @@ def test_passes_are_kept_per_order(store: Store) -> None:
     store.save_pass(again)
     assert store.passes("o1") == [again, child]
     assert store.passes("none") == []
+
+
+# Subscriptions ----------------------------------------------------------------------------
+
+SUBSCRIBING = ["memory"]
+"""The stores that push news of an order (:class:`Subscriptions`); SQLite is polled."""
+
+
+@pytest.mark.parametrize("kind", SUBSCRIBING)
+def test_wait_for_events_wakes_at_an_append_and_times_out(kind: str, tmp_path: Path) -> None:
+    """A waiter wakes when another thread appends; without news it returns False in time."""
+    store = _open(kind, tmp_path)
+    assert isinstance(store, Subscriptions)
+    create(store)
+    assert store.wait_for_events("o1", 0, 5) is True  # already past seq 0
+    began = time.monotonic()
+    assert store.wait_for_events("o1", 1, 0.2) is False
+    assert 0.15 < time.monotonic() - began < 5
+    woke: list[bool] = []
+    waiter = threading.Thread(target=lambda: woke.append(store.wait_for_events("o1", 1, 60)))
+    waiter.start()
+    time.sleep(0.1)
+    began = time.monotonic()
+    store.append("o1", ev(2, "accept", "offered", "accepted"), state="accepted")
+    waiter.join(60)
+    assert woke == [True] and time.monotonic() - began < 5
+    with pytest.raises(NotFound):
+        store.wait_for_events("nope", 0, 0.1)
+    (tmp_path / "other").mkdir()
+    polled = _open("sqlite", tmp_path / "other")
+    assert not isinstance(polled, Subscriptions)
+    polled.close()
+    store.close()

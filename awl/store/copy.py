@@ -5,7 +5,8 @@ between any two backends, a new one included: orders are created oldest first wi
 events, reports and reviews; each order's calls are numbered again in N order (a counted
 call reserved with the usd it counted, then finished; a refusal recorded as it was), so the
 target computes the same refs, totals and charges to the orders above; then come the
-effects, the passes, the revocations and the tokens. Locks are not copied: a lock belongs to
+effects (each restored as it stands: a copy replays no commit), the passes, the revocations
+and the tokens. Locks are not copied: a lock belongs to
 a committer running against the source, and leases run out on their own.
 
 :func:`compare_stores` then reads both stores back, everything the protocol can read, and
@@ -127,14 +128,8 @@ def _copy_calls(order_id: str, source: Store, target: Store) -> int:
 
 def _copy_effects(order_id: str, source: Store, target: Store) -> int:
     effects = source.effects(order_id)
-    for e in effects:
-        target.set_effect(order_id, e.ref, expect=None, state=e.state, attempt=e.attempt,
-                          result=e.result, error=e.error, settlement=e.settlement,
-                          count_dispatch=e.dispatches > 0, at=e.updated_at)
-        for _ in range(e.dispatches - 1):
-            target.set_effect(order_id, e.ref, expect=[e.state], state=e.state,
-                              result=e.result, error=e.error, count_dispatch=True,
-                              at=e.updated_at)
+    for effect in effects:
+        target.restore_effect(effect)
     return len(effects)
 
 

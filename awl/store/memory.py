@@ -52,6 +52,7 @@ from awl.store.rules import (
     order_exists_conflict,
     order_not_found,
     record_order_id,
+    restored_effect,
     seq_conflict,
     stale_order,
     state_names,
@@ -359,6 +360,12 @@ class MemoryStore:
             )
             effects[n] = new
             return new
+
+    def restore_effect(self, effect: EffectState) -> None:
+        """Store ``effect`` exactly as given (a copy of a desk), replacing any state."""
+        with self._lock:
+            n, call = self._call(effect.order_id, effect.ref)
+            self._orders[effect.order_id].effects[n] = restored_effect(effect, call.record)
 
     # Locks ----------------------------------------------------------------------------
     def acquire_lock(self, info: LockInfo, *, replace: LockInfo | None = None) -> bool:

@@ -373,6 +373,15 @@ class EffectStore(Protocol):
         and the effect does not exist; BadRequest for an unknown state name."""
         ...
 
+    def restore_effect(self, effect: EffectState) -> None:
+        """Store ``effect`` exactly as given, replacing any state the call's effect has: what
+        a copy of a desk writes (:mod:`awl.store.copy`), never a move. No expected state and
+        no move is checked; everything else that works an effect uses :meth:`set_effect`.
+
+        NotFound if the order has no recorded call ``effect.ref``; BadRequest for an unknown
+        state name or a result that is not JSON data. Atomic, durable."""
+        ...
+
 
 class LockStore(Protocol):
     """Named leases: the commit lock that lets one committer at a time work an order."""

@@ -378,6 +378,14 @@ def next_effect(
     )
 
 
+def restored_effect(effect: EffectState, record: CallRecord) -> EffectState:
+    """The effect state ``restore_effect`` writes for the call ``record``: ``effect`` as it
+    is, its state name checked and its result as JSON reads it back."""
+    check_effect_state(effect.state)
+    return replace(effect, order_id=record.order_id, ref=record.ref,
+                   result=json_copy(effect.result, f"the result of effect {record.ref!r}"))
+
+
 def check_takeover(info: LockInfo, replace_: LockInfo | None) -> None:
     """Refuse a takeover of a lock with another name."""
     if replace_ is not None and replace_.name != info.name:

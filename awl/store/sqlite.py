@@ -82,6 +82,7 @@ from awl.store.rules import (
     read_lock,
     read_pass,
     record_order_id,
+    restored_effect,
     seq_conflict,
     stale_order,
     state_names,
@@ -939,6 +940,16 @@ class SQLiteStore:
                 (order_id, n, effect_doc(new)),
             )
             return new
+
+    def restore_effect(self, effect: EffectState) -> None:
+        """Store ``effect`` exactly as given (a copy of a desk), replacing any state."""
+        with self._write() as conn:
+            n, data = self._call_data(conn, effect.order_id, effect.ref)
+            new = restored_effect(effect, CallRecord.model_validate(data))
+            conn.execute(
+                "INSERT OR REPLACE INTO effects (order_id, n, doc) VALUES (?, ?, ?)",
+                (effect.order_id, n, effect_doc(new)),
+            )
 
     # Locks ----------------------------------------------------------------------------
     def acquire_lock(self, info: LockInfo, *, replace: LockInfo | None = None) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from awl.documents.errors import BadRequest, Conflict, NotFound
 from awl.documents.models import Event, Review, WorkOrder, WorkReport
 from awl.store.memory import MemoryStore
 from awl.store.protocol import (
+    EffectState,
     LockInfo,
     OverBudget,
     PassRecord,
@@ -475,6 +477,27 @@ def test_effect_settlement_and_retry_keep_history(store: Store) -> None:
                              count_dispatch=True, at=T0)
     assert (again.dispatches, again.settlement, again.error) == (2, settled, None)
     assert store.effects("o1") == [again]
+
+
+def test_restore_effect_stores_a_state_as_given(store: Store) -> None:
+    """restore_effect writes an effect exactly as another store held it, checking no move;
+    it needs the call, a known state and a JSON result."""
+    ref = _held(store)
+    settled = Settlement(verdict="did_not_happen", evidence="no mail", by="human:m", at=T0)
+    wanted = EffectState(order_id="o1", ref=ref, attempt=2, state="committed",
+                         result={"t": (1, 2)}, error=None, settlement=settled, dispatches=3,
+                         updated_at="2030-01-02T00:00:00Z")
+    store.restore_effect(wanted)
+    assert store.effects("o1") == [replace(wanted, result={"t": [1, 2]})]
+    store.restore_effect(replace(wanted, state="unknown", dispatches=1, result=None))
+    assert [(e.state, e.dispatches) for e in store.effects("o1")] == [("unknown", 1)]
+    with pytest.raises(NotFound):
+        store.restore_effect(replace(wanted, ref="srv/send#9"))
+    with pytest.raises(BadRequest):
+        store.restore_effect(replace(wanted, state="sent"))  # type: ignore[arg-type]
+    with pytest.raises(BadRequest):
+        store.restore_effect(replace(wanted, result={"x": {1, 2}}))
+    assert [(e.state, e.dispatches) for e in store.effects("o1")] == [("unknown", 1)]
 
 
 def test_effect_errors(store: Store) -> None:

@@ -3,10 +3,11 @@
 The copy goes through the :class:`~awl.store.protocol.Store` operations alone, so it works
 between any two backends, a new one included: orders are created oldest first with their
 events, reports and reviews; each order's calls are numbered again in N order (a counted
-call reserved with the usd it counted, then finished; a refusal recorded as it was), so the
-target computes the same refs, totals and charges to the orders above; then come the
-effects, the passes, the revocations and the tokens. Locks are not copied: a lock belongs to
-a committer running against the source, and leases run out on their own.
+call reserved with the usd it counted, then finished or held; a refusal recorded as it was),
+so the target computes the same refs, totals and charges to the orders above; then come the
+effects (each restored as it stands: a copy replays no commit), the passes, the revocations
+and the tokens. Locks are not copied: a lock belongs to a committer running against the
+source, and leases run out on their own.
 
 :func:`compare_stores` then reads both stores back, everything the protocol can read, and
 lists every difference; :func:`copy_store` raises when there is one.
@@ -118,7 +119,10 @@ def _copy_calls(order_id: str, source: Store, target: Store) -> int:
         if made.record.ref != record.ref:
             raise CopyMismatch([f"call {record.ref} of order {order_id} was numbered "
                                 f"{made.record.ref} by the target"])
-        if record.outcome != "pending":
+        if record.outcome == "held":  # the effect it makes is then restored as it stands
+            target.hold_call(order_id, record.ref, result=record.result,
+                             ended_at=record.ended_at)
+        elif record.outcome != "pending":
             target.finish_call(order_id, record.ref, outcome=record.outcome,
                                result=record.result, error=record.error,
                                ended_at=record.ended_at)
@@ -127,14 +131,8 @@ def _copy_calls(order_id: str, source: Store, target: Store) -> int:
 
 def _copy_effects(order_id: str, source: Store, target: Store) -> int:
     effects = source.effects(order_id)
-    for e in effects:
-        target.set_effect(order_id, e.ref, expect=None, state=e.state, attempt=e.attempt,
-                          result=e.result, error=e.error, settlement=e.settlement,
-                          count_dispatch=e.dispatches > 0, at=e.updated_at)
-        for _ in range(e.dispatches - 1):
-            target.set_effect(order_id, e.ref, expect=[e.state], state=e.state,
-                              result=e.result, error=e.error, count_dispatch=True,
-                              at=e.updated_at)
+    for effect in effects:
+        target.restore_effect(effect)
     return len(effects)
 
 

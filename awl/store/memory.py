@@ -41,10 +41,12 @@ from awl.store.rules import (
     call_number,
     check_ending,
     check_first_event,
+    check_hold,
     check_takeover,
     exceeded_above,
     exceeded_scope,
     finished_call,
+    held_call,
     make_call,
     may_take,
     new_call,
@@ -52,6 +54,7 @@ from awl.store.rules import (
     order_exists_conflict,
     order_not_found,
     record_order_id,
+    restored_effect,
     seq_conflict,
     stale_order,
     state_names,
@@ -342,6 +345,20 @@ class MemoryStore:
         with self._lock:
             return [e for _, e in sorted(self._get(order_id).effects.items())]
 
+    def hold_call(
+        self, order_id: str, ref: str, *, result: dict[str, Any] | None, ended_at: str,
+    ) -> EffectState:
+        """Set a reserved call's outcome to ``held`` and create its ``held`` effect, at once."""
+        check_hold(result, ended_at)
+        with self._lock:
+            n, call = self._call(order_id, ref)
+            effects = self._orders[order_id].effects
+            record, _, effect = held_call(call.record.to_json(), n, ref, effects.get(n),
+                                          result=result, ended_at=ended_at)
+            call.record = record
+            effects[n] = effect
+            return effect
+
     def set_effect(
         self, order_id: str, ref: str, *, expect: Sequence[str] | None, state: str,
         attempt: int | None = None, result: dict[str, Any] | None = None,
@@ -359,6 +376,12 @@ class MemoryStore:
             )
             effects[n] = new
             return new
+
+    def restore_effect(self, effect: EffectState) -> None:
+        """Store ``effect`` exactly as given (a copy of a desk), replacing any state."""
+        with self._lock:
+            n, call = self._call(effect.order_id, effect.ref)
+            self._orders[effect.order_id].effects[n] = restored_effect(effect, call.record)
 
     # Locks ----------------------------------------------------------------------------
     def acquire_lock(self, info: LockInfo, *, replace: LockInfo | None = None) -> bool:
@@ -429,6 +452,12 @@ class MemoryStore:
         """Forget a token; False if there was no such token."""
         with self._lock:
             return self._tokens.pop(token_hash, None) is not None
+
+    def __enter__(self) -> MemoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         """Nothing to release; present for the interface."""

@@ -80,12 +80,14 @@ from awl.store.rules import (
     call_number,
     check_ending,
     check_first_event,
+    check_hold,
     check_takeover,
     dump_json,
     effect_doc,
     exceeded_above,
     exceeded_scope,
     finished_call,
+    held_call,
     json_text,
     lock_doc,
     may_take,
@@ -100,6 +102,7 @@ from awl.store.rules import (
     read_record,
     read_track_row,
     record_order_id,
+    restored_effect,
     seq_conflict,
     stale_order,
     state_names,
@@ -817,6 +820,38 @@ class PostgresStore:
             ).fetchall()
         return [read_effect(doc) for (doc,) in rows]
 
+    def hold_call(
+        self, order_id: str, ref: str, *, result: dict[str, Any] | None, ended_at: str,
+    ) -> EffectState:
+        """Set a reserved call's outcome to ``held`` and create its ``held`` effect, in one
+        transaction that commits with ``synchronous_commit=on`` (CM-14)."""
+        check_hold(result, ended_at)
+        with self._tx() as conn:
+            n, data = self._call_data(conn, order_id, ref, lock=True)
+            _, doc, effect = held_call(data, n, ref, self._effect(conn, order_id, n),
+                                       result=result, ended_at=ended_at)
+            conn.execute("UPDATE calls SET doc = %s::jsonb WHERE order_id = %s AND n = %s",
+                         (doc, order_id, n))
+            conn.execute("INSERT INTO effects (order_id, n, doc) VALUES (%s, %s, %s::jsonb)",
+                         (order_id, n, effect_doc(effect)))
+            return effect
+
+    @staticmethod
+    def _effect(conn: psycopg.Connection[Any], order_id: str, n: int) -> EffectState | None:
+        row = conn.execute("SELECT doc::text FROM effects WHERE order_id = %s AND n = %s",
+                           (order_id, n)).fetchone()
+        return None if row is None else read_effect(row[0])
+
+    def restore_effect(self, effect: EffectState) -> None:
+        """Store ``effect`` exactly as given (a copy of a desk), replacing any state."""
+        with self._tx() as conn:
+            n, data = self._call_data(conn, effect.order_id, effect.ref, lock=True)
+            new = restored_effect(effect, CallRecord.model_validate(data))
+            conn.execute(
+                "INSERT INTO effects (order_id, n, doc) VALUES (%s, %s, %s::jsonb)"
+                " ON CONFLICT (order_id, n) DO UPDATE SET doc = excluded.doc",
+                (effect.order_id, n, effect_doc(new)))
+
     def set_effect(
         self, order_id: str, ref: str, *, expect: Sequence[str] | None, state: str,
         attempt: int | None = None, result: dict[str, Any] | None = None,
@@ -833,13 +868,10 @@ class PostgresStore:
             # creates it) queue rather than both reading it absent.
             n, data = self._call_data(conn, order_id, ref, lock=True)
             record = CallRecord.model_validate(data)
-            row = conn.execute(
-                "SELECT doc::text FROM effects WHERE order_id = %s AND n = %s", (order_id, n)
-            ).fetchone()
             new = next_effect(
-                None if row is None else read_effect(row[0]), record, expect=expect,
-                state=state, attempt=attempt, result=result, error=error,
-                settlement=settlement, count_dispatch=count_dispatch, at=at,
+                self._effect(conn, order_id, n), record, expect=expect, state=state,
+                attempt=attempt, result=result, error=error, settlement=settlement,
+                count_dispatch=count_dispatch, at=at,
             )
             conn.execute(
                 "INSERT INTO effects (order_id, n, doc) VALUES (%s, %s, %s::jsonb)"
@@ -1058,7 +1090,7 @@ class PostgresStore:
     # Public keys ----------------------------------------------------------------------------
     def publish_keys(self, jwks: Mapping[str, Any]) -> None:
         """Replace the desk's published public key set (durable), for verifiers on other
-        hosts (see :class:`awl.passes.passes.KeyDirectory`)."""
+        hosts (see :class:`awl.passes.keys.KeyDirectory`)."""
         text = json_text(dict(jwks), "a public key set")
         with self._tx() as conn:
             conn.execute("INSERT INTO public_keys (id, doc) VALUES (1, %s::jsonb)"

@@ -37,11 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from awl.documents.effect_states import EffectStateName
 from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
-
-EffectStateName = Literal[
-    "held", "dropped", "dispatching", "committed", "failed", "unknown", "skipped"
-]
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,7 +314,8 @@ class CallStore(Protocol):
         self, order_id: str, ref: str, *, outcome: str, result: dict[str, Any] | None,
         error: str | None, ended_at: str,
     ) -> None:
-        """Set the outcome (not ``pending``) of a reserved call.
+        """Set the outcome (not ``pending``, nor ``held``: see :meth:`hold_call`) of a
+        reserved call.
 
         BadRequest if the fields do not end a call validly (checked first, so nothing invalid
         is stored); NotFound if there is no such call; Conflict if its outcome is already
@@ -356,6 +354,21 @@ class EffectStore(Protocol):
         """Every effect state of the order, by N."""
         ...
 
+    def hold_call(
+        self, order_id: str, ref: str, *, result: dict[str, Any] | None, ended_at: str,
+    ) -> EffectState:
+        """Hold a reserved call: set its outcome to ``held`` and create its effect in state
+        ``held``, both in one transaction (CM-14), and return the effect.
+
+        Durability: like :meth:`set_effect`, the transaction is on stable storage (fsynced)
+        before this returns, and a crash leaves either both writes or neither; so every call
+        with outcome ``held`` has an effect state, and :meth:`finish_call` refuses outcome
+        ``held``. The effect's attempt is the call's and its ``updated_at`` is ``ended_at``.
+
+        BadRequest if the fields do not end a call validly (checked first); NotFound if there
+        is no such call; Conflict if its outcome is already set or it has an effect."""
+        ...
+
     def set_effect(
         self, order_id: str, ref: str, *, expect: Sequence[str] | None, state: str,
         attempt: int | None = None, result: dict[str, Any] | None = None,
@@ -370,7 +383,18 @@ class EffectStore(Protocol):
         defaults to the call's. ``result`` and ``error`` describe the new state and replace
         the old ones (None clears them); ``attempt`` and ``settlement`` are kept unless
         given. ``count_dispatch`` adds one to ``dispatches``. NotFound if ``expect`` is given
-        and the effect does not exist; BadRequest for an unknown state name."""
+        and the effect does not exist; BadRequest for an unknown state name;
+        InvalidTransition when the move is not a row of the effect state table
+        (:data:`awl.documents.effect_states.TABLE`, CM-13), checked after the state."""
+        ...
+
+    def restore_effect(self, effect: EffectState) -> None:
+        """Store ``effect`` exactly as given, replacing any state the call's effect has: what
+        a copy of a desk writes (:mod:`awl.store.copy`), never a move. No expected state and
+        no move is checked; everything else that works an effect uses :meth:`set_effect`.
+
+        NotFound if the order has no recorded call ``effect.ref``; BadRequest for an unknown
+        state name or a result that is not JSON data. Atomic, durable."""
         ...
 
 
@@ -449,6 +473,13 @@ class Store(OrderStore, ReviewStore, CallStore, EffectStore, LockStore, PassStor
 
     def close(self) -> None:
         """Release connections and files; calls after this raise."""
+        ...
+
+    def __enter__(self) -> Store:
+        """The store itself, closed when the block ends."""
+        ...
+
+    def __exit__(self, *exc: object) -> None:
         ...
 
 

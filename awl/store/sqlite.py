@@ -64,11 +64,13 @@ from awl.store.rules import (
     call_number,
     check_ending,
     check_first_event,
+    check_hold,
     check_takeover,
     dump_json,
     effect_doc,
     exceeded_above,
     exceeded_scope,
+    held_call,
     json_text,
     lock_doc,
     may_take,
@@ -84,6 +86,7 @@ from awl.store.rules import (
     read_record,
     read_track_row,
     record_order_id,
+    restored_effect,
     seq_conflict,
     stale_order,
     state_names,
@@ -272,6 +275,20 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         FROM pairs JOIN calls AS c ON c.order_id = pairs.below
         WHERE pairs.above IN (SELECT id FROM orders)
         GROUP BY pairs.above""",
+    ),
+    (
+        # A hold used to write the call's outcome and its effect in two transactions, and
+        # readers took a held call without an effect as held. Now both are written together
+        # (hold_call, CM-14): a call left held without one (a crash between the two writes)
+        # gets the effect the second write would have made.
+        """INSERT INTO effects (order_id, n, doc)
+        SELECT c.order_id, c.n, json_object('order_id', c.order_id,
+            'ref', json_extract(c.doc, '$.ref'), 'attempt', c.attempt, 'state', 'held',
+            'result', NULL, 'error', NULL, 'settlement', NULL, 'dispatches', 0,
+            'updated_at', json_extract(c.doc, '$.ended_at'))
+        FROM calls AS c
+        WHERE json_extract(c.doc, '$.outcome') = 'held' AND NOT EXISTS (
+            SELECT 1 FROM effects AS e WHERE e.order_id = c.order_id AND e.n = c.n)""",
     ),
 )
 
@@ -900,6 +917,29 @@ class SQLiteStore:
             ).fetchall()
         return [read_effect(doc) for (doc,) in rows]
 
+    def hold_call(
+        self, order_id: str, ref: str, *, result: dict[str, Any] | None, ended_at: str,
+    ) -> EffectState:
+        """Set a reserved call's outcome to ``held`` and create its ``held`` effect, in one
+        transaction that commits with ``synchronous=FULL`` (on disk when this returns)."""
+        check_hold(result, ended_at)
+        with self._write() as conn:
+            n, data = self._call_data(conn, order_id, ref)
+            _, doc, effect = held_call(data, n, ref, self._effect(conn, order_id, n),
+                                       result=result, ended_at=ended_at)
+            conn.execute("UPDATE calls SET doc = ? WHERE order_id = ? AND n = ?",
+                         (doc, order_id, n))
+            conn.execute("INSERT INTO effects (order_id, n, doc) VALUES (?, ?, ?)",
+                         (order_id, n, effect_doc(effect)))
+            return effect
+
+    @staticmethod
+    def _effect(conn: sqlite3.Connection, order_id: str, n: int) -> EffectState | None:
+        row = conn.execute(
+            "SELECT doc FROM effects WHERE order_id = ? AND n = ?", (order_id, n)
+        ).fetchone()
+        return None if row is None else read_effect(row[0])
+
     def set_effect(
         self, order_id: str, ref: str, *, expect: Sequence[str] | None, state: str,
         attempt: int | None = None, result: dict[str, Any] | None = None,
@@ -914,19 +954,26 @@ class SQLiteStore:
         with self._write() as conn:
             n, data = self._call_data(conn, order_id, ref)
             record = CallRecord.model_validate(data)
-            row = conn.execute(
-                "SELECT doc FROM effects WHERE order_id = ? AND n = ?", (order_id, n)
-            ).fetchone()
             new = next_effect(
-                None if row is None else read_effect(row[0]), record, expect=expect,
-                state=state, attempt=attempt, result=result, error=error,
-                settlement=settlement, count_dispatch=count_dispatch, at=at,
+                self._effect(conn, order_id, n), record, expect=expect, state=state,
+                attempt=attempt, result=result, error=error, settlement=settlement,
+                count_dispatch=count_dispatch, at=at,
             )
             conn.execute(
                 "INSERT OR REPLACE INTO effects (order_id, n, doc) VALUES (?, ?, ?)",
                 (order_id, n, effect_doc(new)),
             )
             return new
+
+    def restore_effect(self, effect: EffectState) -> None:
+        """Store ``effect`` exactly as given (a copy of a desk), replacing any state."""
+        with self._write() as conn:
+            n, data = self._call_data(conn, effect.order_id, effect.ref)
+            new = restored_effect(effect, CallRecord.model_validate(data))
+            conn.execute(
+                "INSERT OR REPLACE INTO effects (order_id, n, doc) VALUES (?, ?, ?)",
+                (effect.order_id, n, effect_doc(new)),
+            )
 
     # Locks ----------------------------------------------------------------------------
     def acquire_lock(self, info: LockInfo, *, replace: LockInfo | None = None) -> bool:

@@ -37,8 +37,8 @@ from starlette.responses import (
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from awl.desk import Desk, OrderView
 from awl.desk.criteria import check_question
-from awl.desk.desk import Desk, OrderView
 from awl.desk.effects import list_effects, manager_only, settle
 from awl.desk.tokens import principal_for_token, token_hash
 from awl.documents.errors import AWLError, BadRequest, Forbidden

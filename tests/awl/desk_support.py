@@ -6,9 +6,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from awl.desk.desk import Desk, OrderView
+from awl.desk import Desk, OrderView
+from awl.documents.models import CallRecord
 from awl.store.memory import MemoryStore
-from awl.store.protocol import Store
+from awl.store.protocol import Reservation, Reserved, Store
 
 MANAGER = "human:ana"
 WORKER = "agent:writer"
@@ -37,6 +38,12 @@ def open_store(kind: str, folder: Path) -> Store:
     from awl.store.sqlite import SQLiteStore
 
     return SQLiteStore(folder / "desk.sqlite3")
+
+
+def reserved(result: Reservation) -> CallRecord:
+    """The record of a reservation that was made (fails the test on OverBudget)."""
+    assert isinstance(result, Reserved), result
+    return result.record
 
 
 def newer_desk(path: Path) -> None:

@@ -15,10 +15,11 @@ import mcp_types as types
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from mcp import Client, StdioServerParameters, stdio_client
 
-from awl.desk.desk import format_time
+from awl.desk.views import format_time
 from awl.documents.models import CallRecord
 from awl.server._server import ERROR_META
 from awl.store.protocol import Store
+from tests.awl.desk_support import reserved
 
 ROOT = Path(__file__).resolve().parents[2]
 MANAGER = "human:ana"
@@ -65,7 +66,7 @@ async def serve_as(home: Path, principal: str, mode: str) -> AsyncIterator[Desk]
     """A client of an ``awl serve --as principal`` subprocess, in protocol era ``mode``."""
     with open(home / f"serve-{principal.replace(':', '-')}.err", "a") as errlog:
         transport = stdio_client(serve_params(home, "--as", principal), errlog=errlog)
-        async with Client(transport, mode=mode) as client:  # type: ignore[arg-type]
+        async with Client(transport, mode=mode) as client:
             yield Desk(client)
 
 
@@ -130,13 +131,11 @@ def text_of(result: types.CallToolResult) -> str:
 
 def hold_call(store: Store, order_id: str, attempt: int, tool: str,
               arguments: dict[str, Any]) -> CallRecord:
-    """Record a held call as the gateway does: reserve, finish as held, effect state held."""
+    """Record a held call as the gateway does: reserve, then hold (outcome and effect)."""
     at = format_time(datetime.now(UTC))
-    record = store.reserve_call(order_id, attempt=attempt, tool=tool, arguments=arguments,
-                                pass_jti=None, usd=0.0, started_at=at, scopes=()).record
-    store.finish_call(order_id, record.ref, outcome="held", result=None, error=None,
-                      ended_at=at)
-    store.set_effect(order_id, record.ref, expect=None, state="held", at=at)
+    record = reserved(store.reserve_call(order_id, attempt=attempt, tool=tool, arguments=arguments,
+                                pass_jti=None, usd=0.0, started_at=at, scopes=()))
+    store.hold_call(order_id, record.ref, result=None, ended_at=at)
     return record.model_copy(update={"outcome": "held"})
 
 
@@ -144,8 +143,8 @@ def forward_call(store: Store, order_id: str, attempt: int, tool: str,
                  arguments: dict[str, Any]) -> CallRecord:
     """Record a forwarded call that was answered, as the gateway does."""
     at = format_time(datetime.now(UTC))
-    record = store.reserve_call(order_id, attempt=attempt, tool=tool, arguments=arguments,
-                                pass_jti=None, usd=0.0, started_at=at, scopes=()).record
+    record = reserved(store.reserve_call(order_id, attempt=attempt, tool=tool, arguments=arguments,
+                                pass_jti=None, usd=0.0, started_at=at, scopes=()))
     result = {"content": [{"type": "text", "text": "ok"}], "isError": False}
     store.finish_call(order_id, record.ref, outcome="ok", result=result, error=None,
                       ended_at=at)

@@ -12,9 +12,9 @@ import anyio
 import pytest
 from mcp import Client
 
-from awl.desk.desk import AsyncDesk
+from awl.desk import AsyncDesk
 from awl.documents.errors import Conflict
-from awl.passes.passes import KeyStore
+from awl.passes import KeyStore
 from awl.server import DeskServer
 from awl.server._server import ERROR_META
 from awl.store.memory import MemoryStore

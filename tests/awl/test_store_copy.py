@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from desk_support import MANAGER, WORKER, Clock, effect, order_fields, report_fields
 
 from awl.cli import main
 from awl.desk.desk import Desk
@@ -19,6 +18,15 @@ from awl.store.copy import CopyMismatch, compare_stores, copy_store
 from awl.store.memory import MemoryStore
 from awl.store.protocol import LockInfo, PassRecord, Scope, Settlement, Store
 from awl.store.sqlite import SQLiteStore
+from tests.awl.desk_support import (
+    MANAGER,
+    WORKER,
+    Clock,
+    effect,
+    order_fields,
+    report_fields,
+    reserved,
+)
 
 HELPER = "agent:helper"
 T = "2030-01-01T09:30:00Z"
@@ -26,10 +34,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _hold(store: Store, order_id: str, n: int) -> str:
-    made = store.reserve_call(order_id, attempt=1, tool="mail/send", arguments={"n": n},
-                              pass_jti=None, usd=0.0, started_at=T, scopes=()).record
-    store.finish_call(order_id, made.ref, outcome="held", result=None, error=None, ended_at=T)
-    store.set_effect(order_id, made.ref, expect=None, state="held", at=T)
+    made = reserved(store.reserve_call(order_id, attempt=1, tool="mail/send", arguments={"n": n},
+                              pass_jti=None, usd=0.0, started_at=T, scopes=()))
+    store.hold_call(order_id, made.ref, result={"content": []}, ended_at=T)
     return made.ref
 
 
@@ -44,10 +51,10 @@ def fill(store: Store) -> dict[str, str]:
                                subject=WORKER, exp=1_900_000_000, issued_at=T))
     store.save_pass(PassRecord(jti="p-child", order_id=a.id, parent_jti="p-root",
                                subject=HELPER, exp=1_900_000_000, issued_at=T))
-    searched = store.reserve_call(a.id, attempt=1, tool="filings/search",
+    searched = reserved(store.reserve_call(a.id, attempt=1, tool="filings/search",
                                   arguments={"q": "10-K", "pages": [1, 2]}, pass_jti="p-root",
                                   usd=0.5, started_at="2030-01-01T09:10:00+01:00",
-                                  scopes=[Scope(jtis=None, max_calls=40)]).record
+                                  scopes=[Scope(jtis=None, max_calls=40)]))
     store.finish_call(a.id, searched.ref, outcome="ok", ended_at=T, error=None,
                       result={"content": [{"type": "text", "text": "fünf"}], "isError": False})
     store.record_call({"order_id": a.id, "attempt": 1, "tool": "mail/delete", "arguments": {},

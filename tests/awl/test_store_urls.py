@@ -11,7 +11,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-from desk_support import MANAGER, newer_desk, order_fields
 from mcp import Client
 from mcp.client.stdio import stdio_client
 
@@ -21,6 +20,7 @@ from awl.documents.errors import BadRequest, StoreUnavailable
 from awl.store.memory import MemoryStore
 from awl.store.sqlite import SQLiteStore
 from awl.store.urls import open_store, shown_url
+from tests.awl.desk_support import MANAGER, newer_desk, order_fields
 from tests.awl.server_support import Desk as McpDesk
 from tests.awl.server_support import serve_params
 

@@ -21,10 +21,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from awl.desk.desk import Desk, format_time
+from awl.desk import Desk
+from awl.desk.views import format_time
 from awl.documents.models import Event, WorkReport
 from awl.store.protocol import EffectState, PassRecord, Store
 from awl.store.sqlite import SQLiteStore
+from tests.awl.desk_support import reserved
 from tests.servers.receiver import counts, read_log
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,12 +91,11 @@ def hold(store: Store, order_id: str, tool: str, arguments: dict[str, Any], *,
          attempt: int = 1, pass_jti: str | None = None) -> str:
     """Record a held call as the gateway does and return its ref."""
     at = _now()
-    record = store.reserve_call(order_id, attempt=attempt, tool=tool, arguments=arguments,
-                                pass_jti=pass_jti, usd=0.0, started_at=at, scopes=[]).record
-    store.finish_call(order_id, record.ref, outcome="held",
-                      result={"content": [{"type": "text", "text": f"pending:{record.ref}"}]},
-                      error=None, ended_at=at)
-    store.set_effect(order_id, record.ref, expect=None, state="held", at=at)
+    record = reserved(store.reserve_call(order_id, attempt=attempt, tool=tool, arguments=arguments,
+                                pass_jti=pass_jti, usd=0.0, started_at=at, scopes=[]))
+    store.hold_call(order_id, record.ref,
+                    result={"content": [{"type": "text", "text": f"pending:{record.ref}"}]},
+                    ended_at=at)
     return record.ref
 
 

@@ -16,17 +16,17 @@ import anyio
 import pytest
 
 from awl.cli import main
-from awl.desk.desk import format_time
+from awl.desk.views import format_time
+from awl.documents.checks import json_equal
 from awl.documents.errors import BadRequest, Conflict, Forbidden, InvalidTransition
 from awl.documents.models import parse_time
-from awl.store.protocol import LockInfo, PassRecord, Revocation
+from awl.store.protocol import EffectState, LockInfo, PassRecord, Revocation
 from gateway._commit import (
     CommitSummary,
     commit,
     commit_sync,
     drop_attempt,
     fill_refs,
-    json_equal,
     list_effects,
     lock_name,
     resolve_pointer,
@@ -35,6 +35,7 @@ from gateway._commit import (
 )
 from gateway._config import load_config
 from gateway._lock import OrderLock, holder_alive, is_stale, process_start
+from tests.awl.desk_support import reserved
 from tests.gateway.commit_support import (
     MANAGER,
     WORKER,
@@ -159,9 +160,9 @@ def test_every_effect_that_fails_the_call_log_check_is_named_and_nothing_runs(
     def rewrite(store: Any, order_id: str, effects: list[dict[str, Any]]
                 ) -> list[dict[str, Any]]:
         at = format_time(datetime.now(UTC))
-        forwarded = store.reserve_call(order_id, attempt=2, tool=DELIVER,
+        forwarded = reserved(store.reserve_call(order_id, attempt=2, tool=DELIVER,
                                        arguments={"to": "ops"}, pass_jti=None, usd=0.0,
-                                       started_at=at, scopes=[]).record
+                                       started_at=at, scopes=[]))
         store.finish_call(order_id, forwarded.ref, outcome="ok", result=None, error=None,
                           ended_at=at)
         return [effects[0],
@@ -202,10 +203,13 @@ def test_a_commit_run_again_passes_the_check_and_sends_only_what_is_still_held(
                                                                    "press")])
     done, refused, lost, waiting = setup.refs
     at = "2030-01-01T00:00:00Z"
-    setup.store.set_effect(setup.order_id, done, expect=["held"], state="committed",
-                           result={"content": []}, count_dispatch=True, at=at)
-    setup.store.set_effect(setup.order_id, refused, expect=["held"], state="failed",
-                           error="rejected", count_dispatch=True, at=at)
+    for ref in (done, refused):
+        setup.store.set_effect(setup.order_id, ref, expect=["held"], state="dispatching",
+                               count_dispatch=True, at=at)
+    setup.store.set_effect(setup.order_id, done, expect=["dispatching"], state="committed",
+                           result={"content": []}, at=at)
+    setup.store.set_effect(setup.order_id, refused, expect=["dispatching"], state="failed",
+                           error="rejected", at=at)
     make_unknown(setup, lost)
     summary = run(setup)
     assert summary.mismatches == ()
@@ -295,7 +299,8 @@ def test_ref_values_are_filled_and_dependents_of_uncommitted_effects_skipped(
     issue, mail, _ = setup.deliveries()
     assert issue["ref"] == setup.refs[0]  # the receiver numbered it 1
     assert mail["arguments"]["body"] == {"issue": 1}
-    assert fill_refs({"x": {"$ref": "a/b#9", "pointer": ""}}, {})[1] == (
+    waiting = EffectState(order_id="o", ref="a/b#9", attempt=1, state="held")
+    assert fill_refs({"x": {"$ref": "a/b#9", "pointer": ""}}, {"a/b#9": waiting})[1] == (
         "needs a/b#9, which is held, not committed")
 
 

@@ -13,7 +13,7 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
-from awl.passes.passes import KeyStore, issue_recorded_pass, publish_keys
+from awl.passes import KeyStore, issue_recorded_pass, publish_keys
 from awl.store.postgres import PostgresStore
 from gateway._commit import commit_sync, lock_name
 from gateway._config import load_config

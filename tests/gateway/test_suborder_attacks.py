@@ -24,8 +24,8 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
-from awl.desk.desk import format_time
 from awl.desk.effects import settle
+from awl.desk.views import format_time
 from awl.documents.errors import InvalidTransition, ValidationFailed
 from awl.documents.models import Event, WorkOrder
 from gateway._commit import commit, retry

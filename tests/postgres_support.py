@@ -56,7 +56,11 @@ migration takes a few hundred ms, emptying one a few)."""
 
 
 def _admin(url: str) -> Any:
-    psycopg = pytest.importorskip("psycopg")
+    try:
+        import psycopg
+    except ImportError:
+        missing("psycopg is not installed: pip install -e '.[postgres]'")
+        raise
     try:
         return psycopg.connect(url, autocommit=True, connect_timeout=5)
     except psycopg.OperationalError as exc:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from awl.cli._common import CLIError, add_store_option
 from awl.desk.home import default_store, home_dir
 from awl.documents.errors import BadRequest, PassError
 from awl.documents.limits import INT64_MAX, check_epoch, show_value
@@ -99,15 +100,11 @@ def _common(parser: argparse.ArgumentParser, *, desk: bool = False) -> None:
     parser.add_argument("--home", metavar="DIR", help="the desk's home (default: $AWL_HOME, "
                         "else ./.awl)")
     if desk:
-        from awl.cli import add_store_option
-
         add_store_option(parser)
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _fail(message: str) -> Exception:
-    from awl.cli import CLIError  # the dispatcher imports this module; import it late
-
     return CLIError(message)
 
 

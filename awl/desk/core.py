@@ -8,23 +8,16 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from awl.desk.effects import drop_held, held_calls
-from awl.documents.errors import (
-    AWLError,
-    BadRequest,
-    Conflict,
-    Forbidden,
-    InvalidTransition,
-)
+from awl.desk.views import OrderView, format_time
+from awl.documents.errors import AWLError, BadRequest, Conflict, Forbidden, InvalidTransition
 from awl.documents.lifecycle import ACTIVE, DESK_ACTOR, NOTE_ACTIONS, TABLE, TERMINAL, Role, targets
 from awl.documents.models import Event, Review, WorkOrder, WorkReport, parse_time
 from awl.store.protocol import OrderRecord, Store
 
-if TYPE_CHECKING:
-    pass
-from awl.desk.views import OrderView, format_time
+__all__ = ["Clock", "DeskCore", "Write"]
 
 log = logging.getLogger("awl.desk")
 

@@ -34,7 +34,10 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from awl.desk.core import Write
 from awl.desk.lineage import ancestors, remaining_of, self_review_problem
+from awl.desk.views import OrderView, format_time
+from awl.desk.waiting import DeskWaiting
 from awl.documents.errors import (
     BadRequest,
     Forbidden,
@@ -50,9 +53,6 @@ from awl.store.protocol import OrderRecord
 
 if TYPE_CHECKING:
     from awl.desk.criteria import CheckRun
-from awl.desk.core import Write
-from awl.desk.views import OrderView, format_time
-from awl.desk.waiting import DeskWaiting
 
 __all__ = ["Desk"]
 

@@ -7,17 +7,17 @@ import builtins
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from awl.documents.errors import (
-    BadRequest,
-)
+from awl.desk.core import DeskCore
+from awl.desk.views import OrderView, Question
+from awl.documents.errors import BadRequest
 from awl.documents.lifecycle import ACTIVE, TERMINAL
 from awl.documents.limits import check_integer
 from awl.documents.models import Event, parse_time
 
 if TYPE_CHECKING:
     from awl.desk.track import TrackRecord
-from awl.desk.core import DeskCore
-from awl.desk.views import OrderView, Question
+
+__all__ = ["DeskQueries"]
 
 
 class DeskQueries(DeskCore):

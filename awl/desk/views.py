@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from awl.documents.lifecycle import ACTIVE
 from awl.documents.models import Review, WorkReport
 from awl.store.protocol import OrderRecord
 
-if TYPE_CHECKING:
-    pass
+__all__ = ["OrderView", "Question", "format_time"]
 
 
 def format_time(moment: datetime) -> str:

@@ -15,6 +15,21 @@ from awl.documents.errors import BadRequest
 from awl.documents.limits import check_epoch, check_instant
 from awl.documents.models import parse_time
 
+__all__ = [
+    "ALGORITHM",
+    "DEFAULT_AUDIENCE",
+    "DEFAULT_ISSUER",
+    "LEEWAY",
+    "MAX_CHAIN",
+    "MAX_TOKEN_BYTES",
+    "PASS_SPEC",
+    "PASS_TYPE",
+    "b64decode",
+    "b64encode",
+    "epoch",
+    "json_object",
+]
+
 ALGORITHM = "EdDSA"
 """The only signature algorithm a pass may use; anything else is refused before any key is used."""
 PASS_SPEC = "awl/delegation-pass@0.3"

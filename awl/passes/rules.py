@@ -16,6 +16,15 @@ from awl.documents.models import PassClaims, WorkOrder, parse_time
 from awl.documents.patterns import covered_by_any, overlap
 from awl.passes.common import LEEWAY, epoch
 
+__all__ = [
+    "OrderFacts",
+    "is_valid_pass",
+    "issued_ahead",
+    "iter_pass_findings",
+    "rule_findings",
+    "validate_pass",
+]
+
 
 @dataclass(frozen=True, slots=True)
 class OrderFacts:

@@ -30,6 +30,8 @@ from awl.passes.common import (
 )
 from awl.passes.rules import OrderFacts, issued_ahead, rule_findings
 
+__all__ = ["REASONS", "VerifiedPass", "unverified_claims", "verify_pass"]
+
 _HEADER_FIELDS = frozenset({"alg", "typ", "kid", "parent"})
 
 

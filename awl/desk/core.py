@@ -11,10 +11,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from awl.desk.effects import drop_held, held_calls
-from awl.desk.views import OrderView, format_time
+from awl.desk.home import default_store
+from awl.desk.views import OrderView
 from awl.documents.errors import AWLError, BadRequest, Conflict, Forbidden, InvalidTransition
 from awl.documents.lifecycle import ACTIVE, DESK_ACTOR, NOTE_ACTIONS, TABLE, TERMINAL, Role, targets
-from awl.documents.models import Event, Review, WorkOrder, WorkReport, parse_time
+from awl.documents.models import Event, Review, WorkOrder, WorkReport, format_time, parse_time
+from awl.passes import revoke_order_passes
 from awl.store.protocol import OrderRecord, Store
 
 __all__ = ["Clock", "DeskCore", "Write"]
@@ -64,7 +66,6 @@ class DeskCore:
                  conflict_retries: int = 1, poll_interval: float = 0.02,
                  max_poll_interval: float = 0.25) -> None:
         if store is None:
-            from awl.desk.home import default_store
             store = default_store()
         self.store: Store = store
         self._clock: Clock = clock or _utc_now
@@ -203,7 +204,6 @@ class DeskCore:
         order_id = view.id
         try:
             if event.to in TERMINAL:
-                from awl.passes import revoke_order_passes
 
                 revoke_order_passes(self.store, order_id, reason=f"order {event.to}",
                                     now=event.at)

@@ -23,9 +23,9 @@ from awl import (
     ValidationFailed,
 )
 from awl.desk import AsyncDesk, Desk
-from awl.desk.views import format_time
 from awl.documents.errors import PassError
 from awl.documents.lifecycle import DESK_ACTOR, fold
+from awl.documents.models import format_time
 from awl.passes import (
     DEFAULT_AUDIENCE,
     KeyStore,

@@ -237,7 +237,7 @@ def test_served_connections_send_without_waiting_for_acks() -> None:
     """Each accepted connection has TCP_NODELAY, so a streamed answer never waits 40 ms."""
     import asyncio
 
-    from awl.mcp.transport import _listen
+    from awl.mcp.transport import listen
 
     async def accepted_nodelay() -> int:
         seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -248,7 +248,7 @@ def test_served_connections_send_without_waiting_for_acks() -> None:
                 seen.set_result(conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
                 transport.close()
 
-        sock = _listen("127.0.0.1", 0)
+        sock = listen("127.0.0.1", 0)
         server = await asyncio.get_running_loop().create_server(Probe, sock=sock)
         async with server:
             _, writer = await asyncio.open_connection(*sock.getsockname())

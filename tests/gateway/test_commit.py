@@ -16,10 +16,9 @@ import anyio
 import pytest
 
 from awl.cli import main
-from awl.desk.views import format_time
 from awl.documents.checks import json_equal
 from awl.documents.errors import BadRequest, Conflict, Forbidden, InvalidTransition
-from awl.documents.models import parse_time
+from awl.documents.models import format_time, parse_time
 from awl.store.protocol import EffectState, LockInfo, PassRecord, Revocation
 from gateway._commit import (
     CommitSummary,

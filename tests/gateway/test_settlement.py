@@ -12,7 +12,8 @@ import pytest
 from mcp import Client
 
 from awl.cli import main
-from awl.desk.effects import list_effects, record_event, settle
+from awl.desk.effects import list_effects, record_event
+from awl.desk.settlement import settle
 from awl.documents.errors import InvalidTransition
 from awl.server import DeskServer
 from awl.server._server import ERROR_META

@@ -31,8 +31,8 @@ from awl.desk import default_store, home_dir
 from awl.documents import BadRequest
 from awl.mcp import Unauthorized, is_loopback, parse_address, stdio_frames
 from awl.mcp import serve_http as _serve_mcp_http
-from awl.passes import DEFAULT_AUDIENCE, KeyDirectory, KeySet, KeyStore, PublishedKeySet
-from awl.store import Store
+from awl.passes import DEFAULT_AUDIENCE, KeySet, KeyStore, PublishedKeySet
+from awl.store import KeyDirectory, Store
 from gateway._authority import Authority
 from gateway._config import GatewayConfig, load_config
 from gateway._gateway import Clock, Gateway

@@ -36,7 +36,7 @@ from awl.passes.common import (
     PASS_TYPE,
 )
 from awl.passes.issue import issue_pass, issue_recorded_pass
-from awl.passes.keys import KeyDirectory, KeySet, KeyStore, PublishedKeySet, publish_keys
+from awl.passes.keys import KeySet, KeyStore, PublishedKeySet, publish_keys
 from awl.passes.records import (
     pass_scopes,
     record_pass,
@@ -56,7 +56,6 @@ __all__ = [
     "PASS_SPEC",
     "PASS_TYPE",
     "REASONS",
-    "KeyDirectory",
     "KeySet",
     "KeyStore",
     "PublishedKeySet",

@@ -1115,7 +1115,7 @@ class PostgresStore:
     # Public keys ----------------------------------------------------------------------------
     def publish_keys(self, jwks: Mapping[str, Any]) -> None:
         """Replace the desk's published public key set (durable), for verifiers on other
-        hosts (see :class:`awl.passes.keys.KeyDirectory`)."""
+        hosts (see :class:`~awl.store.protocol.KeyDirectory`)."""
         text = json_text(dict(jwks), "a public key set")
         with self._tx() as conn:
             conn.execute("INSERT INTO public_keys (id, doc) VALUES (1, %s::jsonb)"

@@ -59,6 +59,8 @@ def home_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     return path
 
 
-def default_store(explicit: str | os.PathLike[str] | None = None) -> SQLiteStore:
-    """The SQLite store in ``desk.sqlite3`` under :func:`home_dir`."""
-    return SQLiteStore(home_dir(explicit) / DESK_FILE)
+def default_store(explicit: str | os.PathLike[str] | None = None, *,
+                  checkpoint_every: float | None = None) -> SQLiteStore:
+    """The SQLite store in ``desk.sqlite3`` under :func:`home_dir` (``checkpoint_every``:
+    see :class:`SQLiteStore`)."""
+    return SQLiteStore(home_dir(explicit) / DESK_FILE, checkpoint_every=checkpoint_every)

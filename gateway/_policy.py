@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from awl.desk.lineage import staging_ancestor
-from awl.documents.models import Grant, WorkOrder, parse_time
-from awl.documents.patterns import is_tool_name, matches_any
-from awl.store.protocol import Scope, Usage
+from awl.desk import staging_ancestor
+from awl.documents import Grant, WorkOrder, is_tool_name, matches_any, parse_time
+from awl.store import Scope, Usage
 
 AWL_FORBIDDEN = "AWL_FORBIDDEN"
 """The tool is not exposed, or neither the order nor the pass allows it."""

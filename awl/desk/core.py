@@ -8,9 +8,11 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from awl.desk.effects import drop_held, held_calls
+from awl.desk.home import default_store
+from awl.desk.views import OrderView
 from awl.documents.errors import (
     AWLError,
     BadRequest,
@@ -19,12 +21,9 @@ from awl.documents.errors import (
     InvalidTransition,
 )
 from awl.documents.lifecycle import ACTIVE, DESK_ACTOR, NOTE_ACTIONS, TABLE, TERMINAL, Role, targets
-from awl.documents.models import Event, Review, WorkOrder, WorkReport, parse_time
+from awl.documents.models import Event, Review, WorkOrder, WorkReport, format_time, parse_time
+from awl.passes import revoke_order_passes
 from awl.store.protocol import OrderRecord, Store
-
-if TYPE_CHECKING:
-    pass
-from awl.desk.views import OrderView, format_time
 
 log = logging.getLogger("awl.desk")
 
@@ -71,7 +70,6 @@ class DeskCore:
                  conflict_retries: int = 1, poll_interval: float = 0.02,
                  max_poll_interval: float = 0.25) -> None:
         if store is None:
-            from awl.desk.home import default_store
             store = default_store()
         self.store: Store = store
         self._clock: Clock = clock or _utc_now
@@ -210,7 +208,6 @@ class DeskCore:
         order_id = view.id
         try:
             if event.to in TERMINAL:
-                from awl.passes import revoke_order_passes
 
                 revoke_order_passes(self.store, order_id, reason=f"order {event.to}",
                                     now=event.at)

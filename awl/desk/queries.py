@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from awl.desk.briefing import briefing
+from awl.desk.core import DeskCore
+from awl.desk.criteria import latest_checks
+from awl.desk.track import TrackRecord, track_record
+from awl.desk.views import OrderView, Question
 from awl.documents.errors import (
     BadRequest,
 )
 from awl.documents.lifecycle import ACTIVE, TERMINAL
 from awl.documents.limits import check_integer
 from awl.documents.models import Event, parse_time
-
-if TYPE_CHECKING:
-    from awl.desk.track import TrackRecord
-from awl.desk.core import DeskCore
-from awl.desk.views import OrderView, Question
 
 
 class DeskQueries(DeskCore):
@@ -119,7 +119,6 @@ class DeskQueries(DeskCore):
         Raises:
             Forbidden: ``viewer`` is neither the worker nor a manager of its orders.
         """
-        from awl.desk.track import track_record
         return track_record(self.store, worker, viewer=viewer)
 
     def handoff(self, order_id: str) -> str:
@@ -128,7 +127,6 @@ class DeskQueries(DeskCore):
         Raises:
             NotFound: no such order.
         """
-        from awl.desk.briefing import briefing
         view = self.get(order_id)
         return briefing(view, self.store.events(order_id))
 
@@ -162,7 +160,6 @@ class DeskQueries(DeskCore):
         Each value is desk evidence of type ``check``: ``{criterion, type, check: {outcome,
         exit_code, duration, tail, signature, signals?, timed_out?, error?, snapshot?}}``.
         """
-        from awl.desk.criteria import latest_checks
 
         return latest_checks(self.store.events(order_id, after=0, limit=None))
 

@@ -4,20 +4,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from awl.documents.lifecycle import ACTIVE
 from awl.documents.models import Review, WorkReport
 from awl.store.protocol import OrderRecord
-
-if TYPE_CHECKING:
-    pass
-
-
-def format_time(moment: datetime) -> str:
-    """An aware datetime as the RFC 3339 UTC text the desk writes (milliseconds, ``Z``)."""
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,20 +39,19 @@ from mcp.server.context import ServerRequestContext
 
 from awl import __version__
 from awl.desk import AsyncDesk, Desk, OrderView
-from awl.desk.effects import list_effects, settle
+from awl.desk.effects import list_effects
+from awl.desk.settlement import settle
 from awl.desk.tokens import check_principal, principal_for_token
 from awl.documents.errors import (
     AWLError,
     BadRequest,
     Forbidden,
-    InvalidTransition,
     NotFound,
-    PassError,
-    ValidationFailed,
 )
 from awl.documents.lifecycle import TABLE, TERMINAL
 from awl.documents.limits import INT64_MAX, check_integer, check_json_value
 from awl.documents.models import Event, WorkOrder, parse_time
+from awl.mcp.errors import ERROR_META, error_result, tool_error
 from awl.mcp.frames import stdio_frames
 from awl.mcp.transport import Unauthorized, identity_of, serve_http
 from awl.passes import KeyStore, issue_recorded_pass, unverified_claims
@@ -78,49 +77,16 @@ POLL_LIMIT = 0.25
 """The longest pause between store reads while waiting for news, in seconds."""
 
 _MAX_ANCESTORS = 16
-_MAX_FINDINGS_IN_TEXT = 20
 
 Data = dict[str, Any]
 Handler = Callable[[str, Data], Awaitable[tuple[Data, str]]]
-
-
-ERROR_META = "awl/error"
-"""The ``_meta`` member of a tool error that carries its code and details (BIND-8)."""
-
-
-def tool_error(exc: AWLError) -> types.CallToolResult:
-    """A refusal as the tool error a model reads: ``CODE: message``, with the details in
-    ``_meta`` (BIND-8).
-
-    A tool error carries no structured content: clients check structured content against
-    the tool's output schema even on errors, and that schema describes the tool's success.
-    ``_meta["awl/error"]`` holds ``{code, message}`` and, where they apply, ``findings``
-    (VALIDATION_FAILED), ``reason`` (a refused Delegation Pass), ``state`` and ``action``
-    (INVALID_TRANSITION).
-    """
-    data: Data = {"code": exc.code, "message": exc.message}
-    text = f"{exc.code}: {exc.message}"
-    if isinstance(exc, ValidationFailed):
-        data["findings"] = [f.to_dict() for f in exc.findings]
-        text += "".join(f"\n{f.rule} {f.path or '/'}: {f.message}"
-                        for f in exc.findings[:_MAX_FINDINGS_IN_TEXT])
-    if isinstance(exc, PassError):
-        data["reason"] = exc.reason
-    if isinstance(exc, InvalidTransition):
-        data.update(state=exc.state, action=exc.action)
-    return _error_result(text, data)
-
-
-def _error_result(text: str, data: Data) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                is_error=True, _meta={ERROR_META: data})
 
 
 def _internal_error(name: str, exc: Exception) -> types.CallToolResult:
     log.exception("tool %s failed unexpectedly", name)
     message = (f"the desk failed unexpectedly ({type(exc).__name__}); the operation may or "
                "may not have been written: read the order again before retrying")
-    return _error_result(f"INTERNAL: {message}", {"code": "INTERNAL", "message": message})
+    return error_result(f"INTERNAL: {message}", {"code": "INTERNAL", "message": message})
 
 
 @cache

@@ -39,12 +39,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from awl.desk import Desk, OrderView
 from awl.desk.criteria import check_question
-from awl.desk.effects import list_effects, manager_only, settle
+from awl.desk.effects import find_call, list_effects, manager_only
+from awl.desk.settlement import settle
 from awl.desk.tokens import principal_for_token, token_hash
+from awl.documents.checks import iter_report_findings
 from awl.documents.errors import AWLError, BadRequest, Forbidden
 from awl.documents.models import parse_time
 from awl.store.protocol import Store
 from awl.web._sessions import Session, Sessions
+from gateway._commit import commit, retry
 
 __all__ = ["COOKIE", "CSP", "WebConfig", "build_app"]
 
@@ -249,8 +252,6 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
                             "worker and answerers see it", actor=me, action="read")
 
     def order_data(order_id: str, me: str) -> dict[str, Any]:
-        from awl.documents.checks import iter_report_findings
-
         view = desk.get(order_id)
         party(view, me)
         order = view.order
@@ -297,7 +298,6 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         ref = request.query_params.get("ref", "")
 
         def load() -> dict[str, Any]:
-            from awl.desk.effects import find_call
             view = desk.get(oid)
             party(view, session.principal)
             return {"view": view, "call": find_call(store, oid, ref)}
@@ -369,8 +369,6 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         manager_only(record.order, me, action)
 
     async def run_commit(request: Request, session: Session) -> Response:
-        from gateway._commit import commit
-
         oid = request.path_params["order_id"]
         upstream = need_upstream("run the commit")
         await manager_of(oid, session.principal, "commit")
@@ -396,8 +394,6 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
                                 background=BackgroundTask(run))
 
     async def retry_effect(request: Request, session: Session) -> Response:
-        from gateway._commit import retry
-
         oid = request.path_params["order_id"]
         ref = text(await request.form(), "ref")
         upstream = need_upstream("retry an effect")

@@ -23,9 +23,9 @@ from awl import (
     ValidationFailed,
 )
 from awl.desk import AsyncDesk, Desk
-from awl.desk.views import format_time
 from awl.documents.errors import PassError
 from awl.documents.lifecycle import DESK_ACTOR, fold
+from awl.documents.models import format_time
 from awl.passes import (
     DEFAULT_AUDIENCE,
     KeyStore,
@@ -1067,6 +1067,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.spec("LC-2")
 def test_processes_racing_on_one_desk_lose_nothing(tmp_path: Path) -> None:
     """Three processes racing on the same orders: every write lands or is a Conflict."""

@@ -21,7 +21,7 @@ from gateway._results import (
 )
 from tests.gateway.gateway_support import connect, make_env, server_entry, text
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 def _shapes(tmp: Path, **extra: Any) -> Any:

@@ -9,6 +9,11 @@ and a client writes ``initialize`` and ``tools/list`` down the pipe at once. It 
 long the process takes to exit by itself (the MCP SDK's client gives it 2 s before SIGTERM).
 The ratio line compares the gateway's median time to ``tools/list`` with the bare proxy's
 (target: within 1.3x), both measured in the same run, taking turns.
+
+The bare proxy shares the gateway's package, so it imports what the gateway imports; the
+import line shows what that costs against the floor, a process importing the MCP SDK's
+server and client alone: the wall time of ``python -c "import ..."`` for each, and how many
+modules each loads.
 """
 
 from __future__ import annotations
@@ -103,6 +108,38 @@ def run(runs: int) -> list[Timings]:
         return [timings for timings, _ in targets]
 
 
+_IMPORTS = {
+    "MCP SDK only": "import mcp.server, mcp.client, mcp.server.stdio",
+    "awl gateway": "import awl.cli, gateway._serve",
+}
+
+
+def imports(runs: int) -> dict[str, tuple[float, int]]:
+    """Median seconds to start Python and import each set, and how many modules it loads."""
+    out: dict[str, tuple[float, int]] = {}
+    samples: dict[str, list[float]] = {name: [] for name in _IMPORTS}
+    counts: dict[str, int] = {}
+    for _ in range(runs):
+        for name, code in _IMPORTS.items():
+            start = time.perf_counter()
+            done = subprocess.run([sys.executable, "-c", f"{code}; import sys; "
+                                   "print(len(sys.modules))"], capture_output=True,
+                                  text=True, check=True, cwd=ROOT,
+                                  env={"PYTHONPATH": str(ROOT)})
+            samples[name].append(time.perf_counter() - start)
+            counts[name] = int(done.stdout.strip())
+    for name, times in samples.items():
+        out[name] = (statistics.median(times), counts[name])
+    return out
+
+
+def report_imports(found: dict[str, tuple[float, int]]) -> str:
+    """One line: each import set's time and module count, and the ratio to the SDK's."""
+    (floor, floor_n), (mine, mine_n) = found["MCP SDK only"], found["awl gateway"]
+    return (f"imports: MCP SDK only {floor * 1000:.0f} ms ({floor_n} modules), awl gateway "
+            f"{mine * 1000:.0f} ms ({mine_n} modules): {mine / floor:.2f}x")
+
+
 def report(results: list[Timings]) -> str:
     """The table of medians, and the gateway's ratio to the bare proxy."""
     lines = ["| target | initialize ms | tools/list ms | stop after stdin EOF ms | "
@@ -129,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runs = args.runs or (2 if args.quick else 7)
     print(report(run(runs)), flush=True)
+    print(report_imports(imports(runs)), flush=True)
     return 0
 
 

@@ -52,6 +52,9 @@ __all__ = [
 PASS_ENV = "AWL_PASS"
 """The environment variable ``awl gateway`` reads a Delegation Pass from."""
 
+CHECKPOINT_SECONDS = 1.0
+"""How often the gateway's own store checkpoints the SQLite log, off the event loop (GW-18)."""
+
 
 @asynccontextmanager
 async def open_gateway(
@@ -102,7 +105,8 @@ async def open_gateway(
         config = load_config(config)
     async with AsyncExitStack() as stack:
         if store is None:
-            store = default_store(home)
+            # No call pays for a WAL checkpoint: a thread runs them (GW-18).
+            store = default_store(home, checkpoint_every=CHECKPOINT_SECONDS)
             stack.callback(store.close)
         if jwks is None and (pass_token is not None or load_keys):
             # Read again whenever a key is rotated in or retired (DP-13); read once now so

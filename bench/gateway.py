@@ -133,8 +133,9 @@ async def measure(targets: list[tuple[str, StdioServerParameters, str]], *, call
         return [target.figures() for target in running]
 
 
-def _working_order(home: Path, calls: int) -> str:
-    """A fresh SQLite desk with one working order allowed to call the outbox server."""
+def _working_order(home: Path, calls: int, tools: tuple[str, ...] = ("notes/*",)) -> str:
+    """A fresh SQLite desk with one working order allowed to call ``tools`` (the outbox
+    server's)."""
     from awl.desk import Desk
     from awl.store.sqlite import SQLiteStore
 
@@ -148,7 +149,7 @@ def _working_order(home: Path, calls: int) -> str:
             "criteria": [{"id": "c1", "text": "calls were made"}],
             "budget": {"tool_calls": calls * 10 + 10_000},
             "deadline": deadline.isoformat(timespec="seconds").replace("+00:00", "Z"),
-            "tools": ["notes/*"],
+            "tools": list(tools),
         }, "human:bench")
         desk.accept(view.id, "agent:bench")
         desk.start(view.id, "agent:bench")

@@ -13,7 +13,8 @@ import platform
 import sys
 import time
 
-BENCHMARKS = ("validation", "desk", "gateway", "telemetry", "commit", "notify")
+BENCHMARKS = ("validation", "desk", "gateway", "startup", "memory", "telemetry", "commit",
+              "notify")
 
 
 def main(argv: list[str] | None = None) -> int:

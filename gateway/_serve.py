@@ -31,8 +31,8 @@ from awl.desk import default_store, home_dir
 from awl.documents import BadRequest
 from awl.mcp import Unauthorized, is_loopback, parse_address, stdio_frames
 from awl.mcp import serve_http as _serve_mcp_http
-from awl.passes import DEFAULT_AUDIENCE, KeySet, KeyStore
-from awl.store import Store
+from awl.passes import DEFAULT_AUDIENCE, KeySet, KeyStore, PublishedKeySet
+from awl.store import KeyDirectory, Store
 from gateway._authority import Authority
 from gateway._config import GatewayConfig, load_config
 from gateway._gateway import Clock, Gateway
@@ -51,6 +51,9 @@ __all__ = [
 
 PASS_ENV = "AWL_PASS"
 """The environment variable ``awl gateway`` reads a Delegation Pass from."""
+
+CHECKPOINT_SECONDS = 1.0
+"""How often the gateway's own store checkpoints the SQLite log, off the event loop (GW-18)."""
 
 
 @asynccontextmanager
@@ -76,8 +79,8 @@ async def open_gateway(
     Args:
         order_id: The order the worker works on.
         config: The upstream configuration, or a path to it, or its parsed JSON.
-        store: Where the order lives; default the SQLite store of the home folder (then
-            closed on exit).
+        store: Where the order lives; default the store ``AWL_STORE`` names, else the SQLite
+            store of the home folder (then closed on exit).
         home: The home folder (default ``AWL_HOME`` or ``./.awl``).
         pass_token: Run the worker under this Delegation Pass instead of the whole order.
         jwks: The desk's public key set (a JWKS document, or a callable giving the current
@@ -102,12 +105,18 @@ async def open_gateway(
         config = load_config(config)
     async with AsyncExitStack() as stack:
         if store is None:
-            store = default_store(home)
+            # No call pays for a WAL checkpoint: a thread runs them (GW-18).
+            store = default_store(home, checkpoint_every=CHECKPOINT_SECONDS)
             stack.callback(store.close)
         if jwks is None and (pass_token is not None or load_keys):
             # Read again whenever a key is rotated in or retired (DP-13); read once now so
-            # an unusable key folder is an error before anything starts.
-            jwks = KeySet(KeyStore(home_dir(home)))
+            # an unusable key folder is an error before anything starts. A home without
+            # keys, on another host than the desk's, verifies with the public keys the
+            # desk published in the store instead (never making a key of its own).
+            keys = KeyStore(home_dir(home))
+            jwks = KeySet(keys)
+            if not keys.key_files() and isinstance(store, KeyDirectory):
+                jwks = PublishedKeySet(store)
             await anyio.to_thread.run_sync(jwks)
         # A missing order is the likeliest mistake; say so before starting any upstream.
         await anyio.to_thread.run_sync(store.load, order_id)
@@ -208,7 +217,7 @@ async def run_gateway(
         config: The upstream configuration or its path.
         http: ``(host, port)`` to serve streamable HTTP; None serves stdio.
         allow_remote: Allow a non-loopback HTTP host.
-        store: The store; default the home folder's SQLite store.
+        store: The store; default as :func:`open_gateway` chooses it.
         home: The home folder.
         pass_token: Run under this pass (stdio; over HTTP each request brings its own).
         safe: Safe mode; default the config's.

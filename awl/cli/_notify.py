@@ -17,8 +17,15 @@ from typing import Any
 
 from awl.desk.desk import Desk
 from awl.desk.home import default_store, home_dir
-from awl.desk.notify import PUBLIC_URL_ENV, Deliverer, describe, describe_notification
+from awl.desk.notify import (
+    PUBLIC_URL_ENV,
+    Deliverer,
+    describe,
+    describe_notification,
+    webhook_store,
+)
 from awl.documents.limits import check_integer
+from awl.store.protocol import WebhookStore
 
 
 def register(subparsers: Any) -> None:
@@ -93,13 +100,16 @@ def deliverer_options(parser: argparse.ArgumentParser, *, switch: bool = True) -
 
 
 def make_deliverer(args: argparse.Namespace, store: Any, **options: Any) -> Any:
-    """The deliverer the parsed options ask for (BadRequest for a bad public URL)."""
-    return Deliverer(store, public_url=args.public_url, timeout=args.notify_timeout, **options)
+    """The deliverer the parsed options ask for (BadRequest for a bad public URL, or a
+    store that keeps no webhooks)."""
+    return Deliverer(webhook_store(store), public_url=args.public_url,
+                     timeout=args.notify_timeout, **options)
 
 
 def start_deliverer(args: argparse.Namespace, store: Any) -> Any:
-    """Start the deliverer for a server command, unless ``--no-notify``; None then."""
-    if args.no_notify:
+    """Start the deliverer for a server command, unless ``--no-notify`` or the store keeps
+    no webhooks; None then."""
+    if args.no_notify or not isinstance(store, WebhookStore):
         return None
     return make_deliverer(args, store).start()
 

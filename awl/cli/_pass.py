@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from awl.cli._common import CLIError
+from awl.cli._common import CLIError, add_store_option
 from awl.desk.home import default_store, home_dir
 from awl.documents.errors import BadRequest, PassError
 from awl.documents.limits import INT64_MAX, check_epoch, show_value
@@ -21,10 +22,12 @@ from awl.passes import (
     KeyStore,
     VerifiedPass,
     issue_recorded_pass,
+    publish_keys,
     revoke_pass,
     unverified_claims,
     verify_pass,
 )
+from awl.store.urls import STORE_ENV
 
 _UNITS = {"usd": float, "tokens": int, "tool_calls": int, "seconds": float}
 _DURATION = re.compile(r"^(?P<n>[0-9]+(?:\.[0-9]+)?)(?P<unit>[smhd]?)$")
@@ -55,7 +58,7 @@ def register(subparsers: Any) -> None:
     issue.add_argument("--parent", metavar="TOKEN", help="derive from this pass (- for stdin)")
     issue.add_argument("--audience", metavar="A",
                        help=f"who will accept it (default: the parent's, else {DEFAULT_AUDIENCE})")
-    _common(issue)
+    _common(issue, desk=True)
     issue.set_defaults(func=_issue)
 
     show = sub.add_parser("show", help="decode a pass and check it",
@@ -64,13 +67,13 @@ def register(subparsers: Any) -> None:
                                       "Exit 1 when it is refused.")
     show.add_argument("token", metavar="TOKEN", help="the pass (- for stdin)")
     show.add_argument("--audience", metavar="A", help="check for this audience (default: its own)")
-    _common(show)
+    _common(show, desk=True)
     show.set_defaults(func=_show)
 
     rev = sub.add_parser("revoke", help="revoke a pass and every pass derived from it")
     rev.add_argument("jti", metavar="JTI")
     rev.add_argument("--reason", default="revoked by hand", help="why (kept with the revocation)")
-    _common(rev)
+    _common(rev, desk=True)
     rev.set_defaults(func=_revoke)
 
     jwks = sub.add_parser("jwks", help="print the public key set (JWKS) verifiers need")
@@ -78,7 +81,7 @@ def register(subparsers: Any) -> None:
     jwks.set_defaults(func=_jwks)
 
     rotate = sub.add_parser("rotate", help="make a new signing key; old passes stay valid")
-    _common(rotate)
+    _common(rotate, desk=True)
     rotate.set_defaults(func=_rotate)
 
     retire = sub.add_parser(
@@ -88,13 +91,16 @@ def register(subparsers: Any) -> None:
                     "request of any running gateway; the current key cannot be retired "
                     "(rotate first).")
     retire.add_argument("kid", metavar="KID", help="the key's kid (`awl pass jwks` lists them)")
-    _common(retire)
+    _common(retire, desk=True)
     retire.set_defaults(func=_retire)
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _common(parser: argparse.ArgumentParser, *, desk: bool = False) -> None:
+    """``--home`` and ``--json``; with ``desk`` (a command that opens the store) ``--store``."""
     parser.add_argument("--home", metavar="DIR", help="the desk's home (default: $AWL_HOME, "
                         "else ./.awl)")
+    if desk:
+        add_store_option(parser)
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -151,7 +157,7 @@ def _issue(args: argparse.Namespace) -> int:
     budget = _parse_budget(args.budget) if args.budget is not None else None
     expires = _parse_duration(args.expires) if args.expires is not None else None
     home = home_dir(args.home)
-    store = default_store(home)
+    store = default_store(home, url=args.store)
     try:
         token = issue_recorded_pass(store, order_id, keys=KeyStore(home), subject=args.to,
                                     audience=args.audience, tools=tools, budget=budget,
@@ -205,7 +211,7 @@ def _show(args: argparse.Namespace) -> int:
     aud = claims.get("aud")
     audience: str = args.audience or (aud if isinstance(aud, str) else DEFAULT_AUDIENCE)
     home = home_dir(args.home)
-    store = default_store(home)
+    store = default_store(home, url=args.store)
     try:
         revoked = store.revoked()
     finally:
@@ -279,7 +285,7 @@ def _span(seconds: int) -> str:
 
 
 def _revoke(args: argparse.Namespace) -> int:
-    store = default_store(home_dir(args.home))
+    store = default_store(args.home, url=args.store)
     try:
         revoke_pass(store, args.jti, args.reason)
     finally:
@@ -296,9 +302,22 @@ def _jwks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _publish(args: argparse.Namespace, keys: KeyStore) -> None:
+    """Publish the public keys in the store named by ``--store`` or ``AWL_STORE`` (if any
+    keeps them), for gateways on other hosts."""
+    if not (args.store or os.environ.get(STORE_ENV)):
+        return
+    store = default_store(args.home, url=args.store)
+    try:
+        publish_keys(store, keys)
+    finally:
+        store.close()
+
+
 def _rotate(args: argparse.Namespace) -> int:
     keys = KeyStore(home_dir(args.home))
     kid = keys.rotate()
+    _publish(args, keys)
     if args.json:
         print(json.dumps({"kid": kid, "kids": keys.kids()}))
     else:
@@ -309,6 +328,7 @@ def _rotate(args: argparse.Namespace) -> int:
 def _retire(args: argparse.Namespace) -> int:
     keys = KeyStore(home_dir(args.home))
     keys.retire(args.kid)
+    _publish(args, keys)
     if args.json:
         print(json.dumps({"retired": args.kid, "kids": keys.kids()}))
     else:

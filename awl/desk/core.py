@@ -13,17 +13,13 @@ from typing import Any
 from awl.desk.effects import drop_held, held_calls
 from awl.desk.home import default_store
 from awl.desk.views import OrderView
-from awl.documents.errors import (
-    AWLError,
-    BadRequest,
-    Conflict,
-    Forbidden,
-    InvalidTransition,
-)
+from awl.documents.errors import AWLError, BadRequest, Conflict, Forbidden, InvalidTransition
 from awl.documents.lifecycle import ACTIVE, DESK_ACTOR, NOTE_ACTIONS, TABLE, TERMINAL, Role, targets
 from awl.documents.models import Event, Review, WorkOrder, WorkReport, format_time, parse_time
 from awl.passes import revoke_order_passes
 from awl.store.protocol import OrderRecord, Store
+
+__all__ = ["Clock", "DeskCore", "Write"]
 
 log = logging.getLogger("awl.desk")
 

@@ -39,6 +39,7 @@ from awl.desk.criteria import CheckRun, latest_checks, run_checks, take_snapshot
 from awl.desk.lineage import ancestors, remaining_of, self_review_problem
 from awl.desk.notify import add_webhook as subscribe
 from awl.desk.notify import remove_webhook as unsubscribe
+from awl.desk.notify import webhook_store
 from awl.desk.views import OrderView
 from awl.desk.waiting import DeskWaiting
 from awl.documents.checks import (
@@ -560,7 +561,7 @@ class Desk(DeskWaiting):
 
     def webhooks(self) -> builtins.list[Webhook]:
         """Every webhook subscription, oldest first."""
-        return self.store.webhooks()
+        return webhook_store(self.store).webhooks()
 
     def remove_webhook(self, webhook_id: str) -> None:
         """Remove a subscription; its pending notifications are never sent (HOOK-6)."""
@@ -570,8 +571,8 @@ class Desk(DeskWaiting):
                       order_id: str | None = None,
                       limit: int | None = 100) -> builtins.list[Notification]:
         """The outbox, newest first: each notification with its delivery attempts."""
-        return self.store.notifications(state=state, webhook_id=webhook_id,
-                                        order_id=order_id, limit=limit)
+        return webhook_store(self.store).notifications(state=state, webhook_id=webhook_id,
+                                                       order_id=order_id, limit=limit)
 
 
 def _checked(order: WorkOrder) -> bool:

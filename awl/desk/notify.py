@@ -41,7 +41,7 @@ from standardwebhooks import Webhook as Signer
 from awl.documents.errors import AWLError, BadRequest, NotFound
 from awl.documents.limits import show_value
 from awl.documents.models import parse_time
-from awl.store.protocol import DeliveryAttempt, Notification, Store, Webhook
+from awl.store.protocol import DeliveryAttempt, Notification, Store, Webhook, WebhookStore
 from awl.store.rules import NOTIFY_EVENTS
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "check_url",
     "order_link",
     "remove_webhook",
+    "webhook_store",
 ]
 
 log = logging.getLogger("awl.notify")
@@ -83,6 +84,14 @@ def _stamp(moment: datetime) -> str:
 
 
 # --------------------------------------------------------------------------- subscribing
+
+def webhook_store(store: Store) -> WebhookStore:
+    """``store`` as a store that keeps webhooks; BadRequest, in one line, if it keeps none."""
+    if not isinstance(store, WebhookStore):
+        raise BadRequest(f"this desk's store ({type(store).__name__}) keeps no webhooks yet; "
+                         "use a SQLite desk for webhooks")
+    return store
+
 
 def check_url(url: str, *, what: str = "a webhook URL") -> str:
     """``url`` if it is an absolute http(s) URL with a host; BadRequest saying why not."""
@@ -157,17 +166,18 @@ def add_webhook(store: Store, url: str, events: str | Iterable[str], *,
         BadRequest: the URL, an event name or ``orders`` is not acceptable.
         NotFound: an order named in ``orders`` does not exist.
     """
+    keeper = webhook_store(store)
     webhook = Webhook(
         id=f"wh_{secrets.token_hex(6)}", url=check_url(url), events=check_events(events),
         secret=new_secret(), orders=_check_orders(store, orders),
         created_at=_stamp(now or _utc_now()))
-    store.add_webhook(webhook)
+    keeper.add_webhook(webhook)
     return webhook
 
 
 def remove_webhook(store: Store, webhook_id: str, *, now: datetime | None = None) -> None:
     """Forget a webhook; its pending notifications die with it (HOOK-6). NotFound if absent."""
-    if not store.remove_webhook(webhook_id, at=_stamp(now or _utc_now())):
+    if not webhook_store(store).remove_webhook(webhook_id, at=_stamp(now or _utc_now())):
         raise NotFound(f"no webhook with id {webhook_id!r}; `awl notify list` shows them")
 
 
@@ -194,7 +204,7 @@ class Deliverer:
         rng: where the jitter comes from.
     """
 
-    def __init__(self, store: Store, *, public_url: str | None = None, timeout: float = 10.0,
+    def __init__(self, store: WebhookStore, *, public_url: str | None = None, timeout: float = 10.0,
                  retry_for: float = 86400.0, backoff: float = 2.0, max_backoff: float = 3600.0,
                  workers: int = 4, poll: float = 1.0, clock: Clock | None = None,
                  rng: random.Random | None = None) -> None:

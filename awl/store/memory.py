@@ -26,7 +26,10 @@ from awl.store.protocol import (
     LockInfo,
     Notification,
     OrderRecord,
+    OverBudget,
     PassRecord,
+    Reservation,
+    Reserved,
     Revocation,
     Scope,
     Settlement,
@@ -63,8 +66,10 @@ from awl.store.rules import (
     order_not_found,
     orphaned,
     record_order_id,
+    restored_effect,
     seq_conflict,
     stale_order,
+    state_names,
     stored_lock,
     timestamp,
     webhook_conflict,
@@ -120,6 +125,7 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._news = threading.Condition(self._lock)  # an order's log grew
         self._orders: dict[str, _Order] = {}
         self._locks: dict[str, LockInfo] = {}
         self._revoked: dict[str, Revocation] = {}
@@ -176,6 +182,13 @@ class MemoryStore:
             self._notify(found, order_event_kind(event), event.at, lambda kind: (
                 notification_payload(kind, found.order, state, event.at, self._counts(found),
                                      event=event)))
+            self._news.notify_all()
+
+    def wait_for_events(self, order_id: str, after: int, timeout: float) -> bool:
+        """Block until the order's log is past ``after``, at most ``timeout`` seconds."""
+        with self._lock:
+            return self._news.wait_for(
+                lambda: self._get(order_id).events[-1].seq > after, max(timeout, 0.0))
 
     def events(self, order_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
         """Events with seq > ``after``, in order (at most ``limit``)."""
@@ -203,7 +216,7 @@ class MemoryStore:
         offset: int = 0,
     ) -> list[OrderRecord]:
         """Orders matching every filter given, most recently created first."""
-        states = {state} if isinstance(state, str) else None if state is None else set(state)
+        states = state_names(state)
         with self._lock:
             found = [
                 o.record() for o in reversed(self._orders.values())
@@ -228,7 +241,7 @@ class MemoryStore:
         started_at: str,
         scopes: Sequence[Scope],
         seq: int | None = None,
-    ) -> CallRecord | str:
+    ) -> Reservation:
         """Atomically number and record a call that counts, or name the scope it exceeds."""
         with self._lock:
             found = self._get(order_id)
@@ -249,7 +262,7 @@ class MemoryStore:
                  sum(c.usd for c in o.calls.values() if c.counted) + o.charged.usd)
                 for o in above], usd)
             if over is not None:
-                return over
+                return OverBudget(over)
             n = len(found.calls) + 1
             record, _ = new_call(
                 order_id, n, attempt=attempt, tool=tool, arguments=arguments,
@@ -257,7 +270,7 @@ class MemoryStore:
             )
             call = found.calls[n] = _Call(record, True, usd, timestamp(started_at))
             self._charge(above, call)
-            return record
+            return Reserved(record)
 
     def _above(self, found: _Order) -> list[_Order]:
         """The orders above ``found``, its parent first (see :data:`MAX_CHAIN`)."""
@@ -314,6 +327,12 @@ class MemoryStore:
         if call is None or call.record.tool != tool:
             raise call_not_found(order_id, ref)
         return n, call
+
+    def charges(self, order_id: str) -> list[float | None]:
+        """What each call counts against the budget, by N (None: it does not count)."""
+        with self._lock:
+            return [c.usd if c.counted else None
+                    for _, c in sorted(self._get(order_id).calls.items())]
 
     def calls(self, order_id: str, *, attempt: int | None = None) -> list[CallRecord]:
         """The order's call records by N."""
@@ -391,6 +410,12 @@ class MemoryStore:
     @staticmethod
     def _counts(found: _Order) -> dict[str, int]:
         return effect_counts(e.state for e in found.effects.values())
+
+    def restore_effect(self, effect: EffectState) -> None:
+        """Store ``effect`` exactly as given (a copy of a desk), replacing any state."""
+        with self._lock:
+            n, call = self._call(effect.order_id, effect.ref)
+            self._orders[effect.order_id].effects[n] = restored_effect(effect, call.record)
 
     # Locks ----------------------------------------------------------------------------
     def acquire_lock(self, info: LockInfo, *, replace: LockInfo | None = None) -> bool:
@@ -520,6 +545,12 @@ class MemoryStore:
                      and (webhook_id is None or n.webhook_id == webhook_id)
                      and (order_id is None or n.order_id == order_id)]
         return found if limit is None else found[:limit]
+
+    def __enter__(self) -> MemoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         """Nothing to release; present for the interface."""

@@ -12,7 +12,7 @@ import json
 import secrets
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any, cast, get_args
 
 from pydantic import ValidationError
@@ -23,7 +23,9 @@ from awl.documents.models import (
     CALL_ENDING,
     CallRecord,
     Event,
+    Review,
     WorkOrder,
+    WorkReport,
     parse_time,
 )
 from awl.documents.patterns import make_ref, parse_ref
@@ -34,8 +36,11 @@ from awl.store.protocol import (
     Notification,
     NotificationStateName,
     NotifyEventName,
+    OrderRecord,
+    PassRecord,
     Scope,
     Settlement,
+    TrackRow,
     Webhook,
 )
 
@@ -58,6 +63,14 @@ def check_first_event(order: WorkOrder, event: Event) -> None:
     """Refuse a first event that is not seq 1."""
     if event.seq != 1:
         raise BadRequest(f"the first event of order {order.id!r} must have seq 1, not {event.seq}")
+
+
+def state_names(state: str | Sequence[str] | None) -> list[str] | None:
+    """The states a ``list_orders`` filter asks for, sorted (None: any state; an empty
+    list matches no order)."""
+    if state is None:
+        return None
+    return [state] if isinstance(state, str) else sorted(set(state))
 
 
 def seq_conflict(order_id: str, event: Event, actual: int) -> Conflict:
@@ -177,6 +190,41 @@ def may_take(current: LockInfo | None, replace_: LockInfo | None) -> bool:
 def dump_json(data: Any) -> str:
     """The compact JSON text a store keeps a document as."""
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+# The JSON texts a store keeping documents as text keeps effects, locks and passes as (the
+# models' own documents are their to_json()); a text read back gives an equal object.
+
+def effect_doc(effect: EffectState) -> str:
+    """The JSON text of an effect state."""
+    return dump_json(asdict(effect))
+
+
+def read_effect(doc: str) -> EffectState:
+    """The effect state an :func:`effect_doc` text holds."""
+    data = json.loads(doc)
+    settled = data.pop("settlement")
+    return EffectState(**data, settlement=None if settled is None else Settlement(**settled))
+
+
+def lock_doc(info: LockInfo) -> str:
+    """The JSON text of a lock as stores keep it (see :func:`stored_lock`)."""
+    return dump_json(asdict(stored_lock(info)))
+
+
+def read_lock(doc: str) -> LockInfo:
+    """The lock a :func:`lock_doc` text holds."""
+    return LockInfo(**json.loads(doc))
+
+
+def pass_doc(record: PassRecord) -> str:
+    """The JSON text of an issued pass's record."""
+    return dump_json(asdict(record))
+
+
+def read_pass(doc: str) -> PassRecord:
+    """The pass record a :func:`pass_doc` text holds."""
+    return PassRecord(**json.loads(doc))
 
 
 def new_call(
@@ -376,6 +424,14 @@ def next_effect(
     )
 
 
+def restored_effect(effect: EffectState, record: CallRecord) -> EffectState:
+    """The effect state ``restore_effect`` writes for the call ``record``: ``effect`` as it
+    is, its state name checked and its result as JSON reads it back."""
+    check_effect_state(effect.state)
+    return replace(effect, order_id=record.order_id, ref=record.ref,
+                   result=json_copy(effect.result, f"the result of effect {record.ref!r}"))
+
+
 def held_call(old: dict[str, Any], n: int, ref: str, effect: EffectState | None, *,
               result: dict[str, Any] | None, ended_at: str,
               ) -> tuple[CallRecord, str, EffectState]:
@@ -519,3 +575,25 @@ WEBHOOK_REMOVED = "its webhook was removed"
 def orphaned(note: Notification, at: str) -> Notification:
     """A pending notification as its webhook's removal leaves it: dead, as of ``at``."""
     return replace(note, state="dead", next_at=at, error=WEBHOOK_REMOVED)
+
+
+def read_record(doc: str, state: str, seq: int, updated_at: str, *,
+                reports: Sequence[str] = (), reviews: Sequence[str] = ()) -> OrderRecord:
+    """The record a store that keeps documents as JSON text reads back from its texts."""
+    return OrderRecord(
+        order=WorkOrder.model_validate_json(doc), state=state, seq=seq,
+        reports=tuple(WorkReport.model_validate_json(d) for d in reports),
+        reviews=tuple(Review.model_validate_json(d) for d in reviews),
+        updated_at=updated_at,
+    )
+
+
+def read_track_row(order_id: str, state: str, budget: str, latest: str | None, reworks: int,
+                   accepted_at: str | None, approved_at: str | None) -> TrackRow:
+    """A track row from the fields a store picked out of its documents: ``budget`` is the
+    order's budget as JSON text, ``latest`` the JSON array ``[cost, status]`` of its latest
+    report (None without one)."""
+    cost, status = json.loads(latest) if latest is not None else (None, None)
+    return TrackRow(order_id=order_id, state=state, budget=json.loads(budget), cost=cost,
+                    status=status, reworks=int(reworks), accepted_at=accepted_at,
+                    approved_at=approved_at)

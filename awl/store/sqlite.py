@@ -24,6 +24,12 @@ leave nothing behind).
 
 Documents are kept as JSON text exactly as their models dump them; the columns beside them
 exist only to filter, order and check.
+
+By default SQLite checkpoints the write-ahead log itself, inside whichever commit finds the
+log long (copying pages into the desk file and syncing it: tens of milliseconds added to one
+unlucky write). With ``checkpoint_every`` (the gateway sets it, STO-14) this store's
+connections never do: a background thread of its own runs a passive checkpoint that often,
+which waits for no reader or writer and makes none wait, so no call pays for one.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from awl.documents.errors import AWLError, Conflict
+from awl.documents.errors import AWLError, Conflict, StoreUnavailable
 from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
 from awl.store.files import create_private, make_private
 from awl.store.protocol import (
@@ -49,7 +55,10 @@ from awl.store.protocol import (
     LockInfo,
     Notification,
     OrderRecord,
+    OverBudget,
     PassRecord,
+    Reservation,
+    Reserved,
     Revocation,
     Scope,
     Settlement,
@@ -70,11 +79,13 @@ from awl.store.rules import (
     check_takeover,
     dump_json,
     effect_counts,
+    effect_doc,
     effect_event_kind,
     exceeded_above,
     exceeded_scope,
     held_call,
     json_text,
+    lock_doc,
     may_take,
     new_call,
     new_notifications,
@@ -86,11 +97,18 @@ from awl.store.rules import (
     order_not_found,
     orphaned,
     outcome_conflict,
+    pass_doc,
+    read_effect,
+    read_lock,
+    read_pass,
+    read_record,
+    read_track_row,
     record_order_id,
+    restored_effect,
     seq_conflict,
     stale_order,
+    state_names,
     stored_call,
-    stored_lock,
     timestamp,
     webhook_conflict,
 )
@@ -410,18 +428,38 @@ class _Totals:
     """Their earliest call: its start, as a number and as written."""
 
 
-def _effect_doc(effect: EffectState) -> str:
-    return dump_json(asdict(effect))
+def _passive_checkpoint(conn: sqlite3.Connection) -> tuple[int, int]:
+    row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    return int(row[1]), int(row[2])
 
 
-def _effect_from(doc: str) -> EffectState:
-    data = json.loads(doc)
-    settled = data.pop("settlement")
-    return EffectState(**data, settlement=None if settled is None else Settlement(**settled))
+class _Checkpointer:
+    """A daemon thread running a passive checkpoint every ``every`` seconds on its own
+    connection, until :meth:`stop`."""
 
+    def __init__(self, conn: sqlite3.Connection, every: float) -> None:
+        self._conn = conn
+        self._every = every
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="awl-sqlite-checkpoint",
+                                        daemon=True)
 
-def _lock_from(doc: str) -> LockInfo:
-    return LockInfo(**json.loads(doc))
+    def start(self) -> None:
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stopping.wait(self._every):
+            try:
+                _passive_checkpoint(self._conn)
+            except sqlite3.Error:  # busy or locked now: the next round tries again
+                continue
+
+    def stop(self) -> None:
+        """Stop the thread (a checkpoint under way finishes first) and close its connection."""
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self._conn.close()
 
 
 def _webhook_from(doc: str) -> Webhook:
@@ -443,9 +481,14 @@ class SQLiteStore:
     Args:
         path: The desk file; created (with its schema) if absent.
         timeout: Seconds a write waits for another writer before giving up with Conflict.
+        checkpoint_every: Seconds between passive WAL checkpoints run by a background
+            thread, none of this store's commits then checkpointing; None (the default)
+            leaves checkpoints to SQLite, inside commits. :meth:`close` stops the thread.
 
     Raises:
-        AWLError: The file was written by a newer version of this library.
+        StoreUnavailable: The file cannot be opened as a desk (a missing folder, no
+            permission, not a database), or was written by a newer version of this library;
+            nothing was written.
 
     Example:
         >>> import tempfile, pathlib
@@ -454,7 +497,8 @@ class SQLiteStore:
         []
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0,
+                 checkpoint_every: float | None = None) -> None:
         self.path = Path(path)
         self._timeout = timeout
         self._idle: list[sqlite3.Connection] = []
@@ -462,8 +506,23 @@ class SQLiteStore:
         self._guard = threading.Lock()
         self._closed = False
         self._private_files()
-        with self._connection() as conn:
-            self._migrate(conn)
+        self._checkpointer: _Checkpointer | None = None
+        try:
+            if checkpoint_every is not None:
+                self._checkpointer = _Checkpointer(self._open(durable=True), checkpoint_every)
+            with self._connection() as conn:
+                self._migrate(conn)
+        except sqlite3.Error as exc:
+            self.close()
+            raise StoreUnavailable(
+                f"cannot open the desk {self.path} ({exc}); check that its folder exists, "
+                "that you may write there, and that the file is a desk"
+            ) from None
+        except BaseException:
+            self.close()
+            raise
+        if self._checkpointer is not None:
+            self._checkpointer.start()
 
     def __enter__(self) -> SQLiteStore:
         return self
@@ -493,6 +552,8 @@ class SQLiteStore:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
         conn.execute("PRAGMA foreign_keys = ON")
+        if self._checkpointer is not None:
+            conn.execute("PRAGMA wal_autocheckpoint = 0")  # the checkpointer's job
         return conn
 
     def _take(self, durable: bool) -> sqlite3.Connection:
@@ -565,7 +626,7 @@ class SQLiteStore:
             row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
             version = row[0] or 0
             if version > SCHEMA_VERSION:
-                raise AWLError(
+                raise StoreUnavailable(
                     f"the desk {self.path} has schema version {version}, newer than this "
                     f"awl ({SCHEMA_VERSION}); upgrade agent-work-layer to open it"
                 )
@@ -589,8 +650,17 @@ class SQLiteStore:
             self._closed = True
             idle = [*self._idle, *self._idle_fast]
             self._idle, self._idle_fast = [], []
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
         for conn in idle:
             conn.close()
+
+    def checkpoint(self) -> tuple[int, int]:
+        """Run one passive WAL checkpoint now: ``(frames in the log, frames copied)``.
+
+        Passive: it copies what no reader still needs and waits for nobody."""
+        with self._connection() as conn:
+            return _passive_checkpoint(conn)
 
     @staticmethod
     def _seq(conn: sqlite3.Connection, order_id: str) -> int:
@@ -642,16 +712,10 @@ class SQLiteStore:
                         " ORDER BY order_id, idx", page_params,
                     ):
                         extra.setdefault(oid, {}).setdefault(table, []).append(doc)
-        records = []
-        for oid, doc, state, seq, updated_at in rows:
-            mine = extra.get(oid, {})
-            records.append(OrderRecord(
-                order=WorkOrder.model_validate_json(doc), state=state, seq=seq,
-                reports=tuple(WorkReport.model_validate_json(d) for d in mine.get("reports", ())),
-                reviews=tuple(Review.model_validate_json(d) for d in mine.get("reviews", ())),
-                updated_at=updated_at,
-            ))
-        return records
+        return [read_record(doc, state, seq, updated_at,
+                            reports=extra.get(oid, {}).get("reports", ()),
+                            reviews=extra.get(oid, {}).get("reviews", ()))
+                for oid, doc, state, seq, updated_at in rows]
 
     def append(
         self,
@@ -724,15 +788,7 @@ class SQLiteStore:
                 "   ORDER BY v.idx DESC LIMIT 1)"
                 " FROM orders o WHERE o.worker = ? ORDER BY o.pos DESC", (worker,),
             ).fetchall()
-        out = []
-        for oid, state, budget, latest, reworks, accepted_at, approved_at in rows:
-            cost, status = json.loads(latest) if latest is not None else (None, None)
-            out.append(TrackRow(
-                order_id=oid, state=state, budget=json.loads(budget), cost=cost,
-                status=status, reworks=reworks, accepted_at=accepted_at,
-                approved_at=approved_at,
-            ))
-        return out
+        return [read_track_row(*row) for row in rows]
 
     def list_orders(
         self,
@@ -747,8 +803,8 @@ class SQLiteStore:
         """Orders matching every filter given, most recently created first."""
         clauses: list[str] = []
         params: list[Any] = []
-        if state is not None:
-            states = [state] if isinstance(state, str) else list(state)
+        states = state_names(state)
+        if states is not None:
             if not states:
                 return []
             clauses.append(f"state IN ({','.join('?' * len(states))})")
@@ -838,7 +894,7 @@ class SQLiteStore:
         started_at: str,
         scopes: Sequence[Scope],
         seq: int | None = None,
-    ) -> CallRecord | str:
+    ) -> Reservation:
         """Atomically number and record a call that counts, or name the scope it exceeds."""
         with self._write(durable=False) as conn:
             totals = self._totals(conn, order_id, seq)
@@ -853,14 +909,14 @@ class SQLiteStore:
             above = [] if totals.parent_id is None else self._above(conn, order_id)
             over = over or exceeded_above(above, usd)
             if over is not None:
-                return over
+                return OverBudget(over)
             record, doc = new_call(
                 order_id, totals.last_n + 1, attempt=attempt, tool=tool, arguments=arguments,
                 pass_jti=pass_jti, started_at=started_at,
             )
             self._insert_call(conn, record, doc, totals, counted=True, usd=usd,
                               above=[a[0] for a in above])
-            return record
+            return Reserved(record)
 
     def record_call(self, record_fields: dict[str, Any]) -> CallRecord:
         """Number and store a call that does not count (a refusal)."""
@@ -938,6 +994,15 @@ class SQLiteStore:
             ).fetchall()
         return [CallRecord.model_validate_json(doc) for (doc,) in rows]
 
+    def charges(self, order_id: str) -> list[float | None]:
+        """What each call counts against the budget, by N (None: it does not count)."""
+        with self._read() as conn:
+            self._seq(conn, order_id)
+            rows = conn.execute(
+                "SELECT counted, usd FROM calls WHERE order_id = ? ORDER BY n", (order_id,)
+            ).fetchall()
+        return [float(usd) if counted else None for counted, usd in rows]
+
     def usage(self, order_id: str, jtis: frozenset[str] | None = None) -> Usage:
         """Counted calls and USD so far (for the calls under ``jtis`` if given)."""
         with self._read() as conn:
@@ -967,7 +1032,7 @@ class SQLiteStore:
             rows = conn.execute(
                 "SELECT doc FROM effects WHERE order_id = ? ORDER BY n", (order_id,)
             ).fetchall()
-        return [_effect_from(doc) for (doc,) in rows]
+        return [read_effect(doc) for (doc,) in rows]
 
     def hold_call(
         self, order_id: str, ref: str, *, result: dict[str, Any] | None, ended_at: str,
@@ -982,7 +1047,7 @@ class SQLiteStore:
             conn.execute("UPDATE calls SET doc = ? WHERE order_id = ? AND n = ?",
                          (doc, order_id, n))
             conn.execute("INSERT INTO effects (order_id, n, doc) VALUES (?, ?, ?)",
-                         (order_id, n, _effect_doc(effect)))
+                         (order_id, n, effect_doc(effect)))
             return effect
 
     @staticmethod
@@ -990,7 +1055,7 @@ class SQLiteStore:
         row = conn.execute(
             "SELECT doc FROM effects WHERE order_id = ? AND n = ?", (order_id, n)
         ).fetchone()
-        return None if row is None else _effect_from(row[0])
+        return None if row is None else read_effect(row[0])
 
     def set_effect(
         self, order_id: str, ref: str, *, expect: Sequence[str] | None, state: str,
@@ -1014,7 +1079,7 @@ class SQLiteStore:
             )
             conn.execute(
                 "INSERT OR REPLACE INTO effects (order_id, n, doc) VALUES (?, ?, ?)",
-                (order_id, n, _effect_doc(new)),
+                (order_id, n, effect_doc(new)),
             )
             self._notify(conn, effect_event_kind(old, new), order_id, at,
                          lambda kind, order, counts: notification_payload(
@@ -1053,17 +1118,27 @@ class SQLiteStore:
                 (note.id, note.webhook_id, order_id, note.state, timestamp(note.next_at),
                  dump_json(asdict(note))))
 
+    def restore_effect(self, effect: EffectState) -> None:
+        """Store ``effect`` exactly as given (a copy of a desk), replacing any state."""
+        with self._write() as conn:
+            n, data = self._call_data(conn, effect.order_id, effect.ref)
+            new = restored_effect(effect, CallRecord.model_validate(data))
+            conn.execute(
+                "INSERT OR REPLACE INTO effects (order_id, n, doc) VALUES (?, ?, ?)",
+                (effect.order_id, n, effect_doc(new)),
+            )
+
     # Locks ----------------------------------------------------------------------------
     def acquire_lock(self, info: LockInfo, *, replace: LockInfo | None = None) -> bool:
         """Take the named lock if free, or if it is still exactly ``replace``."""
         check_takeover(info, replace)
         with self._write() as conn:
             row = conn.execute("SELECT doc FROM locks WHERE name = ?", (info.name,)).fetchone()
-            if not may_take(None if row is None else _lock_from(row[0]), replace):
+            if not may_take(None if row is None else read_lock(row[0]), replace):
                 return False
             conn.execute(
                 "INSERT OR REPLACE INTO locks (name, doc) VALUES (?, ?)",
-                (info.name, dump_json(asdict(stored_lock(info)))),
+                (info.name, lock_doc(info)),
             )
             return True
 
@@ -1071,13 +1146,13 @@ class SQLiteStore:
         """The current holder of the named lock, if any."""
         with self._read() as conn:
             row = conn.execute("SELECT doc FROM locks WHERE name = ?", (name,)).fetchone()
-        return None if row is None else _lock_from(row[0])
+        return None if row is None else read_lock(row[0])
 
     def release_lock(self, name: str, holder: str) -> None:
         """Release the lock if ``holder`` holds it."""
         with self._write() as conn:
             row = conn.execute("SELECT doc FROM locks WHERE name = ?", (name,)).fetchone()
-            if row is not None and _lock_from(row[0]).holder == holder:
+            if row is not None and read_lock(row[0]).holder == holder:
                 conn.execute("DELETE FROM locks WHERE name = ?", (name,))
 
     # Passes and tokens -------------------------------------------------------------------
@@ -1097,7 +1172,7 @@ class SQLiteStore:
     def revocations(self) -> dict[str, Revocation]:
         """Every revoked jti with its reason and time."""
         with self._read() as conn:
-            rows = conn.execute("SELECT jti, reason, at FROM revocations").fetchall()
+            rows = conn.execute("SELECT jti, reason, at FROM revocations ORDER BY rowid").fetchall()
         return {jti: Revocation(reason=reason, at=at) for jti, reason, at in rows}
 
     def save_pass(self, record: PassRecord) -> None:
@@ -1106,7 +1181,7 @@ class SQLiteStore:
             conn.execute(
                 "INSERT INTO passes (jti, order_id, doc) VALUES (?, ?, ?)"
                 " ON CONFLICT (jti) DO UPDATE SET order_id = excluded.order_id,"
-                " doc = excluded.doc", (record.jti, record.order_id, dump_json(asdict(record))),
+                " doc = excluded.doc", (record.jti, record.order_id, pass_doc(record)),
             )
 
     def passes(self, order_id: str) -> list[PassRecord]:
@@ -1115,7 +1190,7 @@ class SQLiteStore:
             rows = conn.execute(
                 "SELECT doc FROM passes WHERE order_id = ? ORDER BY pos", (order_id,)
             ).fetchall()
-        return [PassRecord(**json.loads(row[0])) for row in rows]
+        return [read_pass(row[0]) for row in rows]
 
     def save_token(self, token_hash: str, principal: str, *, created_at: str) -> None:
         """Remember a desk access token by its hash."""

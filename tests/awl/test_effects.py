@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from awl.desk import Desk
-from awl.desk.effects import held_calls, list_effects, settle
+from awl.desk.effects import held_calls, list_effects
+from awl.desk.settlement import settle
 from awl.documents.errors import InvalidTransition
 from awl.store.memory import MemoryStore
 from tests.awl.server_support import MANAGER, WORKER, forward_call, hold_call, order_fields

@@ -8,14 +8,14 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from awl.desk.desk import Desk
-from awl.desk.notify import Deliverer
+from awl.desk.notify import Deliverer, webhook_store
 from awl.documents.errors import BadRequest, NotFound
-from awl.store.protocol import Notification
+from awl.store.protocol import Notification, Store
 from awl.store.sqlite import SQLiteStore
 from tests.awl.desk_support import MANAGER, WORKER, order_fields, report_fields
 from tests.awl.hook_support import HANG, DeadReceiver, Receiver
@@ -110,7 +110,7 @@ def test_every_order_event_arrives_signed_with_its_secret(desk: Desk) -> None:
         late = desk.create(order_fields(deadline=soon(hours=1 / 3600)), MANAGER)
         while desk.get(late.id).state != "expired":  # reading it expires it, once past
             time.sleep(0.05)
-        deliverer = Deliverer(desk.store, public_url="https://desk.example/")
+        deliverer = Deliverer(webhook_store(desk.store), public_url="https://desk.example/")
         notes = deliver_all(deliverer, desk)
         got = receiver.wait_for(3)
     assert {n.webhook_id for n in notes} == {webhook.id}
@@ -145,7 +145,7 @@ def test_two_failures_then_success_is_delivered_once_with_both_failures_logged(
     with Receiver(500, 503, 200) as receiver:
         desk.add_webhook(receiver.url, "submitted")
         desk.report(working(desk), WORKER, report_fields())
-        deliverer = Deliverer(desk.store, backoff=0.05)
+        deliverer = Deliverer(webhook_store(desk.store), backoff=0.05)
         [note] = deliver_all(deliverer, desk)
         for _ in range(3):
             deliverer.deliver_due()
@@ -165,7 +165,7 @@ def test_retries_back_off_with_jitter_and_stop_at_the_window(desk: Desk) -> None
     with Receiver(500) as receiver:
         desk.add_webhook(receiver.url, "submitted")
         desk.report(working(desk), WORKER, report_fields())
-        deliverer = Deliverer(desk.store, backoff=0.1, retry_for=1.0)
+        deliverer = Deliverer(webhook_store(desk.store), backoff=0.1, retry_for=1.0)
         [note] = deliver_all(deliverer, desk, timeout=5)
     assert note.state == "dead"
     assert note.error is not None and note.error.startswith("not delivered within 1 s")
@@ -183,7 +183,7 @@ def test_a_receiver_that_never_answers_times_out_and_is_retried(desk: Desk) -> N
     with DeadReceiver() as dead:
         desk.add_webhook(dead.url, "submitted")
         desk.report(working(desk), WORKER, report_fields())
-        deliverer = Deliverer(desk.store, timeout=0.3, backoff=60)
+        deliverer = Deliverer(webhook_store(desk.store), timeout=0.3, backoff=60)
         started = time.monotonic()
         assert deliverer.deliver_due() == 1
         assert time.monotonic() - started < 2
@@ -199,7 +199,7 @@ def test_a_dead_receiver_never_slows_the_desk(desk: Desk) -> None:
     with DeadReceiver() as dead:
         for _ in range(3):
             desk.add_webhook(dead.url, "submitted,blocked")
-        with Deliverer(desk.store, timeout=30, poll=0.01, workers=2):
+        with Deliverer(webhook_store(desk.store), timeout=30, poll=0.01, workers=2):
             started = time.monotonic()
             for _ in range(5):
                 desk.report(working(desk), WORKER, report_fields())
@@ -214,7 +214,7 @@ def test_the_running_deliverer_keeps_others_going_past_a_dead_receiver(desk: Des
     with DeadReceiver() as dead, Receiver() as live:
         desk.add_webhook(dead.url, "submitted")
         desk.add_webhook(live.url, "submitted")
-        with Deliverer(desk.store, timeout=30, poll=0.02, workers=2):
+        with Deliverer(webhook_store(desk.store), timeout=30, poll=0.02, workers=2):
             desk.report(working(desk), WORKER, report_fields())
             [request] = live.wait_for(1)
     assert request.json()["type"] == "order.submitted"
@@ -226,7 +226,7 @@ def test_a_removed_webhook_is_never_sent_its_pending_notifications(desk: Desk) -
         webhook = desk.add_webhook(receiver.url, "submitted")
         desk.report(working(desk), WORKER, report_fields())
         desk.remove_webhook(webhook.id)
-        assert Deliverer(desk.store).deliver_due() == 0
+        assert Deliverer(webhook_store(desk.store)).deliver_due() == 0
         assert receiver.received == []
     [note] = desk.notifications()
     assert (note.state, note.error) == ("dead", "its webhook was removed")
@@ -239,7 +239,7 @@ def test_stopping_never_waits_for_a_receiver(desk: Desk) -> None:
         desk.add_webhook(dead.url, "submitted")
         desk.report(working(desk), WORKER, report_fields())
         [before] = desk.notifications()
-        deliverer = Deliverer(desk.store, timeout=30, poll=0.01, workers=1).start()
+        deliverer = Deliverer(webhook_store(desk.store), timeout=30, poll=0.01, workers=1).start()
         while desk.notifications()[0].next_at == before.next_at:  # claimed: lease set
             time.sleep(0.01)
         started = time.monotonic()
@@ -247,3 +247,12 @@ def test_stopping_never_waits_for_a_receiver(desk: Desk) -> None:
         assert time.monotonic() - started < 5 and not deliverer.alive  # the POST waits 30 s
     [note] = desk.notifications()
     assert (note.state, note.attempts) == ("pending", ())
+
+
+def test_a_store_that_keeps_no_webhooks_refuses_them_in_one_line() -> None:
+    """WebhookStore is optional (PostgreSQL has none yet): asking such a store is one line."""
+    class Bare:
+        pass
+
+    with pytest.raises(BadRequest, match="keeps no webhooks yet; use a SQLite desk"):
+        webhook_store(cast(Store, Bare()))

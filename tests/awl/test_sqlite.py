@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -16,8 +17,9 @@ import pytest
 from awl.documents.errors import AWLError
 from awl.documents.models import CallRecord, Event, WorkOrder
 from awl.store.memory import MemoryStore
-from awl.store.protocol import Scope, Store
+from awl.store.protocol import OverBudget, Reserved, Scope, Store
 from awl.store.sqlite import MIGRATIONS, SCHEMA_VERSION, SQLiteStore
+from tests.awl.desk_support import newer_desk, reserved
 
 T0 = "2030-01-01T00:00:00Z"
 
@@ -91,9 +93,8 @@ def test_call_records_skip_the_fsync_and_other_writes_stay_durable(
     with SQLiteStore(tmp_path / "desk.sqlite3") as store:
         _create(store, "o1")
         with _synchronous_of_each_connection(store) as seen:
-            record = store.reserve_call("o1", attempt=1, tool="s/t", arguments={},
-                                        pass_jti=None, usd=0.0, started_at=T0, scopes=())
-            assert not isinstance(record, str)
+            record = reserved(store.reserve_call("o1", attempt=1, tool="s/t", arguments={},
+                                        pass_jti=None, usd=0.0, started_at=T0, scopes=()))
             store.finish_call("o1", record.ref, outcome="ok", result=None, error=None,
                               ended_at=T0)
         assert seen == [1, 1]  # 1 is NORMAL
@@ -106,9 +107,8 @@ def test_a_hold_is_one_durable_write(tmp_path: Path) -> None:
     """hold_call writes the outcome and the effect in one transaction on a FULL connection."""
     with SQLiteStore(tmp_path / "desk.sqlite3") as store:
         _create(store, "o1")
-        record = store.reserve_call("o1", attempt=1, tool="s/t", arguments={}, pass_jti=None,
-                                    usd=0.0, started_at=T0, scopes=())
-        assert not isinstance(record, str)
+        record = reserved(store.reserve_call("o1", attempt=1, tool="s/t", arguments={},
+                                             pass_jti=None, usd=0.0, started_at=T0, scopes=()))
         with _synchronous_of_each_connection(store) as seen:
             store.hold_call("o1", record.ref, result=None, ended_at=T0)
         assert seen == [2]  # one connection, FULL
@@ -124,9 +124,8 @@ def test_a_schema_5_desk_gets_an_effect_for_every_held_call(tmp_path: Path) -> N
         _create(store, "o1")
         refs = []
         for n in range(3):
-            made = store.reserve_call("o1", attempt=1 + n % 2, tool="s/t", arguments={},
-                                      pass_jti=None, usd=0.0, started_at=T0, scopes=())
-            assert not isinstance(made, str)
+            made = reserved(store.reserve_call("o1", attempt=1 + n % 2, tool="s/t", arguments={},
+                                      pass_jti=None, usd=0.0, started_at=T0, scopes=()))
             refs.append(made.ref)
         lost = store.hold_call("o1", refs[0], result={"content": []},
                                ended_at="2030-01-01T00:00:07Z")
@@ -144,11 +143,7 @@ def test_a_schema_5_desk_gets_an_effect_for_every_held_call(tmp_path: Path) -> N
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     """A desk written by a newer version is refused with a clear error, not changed."""
     path = tmp_path / "desk.sqlite3"
-    SQLiteStore(path).close()
-    conn = sqlite3.connect(path)
-    conn.execute("INSERT INTO awl_schema (version) VALUES (?)", (SCHEMA_VERSION + 1,))
-    conn.commit()
-    conn.close()
+    newer_desk(path)
     with pytest.raises(AWLError, match="newer"):
         SQLiteStore(path)
 
@@ -235,12 +230,13 @@ def test_a_schema_2_desk_gets_its_call_totals_backfilled(tmp_path: Path) -> None
             2, 0.375, "2030-01-01T01:00:00+01:00")
         p2 = store.usage("o1", frozenset({"p2"}))
         assert (p2.tool_calls, p2.usd, p2.first_call_at) == (0, 0.0, "2029-12-31T23:30:00+00:00")
-        assert store.reserve_call("o1", attempt=1, tool="s/t", arguments={}, pass_jti="p1",
-                                  usd=0.0, started_at=T0,
-                                  scopes=[Scope(jtis=frozenset({"p1"}), max_calls=2)]) == "order"
+        refused = store.reserve_call("o1", attempt=1, tool="s/t", arguments={}, pass_jti="p1",
+                                     usd=0.0, started_at=T0,
+                                     scopes=[Scope(jtis=frozenset({"p1"}), max_calls=2)])
+        assert refused == OverBudget("order")
         made = store.reserve_call("o1", attempt=1, tool="s/t", arguments={}, pass_jti="p1",
                                   usd=0.0, started_at=T0, scopes=[Scope(None, max_calls=4)])
-        assert not isinstance(made, str) and made.ref == "s/t#5"
+        assert isinstance(made, Reserved) and made.record.ref == "s/t#5"
 
 
 def test_running_totals_agree_with_the_memory_store(tmp_path: Path) -> None:
@@ -268,7 +264,7 @@ def test_running_totals_agree_with_the_memory_store(tmp_path: Path) -> None:
                     made: Any = store.reserve_call(
                         "o1", attempt=1, tool="s/t", arguments={"i": len(pending)},
                         pass_jti=jti, usd=usd, started_at=at, scopes=scopes)
-                    got.append(made if isinstance(made, str) else made.ref)
+                    got.append(made.scope if isinstance(made, OverBudget) else made.record.ref)
                 elif step < 0.8 or not pending:
                     got.append(store.record_call({
                         "order_id": "o1", "attempt": 1, "tool": "s/t", "arguments": {},
@@ -330,5 +326,72 @@ def test_a_schema_4_desk_gets_its_sub_orders_charges_backfilled(tmp_path: Path) 
         for expected in ("s/t#4", "s/t#5", f"order {child.id}"):
             made = store.reserve_call(deep.id, attempt=1, tool="s/t", arguments={},
                                       pass_jti=None, usd=0.0, started_at=T0, scopes=[])
-            assert (made if isinstance(made, str) else made.ref) == expected
+            assert (made.scope if isinstance(made, OverBudget) else made.record.ref) == expected
         assert store.usage(root.id).tool_calls == 5
+
+
+
+def _wal_frames(path: Path) -> int:
+    """How many frames the log file holds, from its size (a 32-byte header, then frames of
+    a 24-byte header and a page); reading it checkpoints nothing."""
+    wal = path.with_name(path.name + "-wal")
+    size = wal.stat().st_size if wal.exists() else 0
+    return max(size - 32, 0) // (4096 + 24)
+
+
+def _unsaved_pages(path: Path) -> int:
+    """Pages of the database that are only in the log so far (no checkpoint copied them)."""
+    conn = sqlite3.connect(path)
+    try:
+        pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
+        return pages - path.stat().st_size // 4096
+    finally:
+        conn.close()
+
+
+@pytest.mark.spec("GW-18")
+def test_with_a_background_checkpointer_no_commit_checkpoints(tmp_path: Path) -> None:
+    """SQLite checkpoints inside the commit that finds the log past 1000 pages, and the log
+    then starts over; a store with ``checkpoint_every`` leaves it growing for its thread."""
+    path = tmp_path / "desk.sqlite3"
+    with SQLiteStore(path, checkpoint_every=3600) as store:
+        made = 0
+        while _wal_frames(path) <= 1200:
+            _create(store, f"o{made}")
+            made += 1
+        assert _unsaved_pages(path) > 0
+        frames, copied = store.checkpoint()
+        assert frames == copied > 1200
+        assert _unsaved_pages(path) == 0
+    other = tmp_path / "auto.sqlite3"
+    with SQLiteStore(other) as store:  # the default: commits checkpoint
+        for i in range(made):
+            _create(store, f"o{i}")
+    assert _wal_frames(other) < 1100
+
+
+@pytest.mark.spec("GW-18")
+def test_the_background_checkpointer_runs_and_a_held_reader_delays_no_write(
+        tmp_path: Path) -> None:
+    path = tmp_path / "desk.sqlite3"
+    with SQLiteStore(path, checkpoint_every=0.05) as store:
+        _create(store, "o0")
+        reader = sqlite3.connect(path)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM orders").fetchone()  # holds its snapshot
+        try:
+            start = time.monotonic()
+            for i in range(1, 40):
+                _create(store, f"o{i}")
+            assert time.monotonic() - start < 20  # no write waited on the held reader
+            time.sleep(0.3)  # checkpoints ran meanwhile, and could not copy past the reader
+            assert _unsaved_pages(path) > 0
+        finally:
+            reader.rollback()
+            reader.close()
+        deadline = time.monotonic() + 10
+        while _unsaved_pages(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _unsaved_pages(path) == 0  # the thread copied the log once it could
+        assert [t.name for t in threading.enumerate()].count("awl-sqlite-checkpoint") == 1
+    assert "awl-sqlite-checkpoint" not in [t.name for t in threading.enumerate()]

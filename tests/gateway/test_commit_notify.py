@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from awl.desk.notify import Deliverer
+from awl.desk.notify import Deliverer, webhook_store
 from gateway._commit import commit_sync
 from gateway._config import load_config
 from tests.awl.hook_support import Receiver
@@ -38,7 +38,7 @@ def test_a_commit_notifies_committed_failed_and_unknown(tmp_path: Path) -> None:
         assert receiver.received == []
         notes = setup.desk.notifications()
         assert sorted(n.event for n in notes) == ["committed", "failed", "unknown"]
-        deliverer = Deliverer(setup.store)
+        deliverer = Deliverer(webhook_store(setup.store))
         while deliverer.deliver_due():
             pass
         got = receiver.wait_for(3)

@@ -144,12 +144,13 @@ def gateway_name(store: str, stores: tuple[str, ...]) -> str:
     return "gateway" if stores == ("sqlite",) else f"gateway ({store})"
 
 
-def _working_order(url: str, calls: int) -> str:
-    """A fresh desk with one working order allowed to call the outbox server."""
+def _working_order(home: Path, calls: int, url: str | None = None) -> str:
+    """A fresh desk (the store ``url`` names, else the home's SQLite desk) with one working
+    order allowed to call the outbox server."""
     from awl.desk import Desk
     from awl.store.urls import open_store
 
-    with closing(open_store(url)) as store:
+    with closing(open_store(url or home / "desk.sqlite3")) as store:
         desk = Desk(store)
         deadline = datetime.now(UTC) + timedelta(hours=1)
         view = desk.create({
@@ -181,7 +182,7 @@ async def run(calls: int, callers: int, per_caller: int,
         gateways: list[tuple[str, StdioServerParameters, str]] = []
         for store in stores.names:
             url = fresh.enter_context(stores.fresh(store, home, "desk"))  # home/desk.sqlite3
-            order_id = _working_order(url, calls + callers * per_caller)
+            order_id = _working_order(home, calls + callers * per_caller, url)
             gateways.append((gateway_name(store, stores.names), StdioServerParameters(
                 command=sys.executable,
                 args=["-m", "awl", "gateway", "--order", order_id, "--config", str(config),

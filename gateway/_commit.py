@@ -363,9 +363,7 @@ def _error_text(result: types.CallToolResult, limit: int = 300) -> str:
 
 
 def _report_attempt(record: OrderRecord, report: WorkReport) -> int:
-    if report.attempt is not None:
-        return report.attempt
-    return 1 + sum(1 for r in record.reviews if r.decision == "rework")
+    return report.attempt if report.attempt is not None else record.attempt
 
 
 def _pause_if_asked(ref: str) -> None:

@@ -184,11 +184,6 @@ def held_note(tool: str, order: WorkOrder) -> str:
             "effects; if the work needs this tool, say so in your report.")
 
 
-def attempt_of(record: OrderRecord) -> int:
-    """The report attempt in progress: 1 + the reworks so far."""
-    return 1 + sum(1 for r in record.reviews if r.decision == "rework")
-
-
 @dataclass(frozen=True, slots=True)
 class _Admission:
     """What the store-side half of a call decided, and the record it wrote (as reserved)."""
@@ -767,7 +762,7 @@ class Gateway:
                 started: str, unavailable: str | None = None) -> _Admission:
         """:meth:`_admit` on the order as of ``record`` at ``now`` (written as ``started``);
         Conflict if it is stale."""
-        attempt = attempt_of(record)
+        attempt = record.attempt
         authority = self.verify(token)
         verified = authority.verified
         # A pass that did not verify names no one: its claims are not recorded.

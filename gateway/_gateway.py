@@ -64,7 +64,7 @@ from awl.documents.limits import check_json_value
 from awl.documents.models import CallRecord, WorkOrder
 from awl.documents.patterns import matches_any, parse_ref
 from awl.mcp.transport import identity_of
-from awl.passes.passes import DEFAULT_AUDIENCE, VerifiedPass, verify_pass
+from awl.passes.passes import DEFAULT_AUDIENCE, VerifiedPass, pass_scopes, verify_pass
 from awl.store.protocol import OrderRecord, Scope, Store
 from awl.store.rules import stale_order
 from gateway._config import GatewayConfig
@@ -701,34 +701,15 @@ class Gateway:
         return _Admission(decision, record, _text_result(decision.text, error=True))
 
     def _scopes(self, verified: VerifiedPass | None) -> list[Scope]:
-        """The budget scopes of a call: the order's, then each pass link's that sets limits.
-
-        A link's spending is every call made under it or under a pass derived from it (as
-        far as the store's pass records and the caller's own chain tell)."""
+        """The budget scopes of a call: the order's, then one per link of its pass chain
+        (:func:`awl.passes.passes.pass_scopes`)."""
         if self._order_scope is None:
             budget = self.order.budget
             self._order_scope = Scope(None, max_calls=budget.tool_calls, max_usd=budget.usd,
                                       name="order")
-        scopes = [self._order_scope]
         if verified is None:
-            return scopes
-        children: dict[str, list[str]] = {}
-        for saved in self.store.passes(self.order_id):
-            if saved.parent_jti is not None:
-                children.setdefault(saved.parent_jti, []).append(saved.jti)
-        for i, link in enumerate(verified.chain):
-            found: set[str] = set(verified.jtis[i:])
-            todo, seen = [link.jti], set()
-            while todo:
-                current = todo.pop()
-                if current not in seen:
-                    seen.add(current)
-                    found.add(current)
-                    todo.extend(children.get(current, ()))
-            units = link.grant.budget
-            scopes.append(Scope(frozenset(found), max_calls=units.tool_calls, max_usd=units.usd,
-                                name=f"pass {link.jti}"))
-        return scopes
+            return [self._order_scope]
+        return [self._order_scope, *pass_scopes(self.store, verified)]
 
     def _admit(self, name: str, canonical: str | None, arguments: dict[str, Any],
                token: str | None, unavailable: str | None = None) -> _Admission:

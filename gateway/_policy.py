@@ -18,6 +18,7 @@ from awl.desk.lineage import staging_ancestor
 from awl.documents.models import Grant, WorkOrder, parse_time
 from awl.documents.patterns import is_tool_name, matches_any
 from awl.store.protocol import Scope, Usage
+from awl.store.rules import over_limit
 
 AWL_FORBIDDEN = "AWL_FORBIDDEN"
 """The tool is not exposed, or neither the order nor the pass allows it."""
@@ -114,11 +115,11 @@ def _budget_problem(
     now: datetime,
     usd: float,
 ) -> str | None:
-    calls = limits.get("tool_calls")
-    if calls is not None and usage.tool_calls + 1 > calls:
+    calls, money = limits.get("tool_calls"), limits.get("usd")
+    over = over_limit(usage.tool_calls, usage.usd, usd, max_calls=calls, max_usd=money)
+    if over == "tool_calls":
         return f"{who} has used {usage.tool_calls} of {calls:g} tool_calls"
-    money = limits.get("usd")
-    if money is not None and usage.usd + usd > money + 1e-9:
+    if over == "usd":
         return (f"{who} has spent {usage.usd:g} of {money:g} usd and this call costs {usd:g}")
     seconds = limits.get("seconds")
     if seconds is not None:

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from awl.documents.models import Budget, CallRecord, Grant, WorkOrder
-from awl.store.protocol import Usage
+from awl.store.protocol import Scope, Usage
+from awl.store.rules import exceeded_scope
 from gateway._policy import (
     AWL_BUDGET_EXHAUSTED,
     AWL_EXPIRED,
@@ -103,6 +104,18 @@ def test_budget_allows_up_to_the_limit() -> None:
     assert _decide(usage=Usage(tool_calls=9)).action == "forward"
     assert _decide(usage=Usage(usd=0.8), usd=0.2).action == "forward"
     assert _decide(usage=Usage(first_call_at="2026-11-01T11:51:00Z")).action == "forward"
+
+
+@pytest.mark.spec("GW-5")
+def test_the_gateway_and_the_store_share_one_usd_tolerance() -> None:
+    """A float sum a hair above the limit (0.1 + 0.1 + 0.1 > 0.3) fits in both the gateway's
+    decision and the store's reservation; a real overrun is refused by both."""
+    order = _order(budget={"usd": 0.3})
+    for used, usd, fits in [(0.1 + 0.1, 0.1, True), (0.3, 1e-10, True), (0.3, 1e-8, False),
+                            (0.2, 0.2, False)]:
+        decided = _decide(order=order, usage=Usage(usd=used), usd=usd).action
+        reserved = exceeded_scope([Scope(None, max_usd=0.3)], lambda _, spent=used: (0, spent), usd)
+        assert (decided == "forward", reserved is None) == (fits, fits), (used, usd)
 
 
 @pytest.mark.spec("GW-4")

@@ -88,14 +88,14 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import partial
 from typing import Any, Protocol
 
 import anyio
 import mcp_types as types
 
-from awl.desk.desk import Clock, Desk, format_time
+from awl.desk.desk import Clock, Desk
 from awl.desk.effects import (
     EffectView,
     drop_held,
@@ -111,7 +111,14 @@ from awl.desk.effects import record_event as _log
 from awl.desk.lineage import ancestors, staging_ancestor
 from awl.documents.checks import json_equal
 from awl.documents.errors import BadRequest, Conflict, InvalidTransition, NotFound
-from awl.documents.models import CallRecord, WorkOrder, WorkReport, parse_time
+from awl.documents.models import (
+    CallRecord,
+    WorkOrder,
+    WorkReport,
+    format_time,
+    parse_time,
+    utc_now,
+)
 from awl.documents.patterns import canonical_ref, matches_any, parse_ref
 from awl.store.protocol import EffectState, OrderRecord, Revocation, Store
 from gateway._lock import DEFAULT_LEASE, EXIT_LOCKED, LockBusy, LockLost, OrderLock
@@ -267,10 +274,6 @@ class CommitSummary:
 
 
 # --------------------------------------------------------------------------- helpers
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
 
 def _stamp(clock: Clock) -> str:
     return format_time(clock())
@@ -783,7 +786,7 @@ async def commit(
         InvalidTransition: The order is not approved.
         Conflict: Another live process is committing the order.
     """
-    clock = now or _utc_now
+    clock = now or utc_now
     desk = desk or Desk(store, clock=clock, conflict_retries=5)
     store.load(order_id)  # NotFound before taking any lock
     lock = OrderLock(store, lock_name(order_id), lease=lease, wait=lock_wait,
@@ -841,7 +844,7 @@ def drop_attempt(order_id: str, attempt: int, *, store: Store, desk: Desk | None
     ``drop`` event lists them. Calls already past ``held`` are left alone. Returns the refs
     dropped.
     """
-    clock = now or _utc_now
+    clock = now or utc_now
     desk = desk or Desk(store, clock=clock, conflict_retries=5)
     why = reason or f"attempt {attempt} was sent back for rework"
     calls = held_calls(store, order_id, attempts={attempt})
@@ -879,7 +882,7 @@ async def retry(
             happened, or the order no longer gives the authority to send it.
         Conflict: Another live process is committing the order.
     """
-    clock = now or _utc_now
+    clock = now or utc_now
     desk = desk or Desk(store, clock=clock, conflict_retries=5)
     record = store.load(order_id)
     manager_only(record.order, by, "retry")

@@ -43,7 +43,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 import anyio
@@ -56,12 +56,12 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
-from awl.desk.desk import Desk, format_time
+from awl.desk.desk import Desk
 from awl.desk.lineage import ancestors, staging_ancestor
 from awl.documents.errors import Conflict, DocumentError, PassError
 from awl.documents.lifecycle import TERMINAL
 from awl.documents.limits import check_json_value
-from awl.documents.models import CallRecord, WorkOrder
+from awl.documents.models import CallRecord, WorkOrder, format_time, utc_now
 from awl.documents.patterns import matches_any, parse_ref
 from awl.mcp.transport import identity_of
 from awl.passes.passes import DEFAULT_AUDIENCE, VerifiedPass, pass_scopes, verify_pass
@@ -128,10 +128,6 @@ AWL_CANCELLED = "AWL_CANCELLED"
 
 Clock = Callable[[], datetime]
 _T = TypeVar("_T")
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 class _Server(Server[Any]):
@@ -263,7 +259,7 @@ class Gateway:
         self.audience = audience
         self._pass_token = pass_token
         self._jwks = jwks
-        self._clock: Clock = clock or _utc_now
+        self._clock: Clock = clock or utc_now
         self._tools: Mapping[str, types.Tool] = {}
         self._known_facts: dict[str, tuple[float, bool, bool | None]] = {}
         self._schemas = OutputSchemas()

@@ -9,12 +9,12 @@ import re
 import sys
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 from awl.desk.home import default_store, home_dir
 from awl.documents.errors import BadRequest, PassError
 from awl.documents.limits import INT64_MAX, check_epoch, show_value
+from awl.documents.models import format_epoch
 from awl.passes.passes import (
     DEFAULT_AUDIENCE,
     KeyStore,
@@ -189,7 +189,7 @@ def _when(value: Any) -> str:
     epoch = _epoch(value)
     if epoch is None:
         return f"{show_value(value)} (not a time)"
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_epoch(epoch)
 
 
 def _names(value: Any) -> str:

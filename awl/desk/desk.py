@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 import anyio
@@ -54,7 +54,16 @@ from awl.documents.errors import (
 from awl.documents.findings import Finding
 from awl.documents.lifecycle import ACTIVE, DESK_ACTOR, NOTE_ACTIONS, TABLE, TERMINAL, Role, targets
 from awl.documents.limits import check_integer
-from awl.documents.models import Event, Handoff, Review, WorkOrder, WorkReport, parse_time
+from awl.documents.models import (
+    Event,
+    Handoff,
+    Review,
+    WorkOrder,
+    WorkReport,
+    format_time,
+    parse_time,
+    utc_now,
+)
 from awl.documents.patterns import parse_ref
 from awl.store.protocol import OrderRecord, Store
 
@@ -83,15 +92,6 @@ _ROLE_NAMES: dict[Role, str] = {
     "worker": "worker", "manager": "manager",
     "answerer": "manager or escalation contact", "desk": "desk",
 }
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-def format_time(moment: datetime) -> str:
-    """An aware datetime as the RFC 3339 UTC text the desk writes (milliseconds, ``Z``)."""
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def new_order_id() -> str:
@@ -335,7 +335,7 @@ class Desk:
             from awl.desk.home import default_store
             store = default_store()
         self.store: Store = store
-        self._clock: Clock = clock or _utc_now
+        self._clock: Clock = clock or utc_now
         self._retries = max(0, conflict_retries)
         self._poll = poll_interval
         self._max_poll = max(poll_interval, max_poll_interval)

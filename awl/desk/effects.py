@@ -27,12 +27,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from functools import partial
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from awl.documents.errors import BadRequest, Conflict, Forbidden, InvalidTransition, NotFound
-from awl.documents.models import CallRecord, Event, WorkOrder
+from awl.documents.models import CallRecord, Event, WorkOrder, format_time, utc_now
 from awl.documents.patterns import canonical_ref
 from awl.store.protocol import EffectState, Settlement, Store
 
@@ -286,13 +285,13 @@ def settle(order_id: str, ref: str, verdict: Verdict, evidence: str, by: str, *,
         NotFound: No such order or call.
     """
     # awl.desk.desk imports this module, so the desk is imported when first needed.
-    from awl.desk.desk import Desk, format_time
+    from awl.desk.desk import Desk
 
     if verdict not in ("happened", "did_not_happen"):
         raise BadRequest(f"verdict must be happened or did_not_happen, not {verdict!r}")
     if not evidence.strip():
         raise BadRequest("a settlement says what it rests on; give --evidence")
-    clock = now or partial(datetime.now, UTC)
+    clock = now or utc_now
     desk = desk or Desk(store, clock=clock, conflict_retries=5)
     record = store.load(order_id)
     manager_only(record.order, by, "settle")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
@@ -52,7 +52,10 @@ __all__ = [
     "Tried",
     "WorkOrder",
     "WorkReport",
+    "format_epoch",
+    "format_time",
     "parse_time",
+    "utc_now",
 ]
 
 _V = TypeVar("_V")
@@ -79,6 +82,23 @@ def _parse_time(text: str) -> datetime:
     except ValueError:
         raise ValueError(f"not a date and time that exists: {text[:64]!r}") from None
     return check_instant(moment, name=f"the time {text[:64]!r}")
+
+
+def format_time(moment: datetime) -> str:
+    """An aware datetime as the RFC 3339 UTC text the desk writes (milliseconds, ``Z``);
+    :func:`parse_time` reads it back."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def format_epoch(seconds: float) -> str:
+    """Seconds since the epoch (a pass's ``iat`` or ``exp``) as RFC 3339 UTC text, to the
+    second (``2027-01-15T08:00:00Z``)."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def utc_now() -> datetime:
+    """The clock's time, aware, in UTC: the default clock of the desk and the gateway."""
+    return datetime.now(UTC)
 
 
 def _check_time(text: str) -> str:

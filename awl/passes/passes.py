@@ -61,7 +61,7 @@ from awl.documents.limits import (
     is_finite_number,
     show_value,
 )
-from awl.documents.models import Budget, PassClaims, WorkOrder, parse_time
+from awl.documents.models import Budget, PassClaims, WorkOrder, format_time, parse_time
 from awl.documents.patterns import covered_by_any, matches_any, overlap
 from awl.store.protocol import PassRecord, Scope, Store, Usage
 
@@ -1033,8 +1033,7 @@ def issue_pass(
 
 
 def _stamp(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z")
+    return format_time(datetime.fromtimestamp(t, UTC))
 
 
 def record_pass(store: Store, token: str) -> PassRecord:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
@@ -52,7 +51,7 @@ from awl.documents.errors import (
 )
 from awl.documents.lifecycle import TABLE, TERMINAL
 from awl.documents.limits import INT64_MAX, check_integer, check_json_value
-from awl.documents.models import Event, WorkOrder, parse_time
+from awl.documents.models import Event, WorkOrder, format_epoch, parse_time
 from awl.mcp.frames import stdio_frames
 from awl.mcp.transport import Unauthorized, identity_of, serve_http
 from awl.passes.passes import KeyStore, issue_recorded_pass, unverified_claims
@@ -192,10 +191,6 @@ def _summary(view: OrderView, principal: str) -> Data:
             "deadline": order.deadline, "updated_at": view.updated_at,
             "open_questions": list(view.open_questions), "your_roles": roles,
             "next_tools": _next_tools(view.state, roles)}
-
-
-def _stamp(epoch: int) -> str:
-    return datetime.fromtimestamp(epoch, UTC).isoformat().replace("+00:00", "Z")
 
 
 class DeskServer:
@@ -491,7 +486,7 @@ class DeskServer:
         data: Data = {
             "token": token, "jti": claims["jti"], "order_id": grant["order_id"],
             "subject": claims["sub"], "audience": claims["aud"], "issued_at": claims["iat"],
-            "expires_at": claims["exp"], "expires": _stamp(claims["exp"]),
+            "expires_at": claims["exp"], "expires": format_epoch(claims["exp"]),
             "tools": list(grant["tools"]), "budget": dict(grant["budget"]),
         }
         if grant.get("parent_jti"):

@@ -34,9 +34,10 @@ from awl import (
     NotFound,
     ValidationFailed,
 )
-from awl.desk.desk import AsyncDesk, Desk, format_time
+from awl.desk.desk import AsyncDesk, Desk
 from awl.documents.errors import PassError
 from awl.documents.lifecycle import DESK_ACTOR, fold
+from awl.documents.models import format_time
 from awl.passes.passes import (
     DEFAULT_AUDIENCE,
     KeyStore,

@@ -21,8 +21,9 @@ import pytest
 from desk_support import Clock, effect, open_store, order_fields, report_fields
 
 from awl import AWLError, Event, WorkReport
-from awl.desk.desk import Desk, OrderView, format_time
+from awl.desk.desk import Desk, OrderView
 from awl.documents.lifecycle import DESK_ACTOR, TABLE, TERMINAL, fold
+from awl.documents.models import format_time
 from awl.store.protocol import Store
 
 MANAGERS = ["human:m1", "human:m2"]

@@ -11,8 +11,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from awl.desk.desk import format_time
-from awl.documents.models import CallRecord
+from awl.documents.models import CallRecord, format_time
 from awl.server import TOOL_NAMES, DeskServer
 from awl.store.memory import MemoryStore
 from awl.store.sqlite import SQLiteStore

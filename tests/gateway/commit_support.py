@@ -21,8 +21,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from awl.desk.desk import Desk, format_time
-from awl.documents.models import Event, WorkReport
+from awl.desk.desk import Desk
+from awl.documents.models import Event, WorkReport, format_time
 from awl.store.protocol import EffectState, PassRecord
 from awl.store.sqlite import SQLiteStore
 from tests.servers.receiver import counts, read_log

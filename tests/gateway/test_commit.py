@@ -16,9 +16,8 @@ import anyio
 import pytest
 
 from awl.cli import main
-from awl.desk.desk import format_time
 from awl.documents.errors import BadRequest, Conflict, Forbidden, InvalidTransition
-from awl.documents.models import parse_time
+from awl.documents.models import format_time, parse_time
 from awl.store.protocol import LockInfo, PassRecord, Revocation
 from gateway._commit import (
     CommitSummary,

@@ -24,10 +24,9 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
-from awl.desk.desk import format_time
 from awl.desk.effects import settle
 from awl.documents.errors import InvalidTransition, ValidationFailed
-from awl.documents.models import Event, WorkOrder
+from awl.documents.models import Event, WorkOrder, format_time
 from gateway._commit import commit, retry
 from gateway._config import load_config
 from tests.gateway.commit_support import hold

@@ -34,10 +34,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from awl.desk.desk import Desk, format_time
+from awl.desk.desk import Desk
 from awl.desk.lineage import ancestors, remaining_of
 from awl.documents.errors import AWLError
-from awl.documents.models import WorkOrder
+from awl.documents.models import WorkOrder, format_time
 from awl.documents.patterns import covered_by_any, matches_any, overlap
 from awl.passes.passes import KeyStore, issue_recorded_pass
 from awl.store.memory import MemoryStore

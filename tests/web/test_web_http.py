@@ -12,8 +12,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from awl import ValidationFailed
-from awl.desk.desk import format_time
 from awl.desk.tokens import issue_token
+from awl.documents.models import format_time
 from awl.web import CSP, Sessions, WebConfig, build_app, loopback_hosts
 from tests.web.web_support import MANAGER, WORKER, csrf_of, make_desk, signed_in, submit_order
 

@@ -10,8 +10,9 @@ from typing import Any
 
 from starlette.testclient import TestClient
 
-from awl.desk.desk import Desk, format_time
+from awl.desk.desk import Desk
 from awl.desk.tokens import issue_token
+from awl.documents.models import format_time
 from awl.store.sqlite import SQLiteStore
 from awl.web import Sessions, WebConfig, build_app
 from tests.gateway.commit_support import MANAGER, WORKER, hold, report_doc, write_config

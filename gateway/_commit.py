@@ -120,6 +120,7 @@ from awl.documents.models import (
     utc_now,
 )
 from awl.documents.patterns import canonical_ref, matches_any, parse_ref
+from awl.documents.pointers import resolve_pointer
 from awl.store.protocol import EffectState, OrderRecord, Revocation, Store
 from gateway._lock import DEFAULT_LEASE, EXIT_LOCKED, LockBusy, LockLost, OrderLock
 from gateway._policy import allowed
@@ -282,35 +283,6 @@ def _stamp(clock: Clock) -> str:
 def lock_name(order_id: str) -> str:
     """The name of the store lock one committer of ``order_id`` holds."""
     return f"commit:{order_id}"
-
-
-def resolve_pointer(document: Any, pointer: str) -> Any:
-    """The value a JSON pointer (RFC 6901) names in ``document``.
-
-    Raises:
-        KeyError: The pointer is malformed or names nothing.
-    """
-    if pointer == "":
-        return document
-    if not pointer.startswith("/"):
-        raise KeyError(pointer)
-    here = document
-    for raw in pointer[1:].split("/"):
-        token = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(here, dict):
-            if token not in here:
-                raise KeyError(pointer)
-            here = here[token]
-        elif isinstance(here, list):
-            if not token.isdigit() or (len(token) > 1 and token[0] == "0"):
-                raise KeyError(pointer)
-            index = int(token)
-            if index >= len(here):
-                raise KeyError(pointer)
-            here = here[index]
-        else:
-            raise KeyError(pointer)
-    return here
 
 
 def _put(document: Any, path: Sequence[str | int], value: Any) -> Any:

@@ -57,6 +57,7 @@ from awl.documents.limits import (
     read_regular_file,
     show_value,
 )
+from awl.documents.pointers import pointer
 
 SERVER_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,40}")
 """Server names become the ``server`` part of canonical ``server/tool`` names.
@@ -217,16 +218,12 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> GatewayCo
     return _parse(document, base=path.resolve().parent, origin=str(path))
 
 
-def _pointer(*parts: str) -> str:
-    return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
-
-
 class _Parser:
     def __init__(self, origin: str | None) -> None:
         self.prefix = f"{origin}: " if origin else ""
 
     def fail(self, where: tuple[str, ...], message: str) -> ConfigError:
-        loc = _pointer(*where)
+        loc = pointer(*where)
         return ConfigError(f"{self.prefix}{loc or '/'}: {message}", location=loc)
 
     def obj(self, value: Any, where: tuple[str, ...]) -> Mapping[str, Any]:
@@ -241,7 +238,7 @@ class _Parser:
         if not extra:
             return []
         word = "key" if len(extra) == 1 else "keys"
-        loc = _pointer(*where)
+        loc = pointer(*where)
         return [(loc, f"{loc or '/'}: unknown {word} {', '.join(show_value(k) for k in extra)}; "
                       f"allowed here: {', '.join(sorted(allowed))}{hint}")]
 

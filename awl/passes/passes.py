@@ -51,7 +51,7 @@ from awl.documents.checks import (
     load_document,
 )
 from awl.documents.errors import BadRequest, DocumentError, InvalidTransition, NotFound, PassError
-from awl.documents.findings import Finding, pointer
+from awl.documents.findings import Finding
 from awl.documents.limits import (
     MAX_EPOCH,
     MIN_EPOCH,
@@ -63,6 +63,7 @@ from awl.documents.limits import (
 )
 from awl.documents.models import Budget, PassClaims, WorkOrder, format_time, parse_time
 from awl.documents.patterns import covered_by_any, matches_any, overlap
+from awl.documents.pointers import pointer
 from awl.store.protocol import PassRecord, Scope, Store, Usage
 
 __all__ = [

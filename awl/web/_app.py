@@ -43,6 +43,7 @@ from awl.desk.effects import list_effects, manager_only, settle
 from awl.desk.tokens import principal_for_token, token_hash
 from awl.documents.errors import AWLError, BadRequest, Forbidden
 from awl.documents.models import parse_time
+from awl.documents.pointers import pointer
 from awl.store.protocol import Store
 from awl.web._sessions import Session, Sessions
 
@@ -119,17 +120,17 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
-def _placeholders(value: Any, path: str = "") -> Iterator[tuple[str, str, str]]:
+def _placeholders(value: Any, path: tuple[str | int, ...] = ()) -> Iterator[tuple[str, str, str]]:
     """Each ``$ref`` placeholder in held arguments: (where, ref, pointer)."""
     if isinstance(value, dict):
         if isinstance(value.get("$ref"), str):
-            yield path or "/", value["$ref"], str(value.get("pointer", ""))
+            yield pointer(*path) or "/", value["$ref"], str(value.get("pointer", ""))
             return
         for key, item in value.items():
-            yield from _placeholders(item, f"{path}/{key}")
+            yield from _placeholders(item, (*path, key))
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            yield from _placeholders(item, f"{path}/{i}")
+            yield from _placeholders(item, (*path, i))
 
 
 def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None, *,

@@ -198,3 +198,12 @@ def test_placeholders_are_found_anywhere() -> None:
     found = [p for p in placeholders(args) if not isinstance(p, str)]
     assert [(p.path, p.ref, p.pointer) for p in found] == [
         (("a", 0), "s/t#1", ""), (("a", 1, "b"), "s/t#2", "/x")]
+
+
+def test_a_bad_placeholder_is_named_by_its_escaped_pointer() -> None:
+    """The place of a malformed placeholder is an RFC 6901 pointer: ``/`` in a key is ``~1``,
+    ``~`` is ``~0``; the top of the arguments is ``/``."""
+    assert list(placeholders({"a/b": {"~c": {"$ref": "nope"}}})) == [
+        "the $ref at /a~1b/~0c must be a call ref like server/tool#3"]
+    assert list(placeholders({"$ref": "nope"})) == [
+        "the $ref at / must be a call ref like server/tool#3"]

@@ -63,6 +63,7 @@ from awl.documents.lifecycle import TERMINAL
 from awl.documents.limits import check_json_value
 from awl.documents.models import CallRecord, WorkOrder, format_time, utc_now
 from awl.documents.patterns import matches_any, parse_ref
+from awl.mcp.results import text_result
 from awl.mcp.transport import identity_of
 from awl.passes.passes import DEFAULT_AUDIENCE, VerifiedPass, pass_scopes, verify_pass
 from awl.store.protocol import OrderRecord, Scope, Store
@@ -141,12 +142,6 @@ class _Server(Server[Any]):
         return super().create_initialization_options(
             notification_options or NotificationOptions(tools_changed=True),
             experimental_capabilities, extensions)
-
-
-def _text_result(text: str, *, error: bool = False,
-                 structured: Any = None) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                structured_content=structured, is_error=error)
 
 
 def _wire(result: types.CallToolResult | types.InputRequiredResult) -> dict[str, Any]:
@@ -607,7 +602,7 @@ class Gateway:
                 answer = self._schemas.conform(canonical, self._tools.get(canonical), answer)
         except UpstreamError as exc:
             error = f"AWL_{exc.code}: {exc.message}"
-            answer = _text_result(error, error=True)
+            answer = text_result(error, error=True)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 await self._finish(record, "error", None,
@@ -618,7 +613,7 @@ class Gateway:
         except Exception as exc:  # the gateway must outlive any upstream surprise
             log.exception("call %s failed unexpectedly", record.ref)
             error = f"{AWL_UPSTREAM_ERROR}: the call to {canonical} failed: {exc}"[:1000]
-            answer = _text_result(error, error=True)
+            answer = text_result(error, error=True)
         await self._finish(record, outcome, result, error)
         # The worker cites this ref as evidence; the answer is its only way to learn it.
         # (The answer was made for this call alone, by the upstream pool or above: setting
@@ -694,7 +689,7 @@ class Gateway:
             "arguments": arguments, "outcome": "refused", "error": decision.text,
             "started_at": started, "ended_at": format_time(self.now()),
         })
-        return _Admission(decision, record, _text_result(decision.text, error=True))
+        return _Admission(decision, record, text_result(decision.text, error=True))
 
     def _scopes(self, verified: VerifiedPass | None) -> list[Scope]:
         """The budget scopes of a call: the order's, then one per link of its pass chain
@@ -799,7 +794,7 @@ class Gateway:
             self.store.finish_call(self.order_id, record.ref, outcome="error", result=None,
                                    error=text, ended_at=ended)
             # The call was made and counts, so it is answered with its ref like any other.
-            answer = _text_result(text, error=True)
+            answer = text_result(text, error=True)
             answer.meta = {META_REF: record.ref}
             return _Admission(refuse(AWL_INVALID_ARGUMENTS, text), record, answer)
         if matches_any(self.order.staged, record.tool):

@@ -22,7 +22,7 @@ from awl.documents.errors import AWLError, BadRequest
 from awl.documents.limits import INT64_MAX, check_integer
 from awl.documents.models import CallOutcome, CallRecord, WorkOrder
 from awl.documents.patterns import matches_any
-from awl.server._server import tool_error
+from awl.mcp.results import text_result, tool_error
 
 if TYPE_CHECKING:
     from gateway._gateway import Authority, Gateway
@@ -183,8 +183,7 @@ def _cut(text: str) -> str:
 
 
 def _ok(data: Any, text: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                structured_content=data)
+    return text_result(text, structured=data)
 
 
 class WorkerTools:

@@ -14,8 +14,8 @@ from mcp import Client
 from awl.cli import main
 from awl.desk.effects import list_effects, record_event, settle
 from awl.documents.errors import InvalidTransition
+from awl.mcp.results import ERROR_META
 from awl.server import DeskServer
-from awl.server._server import ERROR_META
 from gateway._commit import commit_sync, lock_name, retry_sync
 from gateway._config import load_config
 from gateway._lock import EXIT_LOCKED, OrderLock

@@ -95,6 +95,7 @@ from typing import Any, Protocol
 import anyio
 import mcp_types as types
 
+from awl.desk.access import check_manager
 from awl.desk.desk import Clock, Desk
 from awl.desk.effects import (
     EffectView,
@@ -102,7 +103,6 @@ from awl.desk.effects import (
     find_call,
     held_calls,
     list_effects,
-    manager_only,
     settle,
     settle_events,
     valid_settlement,
@@ -857,7 +857,7 @@ async def retry(
     clock = now or utc_now
     desk = desk or Desk(store, clock=clock, conflict_retries=5)
     record = store.load(order_id)
-    manager_only(record.order, by, "retry")
+    check_manager(record.order, by, "retry", "retry effects")
     call = find_call(store, order_id, ref)
     lock = OrderLock(store, lock_name(order_id), lease=lease, wait=lock_wait,
                      purpose=f"retry {call.ref}")

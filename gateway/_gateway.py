@@ -56,6 +56,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
+from awl.desk.access import acting_as
 from awl.desk.desk import Desk
 from awl.desk.lineage import ancestors, staging_ancestor
 from awl.documents.errors import Conflict, DocumentError, PassError
@@ -443,10 +444,9 @@ class Gateway:
         return Authority(token, verified)
 
     def actor(self, authority: Authority) -> str:
-        """Who the desk tools act as: the pass holder, or the order's worker."""
-        if authority.verified is not None:
-            return authority.verified.subject
-        return self.order.to
+        """Who the desk tools act as (:func:`awl.desk.access.acting_as`)."""
+        verified = authority.verified
+        return acting_as(self.order, verified.subject if verified is not None else None)
 
     # ------------------------------------------------------------------ tools/list
 

@@ -40,19 +40,26 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 import anyio
 import anyio.to_thread
 
+from awl.desk.access import (
+    ACTION_ROLE,
+    check_action,
+    check_author,
+    check_manager,
+    check_reader,
+    check_splitter,
+)
 from awl.desk.effects import drop_held, held_calls
 from awl.desk.lineage import ancestors, remaining_of, self_review_problem
 from awl.documents.errors import (
     AWLError,
     BadRequest,
     Conflict,
-    Forbidden,
     InvalidTransition,
     NotFound,
     ValidationFailed,
 )
 from awl.documents.findings import Finding
-from awl.documents.lifecycle import ACTIVE, DESK_ACTOR, NOTE_ACTIONS, TABLE, TERMINAL, Role, targets
+from awl.documents.lifecycle import ACTIVE, DESK_ACTOR, NOTE_ACTIONS, TABLE, TERMINAL, targets
 from awl.documents.limits import check_integer
 from awl.documents.models import (
     Event,
@@ -81,16 +88,10 @@ REPORT_SPEC = "awl/work-report@0.3"
 Clock = Callable[[], datetime]
 Decision = Literal["approve", "rework"]
 
-# Whose action each action is, whatever the state (the table gives one role per action).
-_ACTION_ROLE: dict[str, Role] = {action: role for (_f, action, _t), role in TABLE.items()}
 # The states each action is allowed in, for error messages.
 _ALLOWED_IN: dict[str, tuple[str, ...]] = {
     action: tuple(sorted({str(f) for (f, a, _t) in TABLE if a == action and f is not None}))
-    for action in _ACTION_ROLE
-}
-_ROLE_NAMES: dict[Role, str] = {
-    "worker": "worker", "manager": "manager",
-    "answerer": "manager or escalation contact", "desk": "desk",
+    for action in ACTION_ROLE
 }
 
 
@@ -355,15 +356,28 @@ class Desk:
 
     # ----------------------------------------------------------------- reading
 
-    def get(self, order_id: str) -> OrderView:
-        """The order with its reports and reviews.
+    def get(self, order_id: str, *, viewer: str | None = None) -> OrderView:
+        """The order with its reports and reviews, as ``viewer`` may see it.
 
         An active order past its deadline is expired first, so the view is never stale.
+        ``viewer`` None is the desk's operator, who holds the whole store anyway; any other
+        viewer must be part of the order or of one it was split from
+        (:func:`awl.desk.access.check_reader`).
 
         Raises:
             NotFound: no such order.
+            Forbidden: ``viewer`` is not part of the order nor of any order above it.
         """
-        return self._fresh(self.store.load(order_id))
+        view = self._fresh(self.store.load(order_id))
+        if viewer is not None:
+            check_reader(view.order, viewer, self._parent_order)
+        return view
+
+    def _parent_order(self, order_id: str) -> WorkOrder | None:
+        try:
+            return self.get(order_id).order
+        except NotFound:
+            return None
 
     def list(self, *, state: str | Sequence[str] | None = None, worker: str | None = None,
              manager: str | None = None, parent_id: str | None = None,
@@ -605,9 +619,7 @@ class Desk:
         doc.setdefault("id", new_order_id())
         doc.setdefault("created_at", format_time(now))
         doc.setdefault("from", actor)
-        if doc["from"] != actor:
-            raise Forbidden(f"{actor} may not create an order from {doc['from']}; an order is "
-                            "created by its manager", actor=actor, action="create")
+        check_author(doc["from"], actor)
         for field in ("from", "to", "escalate_to"):
             value = doc.get(field)
             if isinstance(value, str) and value.startswith("awl:"):
@@ -674,10 +686,7 @@ class Desk:
             parent = self.get(parent_id)
         except NotFound:
             raise NotFound(f"parent order {parent_id!r} does not exist") from None
-        if actor not in (parent.order.to, parent.order.manager):
-            raise Forbidden(f"{actor} may not split order {parent_id!r}: only its worker "
-                            f"{parent.order.to} or manager {parent.order.manager} may",
-                            actor=actor, action="create sub-order")
+        check_splitter(parent.order, actor)
         if parent.state not in ACTIVE:
             raise InvalidTransition(
                 f"parent order {parent_id!r} is {parent.state}; sub-orders are split from "
@@ -704,7 +713,7 @@ class Desk:
         if workspace is None:
             return self._simple(order_id, "start", actor)
         record = self.store.load(order_id)
-        self._check_actor(record.order, "start", actor)
+        check_action(record.order, "start", actor)
         if not targets(record.state, "start"):
             raise self._wrong_state(record.order, record.state, "start")
         from awl.desk.criteria import take_snapshot
@@ -758,9 +767,7 @@ class Desk:
         """
         record = self.store.load(order_id)
         order = record.order
-        if actor != order.manager:
-            raise Forbidden(f"{actor} may not run the checks of order {order_id!r}: only its "
-                            f"manager {order.manager} may", actor=actor, action="check")
+        check_manager(order, actor, "check", "run the checks")
         if not _checked(order):
             raise BadRequest(f"order {order_id!r} has no criteria with checks")
         state = self._fresh(record).state
@@ -786,7 +793,7 @@ class Desk:
         late = parse_time(record.order.deadline) < self.now()
         if doc.get("status") != "done" or not _checked(record.order) or late:
             return []  # a late report is kept and the order expired, as without checks
-        self._check_actor(record.order, "report", actor)
+        check_action(record.order, "report", actor)
         if record.state != "working":
             raise self._wrong_state(record.order, record.state, "report")
         runs = self._run_criteria_checks(record.order)
@@ -1051,31 +1058,13 @@ class Desk:
             fields["data"] = dict(data)
         return Event.model_validate(fields, by_alias=True, by_name=False)
 
-    def _check_actor(self, order: WorkOrder, action: str, actor: str) -> None:
-        role = _ACTION_ROLE[action]
-        allowed: tuple[str, ...]
-        if role == "worker":
-            allowed = (order.to,)
-        elif role == "manager":
-            allowed = (order.manager,)
-        elif role == "answerer":
-            allowed = order.answerers
-        else:
-            if actor.startswith("awl:"):
-                return
-            allowed = (DESK_ACTOR,)
-        if actor not in allowed:
-            raise Forbidden(
-                f"{actor} may not {action} order {order.id!r}: only its {_ROLE_NAMES[role]} "
-                f"({', '.join(allowed)}) may", actor=actor, action=action)
-
     def _run(self, order_id: str, action: str, actor: str,
              plan: Callable[[OrderRecord, datetime], _Write], *,
              expire_stale: bool = True) -> OrderView:
         """Read, check actor and state, decide, append; decide again after a lost race."""
         for round_ in range(self._retries + 1):
             record = self.store.load(order_id)
-            self._check_actor(record.order, action, actor)
+            check_action(record.order, action, actor)
             now = self.now()
             stale = record.state in ACTIVE and parse_time(record.order.deadline) < now
             if stale and (expire_stale or record.state != "working"):
@@ -1221,9 +1210,9 @@ class AsyncDesk:
             if bump is not None:
                 bump.set()
 
-    async def get(self, order_id: str) -> OrderView:
+    async def get(self, order_id: str, *, viewer: str | None = None) -> OrderView:
         """See :meth:`Desk.get`."""
-        return await self._write(self.desk.get, order_id)
+        return await self._write(self.desk.get, order_id, viewer=viewer)
 
     async def list(self, *, state: str | Sequence[str] | None = None,
                    worker: str | None = None, manager: str | None = None,

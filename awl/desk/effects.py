@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from awl.documents.errors import BadRequest, Conflict, Forbidden, InvalidTransition, NotFound
-from awl.documents.models import CallRecord, Event, WorkOrder, format_time, utc_now
+from awl.desk.access import check_manager
+from awl.documents.errors import BadRequest, Conflict, InvalidTransition, NotFound
+from awl.documents.models import CallRecord, Event, format_time, utc_now
 from awl.documents.patterns import canonical_ref
 from awl.store.protocol import EffectState, Settlement, Store
 
@@ -46,7 +47,6 @@ __all__ = [
     "find_call",
     "held_calls",
     "list_effects",
-    "manager_only",
     "record_event",
     "settle",
     "settle_events",
@@ -249,17 +249,6 @@ def find_call(store: Store, order_id: str, ref: str) -> CallRecord:
                    f"`awl effects list {order_id}`")
 
 
-def manager_only(order: WorkOrder, by: str, action: str) -> None:
-    """Refuse ``action`` on the order's effects unless ``by`` is its manager.
-
-    Raises:
-        Forbidden: ``by`` is not the order's manager.
-    """
-    if by != order.manager:
-        raise Forbidden(f"{by} may not {action} effects of order {order.id!r}: only its "
-                        f"manager ({order.manager}) may", actor=by, action=action)
-
-
 # --------------------------------------------------------------------------- settle
 
 def settle(order_id: str, ref: str, verdict: Verdict, evidence: str, by: str, *,
@@ -294,7 +283,7 @@ def settle(order_id: str, ref: str, verdict: Verdict, evidence: str, by: str, *,
     clock = now or utc_now
     desk = desk or Desk(store, clock=clock, conflict_retries=5)
     record = store.load(order_id)
-    manager_only(record.order, by, "settle")
+    check_manager(record.order, by, "settle", "settle effects")
     call = find_call(store, order_id, ref)
     state = next((e for e in store.effects(order_id) if e.ref == call.ref), None)
     if state is None or state.state != "unknown":

@@ -37,9 +37,10 @@ from starlette.responses import (
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from awl.desk.access import check_manager
 from awl.desk.criteria import check_question
 from awl.desk.desk import Desk, OrderView
-from awl.desk.effects import list_effects, manager_only, settle
+from awl.desk.effects import list_effects, settle
 from awl.desk.tokens import principal_for_token, token_hash
 from awl.documents.errors import AWLError, BadRequest, Forbidden
 from awl.documents.models import parse_time
@@ -367,7 +368,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
 
     async def manager_of(oid: str, me: str, action: str) -> None:
         record = await anyio.to_thread.run_sync(store.load, oid)
-        manager_only(record.order, me, action)
+        check_manager(record.order, me, action, f"{action} effects")
 
     async def run_commit(request: Request, session: Session) -> Response:
         from gateway._commit import commit

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Literal
 
 from awl.desk.lineage import staging_ancestor
+from awl.documents.lifecycle import WORKING
 from awl.documents.models import Grant, WorkOrder, parse_time
 from awl.documents.patterns import is_tool_name, matches_any
 from awl.store.protocol import Scope, Usage
@@ -43,9 +44,6 @@ REFUSAL_CODES = (
     AWL_UPSTREAM_UNAVAILABLE,
 )
 """Every code :func:`decide` can refuse with."""
-
-ACTIVE_STATES = frozenset({"accepted", "working"})
-"""States in which the worker's tool calls run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +230,7 @@ def inactive_refusal(order: WorkOrder, state: str, now: datetime, *,
     """The refusal for anything done under an order that is not active, has an order above
     it that ended (``ended_above``: its id and state, LC-16), or is past its deadline at
     ``now``; None while it is accepted or working in time."""
-    if state not in ACTIVE_STATES:
+    if state not in WORKING:
         return refuse(AWL_NOT_ACTIVE,
                       f"order {order.id} is {state}; tools run only while it is accepted or "
                       "working")

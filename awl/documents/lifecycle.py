@@ -47,6 +47,7 @@ __all__ = [
     "STATES",
     "TABLE",
     "TERMINAL",
+    "WORKING",
     "Role",
     "fold",
     "is_row",
@@ -65,6 +66,10 @@ TERMINAL: frozenset[str] = frozenset({"approved", "declined", "expired", "cancel
 """States no transition leaves."""
 
 STATES: frozenset[str] = ACTIVE | TERMINAL
+
+WORKING: frozenset[str] = frozenset({"accepted", "working"})
+"""States in which the work happens: tools run under the order (GW-4) and Delegation Passes
+are issued for it (DP-7)."""
 
 DESK_ACTOR = "awl:desk"
 """The actor of events the desk writes itself (expiry). Principals under ``awl:`` are the

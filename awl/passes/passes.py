@@ -52,6 +52,7 @@ from awl.documents.checks import (
 )
 from awl.documents.errors import BadRequest, DocumentError, InvalidTransition, NotFound, PassError
 from awl.documents.findings import Finding
+from awl.documents.lifecycle import WORKING
 from awl.documents.limits import (
     MAX_EPOCH,
     MIN_EPOCH,
@@ -114,8 +115,6 @@ _COUNT_UNITS = frozenset({"tokens", "tool_calls"})
 _KID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _B64URL = re.compile(r"[A-Za-z0-9_-]*")
 _BASE64_ANY = re.compile(r"[A-Za-z0-9_+/-]*=*")
-# A pass is only worth having while its holder may work (SPEC DP-7).
-_ISSUING_STATES = frozenset({"accepted", "working"})
 
 REASONS: Mapping[str, str] = {
     "malformed": "not a well-formed pass (token, header or claims)",
@@ -1161,7 +1160,7 @@ def issue_recorded_pass(
         PassError: as :func:`issue_pass`.
     """
     record = store.load(order_id)
-    if record.state not in _ISSUING_STATES:
+    if record.state not in WORKING:
         raise InvalidTransition(f"order {order_id} is {record.state}; passes are issued while "
                                 "it is accepted or working", state=record.state,
                                 action="issue_pass")

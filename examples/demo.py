@@ -173,6 +173,9 @@ def write_upstream_config(home: Path, outbox: Path) -> Path:
     entry = document["mcpServers"]["mail"]
     entry.update(command=sys.executable, args=[str(OUTBOX_SERVER)], cwd=str(home),
                  env={"OUTBOX_PATH": str(outbox)})
+    # The demo's first tools/list must show the mail tools: on a busy machine the upstream
+    # can take longer than the default 3 s to start, so the gateway may wait up to 30 s.
+    document.setdefault("gateway", {})["startup_wait"] = 30
     config = home / "upstream.json"
     config.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     return config

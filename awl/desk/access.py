@@ -23,6 +23,7 @@ __all__ = [
     "check_action",
     "check_author",
     "check_manager",
+    "check_party",
     "check_pass_deriver",
     "check_pass_issuer",
     "check_reader",
@@ -96,6 +97,15 @@ def check_manager(order: WorkOrder, actor: str, action: str, doing: str) -> None
     if actor != order.manager:
         raise Forbidden(f"{actor} may not {doing} of order {order.id!r}: only its "
                         f"manager ({order.manager}) may", actor=actor, action=action)
+
+
+def check_party(order: WorkOrder, actor: str) -> None:
+    """Refuse anyone with no role in the order itself (the approval page shows an order only
+    to its manager, worker and answerers, BIND-13; the MCP desk's reads go further up, see
+    :func:`check_reader`)."""
+    if not roles(order, actor):
+        raise Forbidden(f"{actor} is not a party to order {order.id!r}; only its manager, "
+                        "worker and answerers see it", actor=actor, action="read")
 
 
 MAX_READ_ANCESTORS = 16

@@ -37,12 +37,12 @@ from starlette.responses import (
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from awl.desk.access import check_manager
+from awl.desk.access import check_manager, check_party
 from awl.desk.criteria import check_question
 from awl.desk.desk import Desk, OrderView
 from awl.desk.effects import list_effects, settle
 from awl.desk.tokens import principal_for_token, token_hash
-from awl.documents.errors import AWLError, BadRequest, Forbidden
+from awl.documents.errors import AWLError, BadRequest
 from awl.documents.models import parse_time
 from awl.documents.pointers import pointer
 from awl.store.protocol import Store
@@ -244,17 +244,11 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         data = await anyio.to_thread.run_sync(inbox_data, session.principal)
         return page("inbox.html", session, watch="", **data)
 
-    def party(view: OrderView, me: str) -> None:
-        order = view.order
-        if me not in (order.manager, order.to, *order.answerers):
-            raise Forbidden(f"{me} is not a party to order {order.id!r}; only its manager, "
-                            "worker and answerers see it", actor=me, action="read")
-
     def order_data(order_id: str, me: str) -> dict[str, Any]:
         from awl.documents.checks import iter_report_findings
 
         view = desk.get(order_id)
-        party(view, me)
+        check_party(view.order, me)
         order = view.order
         calls = store.calls(order_id)
         effects = list_effects(order_id, store=store)
@@ -301,7 +295,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         def load() -> dict[str, Any]:
             from awl.desk.effects import find_call
             view = desk.get(oid)
-            party(view, session.principal)
+            check_party(view.order, session.principal)
             return {"view": view, "call": find_call(store, oid, ref)}
 
         data = await anyio.to_thread.run_sync(load)
@@ -416,7 +410,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
     def fingerprint(me: str, order_id: str) -> str:
         if order_id:
             view = desk.get(order_id)
-            party(view, me)
+            check_party(view.order, me)
             states = [(e.ref, e.state) for e in list_effects(order_id, store=store)]
             return json.dumps([view.seq, states, order_id in committing,
                                finished.get(order_id, 0)])

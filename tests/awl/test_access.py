@@ -15,6 +15,7 @@ from awl import Desk, Forbidden
 from awl.desk.access import (
     acting_as,
     check_action,
+    check_party,
     check_pass_deriver,
     check_reader,
     roles,
@@ -41,6 +42,10 @@ def test_a_reader_must_be_part_of_the_order_or_of_one_above_it(desk: Desk) -> No
         assert desk.get(sub.id, viewer=reader).id == sub.id
     with pytest.raises(Forbidden, match=f"{OUTSIDER} is not part of order '{sub.id}'"):
         desk.get(sub.id, viewer=OUTSIDER)
+    # The approval page is stricter (BIND-13): parties of the order itself only.
+    check_party(sub.order, SUB_WORKER)
+    with pytest.raises(Forbidden, match=f"{MANAGER} is not a party to order '{sub.id}'"):
+        check_party(sub.order, MANAGER)
     assert roles(sub.order, WORKER) == ["manager", "answerer"]
     assert (roles(sub.order, SUB_WORKER), roles(sub.order, MANAGER)) == (["worker"], [])
 

@@ -50,6 +50,7 @@ from awl.documents.errors import (
 from awl.documents.lifecycle import TABLE, TERMINAL
 from awl.documents.limits import INT64_MAX, check_integer, check_json_value
 from awl.documents.models import Event, format_epoch, parse_time
+from awl.documents.pointers import pointer
 from awl.mcp.frames import stdio_frames
 from awl.mcp.results import error_result, text_result, tool_error
 from awl.mcp.transport import Unauthorized, identity_of, serve_http
@@ -95,7 +96,7 @@ def _check_arguments(name: str, arguments: Mapping[str, Any]) -> None:
     errors = sorted(_validator(name).iter_errors(dict(arguments)),
                     key=lambda e: [str(p) for p in e.absolute_path])
     if errors:
-        parts = [f"{'/'.join(str(p) for p in e.absolute_path) or 'arguments'}: {e.message}"
+        parts = [f"{pointer(*e.absolute_path) or 'arguments'}: {e.message}"
                  for e in errors[:5]]
         raise BadRequest(f"bad arguments for {name}: {'; '.join(parts)}; see the tool's "
                          "input schema")

@@ -24,6 +24,7 @@ from awl.documents.models import (
     parse_time,
 )
 from awl.documents.patterns import make_ref, parse_ref
+from awl.documents.pointers import pointer
 from awl.store.protocol import (
     EffectState,
     EffectStateName,
@@ -284,7 +285,7 @@ def read_call(text: str) -> CallRecord:
 def _invalid(what: str, exc: ValidationError) -> BadRequest:
     """The BadRequest naming the first problem pydantic found in a ``what``."""
     first = exc.errors()[0]
-    where = "/".join(str(p) for p in first["loc"])
+    where = pointer(*first["loc"])
     return BadRequest(f"not a valid {what}: {where}: {first['msg']}")
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from awl.documents.errors import Forbidden
-from awl.documents.lifecycle import DESK_ACTOR, TABLE, Role
+from awl.documents.lifecycle import DESK_ACTOR, TABLE, Role, is_desk_principal
 from awl.documents.models import WorkOrder
 
 __all__ = [
@@ -67,7 +67,7 @@ def check_action(order: WorkOrder, action: str, actor: str) -> None:
     elif role == "answerer":
         allowed = order.answerers
     else:
-        if actor.startswith("awl:"):
+        if is_desk_principal(actor):
             return
         allowed = (DESK_ACTOR,)
     if actor not in allowed:

@@ -59,7 +59,15 @@ from awl.documents.errors import (
     ValidationFailed,
 )
 from awl.documents.findings import Finding
-from awl.documents.lifecycle import ACTIVE, DESK_ACTOR, NOTE_ACTIONS, TABLE, TERMINAL, targets
+from awl.documents.lifecycle import (
+    ACTIVE,
+    DESK_ACTOR,
+    NOTE_ACTIONS,
+    TABLE,
+    TERMINAL,
+    is_desk_principal,
+    targets,
+)
 from awl.documents.limits import check_integer
 from awl.documents.models import (
     Event,
@@ -622,7 +630,7 @@ class Desk:
         check_author(doc["from"], actor)
         for field in ("from", "to", "escalate_to"):
             value = doc.get(field)
-            if isinstance(value, str) and value.startswith("awl:"):
+            if isinstance(value, str) and is_desk_principal(value):
                 raise BadRequest(f"{field} {value!r} is reserved for the desk; name an agent "
                                  "or a human")
         continues = doc.get("continues")

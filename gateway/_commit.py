@@ -123,6 +123,7 @@ from awl.documents.patterns import canonical_ref, matches_any, parse_ref
 from awl.documents.pointers import resolve_pointer
 from awl.store.protocol import EffectState, OrderRecord, Revocation, Store
 from gateway._lock import DEFAULT_LEASE, EXIT_LOCKED, LockBusy, LockLost, OrderLock
+from gateway._names import split_canonical
 from gateway._policy import allowed
 from gateway._staging import Placeholder, placeholders
 
@@ -628,7 +629,7 @@ class _Committer:
             _pause_if_asked(ref)
 
         pool = await self.upstreams.get()
-        server, tool = call.tool.split("/", 1)
+        server, tool = split_canonical(call.tool)
         meta = {"awl/ref": ref, "awl/order": self.order_id, "awl/attempt": call.attempt}
         back_to = "held" if expect is None or "held" in expect else "unknown"
         try:

@@ -3,7 +3,7 @@
 The public surface is re-exported here; everything else is private.
 """
 
-from awl.desk.desk import AsyncDesk, Desk, OrderView, Question, Subscription
+from awl.desk import AsyncDesk, Desk, OrderView, Question, Subscription
 from awl.desk.effects import EffectView, list_effects, settle
 from awl.desk.home import default_store, home_dir
 from awl.desk.track import TrackRecord, UnitSpend
@@ -60,7 +60,7 @@ from awl.documents.models import (
     parse_time,
 )
 from awl.documents.schemas import load_schema
-from awl.passes.passes import (
+from awl.passes import (
     KeySet,
     KeyStore,
     VerifiedPass,

@@ -37,9 +37,10 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TextIO
 
 import anyio
-from mcp import Client, StdioServerParameters
+from mcp import Client, StdioServerParameters, stdio_client
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTBOX_SERVER = ROOT / "examples" / "outbox_server.py"
@@ -104,17 +105,21 @@ def _turn(running: list[_Target], i: int) -> list[_Target]:
 
 
 async def measure(targets: list[tuple[str, StdioServerParameters, str]], *, calls: int,
-                  callers: int, per_caller: int) -> list[Figures]:
+                  callers: int, per_caller: int,
+                  errlogs: dict[str, TextIO] | None = None) -> list[Figures]:
     """Sequential latency, then throughput with ``callers`` concurrent callers, per target.
 
     All targets run at once and take turns, so a change in the machine's background load
     hits them alike: sequential calls alternate one call at a time (the order rotating),
     and the concurrent phase alternates short bursts of ``callers`` x ``BURST`` calls.
+    ``errlogs`` names where a target's stderr goes (default: this process's).
     """
     async with AsyncExitStack() as stack:
         running: list[_Target] = []
         for name, params, tool in targets:
-            client = await stack.enter_async_context(Client(params))
+            errlog = (errlogs or {}).get(name)
+            client = await stack.enter_async_context(
+                Client(params if errlog is None else stdio_client(params, errlog=errlog)))
             running.append(_Target(name, client, tool))
         for target in running:  # warm up imports, caches and the store
             for _ in range(max(calls // 10, 5)):
@@ -130,7 +135,7 @@ async def measure(targets: list[tuple[str, StdioServerParameters, str]], *, call
 
 def _working_order(home: Path, calls: int) -> str:
     """A fresh SQLite desk with one working order allowed to call the outbox server."""
-    from awl.desk.desk import Desk
+    from awl.desk import Desk
     from awl.store.sqlite import SQLiteStore
 
     store = SQLiteStore(home / "desk.sqlite3")
@@ -194,11 +199,12 @@ class Ratios:
     """Time per call with the concurrent callers (the bare proxy's calls/s over the target's)."""
 
     @classmethod
-    def of(cls, figures: list[Figures], name: str = "gateway") -> Ratios | None:
-        """Target ``name``'s ratios to the bare proxy in one run; None when the run lacks
-        either of the two."""
+    def of(cls, figures: list[Figures], name: str = "gateway",
+           base: str = BARE) -> Ratios | None:
+        """Target ``name``'s ratios to ``base`` (the bare proxy) in one run; None when the
+        run lacks either of the two."""
         by_name = {f.name: f for f in figures}
-        bare, other = by_name.get(BARE), by_name.get(name)
+        bare, other = by_name.get(base), by_name.get(name)
         if bare is None or other is None:
             return None
         return cls(other.median_ms / bare.median_ms, other.p99_ms / bare.p99_ms,

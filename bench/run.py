@@ -13,7 +13,7 @@ import platform
 import sys
 import time
 
-BENCHMARKS = ("validation", "desk", "gateway", "commit")
+BENCHMARKS = ("validation", "desk", "gateway", "telemetry", "commit")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -120,6 +120,9 @@ def prepare(home: Path) -> Setting:
         command=sys.executable, args=[str(EXAMPLES / "outbox_server.py")], cwd=str(home),
         env={"OUTBOX_PATH": str(home / "outbox.jsonl"),
              "CALL_LOG_PATH": str(home / "upstream-calls.jsonl")})
+    # A framework lists the tools once, when its run starts: let the gateway wait up to 30 s
+    # for the mail upstream, so a busy machine still shows them (the default is 3 s).
+    document.setdefault("gateway", {})["startup_wait"] = 30
     config = home / "upstream.json"
     config.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     return Setting(home, Desk(SQLiteStore(home / "desk.sqlite3")), config)

@@ -36,6 +36,7 @@ from gateway._policy import (
     is_staged,
 )
 from gateway._serve import PASS_ENV, open_gateway, run_gateway, serve_http, serve_stdio
+from gateway._telemetry import enable as enable_telemetry
 from gateway._upstream import (
     UpstreamError,
     UpstreamPool,
@@ -78,6 +79,7 @@ __all__ = [  # noqa: RUF022
     "commit_sync",
     "decide",
     "drop_attempt",
+    "enable_telemetry",
     "exposed_name",
     "is_staged",
     "load_config",

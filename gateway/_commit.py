@@ -6,15 +6,20 @@ The promise is **at most once**, not completion: an effect that was sent but nev
 answered is ``unknown`` and is never sent again unless the manager settles it as
 ``did_not_happen`` and asks for a :func:`retry`.
 
-Effect states (kept in the store, one per held call)::
+Effect states (kept in the store, one per held call, written with the call by the hold;
+every move is a row of :data:`awl.documents.effect_states.TABLE`, SPEC §15, and the store
+refuses any other)::
 
     held ──► dispatching ──► committed   (answered, the result is kept)
-      │           │    └───► failed      (answered with an error)
-      │           └────────► unknown     (no answer: timeout, lost connection, crash)
-      ├──► skipped   (a ``$ref`` it needs did not commit)
-      └──► dropped   (not approved, not listed, or its attempt was sent back for rework)
+     │  ▲        │  │  └───► failed      (answered with an error)
+     │  │        │  └──────► unknown     (no answer: timeout, lost connection, crash)
+     │  └────────┘           (back to held: the request provably never left)
+     ├──► skipped   (a ``$ref`` it needs did not commit)
+     └──► dropped   (not approved, not listed, or its attempt was sent back for rework)
 
-    unknown ──settle(did_not_happen)──► retry ──► dispatching ──► ...
+    unknown ──settle──► unknown            (the manager's finding is kept on it)
+    unknown ──retry──► dispatching ──► ... (settled did_not_happen; back to unknown when
+                                            the request provably never left)
 
 Write-ahead. The effect moves ``held → dispatching`` with a compare-and-set that is on
 disk when it returns (the SQLite store commits with ``synchronous=FULL``), inside the
@@ -95,11 +100,13 @@ from typing import Any, Protocol
 import anyio
 import mcp_types as types
 
+from awl.desk import Desk
 from awl.desk.access import check_manager
-from awl.desk.desk import Clock, Desk
+from awl.desk.core import Clock
 from awl.desk.effects import (
     EffectView,
     drop_held,
+    effect_of,
     find_call,
     held_calls,
     list_effects,
@@ -126,6 +133,7 @@ from gateway._lock import DEFAULT_LEASE, EXIT_LOCKED, LockBusy, LockLost, OrderL
 from gateway._names import split_canonical
 from gateway._policy import allowed
 from gateway._staging import Placeholder, placeholders
+from gateway._telemetry import current as current_telemetry
 
 __all__ = [
     "COMMIT_ACTOR",
@@ -145,6 +153,9 @@ __all__ = [
     "run_commit_cli",
     "settle",
 ]
+
+NO_EFFECT = "none"
+"""The state an outcome shows for a listed call that has no effect (it was never held)."""
 
 COMMIT_ACTOR = "awl:gateway"
 """The actor of the ``drop`` events the commit path writes."""
@@ -203,7 +214,8 @@ class EffectOutcome:
     tool: str
     state: str
     """The effect's state now: ``committed``, ``failed``, ``unknown``, ``skipped``,
-    ``held`` (not run), ``dropped``."""
+    ``held`` (not run), ``dropped``; ``none`` for a listed call that was never held (the
+    pre-check names it, and nothing runs)."""
     reason: str
     """A short explanation, for people."""
     sent: bool = False
@@ -314,9 +326,10 @@ def fill_refs(arguments: dict[str, Any],
     filled = copy.deepcopy(arguments)
     for ph in found:
         target = states.get(ph.ref)
-        state = target.state if target is not None else "held"
-        if target is None or target.state != "committed" or target.result is None:
-            return arguments, f"needs {ph.ref}, which is {state}, not committed"
+        if target is None:
+            return arguments, f"needs {ph.ref}, which was not held"
+        if target.state != "committed" or target.result is None:
+            return arguments, f"needs {ph.ref}, which is {target.state}, not committed"
         try:
             value = resolve_pointer(target.result, ph.pointer)
         except KeyError:
@@ -568,6 +581,7 @@ class _Committer:
         self.lock = lock
         self.timeout = timeout
         self.states: dict[str, EffectState] = {}
+        self.telemetry = current_telemetry()
 
     def at(self) -> str:
         return _stamp(self.clock)
@@ -594,7 +608,7 @@ class _Committer:
                 self.load_states()
         return found
 
-    def set(self, ref: str, *, expect: Sequence[str] | None, state: str,
+    def set(self, ref: str, *, expect: Sequence[str], state: str,
             **kwargs: Any) -> EffectState:
         new = self.store.set_effect(self.order_id, ref, expect=expect, state=state,
                                     at=self.at(), **kwargs)
@@ -608,7 +622,15 @@ class _Committer:
         return done
 
     async def dispatch(self, call: CallRecord, arguments: dict[str, Any],
-                       expect: Sequence[str] | None) -> EffectOutcome:
+                       expect: Sequence[str]) -> EffectOutcome:
+        """:meth:`_send` inside the effect's span (OBS-4)."""
+        with self.telemetry.effect(self.order_id, call) as span:
+            outcome = await self._send(call, arguments, expect)
+            span.done(outcome.state, sent=outcome.sent)
+            return outcome
+
+    async def _send(self, call: CallRecord, arguments: dict[str, Any],
+                    expect: Sequence[str]) -> EffectOutcome:
         """Mark, send, record: the write-ahead protocol for one effect.
 
         The ``dispatching`` mark is made in the pool's ``before_send`` hook: after the
@@ -631,7 +653,7 @@ class _Committer:
         pool = await self.upstreams.get()
         server, tool = split_canonical(call.tool)
         meta = {"awl/ref": ref, "awl/order": self.order_id, "awl/attempt": call.attempt}
-        back_to = "held" if expect is None or "held" in expect else "unknown"
+        back_to = "held" if "held" in expect else "unknown"
         try:
             result = await pool.call(server, tool, arguments, meta=meta, timeout=self.timeout,
                                      before_send=mark)
@@ -687,7 +709,7 @@ class _Committer:
     def _outcome(self, call: CallRecord, *, sent: bool = False,
                  reason: str | None = None) -> EffectOutcome:
         state = self.states.get(call.ref)
-        name = state.state if state is not None else "held"
+        name = state.state if state is not None else NO_EFFECT
         if reason is None:
             reason = _reason(state)
         return EffectOutcome(call.ref, call.tool, name, reason, sent=sent,
@@ -696,10 +718,12 @@ class _Committer:
     async def run(self, call: CallRecord) -> EffectOutcome:
         """Commit one approved effect unless it already ran (or is past running)."""
         current = self.states.get(call.ref)
-        if current is not None and current.state != "held":
+        if current is None:  # the pre-check lets only held calls through: a damaged store
+            return self._outcome(call, reason="not run: the store has no effect for it")
+        if current.state != "held":
             return self._outcome(call, reason=f"already {current.state} before this run"
                                  + (f": {current.error}" if current.error else ""))
-        expect = None if current is None else ["held"]
+        expect = ["held"]
         arguments, problem = fill_refs(dict(call.arguments), self.states)
         try:
             if problem is not None:
@@ -868,12 +892,11 @@ async def retry(
                                lock, timeout)
         committer.recover()
         record = store.load(order_id)
-        state = committer.states.get(call.ref)
-        name = "held" if state is None else state.state
-        if state is None or state.state != "unknown":
+        state = committer.states.get(call.ref) or effect_of(store, order_id, call, "retry")
+        if state.state != "unknown":
             raise InvalidTransition(
-                f"effect {call.ref} is {name}; only an unknown effect settled as "
-                "did_not_happen can be retried", state=name, action="retry")
+                f"effect {call.ref} is {state.state}; only an unknown effect settled as "
+                "did_not_happen can be retried", state=state.state, action="retry")
         settlement = valid_settlement(state, settle_events(store.events(order_id))
                                       .get(call.ref))
         if settlement is None:

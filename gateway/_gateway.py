@@ -56,8 +56,8 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
+from awl.desk import Desk
 from awl.desk.access import acting_as
-from awl.desk.desk import Desk
 from awl.desk.lineage import ancestors, staging_ancestor
 from awl.documents.errors import Conflict, DocumentError, PassError
 from awl.documents.lifecycle import TERMINAL
@@ -66,7 +66,7 @@ from awl.documents.models import CallRecord, WorkOrder, format_time, utc_now
 from awl.documents.patterns import matches_any, parse_ref
 from awl.mcp.results import text_result
 from awl.mcp.transport import identity_of
-from awl.passes.passes import DEFAULT_AUDIENCE, VerifiedPass, pass_scopes, verify_pass
+from awl.passes import DEFAULT_AUDIENCE, VerifiedPass, pass_scopes, verify_pass
 from awl.store.protocol import OrderRecord, Scope, Store
 from awl.store.rules import stale_order
 from gateway._config import GatewayConfig
@@ -84,6 +84,7 @@ from gateway._policy import (
 from gateway._relay import Relay, worker_is_modern
 from gateway._results import OutputSchemas
 from gateway._staging import check_arguments
+from gateway._telemetry import CallSpan, current
 from gateway._upstream import (
     RESERVED_META_PREFIX,
     UpstreamError,
@@ -174,6 +175,13 @@ def held_note(tool: str, order: WorkOrder) -> str:
             "hold list) but the order does not stage it, so no report may list its calls as "
             "effects (rule R13) and no approval runs them. Leave them out of your report's "
             "effects; if the work needs this tool, say so in your report.")
+
+
+def _answered(decision: Decision) -> str:
+    """The recorded outcome of a call answered without being forwarded."""
+    if decision.action == "hold":
+        return "held"
+    return "error" if decision.code == AWL_INVALID_ARGUMENTS else "refused"
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +279,7 @@ class Gateway:
         # Every order above this one: its calls run only while they are all active (LC-16).
         self._above_ids: tuple[str, ...] = ()
         self.desk = Desk(store, clock=self._clock)
+        self._telemetry = current()
         self._worker = WorkerTools(self)
         self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
         self._bus = InMemorySubscriptionBus()  # 2026-07-28 clients listen here
@@ -328,6 +337,7 @@ class Gateway:
                 raise authority.error
         self.server.instructions = self._instructions()
         await self._catalog()
+        self._telemetry.watch(self)
 
     def _instructions(self) -> str:
         order = self.order
@@ -564,6 +574,15 @@ class Gateway:
             DocumentError: ``arguments`` hold what JSON cannot (NaN, a lone surrogate, ...);
                 nothing was recorded or forwarded.
         """
+        with self._telemetry.tool_call(name, self.order_id, meta, served=ctx is not None) as span:
+            return await self._call(span, name, arguments, token, meta, ctx, input_responses,
+                                    request_state)
+
+    async def _call(self, span: CallSpan, name: str, arguments: Mapping[str, Any],
+                    token: str | None, meta: Mapping[str, Any] | None,
+                    ctx: ServerRequestContext[Any] | None,
+                    input_responses: Mapping[str, Any] | None, request_state: str | None,
+                    ) -> types.CallToolResult | types.InputRequiredResult:
         args = check_json_value(dict(arguments), where="the arguments")
         table = await self._catalog()
         server = tool = canonical = unavailable = None
@@ -583,6 +602,10 @@ class Gateway:
             self._admit, name, canonical, args, token if token is not None else self._pass_token,
             unavailable)
         if admission.answer is not None:
+            done = admission.record
+            span.done(tool=canonical, ref=done.ref if done else None,
+                      attempt=done.attempt if done else None,
+                      outcome=_answered(admission.decision), code=admission.decision.code)
             return admission.answer
         record = admission.record
         assert record is not None and server is not None and tool is not None
@@ -615,6 +638,8 @@ class Gateway:
             error = f"{AWL_UPSTREAM_ERROR}: the call to {canonical} failed: {exc}"[:1000]
             answer = text_result(error, error=True)
         await self._finish(record, outcome, result, error)
+        span.done(tool=canonical, ref=record.ref, attempt=record.attempt, outcome=outcome,
+                  code=error.split(":", 1)[0] if error else None)
         # The worker cites this ref as evidence; the answer is its only way to learn it.
         # (The answer was made for this call alone, by the upstream pool or above: setting
         # its _meta in place saves a model copy per call.)
@@ -813,7 +838,5 @@ class Gateway:
             structured_content={"pending": record.ref, "status": "held"},
             meta={META_REF: record.ref},
         )
-        self.store.finish_call(self.order_id, record.ref, outcome="held",
-                               result=_wire(answer), error=None, ended_at=ended)
-        self.store.set_effect(self.order_id, record.ref, expect=None, state="held", at=ended)
+        self.store.hold_call(self.order_id, record.ref, result=_wire(answer), ended_at=ended)
         return _Admission(decision, record, answer)

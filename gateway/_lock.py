@@ -35,7 +35,7 @@ from types import TracebackType
 
 import anyio
 
-from awl.documents.errors import Conflict
+from awl.documents.errors import AWLError, Conflict
 from awl.store.protocol import LockInfo, Store
 
 EXIT_LOCKED = 3
@@ -103,7 +103,7 @@ def describe(info: LockInfo) -> str:
             f"{'ran out' if left <= 0 else f'{left:.0f} s left'})")
 
 
-class LockLost(Exception):
+class LockLost(AWLError):
     """The lock was taken over (or could not be renewed) while we held it."""
 
 

@@ -31,7 +31,7 @@ from awl.documents.errors import BadRequest
 from awl.mcp.frames import stdio_frames
 from awl.mcp.transport import Unauthorized, is_loopback, parse_address
 from awl.mcp.transport import serve_http as _serve_mcp_http
-from awl.passes.passes import DEFAULT_AUDIENCE, KeySet, KeyStore
+from awl.passes import DEFAULT_AUDIENCE, KeySet, KeyStore
 from awl.store.protocol import Store
 from gateway._config import GatewayConfig, load_config
 from gateway._gateway import Authority, Clock, Gateway

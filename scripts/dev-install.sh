@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Creates .venv (if missing) and installs the project with its test tools and the agent
-# frameworks the integration tests drive (PydanticAI, the OpenAI Agents SDK). Idempotent.
+# frameworks the integration tests drive (PydanticAI, the OpenAI Agents SDK), and the
+# OpenTelemetry extra the tracing tests use. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev,pydantic-ai,openai-agents]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev,pydantic-ai,openai-agents,otel]"

@@ -1,8 +1,85 @@
+"""The public surface is a decision: pinned here, and compared with what the packages hold.
+
+As httpx does it: every public name of ``awl`` and of ``gateway`` is in ``__all__``, every
+name of ``__all__`` exists, and the list changes only with this file. Subpackages (the
+layers ``awl.desk``, ``awl.passes`` ...) are namespaces, not names of the surface.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from types import ModuleType
+
+import pytest
+
 import awl
+import gateway
+from awl import AWLError
+
+AWL_NAMES = [
+    "AWLError", "AsyncDesk", "BadRequest", "Budget", "CallRecord", "Check", "Conflict",
+    "ConformanceResult", "ConformanceRun", "Cost", "Criterion", "Desk", "DocumentError",
+    "Effect", "EffectView", "Event", "Evidence", "Finding", "Forbidden", "Grant", "Handoff",
+    "InvalidTransition", "KeySet", "KeyStore", "MemoryStore", "NotFound", "OrderView",
+    "PassClaims", "PassError", "Question", "Review", "SQLiteStore", "Subscription",
+    "TrackRecord", "UnitSpend", "ValidationFailed", "VerifiedPass", "WorkOrder", "WorkReport",
+    "__version__", "check", "default_store", "home_dir", "is_valid_call", "is_valid_event",
+    "is_valid_order", "is_valid_pass", "is_valid_report", "is_valid_review",
+    "is_valid_suborder", "issue_pass", "issue_recorded_pass", "iter_call_findings",
+    "iter_event_findings", "iter_order_findings", "iter_pass_findings", "iter_report_findings",
+    "iter_review_findings", "iter_suborder_findings", "list_effects", "load_document",
+    "load_schema", "parse_time", "pass_scopes", "revoke_order_passes", "revoke_pass",
+    "run_conformance", "settle", "validate_call", "validate_event", "validate_order",
+    "validate_pass", "validate_report", "validate_review", "validate_suborder", "verify_pass",
+]
+
+GATEWAY_NAMES = [
+    "AWL_BUDGET_EXHAUSTED", "AWL_EXPIRED", "AWL_FORBIDDEN", "AWL_INVALID_ARGUMENTS",
+    "AWL_NOT_ACTIVE", "AWL_PASS_INVALID", "AWL_UPSTREAM_ERROR", "AWL_UPSTREAM_UNAVAILABLE",
+    "Authority", "CommitSummary", "ConfigError", "Decision", "EffectOutcome", "Gateway",
+    "GatewayConfig", "Mismatch", "NameTable", "PASS_ENV", "REFUSAL_CODES", "ServerConfig",
+    "UNRESOLVED_TOOL", "UpstreamError", "UpstreamPool", "UpstreamRejected", "UpstreamTimeout",
+    "UpstreamUnavailable", "WORKER_TOOL_NAMES", "commit", "commit_sync", "decide",
+    "drop_attempt", "exposed_name", "is_staged", "load_config", "open_gateway", "retry",
+    "retry_sync", "run_gateway", "serve_http", "serve_stdio",
+]
 
 
-def test_public_names_are_pinned() -> None:
-    """The public surface changes only on purpose."""
-    assert sorted(awl.__all__) == awl.__all__
-    for name in awl.__all__:
-        assert hasattr(awl, name), name
+def _public(module: ModuleType) -> list[str]:
+    """The names a reader of ``module`` finds: not private, not a subpackage."""
+    return sorted(name for name, value in vars(module).items()
+                  if not name.startswith("_") and not isinstance(value, ModuleType))
+
+
+def _modules() -> list[ModuleType]:
+    """Every module of both packages, imported (``__main__`` runs the CLI, so not it)."""
+    found = [awl, gateway]
+    for package in (awl, gateway):
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            if not info.name.endswith(".__main__"):
+                found.append(importlib.import_module(info.name))
+    return found
+
+
+@pytest.mark.parametrize(("module", "pinned"), [(awl, AWL_NAMES), (gateway, GATEWAY_NAMES)],
+                         ids=["awl", "gateway"])
+def test_public_names_are_pinned(module: ModuleType, pinned: list[str]) -> None:
+    """The public surface changes only on purpose, and ``__all__`` is the whole of it."""
+    assert sorted(module.__all__) == module.__all__
+    assert module.__all__ == pinned
+    for name in module.__all__:
+        assert hasattr(module, name), name
+    _modules()  # importing every submodule adds no public name to the package
+    assert _public(module) == sorted(set(module.__all__) - {"__version__"})
+
+
+def test_every_exception_is_an_awl_error() -> None:
+    """One ``except AWLError`` catches every error the library and the gateway raise."""
+    exceptions = {f"{module.__name__}.{name}": value for module in _modules()
+                  for name, value in vars(module).items()
+                  if inspect.isclass(value) and issubclass(value, BaseException)
+                  and value.__module__ == module.__name__}
+    assert len(exceptions) > 10
+    assert [name for name, value in exceptions.items() if not issubclass(value, AWLError)] == []

@@ -21,7 +21,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from awl.passes.passes import KeyStore, issue_recorded_pass
+from awl.passes import KeyStore, issue_recorded_pass
 from tests.bearer_relay import bearer_relay
 from tests.gateway.gateway_support import ROOT, WORKER, make_env, server_entry
 from tests.node_support import conformance

@@ -29,12 +29,14 @@ _COMMAND_MODULES = (
 )
 
 
-class CLIError(Exception):
-    """A user error the CLI prints as one line before exiting with ``code``."""
+class CLIError(AWLError):
+    """A user error the CLI prints as one line before exiting with ``exit_code``."""
 
-    def __init__(self, message: str, code: int = 2) -> None:
+    code = "BAD_REQUEST"
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
         super().__init__(message)
-        self.code = code
+        self.exit_code = exit_code
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
     except CLIError as exc:
         print(f"awl: {exc}", file=sys.stderr)
-        return exc.code
+        return exc.exit_code
     except AWLError as exc:
         print(f"awl: {exc.code}: {exc.message}", file=sys.stderr)
         return 1

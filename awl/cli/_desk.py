@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from awl.desk import Desk, OrderView, Question
 from awl.desk.criteria import check_question, latest_checks
-from awl.desk.desk import Desk, OrderView, Question
 from awl.desk.home import default_store, home_dir
 from awl.desk.track import TrackRecord
 from awl.documents.checks import load_document
@@ -139,7 +139,8 @@ def register(subparsers: Any) -> None:
     create.add_argument("--copy-handoff", action="store_true",
                         help="copy the handoff of the order this one continues")
     create.add_argument("--workspace", metavar="DIR",
-                        help="the git work tree the work happens in; the desk snapshots it "
+                        help="the folder the work happens in (the top of a git work tree, "
+                             "or a plain folder); the desk snapshots it "
                              "when the order starts and runs the criteria's checks there")
     _common(create, writes=True)
     create.set_defaults(func=_create)

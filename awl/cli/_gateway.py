@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 
 from awl.cli import CLIError
-from awl.passes.passes import MAX_TOKEN_BYTES
+from awl.passes import MAX_TOKEN_BYTES
 
 _MAX_PASS_FILE = MAX_TOKEN_BYTES + 1024
 """A pass file holds one token (at most MAX_TOKEN_BYTES) and some white space."""

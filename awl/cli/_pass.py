@@ -15,7 +15,7 @@ from awl.desk.home import default_store, home_dir
 from awl.documents.errors import BadRequest, PassError
 from awl.documents.limits import INT64_MAX, check_epoch, show_value
 from awl.documents.models import format_epoch
-from awl.passes.passes import (
+from awl.passes import (
     DEFAULT_AUDIENCE,
     KeyStore,
     VerifiedPass,

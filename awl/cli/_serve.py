@@ -67,11 +67,11 @@ def register(subparsers: Any) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from awl.desk.desk import AsyncDesk
+    from awl.desk import AsyncDesk
     from awl.desk.home import default_store, home_dir
     from awl.desk.tokens import check_principal
     from awl.mcp.transport import is_loopback
-    from awl.passes.passes import KeyStore
+    from awl.passes import KeyStore
     from awl.server import DeskServer, parse_address, serve_stdio
 
     if args.principal is not None:

@@ -1,10 +1,13 @@
 """Running a criterion's check in an order's workspace, and what changed since the start.
 
 The desk calls this module; the documents and checks layer never does (it does no I/O). A
-workspace is the top folder of a git work tree. Its snapshot, taken when the order starts,
-is the commit checked out (``head``) and a tree object of the whole work tree as it was,
-tracked and untracked files alike (``tree``), written through a temporary index so the
-worker's own index is left alone. When a check runs, the work tree is written the same way
+workspace is a folder: the top of a git work tree, or a plain folder in no work tree. Its
+snapshot, taken when the order starts, is a git tree object of the whole folder as it was.
+In a git work tree that is the commit checked out (``head``) and a tree of the tracked and
+untracked files (ignored ones left out), written into the work tree's own object store
+through a temporary index, so the worker's own index is left alone. A plain folder is
+written the same way into an object store the desk keeps (``snapshots`` under the AWL
+home), and every file in it counts. When a check runs, the folder is written the same way
 again and the two trees are compared: that is how edits to tests and to the files that
 define how checks run are found (the tamper signals).
 """
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from awl.desk.home import home_dir
 from awl.documents.errors import BadRequest
 from awl.documents.models import Check, Event
 
@@ -63,74 +67,139 @@ _MAX_BLOB = 1024 * 1024
 # environment as a check, never the desk's own, and without a file-system monitor program.
 _GIT = ("git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
 
+SNAPSHOTS = "snapshots"
+"""The folder under the AWL home that keeps the snapshots of plain-folder workspaces."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Tree:
+    """A workspace as git sees it: its folder, and the object store of a plain folder's
+    snapshots (None for a git work tree, whose own store is used)."""
+
+    root: Path
+    objects: Path | None = None
+
+    def git(self, *args: str, env: Mapping[str, str] | None = None,
+            check: bool = True) -> str:
+        where: tuple[str, ...] = ()
+        if self.objects is not None:
+            where = (f"--git-dir={self.objects}", f"--work-tree={self.root}")
+        return _git(self.root, *where, *args, env=env, check=check)
+
 
 def _git(root: Path, *args: str, env: Mapping[str, str] | None = None,
          check: bool = True) -> str:
     base = {name: os.environ[name] for name in ENV_KEPT if name in os.environ}
+    command = next((a for a in args if not a.startswith("--")), args[0])
     try:
         done = subprocess.run((*_GIT, *args), cwd=root, capture_output=True,
                               timeout=_GIT_TIMEOUT,
                               env={**base, "GIT_CONFIG_NOSYSTEM": "1", **(env or {})},
                               check=False, stdin=subprocess.DEVNULL)
     except FileNotFoundError:
-        raise BadRequest("git is not installed; a workspace is a git work tree") from None
+        raise BadRequest("git is not installed; the desk uses it to snapshot a workspace; "
+                         "install git") from None
     except subprocess.TimeoutExpired:
-        raise BadRequest(f"git {args[0]} in {root} took over {_GIT_TIMEOUT:.0f} s") from None
+        raise BadRequest(f"git {command} in {root} took over {_GIT_TIMEOUT:.0f} s") from None
     if check and done.returncode != 0:
         why = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise BadRequest(f"git {args[0]} failed in {root}: {why[-1] if why else 'no output'}")
+        raise BadRequest(f"git {command} failed in {root}: {why[-1] if why else 'no output'}")
     return done.stdout.decode("utf-8", "replace")
 
 
 def workspace_root(path: str | os.PathLike[str]) -> Path:
-    """``path`` as an absolute workspace folder, or :class:`BadRequest` saying why not."""
+    """``path`` as an absolute workspace folder, or :class:`BadRequest` saying why not.
+
+    A workspace is the top folder of a git work tree or a folder in no work tree; a folder
+    inside a work tree but not its top is refused (its snapshot would be ambiguous).
+    """
     root = Path(path).expanduser().resolve()
     if not root.is_dir():
-        raise BadRequest(f"workspace {path} is not a folder; give the top of a git work tree")
+        raise BadRequest(f"workspace {path} is not a folder; give the folder the work happens "
+                         "in")
     top = _git(root, "rev-parse", "--show-toplevel", check=False).strip()
-    if not top or Path(top).resolve() != root:
-        raise BadRequest(f"workspace {root} is not the top folder of a git work tree; "
-                         "run `git init` there or give the repository's top folder")
+    if top and Path(top).resolve() != root:
+        raise BadRequest(f"workspace {root} is inside the git work tree {top} but not its top "
+                         "folder; give the repository's top folder")
     return root
 
 
-def _write_tree(root: Path, head: str | None) -> str:
-    """The whole work tree (tracked and untracked, minus ignored files) as a tree object."""
+def _is_work_tree(root: Path) -> bool:
+    top = _git(root, "rev-parse", "--show-toplevel", check=False).strip()
+    return bool(top) and Path(top).resolve() == root
+
+
+def _snapshot_store() -> Path:
+    """The desk's object store for plain-folder snapshots, created on first use."""
+    objects = home_dir() / SNAPSHOTS
+    if not (objects / "HEAD").is_file():
+        _git(home_dir(), "init", "--bare", "-q", str(objects))
+    return objects.resolve()
+
+
+# Byproduct folders (caches, installed packages) never enter a plain folder's snapshot.
+_EXCLUDED = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", "node_modules",
+             ".tox", ".nox")
+
+
+def _write_tree(tree: _Tree, head: str | None) -> str:
+    """The whole folder (for a work tree: tracked and untracked, minus ignored files) as a
+    tree object."""
     with tempfile.TemporaryDirectory(prefix="awl-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         if head is not None:
-            _git(root, "read-tree", head, env=env)
-        _git(root, "add", "-A", ".", env=env)
-        return _git(root, "write-tree", env=env).strip()
+            tree.git("read-tree", head, env=env)
+        spec: tuple[str, ...] = ("--", ".")
+        if tree.objects is not None:  # every file counts: --force takes ignored ones too
+            spec = ("--force", "--", ".",
+                    *(f":(exclude,glob)**/{name}/**" for name in _EXCLUDED))
+        tree.git("add", "-A", *spec, env=env)
+        return tree.git("write-tree", env=env).strip()
 
 
-def _head(root: Path) -> str | None:
-    head = _git(root, "rev-parse", "--verify", "-q", "HEAD", check=False).strip()
+def _head(tree: _Tree) -> str | None:
+    if tree.objects is not None:
+        return None
+    head = tree.git("rev-parse", "--verify", "-q", "HEAD", check=False).strip()
     return head or None
 
 
 def take_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The workspace as it is now: ``{"kind": "git", "head": commit, "tree": tree}``."""
+    """The workspace as it is now: ``{"kind": "git", "head": commit, "tree": tree}`` for a
+    git work tree, ``{"kind": "folder", "objects": store, "tree": tree}`` for a plain one."""
     root = workspace_root(path)
-    head = _head(root)
-    snapshot: dict[str, Any] = {"kind": "git", "tree": _write_tree(root, head)}
-    if head is not None:
-        snapshot["head"] = head
-    return snapshot
+    if _is_work_tree(root):
+        tree = _Tree(root)
+        head = _head(tree)
+        snapshot: dict[str, Any] = {"kind": "git", "tree": _write_tree(tree, head)}
+        if head is not None:
+            snapshot["head"] = head
+        return snapshot
+    tree = _Tree(root, _snapshot_store())
+    return {"kind": "folder", "objects": str(tree.objects), "tree": _write_tree(tree, None)}
 
 
-def _changes(root: Path, snapshot: Mapping[str, Any]) -> tuple[str, list[tuple[str, str]]]:
-    """The tree of the work tree now and each ``(status, path)`` changed since the snapshot."""
-    now = _write_tree(root, _head(root))
-    out = _git(root, "diff-tree", "-r", "--no-renames", "--name-status", "-z",
-               str(snapshot["tree"]), now)
+def _tree_of(root: Path, snapshot: Mapping[str, Any]) -> _Tree:
+    """How to read ``root`` against ``snapshot``; BadRequest when the snapshot cannot be."""
+    if snapshot.get("kind") == "folder":
+        objects = Path(str(snapshot.get("objects", "")))
+        if not (objects / "HEAD").is_file():
+            raise BadRequest(f"the start snapshot's object store {objects} is gone")
+        return _Tree(root, objects)
+    return _Tree(root)
+
+
+def _changes(tree: _Tree, snapshot: Mapping[str, Any]) -> tuple[str, list[tuple[str, str]]]:
+    """The tree of the folder now and each ``(status, path)`` changed since the snapshot."""
+    now = _write_tree(tree, _head(tree))
+    out = tree.git("diff-tree", "-r", "--no-renames", "--name-status", "-z",
+                   str(snapshot["tree"]), now)
     parts = [p for p in out.split("\0") if p]
     pairs = [(parts[i], parts[i + 1]) for i in range(0, len(parts) - 1, 2)]
     return now, [p for p in pairs if not _is_byproduct(p[1])][:_MAX_CHANGED]
 
 
-_BYPRODUCT_FOLDERS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache",
-                                "node_modules", ".tox", ".nox"})
+_BYPRODUCT_FOLDERS = frozenset(_EXCLUDED)
 
 
 def _is_byproduct(path: str) -> bool:
@@ -139,8 +208,8 @@ def _is_byproduct(path: str) -> bool:
     return path.endswith((".pyc", ".pyo")) or any(p in _BYPRODUCT_FOLDERS for p in parts)
 
 
-def _blob(root: Path, tree: str, path: str) -> str:
-    out = _git(root, "cat-file", "-p", f"{tree}:{path}", check=False)
+def _blob(tree: _Tree, tree_id: str, path: str) -> str:
+    out = tree.git("cat-file", "-p", f"{tree_id}:{path}", check=False)
     return out[:_MAX_BLOB]
 
 
@@ -217,7 +286,11 @@ def tamper_signals(path: str | os.PathLike[str], snapshot: Mapping[str, Any],
     configuration). A new test file is no signal unless it skips.
     """
     root = Path(path).resolve()
-    now, changed = _changes(root, snapshot)
+    try:
+        tree = _tree_of(root, snapshot)
+        now, changed = _changes(tree, snapshot)
+    except BadRequest as exc:  # a snapshot that cannot be compared is no silent pass
+        return [f"the workspace could not be compared with its start snapshot ({exc})"]
     old_tree = str(snapshot["tree"])
     named = _named_paths(root, check)
     signals: list[str] = []
@@ -236,8 +309,8 @@ def tamper_signals(path: str | os.PathLike[str], snapshot: Mapping[str, Any],
             signals.append(f"{verb} {file}, which defines how checks run")
         if status.startswith("D"):
             continue
-        new = _blob(root, now, file)
-        old = _blob(root, old_tree, file) if status.startswith("M") else ""
+        new = _blob(tree, now, file)
+        old = _blob(tree, old_tree, file) if status.startswith("M") else ""
         if _is_test_file(file) and _count(_SKIP_MARKERS, new) > _count(_SKIP_MARKERS, old):
             signals.append(f"new skip, only or xfail marker in {file}")
         if _count(_EXEMPTIONS, new) > _count(_EXEMPTIONS, old):

@@ -37,6 +37,7 @@ from awl.documents.patterns import canonical_ref
 from awl.store.protocol import EffectState, Settlement, Store
 
 if TYPE_CHECKING:
+    from awl.desk.core import DeskCore
     from awl.desk.desk import Desk
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "Settles",
     "Verdict",
     "drop_held",
+    "effect_of",
     "find_call",
     "held_calls",
     "list_effects",
@@ -63,25 +65,23 @@ _LOG_ATTEMPTS = 20
 
 def held_calls(store: Store, order_id: str, *,
                attempts: Container[int] | None = None) -> list[CallRecord]:
-    """The order's calls that are held and may still run, by N.
-
-    A call counts when its outcome is ``held`` and its effect is ``held`` or not written
-    yet (the gateway records the outcome and the effect in two steps).
+    """The order's calls that are held and may still run, by N: outcome ``held`` and
+    effect ``held`` (the store writes the two together, CM-14).
 
     Args:
         store: the desk's store.
         order_id: the order.
         attempts: only calls of these attempts (all when None).
     """
-    states = {e.ref: e.state for e in store.effects(order_id)}
+    held = {e.ref for e in store.effects(order_id) if e.state == "held"}
     return [
         call for call in store.calls(order_id)
-        if call.outcome == "held" and states.get(call.ref, "held") == "held"
+        if call.outcome == "held" and call.ref in held
         and (attempts is None or call.attempt in attempts)
     ]
 
 
-def record_event(desk: Desk, order_id: str, actor: str, action: str, *, note: str | None,
+def record_event(desk: DeskCore, order_id: str, actor: str, action: str, *, note: str | None,
                  data: Mapping[str, Any]) -> None:
     """Append a non-transition event, deciding again after every lost race."""
     for round_ in range(_LOG_ATTEMPTS):
@@ -93,7 +93,7 @@ def record_event(desk: Desk, order_id: str, actor: str, action: str, *, note: st
                 raise
 
 
-def drop_held(desk: Desk, order_id: str, reasons: Mapping[str, str], *, actor: str,
+def drop_held(desk: DeskCore, order_id: str, reasons: Mapping[str, str], *, actor: str,
               at: str, note: str | None = None,
               data: Mapping[str, Any] | None = None) -> list[str]:
     """Drop the held calls named in ``reasons`` (ref → why) and log one ``drop`` event.
@@ -119,12 +119,10 @@ def drop_held(desk: Desk, order_id: str, reasons: Mapping[str, str], *, actor: s
     states = {e.ref: e.state for e in store.effects(order_id)}
     done: list[str] = []
     for ref, why in reasons.items():
-        current = states.get(ref)
-        if current is not None and current != "held":
+        if states.get(ref) != "held":
             continue
         try:
-            store.set_effect(order_id, ref, expect=None if current is None else ["held"],
-                             state="dropped", error=why, at=at)
+            store.set_effect(order_id, ref, expect=["held"], state="dropped", error=why, at=at)
         except Conflict:  # it moved on meanwhile (dispatched, or dropped by another)
             continue
         done.append(ref)
@@ -147,7 +145,7 @@ class EffectView:
     attempt: int
     arguments: dict[str, Any]
     state: str
-    """The effect state (``held`` when the gateway recorded none yet)."""
+    """The effect state."""
     dispatches: int = 0
     result: dict[str, Any] | None = None
     error: str | None = None
@@ -218,21 +216,15 @@ def list_effects(order_id: str, *, store: Store) -> list[EffectView]:
     """Every held call of the order with its effect state, by call number."""
     states = {e.ref: e for e in store.effects(order_id)}
     settles = settle_events(store.events(order_id))
-    out: list[EffectView] = []
-    for call in store.calls(order_id):
-        state = states.get(call.ref)
-        if call.outcome != "held" and state is None:
-            continue
-        out.append(EffectView(
-            ref=call.ref, tool=call.tool, attempt=call.attempt,
-            arguments=call.arguments, state="held" if state is None else state.state,
-            dispatches=0 if state is None else state.dispatches,
-            result=None if state is None else state.result,
-            error=None if state is None else state.error,
-            settlement=valid_settlement(state, settles.get(call.ref)),
-            updated_at="" if state is None else state.updated_at,
-        ))
-    return out
+    return [
+        EffectView(
+            ref=call.ref, tool=call.tool, attempt=call.attempt, arguments=call.arguments,
+            state=state.state, dispatches=state.dispatches, result=state.result,
+            error=state.error, settlement=valid_settlement(state, settles.get(call.ref)),
+            updated_at=state.updated_at,
+        )
+        for call in store.calls(order_id) if (state := states.get(call.ref)) is not None
+    ]
 
 
 def find_call(store: Store, order_id: str, ref: str) -> CallRecord:
@@ -247,6 +239,20 @@ def find_call(store: Store, order_id: str, ref: str) -> CallRecord:
             return call
     raise NotFound(f"order {order_id!r} has no recorded call {ref!r}; list its effects with "
                    f"`awl effects list {order_id}`")
+
+
+def effect_of(store: Store, order_id: str, call: CallRecord, action: str) -> EffectState:
+    """The effect of a recorded call, for ``action`` (``settle``, ``retry``).
+
+    Raises:
+        InvalidTransition: The call was not held, so it has no effect.
+    """
+    state = next((e for e in store.effects(order_id) if e.ref == call.ref), None)
+    if state is None:
+        raise InvalidTransition(
+            f"call {call.ref} of order {order_id!r} was not held (its outcome is "
+            f"{call.outcome}), so it has no effect to {action}", state="none", action=action)
+    return state
 
 
 # --------------------------------------------------------------------------- settle
@@ -273,7 +279,7 @@ def settle(order_id: str, ref: str, verdict: Verdict, evidence: str, by: str, *,
         BadRequest: No evidence, or an unknown verdict.
         NotFound: No such order or call.
     """
-    # awl.desk.desk imports this module, so the desk is imported when first needed.
+    # awl.desk.core imports this module, so the desk is imported when first needed.
     from awl.desk.desk import Desk
 
     if verdict not in ("happened", "did_not_happen"):
@@ -285,11 +291,11 @@ def settle(order_id: str, ref: str, verdict: Verdict, evidence: str, by: str, *,
     record = store.load(order_id)
     check_manager(record.order, by, "settle", "settle effects")
     call = find_call(store, order_id, ref)
-    state = next((e for e in store.effects(order_id) if e.ref == call.ref), None)
-    if state is None or state.state != "unknown":
-        name = "held" if state is None else state.state
-        raise InvalidTransition(f"effect {call.ref} of order {order_id!r} is {name}; only "
-                                "an unknown effect is settled", state=name, action="settle")
+    state = effect_of(store, order_id, call, "settle")
+    if state.state != "unknown":
+        raise InvalidTransition(f"effect {call.ref} of order {order_id!r} is {state.state}; "
+                                "only an unknown effect is settled", state=state.state,
+                                action="settle")
     _refuse_settled(order_id, call.ref, state, store)
     at = format_time(clock())
     # The event is the authority for a retry (it carries the dispatch count it describes);

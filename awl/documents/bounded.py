@@ -32,6 +32,8 @@ from jsonschema import Draft202012Validator, FormatChecker  # type: ignore[impor
 from jsonschema import validators as _validators
 from jsonschema.exceptions import ValidationError  # type: ignore[import-untyped]
 
+from awl.documents.errors import AWLError
+
 __all__ = [
     "FORMAT_CHECKER",
     "MAX_REPEAT",
@@ -59,11 +61,11 @@ _REPEAT = re.compile(r"\{([0-9]*)(?:,([0-9]*))?\}")
 _HEX4 = re.compile(r"[0-9A-Fa-f]{4}")
 
 
-class PatternError(ValueError):
+class PatternError(AWLError, ValueError):
     """A pattern the linear-time engine will not run; the message says why."""
 
 
-class SchemaTooCostly(Exception):
+class SchemaTooCostly(AWLError):
     """A schema check used up its :data:`MAX_SCHEMA_STEPS`."""
 
 

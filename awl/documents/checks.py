@@ -235,7 +235,7 @@ def check_structure(doc: Any, doc_type: DocType) -> tuple[Any, BaseModel | None,
 def context_model(doc: Any, doc_type: DocType, model_cls: type[_M], role: str) -> _M:
     """A document given as context (a report's order, a parent), which must be valid.
 
-    Shared with :mod:`awl.passes.passes` (a pass's order and parent claims); not part of the
+    Shared with :mod:`awl.passes.rules` (a pass's order and parent claims); not part of the
     package's public surface.
 
     Args:
@@ -885,9 +885,9 @@ def pass_checks() -> Callable[..., Iterator[Finding]]:
     """
     # The pass checks live with the pass code; imported late so the core works without them.
     try:
-        module = importlib.import_module("awl.passes.passes")
+        module = importlib.import_module("awl.passes.rules")
     except ModuleNotFoundError as exc:
-        if exc.name != "awl.passes.passes":
+        if exc.name != "awl.passes.rules":
             raise
         raise BadRequest("pass checks not installed") from None
     found: Callable[..., Iterator[Finding]] | None = getattr(module, "iter_pass_findings", None)

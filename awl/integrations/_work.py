@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from awl.desk.desk import AsyncDesk, Desk, OrderView
+from awl.desk import AsyncDesk, Desk, OrderView
 from awl.documents.errors import AWLError, BadRequest
 from awl.documents.models import CallRecord
 from gateway._commit import CommitSummary, commit

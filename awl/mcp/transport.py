@@ -29,7 +29,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from awl.documents.errors import BadRequest
+from awl.documents.errors import AWLError, BadRequest
 from awl.mcp.frames import MAX_FRAME_BYTES, FrameGuard
 
 __all__ = [
@@ -56,12 +56,10 @@ IDENTITY_KEY = "awl.identity"
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
-class Unauthorized(Exception):
+class Unauthorized(AWLError):
     """The request's credentials are missing or wrong; the message says what to send."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+    code = "UNAUTHORIZED"
 
 
 Authenticate = Callable[[str | None], Awaitable[Any]]

@@ -1,4 +1,69 @@
-"""Delegation Passes: keys, the chain rules, JWS verification and issuing.
+"""Delegation Passes: signed grants that only narrow, checkable without the desk.
 
-Above the store (keys, pass records and revocations live there), below the desk.
+A pass is a JWS compact token (EdDSA over Ed25519) whose payload is a
+:class:`~awl.PassClaims` document. The desk signs every pass with a key from its
+:class:`~awl.passes.keys.KeyStore`; the public half is published as a JWKS document.
+
+* The **worker's pass** is issued from an order. Its grant states what a verifier needs
+  about the order: ``order_id``, ``manager``, ``deadline`` and the ``staged`` patterns.
+* A **derived pass** (a sub-agent's) is issued from a parent pass. Its grant names the
+  parent's ``jti`` and its protected header carries the parent token itself (``parent``),
+  which carries its own parent, back to the worker's pass. So a verifier holding only the
+  JWKS and the revocation list can check every link and re-check that each one narrows its
+  parent (rules P3..P9 of SPEC.md).
+
+Issuing refuses with :class:`~awl.PassError` whose ``reason`` is the broken rule id (``P4``);
+verifying refuses with a stable reason code (see :data:`~awl.passes.verify.REASONS`).
+
+Modules, each importing only those named before it: ``common`` (the format's constants and codecs),
+``keys``, ``rules`` (V1, P1..P9), ``verify``, ``records`` (what the store keeps), ``issue``.
 """
+
+from awl.passes.common import (
+    ALGORITHM,
+    DEFAULT_AUDIENCE,
+    DEFAULT_ISSUER,
+    LEEWAY,
+    MAX_CHAIN,
+    MAX_TOKEN_BYTES,
+    PASS_SPEC,
+    PASS_TYPE,
+)
+from awl.passes.issue import issue_pass, issue_recorded_pass
+from awl.passes.keys import KeySet, KeyStore
+from awl.passes.records import (
+    pass_scopes,
+    record_pass,
+    remaining_budget,
+    revoke_order_passes,
+    revoke_pass,
+)
+from awl.passes.rules import is_valid_pass, iter_pass_findings, validate_pass
+from awl.passes.verify import REASONS, VerifiedPass, unverified_claims, verify_pass
+
+__all__ = [
+    "ALGORITHM",
+    "DEFAULT_AUDIENCE",
+    "DEFAULT_ISSUER",
+    "LEEWAY",
+    "MAX_CHAIN",
+    "MAX_TOKEN_BYTES",
+    "PASS_SPEC",
+    "PASS_TYPE",
+    "REASONS",
+    "KeySet",
+    "KeyStore",
+    "VerifiedPass",
+    "is_valid_pass",
+    "issue_pass",
+    "issue_recorded_pass",
+    "iter_pass_findings",
+    "pass_scopes",
+    "record_pass",
+    "remaining_budget",
+    "revoke_order_passes",
+    "revoke_pass",
+    "unverified_claims",
+    "validate_pass",
+    "verify_pass",
+]

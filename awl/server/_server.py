@@ -1,6 +1,6 @@
 """The desk served over MCP, each connection bound to one principal.
 
-:class:`DeskServer` wraps an :class:`~awl.desk.desk.AsyncDesk` in a low-level MCP server whose
+:class:`DeskServer` wraps an :class:`~awl.desk.AsyncDesk` in a low-level MCP server whose
 tools (:mod:`awl.server._tools`) act as the connection's principal: the one given at start
 (stdio, in-process) or the one whose desk token authenticated the HTTP request. No tool
 takes an actor argument, so an agent can neither approve its own work nor answer its own
@@ -37,9 +37,9 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 
 from awl import __version__
+from awl.desk import AsyncDesk, Desk, OrderView
 from awl.desk.access import check_pass_deriver, check_pass_issuer
 from awl.desk.access import roles as roles_of
-from awl.desk.desk import AsyncDesk, Desk, OrderView
 from awl.desk.effects import list_effects, settle
 from awl.desk.tokens import check_principal, principal_for_token
 from awl.documents.errors import (
@@ -54,7 +54,7 @@ from awl.documents.pointers import pointer
 from awl.mcp.frames import stdio_frames
 from awl.mcp.results import error_result, text_result, tool_error
 from awl.mcp.transport import Unauthorized, identity_of, serve_http
-from awl.passes.passes import KeyStore, issue_recorded_pass, unverified_claims
+from awl.passes import KeyStore, issue_recorded_pass, unverified_claims
 from awl.server._tools import (
     INSTRUCTIONS,
     ORDER_TOOLS,
@@ -151,7 +151,7 @@ class DeskServer:
     """The desk's MCP server; serve :attr:`server` over stdio, HTTP or in-process.
 
     Args:
-        desk: The desk (an :class:`~awl.desk.desk.AsyncDesk`, a :class:`~awl.desk.desk.Desk`, or
+        desk: The desk (an :class:`~awl.desk.AsyncDesk`, a :class:`~awl.desk.Desk`, or
             a store to open one on).
         principal: Who every request acts as; None when each request brings its own
             identity (HTTP with desk tokens, see :func:`awl.server.serve_desk_http`).

@@ -24,6 +24,7 @@ from typing import Any
 
 import mcp_types as types
 
+from awl.documents.effect_states import STATES as EFFECT_STATES
 from awl.documents.lifecycle import STATES
 from awl.documents.schemas import load_schema
 
@@ -175,8 +176,7 @@ _EFFECT_VIEW = _object({
     "tool": _string("Its canonical tool name."),
     "attempt": {"type": "integer", "minimum": 1},
     "arguments": {"type": "object", "description": "Exactly the arguments that were held."},
-    "state": {"enum": ["held", "dropped", "dispatching", "committed", "failed", "unknown",
-                       "skipped"]},
+    "state": {"enum": list(EFFECT_STATES)},
     "dispatches": {"type": "integer", "minimum": 0},
     "updated_at": {"type": "string"},
     "retryable": {"type": "boolean"},

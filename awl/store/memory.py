@@ -38,10 +38,12 @@ from awl.store.rules import (
     call_number,
     check_ending,
     check_first_event,
+    check_hold,
     check_takeover,
     exceeded_above,
     exceeded_scope,
     finished_call,
+    held_call,
     make_call,
     may_take,
     new_call,
@@ -323,6 +325,20 @@ class MemoryStore:
         """Every effect state of the order, by N."""
         with self._lock:
             return [e for _, e in sorted(self._get(order_id).effects.items())]
+
+    def hold_call(
+        self, order_id: str, ref: str, *, result: dict[str, Any] | None, ended_at: str,
+    ) -> EffectState:
+        """Set a reserved call's outcome to ``held`` and create its ``held`` effect, at once."""
+        check_hold(result, ended_at)
+        with self._lock:
+            n, call = self._call(order_id, ref)
+            effects = self._orders[order_id].effects
+            record, _, effect = held_call(call.record.to_json(), n, ref, effects.get(n),
+                                          result=result, ended_at=ended_at)
+            call.record = record
+            effects[n] = effect
+            return effect
 
     def set_effect(
         self, order_id: str, ref: str, *, expect: Sequence[str] | None, state: str,

@@ -15,11 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from awl.documents.effect_states import EffectStateName
 from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
-
-EffectStateName = Literal[
-    "held", "dropped", "dispatching", "committed", "failed", "unknown", "skipped"
-]
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +275,8 @@ class Store(Protocol):
         self, order_id: str, ref: str, *, outcome: str, result: dict[str, Any] | None,
         error: str | None, ended_at: str,
     ) -> None:
-        """Set the outcome (not ``pending``) of a reserved call.
+        """Set the outcome (not ``pending``, nor ``held``: see :meth:`hold_call`) of a
+        reserved call.
 
         BadRequest if the fields do not end a call validly (checked first, so nothing invalid
         is stored); NotFound if there is no such call; Conflict if its outcome is already
@@ -305,6 +303,21 @@ class Store(Protocol):
         """Every effect state of the order, by N."""
         ...
 
+    def hold_call(
+        self, order_id: str, ref: str, *, result: dict[str, Any] | None, ended_at: str,
+    ) -> EffectState:
+        """Hold a reserved call: set its outcome to ``held`` and create its effect in state
+        ``held``, both in one transaction (CM-14), and return the effect.
+
+        Durability: like :meth:`set_effect`, the transaction is on stable storage (fsynced)
+        before this returns, and a crash leaves either both writes or neither; so every call
+        with outcome ``held`` has an effect state, and :meth:`finish_call` refuses outcome
+        ``held``. The effect's attempt is the call's and its ``updated_at`` is ``ended_at``.
+
+        BadRequest if the fields do not end a call validly (checked first); NotFound if there
+        is no such call; Conflict if its outcome is already set or it has an effect."""
+        ...
+
     def set_effect(
         self, order_id: str, ref: str, *, expect: Sequence[str] | None, state: str,
         attempt: int | None = None, result: dict[str, Any] | None = None,
@@ -318,7 +331,9 @@ class Store(Protocol):
         defaults to the call's. ``result`` and ``error`` describe the new state and replace
         the old ones (None clears them); ``attempt`` and ``settlement`` are kept unless
         given. ``count_dispatch`` adds one to ``dispatches``. NotFound if ``expect`` is given
-        and the effect does not exist; BadRequest for an unknown state name."""
+        and the effect does not exist; BadRequest for an unknown state name;
+        InvalidTransition when the move is not a row of the effect state table
+        (:data:`awl.documents.effect_states.TABLE`, CM-13), checked after the state."""
         ...
 
     # Locks ----------------------------------------------------------------------------

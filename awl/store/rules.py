@@ -1,4 +1,5 @@
-"""The rules every store backend shares: state names, scope limits, refs, call records.
+"""The rules every store backend shares: state names, effect moves, scope limits, refs, call
+records.
 
 Each backend (memory, SQLite, ...) asks these functions rather than writing its own copy, so
 the backends cannot drift apart on what they accept or how they say no.
@@ -11,11 +12,12 @@ import json
 from _json import encode_basestring, make_encoder
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Literal, cast, get_args
+from typing import Any, Literal, cast
 
 from pydantic import ValidationError
 
-from awl.documents.errors import BadRequest, Conflict, NotFound
+from awl.documents.effect_states import STATES, EffectStateName, is_move, moves_from
+from awl.documents.errors import BadRequest, Conflict, InvalidTransition, NotFound
 from awl.documents.models import (
     CALL_ENDING,
     CallRecord,
@@ -27,13 +29,12 @@ from awl.documents.patterns import make_ref, parse_ref
 from awl.documents.pointers import pointer
 from awl.store.protocol import (
     EffectState,
-    EffectStateName,
     LockInfo,
     Scope,
     Settlement,
 )
 
-EFFECT_STATES: frozenset[str] = frozenset(get_args(EffectStateName))
+EFFECT_STATES: frozenset[str] = frozenset(STATES)
 
 USD_TOLERANCE = 1e-9
 """How far a float sum of per-call prices may land above an exact usd limit and still be
@@ -231,10 +232,24 @@ def make_call(fields: dict[str, Any], n: int) -> CallRecord:
 
 def check_ending(outcome: str, result: dict[str, Any] | None, error: str | None,
                  ended_at: str) -> None:
-    """BadRequest unless these fields may end a call: a final outcome (not ``pending``), and
-    each field valid as CallRecord has it (None meaning absent)."""
+    """BadRequest unless these fields may end a call with ``finish_call``: a final outcome
+    (not ``pending``, and not ``held``, which only ``hold_call`` sets, CM-14), and each field
+    valid as CallRecord has it (None meaning absent)."""
     if outcome == "pending":
         raise BadRequest("finish_call sets a final outcome; 'pending' is not one")
+    if outcome == "held":
+        raise BadRequest("finish_call does not hold a call: use hold_call, which records the "
+                         "held call together with its effect state (CM-14)")
+    _check_fields(outcome, result, error, ended_at)
+
+
+def check_hold(result: dict[str, Any] | None, ended_at: str) -> None:
+    """BadRequest unless these fields may end a call as ``held`` (see :func:`check_ending`)."""
+    _check_fields("held", result, None, ended_at)
+
+
+def _check_fields(outcome: str, result: dict[str, Any] | None, error: str | None,
+                  ended_at: str) -> None:
     fields: dict[str, Any] = {"outcome": outcome, "ended_at": ended_at}
     if result is not None:
         fields["result"] = result
@@ -315,17 +330,37 @@ def effect_conflict(order_id: str, ref: str, actual: str | None,
     )
 
 
+def check_move(record: CallRecord, old: str | None, new: str) -> None:
+    """Refuse an effect move that is not a row of the effect state table (CM-13).
+
+    Raises:
+        InvalidTransition: ``old → new`` is not a row; the message names the moves ``old``
+            allows.
+    """
+    if is_move(old, new):
+        return
+    allowed = moves_from(old)
+    here = "absent" if old is None else old
+    then = (f"{here} is final: no move leaves it" if not allowed
+            else f"from {here} it may move only to {', '.join(allowed)}")
+    raise InvalidTransition(
+        f"effect {record.ref!r} of order {record.order_id!r} cannot move from {here} to "
+        f"{new}; {then} (SPEC §15)", state=here, action=f"move to {new}")
+
+
 def next_effect(
     old: EffectState | None, record: CallRecord, *, expect: Sequence[str] | None, state: str,
     attempt: int | None, result: dict[str, Any] | None, error: str | None,
     settlement: Settlement | None, count_dispatch: bool, at: str,
 ) -> EffectState:
-    """The effect state ``set_effect`` writes, after its compare-and-set check."""
+    """The effect state ``set_effect`` writes, after its compare-and-set check and the check
+    that the move is a row of the effect state table (:func:`check_move`)."""
     name = check_effect_state(state)
     result = json_copy(result, f"the result of effect {record.ref!r}")
     if expect is None:
         if old is not None:
             raise effect_conflict(record.order_id, record.ref, old.state, expect)
+        check_move(record, None, name)
         return EffectState(
             order_id=record.order_id, ref=record.ref,
             attempt=record.attempt if attempt is None else attempt, state=name,
@@ -336,12 +371,30 @@ def next_effect(
         raise NotFound(f"order {record.order_id!r} has no effect {record.ref!r}")
     if old.state not in expect:
         raise effect_conflict(record.order_id, record.ref, old.state, expect)
+    check_move(record, old.state, name)
     return replace(
         old, state=name, attempt=old.attempt if attempt is None else attempt,
         result=result, error=error,
         settlement=old.settlement if settlement is None else settlement,
         dispatches=old.dispatches + (1 if count_dispatch else 0), updated_at=at,
     )
+
+
+def held_call(old: dict[str, Any], n: int, ref: str, effect: EffectState | None, *,
+              result: dict[str, Any] | None, ended_at: str,
+              ) -> tuple[CallRecord, str, EffectState]:
+    """What ``hold_call`` writes: the record with outcome ``held``, its JSON text, and its
+    new effect in state ``held`` (CM-14).
+
+    ``old`` is the stored record's JSON data and ``n`` its number, ``effect`` its stored
+    effect (None when it has none). Conflict when the call's outcome is set already or it
+    has an effect; the fields were checked with :func:`check_hold`.
+    """
+    record, text = finished_call(old, n, ref, outcome="held", result=result, error=None,
+                                 ended_at=ended_at)
+    new = next_effect(effect, record, expect=None, state="held", attempt=None, result=None,
+                      error=None, settlement=None, count_dispatch=False, at=ended_at)
+    return record, text, new
 
 
 def check_takeover(info: LockInfo, replace_: LockInfo | None) -> None:

@@ -61,10 +61,12 @@ from awl.store.rules import (
     call_number,
     check_ending,
     check_first_event,
+    check_hold,
     check_takeover,
     dump_json,
     exceeded_above,
     exceeded_scope,
+    held_call,
     json_text,
     may_take,
     new_call,
@@ -261,6 +263,20 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         FROM pairs JOIN calls AS c ON c.order_id = pairs.below
         WHERE pairs.above IN (SELECT id FROM orders)
         GROUP BY pairs.above""",
+    ),
+    (
+        # A hold used to write the call's outcome and its effect in two transactions, and
+        # readers took a held call without an effect as held. Now both are written together
+        # (hold_call, CM-14): a call left held without one (a crash between the two writes)
+        # gets the effect the second write would have made.
+        """INSERT INTO effects (order_id, n, doc)
+        SELECT c.order_id, c.n, json_object('order_id', c.order_id,
+            'ref', json_extract(c.doc, '$.ref'), 'attempt', c.attempt, 'state', 'held',
+            'result', NULL, 'error', NULL, 'settlement', NULL, 'dispatches', 0,
+            'updated_at', json_extract(c.doc, '$.ended_at'))
+        FROM calls AS c
+        WHERE json_extract(c.doc, '$.outcome') = 'held' AND NOT EXISTS (
+            SELECT 1 FROM effects AS e WHERE e.order_id = c.order_id AND e.n = c.n)""",
     ),
 )
 
@@ -896,6 +912,29 @@ class SQLiteStore:
             ).fetchall()
         return [_effect_from(doc) for (doc,) in rows]
 
+    def hold_call(
+        self, order_id: str, ref: str, *, result: dict[str, Any] | None, ended_at: str,
+    ) -> EffectState:
+        """Set a reserved call's outcome to ``held`` and create its ``held`` effect, in one
+        transaction that commits with ``synchronous=FULL`` (on disk when this returns)."""
+        check_hold(result, ended_at)
+        with self._write() as conn:
+            n, data = self._call_data(conn, order_id, ref)
+            _, doc, effect = held_call(data, n, ref, self._effect(conn, order_id, n),
+                                       result=result, ended_at=ended_at)
+            conn.execute("UPDATE calls SET doc = ? WHERE order_id = ? AND n = ?",
+                         (doc, order_id, n))
+            conn.execute("INSERT INTO effects (order_id, n, doc) VALUES (?, ?, ?)",
+                         (order_id, n, _effect_doc(effect)))
+            return effect
+
+    @staticmethod
+    def _effect(conn: sqlite3.Connection, order_id: str, n: int) -> EffectState | None:
+        row = conn.execute(
+            "SELECT doc FROM effects WHERE order_id = ? AND n = ?", (order_id, n)
+        ).fetchone()
+        return None if row is None else _effect_from(row[0])
+
     def set_effect(
         self, order_id: str, ref: str, *, expect: Sequence[str] | None, state: str,
         attempt: int | None = None, result: dict[str, Any] | None = None,
@@ -910,13 +949,10 @@ class SQLiteStore:
         with self._write() as conn:
             n, data = self._call_data(conn, order_id, ref)
             record = CallRecord.model_validate(data)
-            row = conn.execute(
-                "SELECT doc FROM effects WHERE order_id = ? AND n = ?", (order_id, n)
-            ).fetchone()
             new = next_effect(
-                None if row is None else _effect_from(row[0]), record, expect=expect,
-                state=state, attempt=attempt, result=result, error=error,
-                settlement=settlement, count_dispatch=count_dispatch, at=at,
+                self._effect(conn, order_id, n), record, expect=expect, state=state,
+                attempt=attempt, result=result, error=error, settlement=settlement,
+                count_dispatch=count_dispatch, at=at,
             )
             conn.execute(
                 "INSERT OR REPLACE INTO effects (order_id, n, doc) VALUES (?, ?, ?)",

@@ -37,9 +37,9 @@ from starlette.responses import (
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from awl.desk import Desk, OrderView
 from awl.desk.access import check_manager, check_party
 from awl.desk.criteria import check_question
-from awl.desk.desk import Desk, OrderView
 from awl.desk.effects import list_effects, settle
 from awl.desk.tokens import principal_for_token, token_hash
 from awl.documents.errors import AWLError, BadRequest

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from awl.desk.desk import Desk, OrderView
+from awl.desk import Desk, OrderView
 from awl.store.memory import MemoryStore
 from awl.store.protocol import Store
 

@@ -64,7 +64,7 @@ async def serve_as(home: Path, principal: str, mode: str) -> AsyncIterator[Desk]
     """A client of an ``awl serve --as principal`` subprocess, in protocol era ``mode``."""
     with open(home / f"serve-{principal.replace(':', '-')}.err", "a") as errlog:
         transport = stdio_client(serve_params(home, "--as", principal), errlog=errlog)
-        async with Client(transport, mode=mode) as client:  # type: ignore[arg-type]
+        async with Client(transport, mode=mode) as client:
             yield Desk(client)
 
 
@@ -129,14 +129,12 @@ def text_of(result: types.CallToolResult) -> str:
 
 def hold_call(store: Store, order_id: str, attempt: int, tool: str,
               arguments: dict[str, Any]) -> CallRecord:
-    """Record a held call as the gateway does: reserve, finish as held, effect state held."""
+    """Record a held call as the gateway does: reserve, then hold (outcome and effect)."""
     at = format_time(datetime.now(UTC))
     record = store.reserve_call(order_id, attempt=attempt, tool=tool, arguments=arguments,
                                 pass_jti=None, usd=0.0, started_at=at, scopes=())
     assert isinstance(record, CallRecord), record
-    store.finish_call(order_id, record.ref, outcome="held", result=None, error=None,
-                      ended_at=at)
-    store.set_effect(order_id, record.ref, expect=None, state="held", at=at)
+    store.hold_call(order_id, record.ref, result=None, ended_at=at)
     return record.model_copy(update={"outcome": "held"})
 
 

@@ -9,7 +9,6 @@ the library door the MCP server's read check now goes through, and the edges of 
 from __future__ import annotations
 
 import pytest
-from desk_support import MANAGER, WORKER, Clock, order_fields, working
 
 from awl import Desk, Forbidden
 from awl.desk.access import (
@@ -20,6 +19,7 @@ from awl.desk.access import (
     check_reader,
     roles,
 )
+from tests.awl.desk_support import MANAGER, WORKER, Clock, order_fields, working
 
 SUB_WORKER = "agent:helper"
 OUTSIDER = "agent:outsider"

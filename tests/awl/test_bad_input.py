@@ -20,9 +20,9 @@ import pytest
 
 from awl import BadRequest, ValidationFailed
 from awl.cli import main
-from awl.desk.desk import Desk as LibraryDesk
-from awl.desk.desk import OrderView
-from awl.passes.passes import KeyStore, iter_pass_findings, verify_pass
+from awl.desk import Desk as LibraryDesk
+from awl.desk import OrderView
+from awl.passes import KeyStore, iter_pass_findings, verify_pass
 from awl.store.sqlite import SQLiteStore
 from tests.awl.server_support import MANAGER, WORKER, order_fields, serve_as
 from tests.awl.test_cli_pass import ORDER

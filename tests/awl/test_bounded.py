@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 import awl.documents.bounded
-from awl.desk.desk import Desk as LibraryDesk
+from awl.desk import Desk as LibraryDesk
 from awl.documents.bounded import SchemaTooCostly, bounded_errors, bounded_validator
 from awl.documents.checks import iter_order_findings, iter_report_findings
 from awl.store.sqlite import SQLiteStore

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import pytest
-from desk_support import HELPER, MANAGER, WORKER, Clock, order_fields, report_fields, working
 
+from awl.desk import Desk
 from awl.desk.briefing import briefing
-from awl.desk.desk import Desk
 from awl.store.memory import MemoryStore
+from tests.awl.desk_support import (
+    HELPER,
+    MANAGER,
+    WORKER,
+    Clock,
+    order_fields,
+    report_fields,
+    working,
+)
 
 HANDOFF = {
     "summary": "Root cause found: the job enqueues twice on retry.",

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from desk_support import MANAGER, WORKER, effect, order_fields, report_fields
 
 from awl.cli import main
+from tests.awl.desk_support import MANAGER, WORKER, effect, order_fields, report_fields
 
 
 @pytest.fixture

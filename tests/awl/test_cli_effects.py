@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from awl.cli import main
-from awl.desk.desk import Desk
+from awl.desk import Desk
 from awl.store.sqlite import SQLiteStore
 from tests.awl.server_support import MANAGER, WORKER, hold_call, order_fields
 
@@ -21,7 +22,7 @@ def test_effects_list_shows_a_text_only_result(
     oid = desk.create(order_fields(staged=["mail/send"]), MANAGER).id
     desk.accept(oid, WORKER)
     desk.start(oid, WORKER)
-    answers = {
+    answers: dict[str, dict[str, Any]] = {
         "text": {"content": [{"type": "text", "text": "committed 3f2a9c1\nmain"}]},
         "structured": {"content": [{"type": "text", "text": "{}"}],
                        "structuredContent": {"id": 7}},

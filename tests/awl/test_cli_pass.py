@@ -12,7 +12,7 @@ import pytest
 from awl.cli import main
 from awl.desk.home import default_store
 from awl.documents.models import Event, WorkOrder
-from awl.passes.passes import MAX_CHAIN, unverified_claims, verify_pass
+from awl.passes import MAX_CHAIN, unverified_claims, verify_pass
 
 ORDER = WorkOrder.model_validate({
     "spec": "awl/work-order@0.3",

@@ -140,7 +140,7 @@ def test_errors_and_crashes_fail_the_test(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_pass_cases_without_pass_checks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the pass module, pass tests fail with the reason pass checks not installed."""
-    monkeypatch.setitem(sys.modules, "awl.passes.passes", None)
+    monkeypatch.setitem(sys.modules, "awl.passes.rules", None)
     result = single("pass", {}, [{"rule": "P1"}])
     assert result.status == "failed"
     assert result.reason == "raised BadRequest: pass checks not installed"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -12,18 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from desk_support import MANAGER, WORKER, Clock, order_fields, report_fields
 from mcp import Client
 
 from awl import BadRequest, Desk, ValidationFailed
 from awl.cli import main
-from awl.desk.criteria import normalize, run_check, take_snapshot
-from awl.desk.desk import AsyncDesk
+from awl.desk import AsyncDesk
+from awl.desk.criteria import normalize, run_check, take_snapshot, tamper_signals
 from awl.documents.models import Check
 from awl.server import DeskServer
 from awl.store.memory import MemoryStore
 from awl.store.protocol import Store
 from awl.store.sqlite import SQLiteStore
+from tests.awl.desk_support import MANAGER, WORKER, Clock, order_fields, report_fields
 from tests.awl.server_support import Desk as McpDesk
 
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_calc.py"]
@@ -40,19 +41,38 @@ def _git(root: Path, *args: str) -> None:
                    check=True, capture_output=True)
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """A git work tree whose one test fails until calc.add is fixed."""
+def _workspace(tmp_path: Path, kind: str) -> Path:
+    """A workspace whose one test fails until calc.add is fixed: a git work tree, or a plain
+    folder (whose snapshots the desk keeps under its own home)."""
     root = tmp_path / "repo"
     (root / "tests").mkdir(parents=True)
     (root / "calc.py").write_text(CALC_BROKEN)
     (root / "tests" / "test_calc.py").write_text(TEST)
     (root / "pyproject.toml").write_text("[tool.pytest.ini_options]\npythonpath = ['.']\n")
     (root / ".gitignore").write_text("__pycache__/\n")
-    _git(root, "init", "-q")
-    _git(root, "add", "-A")
-    _git(root, "commit", "-q", "-m", "start")
+    if kind == "git":
+        _git(root, "init", "-q")
+        _git(root, "add", "-A")
+        _git(root, "commit", "-q", "-m", "start")
     return root
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWL_HOME", str(tmp_path / "home"))
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """The workspace as a git work tree."""
+    return _workspace(tmp_path, "git")
+
+
+@pytest.fixture(params=["git", "folder"])
+def workspace(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """The workspace, once as a git work tree and once as a plain folder: what the snapshot
+    and the tamper signals see must not depend on which."""
+    return _workspace(tmp_path, request.param)
 
 
 def _started(repo: Path, store: Store | None = None, **check: Any) -> tuple[Desk, str]:
@@ -67,10 +87,12 @@ def _started(repo: Path, store: Store | None = None, **check: Any) -> tuple[Desk
 
 @pytest.mark.spec("LC-17")
 @pytest.mark.spec("LC-18")
-def test_passing_check_marks_the_criterion_met(repo: Path) -> None:
+def test_passing_check_marks_the_criterion_met(workspace: Path) -> None:
+    repo = workspace
     desk, order_id = _started(repo)
     start = desk.events(order_id)[-1]
-    assert start.data is not None and start.data["snapshot"]["kind"] == "git"
+    kind = "git" if (repo / ".git").is_dir() else "folder"
+    assert start.data is not None and start.data["snapshot"]["kind"] == kind
     assert desk.workspace(order_id) == str(repo.resolve())
     (repo / "calc.py").write_text(CALC_FIXED)
     view = desk.report(order_id, WORKER, report_fields())
@@ -85,7 +107,8 @@ def test_passing_check_marks_the_criterion_met(repo: Path) -> None:
 
 @pytest.mark.spec("LC-18")
 @pytest.mark.spec("R19")
-def test_failing_check_refuses_the_report_with_its_output_tail(repo: Path) -> None:
+def test_failing_check_refuses_the_report_with_its_output_tail(workspace: Path) -> None:
+    repo = workspace
     desk, order_id = _started(repo)
     with pytest.raises(ValidationFailed) as caught:
         desk.report(order_id, WORKER, report_fields())
@@ -129,7 +152,8 @@ def test_a_different_failure_is_another_attempt(repo: Path) -> None:
 
 
 @pytest.mark.spec("LC-19")
-def test_a_new_skip_marker_passes_but_asks_the_manager(repo: Path) -> None:
+def test_a_new_skip_marker_passes_but_asks_the_manager(workspace: Path) -> None:
+    repo = workspace
     desk, order_id = _started(repo)
     (repo / "tests" / "test_calc.py").write_text(
         "import pytest\n" + TEST.replace("def test_add", "@pytest.mark.skip\ndef test_add"))
@@ -143,7 +167,8 @@ def test_a_new_skip_marker_passes_but_asks_the_manager(repo: Path) -> None:
 
 
 @pytest.mark.spec("LC-19")
-def test_deleting_the_test_file_is_a_question(repo: Path) -> None:
+def test_deleting_the_test_file_is_a_question(workspace: Path) -> None:
+    repo = workspace
     check = {"run": [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
              "env": {"PYTHONDONTWRITEBYTECODE": "1"}}
     desk = Desk(MemoryStore(), clock=Clock())
@@ -166,7 +191,8 @@ def test_deleting_the_test_file_is_a_question(repo: Path) -> None:
 
 
 @pytest.mark.spec("LC-19")
-def test_editing_how_checks_run_is_a_question(repo: Path) -> None:
+def test_editing_how_checks_run_is_a_question(workspace: Path) -> None:
+    repo = workspace
     desk, order_id = _started(repo)
     (repo / "calc.py").write_text(CALC_FIXED)
     (repo / "pyproject.toml").write_text(
@@ -229,13 +255,60 @@ def test_checks_come_only_from_the_order(repo: Path) -> None:
 
 
 @pytest.mark.spec("LC-17")
-def test_checks_need_a_workspace_and_a_git_work_tree(tmp_path: Path) -> None:
+def test_checks_need_a_workspace_that_is_a_folder_or_the_top_of_a_work_tree(
+        tmp_path: Path, repo: Path) -> None:
     desk = Desk(MemoryStore(), clock=Clock())
     criteria = [{"id": "c1", "text": "t", "check": {"run": ["true"]}}]
     with pytest.raises(BadRequest, match="--workspace"):
         desk.create(order_fields(criteria=criteria), MANAGER)
-    with pytest.raises(BadRequest, match="git work tree"):
-        desk.create(order_fields(criteria=criteria), MANAGER, workspace=tmp_path)
+    with pytest.raises(BadRequest, match="is not a folder"):
+        desk.create(order_fields(criteria=criteria), MANAGER, workspace=tmp_path / "absent")
+    with pytest.raises(BadRequest, match=r"inside the git work tree .* not its top folder"):
+        desk.create(order_fields(criteria=criteria), MANAGER, workspace=repo / "tests")
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    view = desk.create(order_fields(criteria=criteria), MANAGER, workspace=plain)
+    assert desk.workspace(view.id) == str(plain.resolve())
+
+
+@pytest.mark.spec("LC-17")
+def test_a_plain_folders_snapshot_lives_in_the_desks_home_not_in_the_folder(
+        tmp_path: Path) -> None:
+    plain = _workspace(tmp_path, "folder")
+    before = sorted(p.relative_to(plain) for p in plain.rglob("*"))
+    snapshot = take_snapshot(plain)
+    assert snapshot["kind"] == "folder" and "head" not in snapshot
+    assert Path(snapshot["objects"]) == (tmp_path / "home" / "snapshots").resolve()
+    assert sorted(p.relative_to(plain) for p in plain.rglob("*")) == before
+    assert take_snapshot(plain)["tree"] == snapshot["tree"]  # nothing changed, same tree
+
+
+@pytest.mark.spec("LC-19")
+def test_in_a_plain_folder_a_gitignore_hides_no_edit(tmp_path: Path) -> None:
+    plain = _workspace(tmp_path, "folder")
+    (plain / ".gitignore").write_text("__pycache__/\ntests/\nconftest.py\n")
+    snapshot = take_snapshot(plain)
+    check = Check.model_validate({"run": PYTEST})
+    (plain / "tests" / "test_calc.py").write_text(TEST.replace("== 5", "== -1"))
+    (plain / "conftest.py").write_text("collect_ignore = []\n")
+    assert tamper_signals(plain, snapshot, check) == [
+        "added conftest.py, which defines how checks run",
+        "edited tests/test_calc.py, which the check's command names",
+    ]
+
+
+@pytest.mark.spec("LC-19")
+def test_a_snapshot_that_cannot_be_read_is_a_question(workspace: Path, tmp_path: Path) -> None:
+    repo = workspace
+    desk, order_id = _started(repo)
+    (repo / "calc.py").write_text(CALC_FIXED)
+    shutil.rmtree(tmp_path / "home" / "snapshots", ignore_errors=True)
+    if (repo / ".git").is_dir():
+        shutil.rmtree(repo / ".git")  # the start tree's objects are gone with it
+    assert desk.report(order_id, WORKER, report_fields()).state == "submitted"
+    result = desk.check_results(order_id)["c1"]["check"]
+    assert result["outcome"] == "question"
+    assert "could not be compared with its start snapshot" in result["signals"][0]
 
 
 @pytest.mark.spec("LC-21")
@@ -350,7 +423,8 @@ def test_snapshots_run_git_without_the_desks_environment_or_a_monitor(
 
 
 @pytest.mark.spec("LC-19")
-def test_editing_the_checks_test_to_pass_is_a_question(repo: Path) -> None:
+def test_editing_the_checks_test_to_pass_is_a_question(workspace: Path) -> None:
+    repo = workspace
     desk, order_id = _started(repo)
     (repo / "tests" / "test_calc.py").write_text(TEST.replace("== 5", "== -1"))
     assert desk.report(order_id, WORKER, report_fields()).state == "submitted"

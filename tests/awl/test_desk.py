@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -10,7 +11,32 @@ from typing import Any
 
 import anyio
 import pytest
-from desk_support import (
+
+from awl import (
+    BadRequest,
+    Conflict,
+    Event,
+    Forbidden,
+    InvalidTransition,
+    MemoryStore,
+    NotFound,
+    ValidationFailed,
+)
+from awl.desk import AsyncDesk, Desk
+from awl.documents.errors import PassError
+from awl.documents.lifecycle import DESK_ACTOR, fold
+from awl.documents.models import format_time
+from awl.passes import (
+    DEFAULT_AUDIENCE,
+    KeyStore,
+    issue_pass,
+    issue_recorded_pass,
+    record_pass,
+    unverified_claims,
+    verify_pass,
+)
+from awl.store.protocol import Store
+from tests.awl.desk_support import (
     DEADLINE,
     HELPER,
     MANAGER,
@@ -24,30 +50,6 @@ from desk_support import (
     submitted,
     working,
 )
-
-from awl import (
-    BadRequest,
-    Conflict,
-    Event,
-    Forbidden,
-    InvalidTransition,
-    NotFound,
-    ValidationFailed,
-)
-from awl.desk.desk import AsyncDesk, Desk
-from awl.documents.errors import PassError
-from awl.documents.lifecycle import DESK_ACTOR, fold
-from awl.documents.models import format_time
-from awl.passes.passes import (
-    DEFAULT_AUDIENCE,
-    KeyStore,
-    issue_pass,
-    issue_recorded_pass,
-    record_pass,
-    unverified_claims,
-    verify_pass,
-)
-from awl.store.protocol import Store
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -408,8 +410,7 @@ def test_the_report_is_checked_against_the_order_s_calls(desk: Desk, store: Stor
                               pass_jti=None, usd=0.0, started_at=DEADLINE.replace("02", "01"),
                               scopes=())
     assert not isinstance(call, str)
-    store.finish_call(view.id, call.ref, outcome="held", result=None, error=None,
-                      ended_at=DEADLINE.replace("02", "01"))
+    store.hold_call(view.id, call.ref, result=None, ended_at=DEADLINE.replace("02", "01"))
     with pytest.raises(ValidationFailed) as caught:
         desk.report(view.id, WORKER, report_fields(
             tools_used=["mail/send"], effects=[effect(2, to="cfo")]))
@@ -656,9 +657,7 @@ def _hold(store: Store, order_id: str, to: str, *, attempt: int = 1) -> str:
                                 arguments={"to": to}, pass_jti=None, usd=0.0, started_at=at,
                                 scopes=())
     assert not isinstance(record, str)
-    store.finish_call(order_id, record.ref, outcome="held", result=None, error=None,
-                      ended_at=at)
-    store.set_effect(order_id, record.ref, expect=None, state="held", at=at)
+    store.hold_call(order_id, record.ref, result=None, ended_at=at)
     return record.ref
 
 
@@ -813,7 +812,7 @@ class RacingStore:
 
     def __init__(self, inner: Store) -> None:
         self.inner = inner
-        self.before_append: Callable[[], None] | None = None
+        self.before_append: Callable[[], object] | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -828,7 +827,7 @@ class RacingStore:
 def test_a_lost_race_is_decided_again_when_still_valid(store: Store, clock: Clock) -> None:
     """A progress note that lost the race to another note is written after it."""
     racing = RacingStore(store)
-    desk = Desk(racing, clock=clock)  # type: ignore[arg-type]
+    desk = Desk(racing, clock=clock)
     other = Desk(store, clock=clock)
     view = working(desk)
     racing.before_append = lambda: other.progress(view.id, WORKER, "first")
@@ -841,7 +840,7 @@ def test_a_lost_race_that_is_no_longer_valid_gets_the_new_state_s_error(
 ) -> None:
     """Two reviews race; the loser sees the order already approved."""
     racing = RacingStore(store)
-    desk = Desk(racing, clock=clock)  # type: ignore[arg-type]
+    desk = Desk(racing, clock=clock)
     other = Desk(store, clock=clock)
     view = submitted(desk)
     racing.before_append = lambda: other.review(view.id, MANAGER, "approve")
@@ -855,7 +854,7 @@ def test_a_lost_race_that_is_no_longer_valid_gets_the_new_state_s_error(
 def test_without_retries_a_lost_race_is_a_conflict(store: Store, clock: Clock) -> None:
     """With conflict_retries=0 the caller gets the Conflict and nothing of theirs is written."""
     racing = RacingStore(store)
-    desk = Desk(racing, clock=clock, conflict_retries=0)  # type: ignore[arg-type]
+    desk = Desk(racing, clock=clock, conflict_retries=0)
     other = Desk(store, clock=clock)
     view = working(desk)
     racing.before_append = lambda: other.progress(view.id, WORKER, "first")
@@ -1005,6 +1004,38 @@ async def test_async_errors_are_the_desk_s_errors(store: Store, clock: Clock) ->
         await adesk.accept(view.id, MANAGER)
     with pytest.raises(NotFound):
         await adesk.get("wo_missing")
+
+
+def test_every_desk_operation_has_an_async_twin_with_the_same_parameters() -> None:
+    """Each public method of Desk is on AsyncDesk, as a coroutine taking the same parameters;
+    only ``now`` and ``subscribe``, which never wait, stay plain methods."""
+    adesk = AsyncDesk(MemoryStore())
+    public = sorted(name for name, _ in inspect.getmembers(Desk, inspect.isfunction)
+                    if not name.startswith("_"))
+    assert {"create", "get", "review", "wait", "follow", "workspace"} <= set(public)
+    plain = {"now", "subscribe"}
+    for name in public:
+        twin = getattr(adesk, name, None)
+        assert twin is not None, f"AsyncDesk has no {name}"
+        waits = inspect.iscoroutinefunction(twin) or inspect.isasyncgenfunction(twin)
+        assert waits == (name not in plain), name
+
+        def shown(func: Callable[..., Any]) -> list[inspect.Parameter]:
+            return [p for p in inspect.signature(func).parameters.values()
+                    if not p.name.startswith("_")]
+
+        assert shown(twin) == shown(getattr(Desk(MemoryStore()), name)), name
+
+
+def test_an_async_twin_must_run_the_desk_method_of_its_name() -> None:
+    """A twin named after one method but running another is refused when the class is made."""
+    from awl.desk.asyncdesk import _InThread
+
+    with pytest.raises(Exception) as raised:
+        type("Wrong", (), {"accept": _InThread(Desk.decline)})
+    error = raised.value if isinstance(raised.value, TypeError) else raised.value.__cause__
+    assert isinstance(error, TypeError)
+    assert str(error) == "Wrong.accept would run Desk.decline"
 
 
 # ----------------------------------------------------------------------------- processes

@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from desk_support import Clock, effect, open_store, order_fields, report_fields
 
 from awl import AWLError, Event, WorkReport
-from awl.desk.desk import Desk, OrderView
+from awl.desk import Desk, OrderView
 from awl.documents.lifecycle import DESK_ACTOR, TABLE, TERMINAL, fold
 from awl.documents.models import format_time
 from awl.store.protocol import Store
+from tests.awl.desk_support import Clock, effect, open_store, order_fields, report_fields
 
 MANAGERS = ["human:m1", "human:m2"]
 WORKERS = ["agent:w1", "agent:w2"]

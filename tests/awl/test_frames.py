@@ -122,7 +122,7 @@ async def test_values_json_cannot_hold_are_a_bad_request_not_internal(
 
     store = SQLiteStore(tmp_path / "desk.sqlite3")
     server = DeskServer(store, principal=MANAGER)
-    async with Client(server.server, mode=mode) as client:  # type: ignore[arg-type]
+    async with Client(server.server, mode=mode) as client:
         created = await client.call_tool("create_work_order",
                                          {"order": order_fields(goal="bad \ud800 goal")})
         track = await client.call_tool("get_track_record", {"worker": "agent:\ud800"})

@@ -12,7 +12,7 @@ import httpx2
 import pytest
 
 from awl.cli import main
-from awl.desk.desk import Desk as SyncDesk
+from awl.desk import Desk as SyncDesk
 from awl.server import issue_token
 from awl.store.memory import MemoryStore
 from awl.store.sqlite import SQLiteStore

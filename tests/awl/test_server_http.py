@@ -66,7 +66,7 @@ async def connect(url: str, token: str, mode: str) -> AsyncIterator[Desk]:
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"},
                                   timeout=30) as http:
         transport = streamable_http_client(url, http_client=http)
-        async with Client(transport, mode=mode) as client:  # type: ignore[arg-type]
+        async with Client(transport, mode=mode) as client:
             yield Desk(client)
 
 

@@ -12,10 +12,10 @@ import anyio
 import pytest
 from mcp import Client
 
-from awl.desk.desk import AsyncDesk
+from awl.desk import AsyncDesk
 from awl.documents.errors import Conflict
 from awl.mcp.results import ERROR_META
-from awl.passes.passes import KeyStore
+from awl.passes import KeyStore
 from awl.server import DeskServer
 from awl.store.memory import MemoryStore
 from awl.store.protocol import OrderRecord, Store

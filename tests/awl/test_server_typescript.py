@@ -16,7 +16,7 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from awl.desk.desk import Desk
+from awl.desk import Desk
 from awl.server import DeskServer, issue_token, serve_desk_http
 from awl.store.sqlite import SQLiteStore
 from tests.awl.server_support import MANAGER, OUTSIDER, ROOT, WORKER, order_fields

@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 import sqlite3
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -52,28 +54,88 @@ def test_connections_are_wal_and_fully_synchronous(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA synchronous").fetchone() == (2,)  # 2 is FULL
 
 
+def _back_to(path: Path, version: int, *undo: str) -> None:
+    """Make the desk file look as an older version left it: run ``undo`` and forget the
+    migrations after ``version``."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    for statement in undo:
+        conn.execute(statement)
+    conn.execute("DELETE FROM awl_schema WHERE version > ?", (version,))
+    conn.close()
+
+
+@contextmanager
+def _synchronous_of_each_connection(store: SQLiteStore) -> Iterator[list[int]]:
+    """The ``synchronous`` setting of every connection the store takes meanwhile."""
+    seen: list[int] = []
+    real_take = store._take
+
+    def spy(durable: bool) -> sqlite3.Connection:
+        conn = real_take(durable)
+        seen.append(conn.execute("PRAGMA synchronous").fetchone()[0])
+        return conn
+
+    store._take = spy  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        store._take = real_take  # type: ignore[method-assign]
+
+
 def test_call_records_skip_the_fsync_and_other_writes_stay_durable(
         tmp_path: Path) -> None:
     """A call record commits with synchronous=NORMAL; the durable pool stays FULL."""
     with SQLiteStore(tmp_path / "desk.sqlite3") as store:
         _create(store, "o1")
-        seen: list[int] = []
-        real_take = store._take
-
-        def spy(durable: bool) -> sqlite3.Connection:
-            conn = real_take(durable)
-            seen.append(conn.execute("PRAGMA synchronous").fetchone()[0])
-            return conn
-
-        store._take = spy  # type: ignore[method-assign]
-        record = store.reserve_call("o1", attempt=1, tool="s/t", arguments={}, pass_jti=None,
-                                    usd=0.0, started_at=T0, scopes=())
-        assert not isinstance(record, str)
-        store.finish_call("o1", record.ref, outcome="ok", result=None, error=None, ended_at=T0)
-        store._take = real_take  # type: ignore[method-assign]
+        with _synchronous_of_each_connection(store) as seen:
+            record = store.reserve_call("o1", attempt=1, tool="s/t", arguments={},
+                                        pass_jti=None, usd=0.0, started_at=T0, scopes=())
+            assert not isinstance(record, str)
+            store.finish_call("o1", record.ref, outcome="ok", result=None, error=None,
+                              ended_at=T0)
         assert seen == [1, 1]  # 1 is NORMAL
         with store._connection() as conn:
             assert conn.execute("PRAGMA synchronous").fetchone() == (2,)
+
+
+@pytest.mark.spec("CM-14")
+def test_a_hold_is_one_durable_write(tmp_path: Path) -> None:
+    """hold_call writes the outcome and the effect in one transaction on a FULL connection."""
+    with SQLiteStore(tmp_path / "desk.sqlite3") as store:
+        _create(store, "o1")
+        record = store.reserve_call("o1", attempt=1, tool="s/t", arguments={}, pass_jti=None,
+                                    usd=0.0, started_at=T0, scopes=())
+        assert not isinstance(record, str)
+        with _synchronous_of_each_connection(store) as seen:
+            store.hold_call("o1", record.ref, result=None, ended_at=T0)
+        assert seen == [2]  # one connection, FULL
+
+
+@pytest.mark.spec("CM-14")
+def test_a_schema_5_desk_gets_an_effect_for_every_held_call(tmp_path: Path) -> None:
+    """Opening a desk from before holds were one write gives each held call left without
+    an effect (a crash between the two writes) the effect the hold makes now (migration
+    6); effects already there, and calls that were not held, are left as they are."""
+    path = tmp_path / "desk.sqlite3"
+    with SQLiteStore(path) as store:
+        _create(store, "o1")
+        refs = []
+        for n in range(3):
+            made = store.reserve_call("o1", attempt=1 + n % 2, tool="s/t", arguments={},
+                                      pass_jti=None, usd=0.0, started_at=T0, scopes=())
+            assert not isinstance(made, str)
+            refs.append(made.ref)
+        lost = store.hold_call("o1", refs[0], result={"content": []},
+                               ended_at="2030-01-01T00:00:07Z")
+        store.hold_call("o1", refs[1], result=None, ended_at=T0)
+        going = store.set_effect("o1", refs[1], expect=["held"], state="dispatching",
+                                 count_dispatch=True, at=T0)
+        store.finish_call("o1", refs[2], outcome="ok", result=None, error=None, ended_at=T0)
+    _back_to(path, 5, "DELETE FROM effects WHERE n = 1")
+    with SQLiteStore(path) as store:
+        assert store.schema_version() == SCHEMA_VERSION
+        assert store.effects("o1") == [lost, going]
+        assert [c.outcome for c in store.calls("o1")] == ["held", "held", "ok"]
 
 
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
@@ -181,7 +243,8 @@ def test_a_schema_2_desk_gets_its_call_totals_backfilled(tmp_path: Path) -> None
 def test_running_totals_agree_with_the_memory_store(tmp_path: Path) -> None:
     """After a seeded run of reservations, refusals and outcomes, usage agrees in every scope."""
     rng = random.Random(5)
-    jtis = [None, "p1", "p2", "p3"]
+    pass_jtis = ["p1", "p2", "p3"]
+    jtis: list[str | None] = [None, *pass_jtis]
     times = ["2030-01-01T00:00:00Z", "2030-01-01T01:00:00+01:00", "2029-12-31T23:00:00Z",
              "2030-01-01T00:00:00.5Z", "2030-01-01T00:30:00+00:30"]
     with SQLiteStore(tmp_path / "desk.sqlite3") as sqlite_store:
@@ -193,7 +256,7 @@ def test_running_totals_agree_with_the_memory_store(tmp_path: Path) -> None:
             jti, at = rng.choice(jtis), rng.choice(times)
             usd = rng.choice([0.0, 0.1, 0.25, 0.3])
             scopes = [Scope(None, max_calls=rng.randrange(30, 90), max_usd=9.0, name="order"),
-                      Scope(frozenset(j for j in jtis[1:] if rng.random() < 0.5),
+                      Scope(frozenset(j for j in pass_jtis if rng.random() < 0.5),
                             max_calls=rng.randrange(5, 30), name="pass")]
             step = rng.random()
             got: list[Any] = []
@@ -220,7 +283,7 @@ def test_running_totals_agree_with_the_memory_store(tmp_path: Path) -> None:
                 pending.append(got[0])
         assert stores[0].calls("o1") == stores[1].calls("o1")
         for size in range(len(jtis)):
-            for subset in {frozenset(rng.sample(jtis[1:], min(size, 3))) for _ in range(4)}:
+            for subset in {frozenset(rng.sample(pass_jtis, min(size, 3))) for _ in range(4)}:
                 memory, sqlite = (s.usage("o1", subset) for s in stores)
                 assert memory.tool_calls == sqlite.tool_calls
                 assert memory.first_call_at == sqlite.first_call_at
@@ -233,7 +296,7 @@ def test_a_schema_4_desk_gets_its_sub_orders_charges_backfilled(tmp_path: Path) 
     """Opening a desk written before sub-orders' calls were charged up the chain fills the
     charges from its call records (migration 5): each order's usage, first call included,
     is what live charging gives, and the next reservation is checked against it."""
-    from awl.desk.desk import Desk
+    from awl.desk import Desk
 
     path = tmp_path / "desk.sqlite3"
     with SQLiteStore(path) as store:
@@ -256,10 +319,7 @@ def test_a_schema_4_desk_gets_its_sub_orders_charges_backfilled(tmp_path: Path) 
         live = {o: store.usage(o) for o in (root.id, child.id, deep.id)}
     assert (live[root.id].tool_calls, live[root.id].usd) == (3, 0.875)
     assert live[root.id].first_call_at == "2029-12-31T22:00:00Z"
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("DROP TABLE suborder_totals")
-    conn.execute("DELETE FROM awl_schema WHERE version = 5")
-    conn.close()
+    _back_to(path, 4, "DROP TABLE suborder_totals")
     with SQLiteStore(path) as store:
         assert store.schema_version() == SCHEMA_VERSION
         assert {o: store.usage(o) for o in live} == live

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from awl.documents.models import Event
 from awl.store.sqlite import SQLiteStore
 
@@ -59,8 +61,7 @@ while True:
     step(oid, 3, "start", "accepted", "working")
     call = store.reserve_call(oid, attempt=1, tool="srv/send", arguments={"k": k},
         pass_jti=None, usd=0.0, started_at=T, scopes=[])
-    store.finish_call(oid, call.ref, outcome="held", result=None, error=None, ended_at=T)
-    store.set_effect(oid, call.ref, expect=None, state="held", at=T)
+    store.hold_call(oid, call.ref, result=None, ended_at=T)
     done("call")
     step(oid, 4, "report", "working", "submitted", report=report(oid, 1))
     seq = 5
@@ -109,6 +110,8 @@ def _check(path: Path) -> int:
             effects = store.effects(oid)
             calls = store.calls(oid)
             assert len(effects) <= len(calls) <= 1
+            # The hold writes the outcome and the effect together (CM-14): never one alone.
+            assert bool(effects) == (bool(calls) and calls[0].outcome == "held")
             if effects:
                 effect = effects[0]
                 assert calls[0].outcome == "held"
@@ -119,6 +122,7 @@ def _check(path: Path) -> int:
         return len(records)
 
 
+@pytest.mark.spec("CM-14")
 def test_kill_9_mid_run_leaves_a_desk_that_replays(tmp_path: Path) -> None:
     """After SIGKILL at random moments the desk is intact and every log folds to its state."""
     path = tmp_path / "desk.sqlite3"

@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 
-from awl.documents.errors import BadRequest, Conflict, NotFound
-from awl.documents.models import Event, Review, WorkOrder, WorkReport
+from awl.documents.effect_states import STATES, TABLE
+from awl.documents.errors import BadRequest, Conflict, InvalidTransition, NotFound
+from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
 from awl.store.memory import MemoryStore
 from awl.store.protocol import (
+    EffectState,
     LockInfo,
     PassRecord,
     Revocation,
@@ -256,8 +258,8 @@ def test_finish_call_sets_the_outcome_once(store: Store) -> None:
     """A reserved call gets one final outcome; a second one is a Conflict."""
     create(store)
     reserve(store)
-    assert store.finish_call("o1", "srv/read#1", outcome="ok", result={"r": 1}, error=None,
-                             ended_at="2030-01-01T00:00:01Z") is None
+    store.finish_call("o1", "srv/read#1", outcome="ok", result={"r": 1}, error=None,
+                      ended_at="2030-01-01T00:00:01Z")
     [done] = store.calls("o1")
     assert (done.outcome, done.result, done.ended_at) == ("ok", {"r": 1}, "2030-01-01T00:00:01Z")
     with pytest.raises(Conflict):
@@ -273,8 +275,7 @@ def test_finish_call_sets_the_outcome_once(store: Store) -> None:
     with pytest.raises(BadRequest):
         store.finish_call("o1", "srv/read#2", outcome="pending", result=None, error=None,
                           ended_at=T0)
-    store.finish_call("o1", "srv/read#call-2", outcome="held", result=None, error=None,
-                      ended_at=T0)
+    store.hold_call("o1", "srv/read#call-2", result=None, ended_at=T0)
     assert [c.outcome for c in store.calls("o1")] == ["ok", "held"]
     with pytest.raises(BadRequest, match="error"):  # checked before anything is looked up
         store.finish_call("o1", "srv/read#9", outcome="error", result=None,
@@ -320,8 +321,7 @@ def test_usage_counts_reserved_calls_only(store: Store) -> None:
     reserve(store, usd=1.0)
     store.finish_call("o1", "srv/read#2", outcome="error", result=None, error="x",
                       ended_at="2030-01-01T00:00:00Z")
-    store.finish_call("o1", "srv/read#3", outcome="held", result=None, error=None,
-                      ended_at=T0)
+    store.hold_call("o1", "srv/read#3", result=None, ended_at=T0)
     total = store.usage("o1")
     assert (total.tool_calls, total.usd) == (3, 1.75)
     assert total.first_call_at == "2029-12-31T23:00:00+00:00"
@@ -348,18 +348,24 @@ def test_reserve_call_refuses_the_first_exceeded_scope(store: Store) -> None:
     assert [c.ref for c in store.calls("o1")] == ["srv/read#1", "srv/read#2", "srv/read#3"]
 
 
+def _reserved(result: CallRecord | str) -> CallRecord:
+    """The record of a reservation that was made (a scope's name says it was refused)."""
+    assert isinstance(result, CallRecord), result
+    return result
+
+
 def test_reserve_call_with_seq_refuses_a_stale_order(store: Store) -> None:
     """With ``seq``, a reservation on an order whose log moved on writes nothing."""
     create(store)
     args: dict[str, Any] = {"attempt": 1, "tool": "srv/read", "arguments": {},
                             "pass_jti": None, "usd": 0.0, "started_at": T0, "scopes": []}
-    assert store.reserve_call("o1", seq=1, **args).ref == "srv/read#1"
+    assert _reserved(store.reserve_call("o1", seq=1, **args)).ref == "srv/read#1"
     store.append("o1", ev(2, "accept", "offered", "accepted"), state="accepted")
     with pytest.raises(Conflict) as caught:
         store.reserve_call("o1", seq=1, **args)
     assert (caught.value.expected_seq, caught.value.actual_seq) == (1, 2)
     assert [c.ref for c in store.calls("o1")] == ["srv/read#1"]
-    assert store.reserve_call("o1", seq=2, **args).ref == "srv/read#2"
+    assert _reserved(store.reserve_call("o1", seq=2, **args)).ref == "srv/read#2"
 
 
 def test_reserve_call_is_exact_under_racing_threads(store: Store) -> None:
@@ -448,7 +454,9 @@ def test_effect_moves_only_from_the_expected_state(store: Store) -> None:
 def test_effect_settlement_and_retry_keep_history(store: Store) -> None:
     """A settlement stays through a retry, and each dispatch is counted."""
     ref = _held(store)
-    store.set_effect("o1", ref, expect=None, state="dispatching", count_dispatch=True, at=T0)
+    store.set_effect("o1", ref, expect=None, state="held", at=T0)
+    store.set_effect("o1", ref, expect=["held"], state="dispatching", count_dispatch=True,
+                     at=T0)
     store.set_effect("o1", ref, expect=["dispatching"], state="unknown", error="lost", at=T0)
     settled = Settlement(verdict="did_not_happen", evidence="no mail", by="human:m", at=T0)
     got = store.set_effect("o1", ref, expect=["unknown"], state="unknown", error="lost",
@@ -472,6 +480,104 @@ def test_effect_errors(store: Store) -> None:
     with pytest.raises(BadRequest):
         store.set_effect("o1", ref, expect=None, state="sent", at=T0)
     assert store.effects("o1") == []
+
+
+def _routes() -> dict[str, list[str]]:
+    """For each effect state, the legal moves that lead to it from ``held`` (shortest)."""
+    routes: dict[str, list[str]] = {"held": []}
+    frontier = ["held"]
+    while frontier:
+        here = frontier.pop(0)
+        for (frm, to) in TABLE:
+            if frm == here and to not in routes:
+                routes[to] = [*routes[here], to]
+                frontier.append(to)
+    return routes
+
+
+@pytest.mark.spec("CM-13")
+def test_every_effect_move_off_the_table_is_refused(store: Store) -> None:
+    """Every pair of states is tried: a move is made exactly when it is a row of the table;
+    any other (held → committed, anything out of committed, creating one past held) is
+    refused with a line naming the move, and the effect is left as it was."""
+    create(store)
+    routes = _routes()
+    assert set(routes) == set(STATES)  # every state can be reached
+    tried = 0
+    for frm in STATES:
+        for to in STATES:
+            ref = reserve(store, tool="srv/send").ref
+            current = store.set_effect("o1", ref, expect=None, state="held", at=T0)
+            for step in routes[frm]:
+                current = store.set_effect("o1", ref, expect=[current.state], state=step,
+                                           count_dispatch=step == "dispatching", at=T0)
+            assert current.state == frm
+            tried += 1
+            if (frm, to) in TABLE:
+                moved = store.set_effect("o1", ref, expect=[frm], state=to,
+                                         at="2030-01-01T00:00:09Z")
+                assert (moved.state, moved.updated_at) == (to, "2030-01-01T00:00:09Z")
+                continue
+            with pytest.raises(InvalidTransition, match=f"cannot move from {frm} to {to}"):
+                store.set_effect("o1", ref, expect=[frm], state=to, result={"r": 1},
+                                 at="2030-01-01T00:00:09Z")
+            assert next(e for e in store.effects("o1") if e.ref == ref) == current
+    assert tried == len(STATES) ** 2
+    for to in STATES:  # an effect is created only as held
+        ref = reserve(store, tool="srv/send").ref
+        if to == "held":
+            assert store.set_effect("o1", ref, expect=None, state=to, at=T0).state == "held"
+            continue
+        with pytest.raises(InvalidTransition, match=f"cannot move from absent to {to}"):
+            store.set_effect("o1", ref, expect=None, state=to, at=T0)
+        assert all(e.ref != ref for e in store.effects("o1"))
+
+
+@pytest.mark.spec("CM-13")
+def test_a_refused_move_says_what_the_state_allows(store: Store) -> None:
+    """The refusal names the moves the state allows, or that the state is final."""
+    ref = _held(store)
+    store.set_effect("o1", ref, expect=None, state="held", at=T0)
+    with pytest.raises(InvalidTransition) as caught:
+        store.set_effect("o1", ref, expect=["held"], state="committed", at=T0)
+    assert caught.value.message == (
+        "effect 'srv/send#1' of order 'o1' cannot move from held to committed; from held it "
+        "may move only to dropped, dispatching, skipped (SPEC §15)")
+    store.set_effect("o1", ref, expect=["held"], state="dispatching", at=T0)
+    store.set_effect("o1", ref, expect=["dispatching"], state="committed", at=T0)
+    with pytest.raises(InvalidTransition, match="committed is final: no move leaves it"):
+        store.set_effect("o1", ref, expect=["committed"], state="dispatching", at=T0)
+
+
+@pytest.mark.spec("CM-14", "GW-9")
+def test_hold_call_writes_the_outcome_and_the_effect_together(store: Store) -> None:
+    """hold_call sets the call's outcome to held and creates its held effect at once;
+    finish_call cannot hold a call; a call that cannot be held gets neither write."""
+    ref = _held(store)
+    answer = {"content": [{"type": "text", "text": f"pending:{ref}"}]}
+    made = store.hold_call("o1", ref, result=answer, ended_at="2030-01-01T00:00:03Z")
+    assert made == EffectState(order_id="o1", ref=ref, attempt=2, state="held",
+                               updated_at="2030-01-01T00:00:03Z")
+    assert store.effects("o1") == [made]
+    (call,) = store.calls("o1")
+    assert (call.outcome, call.result, call.ended_at) == (
+        "held", answer, "2030-01-01T00:00:03Z")
+    with pytest.raises(Conflict):  # its outcome is set
+        store.hold_call("o1", ref, result=None, ended_at=T0)
+    with pytest.raises(Conflict):
+        store.finish_call("o1", ref, outcome="ok", result=None, error=None, ended_at=T0)
+    second = reserve(store, tool="srv/send").ref
+    with pytest.raises(BadRequest, match="use hold_call"):
+        store.finish_call("o1", second, outcome="held", result=None, error=None, ended_at=T0)
+    with pytest.raises(BadRequest, match="ended_at"):
+        store.hold_call("o1", second, result=None, ended_at="later")
+    with pytest.raises(NotFound):
+        store.hold_call("o1", "srv/send#9", result=None, ended_at=T0)
+    # An effect made beforehand: the hold is refused whole, the call stays pending.
+    store.set_effect("o1", second, expect=None, state="held", at=T0)
+    with pytest.raises(Conflict):
+        store.hold_call("o1", second, result=None, ended_at=T0)
+    assert [c.outcome for c in store.calls("o1")] == ["held", "pending"]
 
 
 def test_effects_are_listed_by_n(store: Store) -> None:

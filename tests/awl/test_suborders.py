@@ -21,12 +21,12 @@ from typing import Any
 
 import anyio
 import pytest
-from desk_support import MANAGER, WORKER, Clock, open_store, order_fields, working
 
 from awl import BadRequest, Desk, ValidationFailed
 from awl.cli import main
 from awl.store.memory import MemoryStore
 from awl.store.protocol import Scope, Store
+from tests.awl.desk_support import MANAGER, WORKER, Clock, open_store, order_fields, working
 
 HELPER = "agent:helper"
 DEEP = "agent:deep"

@@ -6,11 +6,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from desk_support import MANAGER, WORKER, Clock, open_store, order_fields, report_fields, working
 
-from awl.desk.desk import Desk
+from awl.desk import Desk
 from awl.desk.track import OUTCOMES, outcome_of, track_record
 from awl.store.protocol import Store
+from tests.awl.desk_support import (
+    MANAGER,
+    WORKER,
+    Clock,
+    open_store,
+    order_fields,
+    report_fields,
+    working,
+)
 
 
 @pytest.fixture

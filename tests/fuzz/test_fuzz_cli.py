@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from awl.cli import main
-from awl.desk.desk import Desk
+from awl.desk import Desk
 from awl.store.sqlite import SQLiteStore
 from tests.awl.desk_support import report_fields
 from tests.awl.server_support import MANAGER, WORKER, order_fields

@@ -21,7 +21,7 @@ import pytest
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
 from awl.documents.lifecycle import fold
-from awl.passes.passes import KeyStore
+from awl.passes import KeyStore
 from awl.server import TOOL_NAMES, DeskServer
 from awl.server._tools import TOOLS, argument_schema
 from awl.store.sqlite import SQLiteStore
@@ -38,7 +38,7 @@ OUTPUTS = {t.name: Draft202012Validator(t.output_schema) for t in TOOLS}
 # offer to approval; it prints each order's id and final state.
 SECOND_WRITER = """
 import json, sys
-from awl.desk.desk import Desk
+from awl.desk import Desk
 from awl.store.sqlite import SQLiteStore
 from awl.documents.errors import Conflict
 sys.path.insert(0, sys.argv[3])

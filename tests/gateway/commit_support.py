@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from awl.desk.desk import Desk
+from awl.desk import Desk
 from awl.documents.models import Event, WorkReport, format_time
 from awl.store.protocol import EffectState, PassRecord
 from awl.store.sqlite import SQLiteStore
@@ -90,10 +90,9 @@ def hold(store: SQLiteStore, order_id: str, tool: str, arguments: dict[str, Any]
     record = store.reserve_call(order_id, attempt=attempt, tool=tool, arguments=arguments,
                                 pass_jti=pass_jti, usd=0.0, started_at=at, scopes=[])
     assert not isinstance(record, str)
-    store.finish_call(order_id, record.ref, outcome="held",
-                      result={"content": [{"type": "text", "text": f"pending:{record.ref}"}]},
-                      error=None, ended_at=at)
-    store.set_effect(order_id, record.ref, expect=None, state="held", at=at)
+    store.hold_call(order_id, record.ref,
+                    result={"content": [{"type": "text", "text": f"pending:{record.ref}"}]},
+                    ended_at=at)
     return record.ref
 
 

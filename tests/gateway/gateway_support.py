@@ -23,7 +23,7 @@ from typing import Any
 import mcp_types as types
 from mcp import Client, StdioServerParameters, stdio_client
 
-from awl.desk.desk import Desk, OrderView
+from awl.desk import Desk, OrderView
 from awl.documents.models import CallRecord
 from awl.store.sqlite import SQLiteStore
 from gateway._gateway import Gateway

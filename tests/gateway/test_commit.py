@@ -16,16 +16,16 @@ import anyio
 import pytest
 
 from awl.cli import main
+from awl.documents.checks import json_equal
 from awl.documents.errors import BadRequest, Conflict, Forbidden, InvalidTransition
 from awl.documents.models import format_time, parse_time
-from awl.store.protocol import LockInfo, PassRecord, Revocation
+from awl.store.protocol import EffectState, LockInfo, PassRecord, Revocation
 from gateway._commit import (
     CommitSummary,
     commit,
     commit_sync,
     drop_attempt,
     fill_refs,
-    json_equal,
     list_effects,
     lock_name,
     retry_sync,
@@ -188,10 +188,13 @@ def test_a_commit_run_again_passes_the_check_and_sends_only_what_is_still_held(
                                                                    "press")])
     done, refused, lost, waiting = setup.refs
     at = "2030-01-01T00:00:00Z"
-    setup.store.set_effect(setup.order_id, done, expect=["held"], state="committed",
-                           result={"content": []}, count_dispatch=True, at=at)
-    setup.store.set_effect(setup.order_id, refused, expect=["held"], state="failed",
-                           error="rejected", count_dispatch=True, at=at)
+    for ref in (done, refused):
+        setup.store.set_effect(setup.order_id, ref, expect=["held"], state="dispatching",
+                               count_dispatch=True, at=at)
+    setup.store.set_effect(setup.order_id, done, expect=["dispatching"], state="committed",
+                           result={"content": []}, at=at)
+    setup.store.set_effect(setup.order_id, refused, expect=["dispatching"], state="failed",
+                           error="rejected", at=at)
     make_unknown(setup, lost)
     summary = run(setup)
     assert summary.mismatches == ()
@@ -281,7 +284,8 @@ def test_ref_values_are_filled_and_dependents_of_uncommitted_effects_skipped(
     issue, mail, _ = setup.deliveries()
     assert issue["ref"] == setup.refs[0]  # the receiver numbered it 1
     assert mail["arguments"]["body"] == {"issue": 1}
-    assert fill_refs({"x": {"$ref": "a/b#9", "pointer": ""}}, {})[1] == (
+    waiting = EffectState(order_id="o", ref="a/b#9", attempt=1, state="held")
+    assert fill_refs({"x": {"$ref": "a/b#9", "pointer": ""}}, {"a/b#9": waiting})[1] == (
         "needs a/b#9, which is held, not committed")
 
 

@@ -24,7 +24,7 @@ import pytest
 
 from awl.cli import main
 from awl.mcp.transport import serve_http as serve_mcp_http
-from awl.passes.passes import KeyStore, issue_recorded_pass, unverified_claims
+from awl.passes import KeyStore, issue_recorded_pass, unverified_claims
 from gateway._serve import open_gateway, serve_http
 from tests.gateway.gateway_support import (
     WORKER,

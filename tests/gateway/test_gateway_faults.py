@@ -13,7 +13,7 @@ from anyio.abc import Process
 from anyio.streams.text import TextReceiveStream
 from mcp_types import RequestParamsMeta
 
-from awl.passes.passes import KeyStore, issue_recorded_pass
+from awl.passes import KeyStore, issue_recorded_pass
 from gateway._gateway import UNRESOLVED_TOOL
 from gateway._results import TRUNCATED_META_KEY
 from gateway._serve import PASS_ENV

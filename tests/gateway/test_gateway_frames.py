@@ -16,7 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from awl.documents.errors import DocumentError
-from awl.passes.passes import KeyStore, issue_recorded_pass
+from awl.passes import KeyStore, issue_recorded_pass
 from tests.awl.frames_support import (
     INVALID_PARAMS,
     StdioPeer,
@@ -76,7 +76,7 @@ async def test_awl_gateway_over_http_answers_every_malformed_frame_in_both_eras(
                 async with (httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"},
                                                timeout=30) as http,
                             Client(streamable_http_client(url, http_client=http),
-                                   mode=mode) as client):  # type: ignore[arg-type]
+                                   mode=mode) as client):
                     result = await client.call_tool(TOOL, {"text": mode})
                     echoed.append(result.structured_content)
     assert echoed == [{"text": mode} for mode in MODES]

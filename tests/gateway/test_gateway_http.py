@@ -20,7 +20,7 @@ from mcp.shared.exceptions import MCPError
 
 from awl.cli import main
 from awl.documents.errors import BadRequest
-from awl.passes.passes import KeyStore, issue_recorded_pass, revoke_pass
+from awl.passes import KeyStore, issue_recorded_pass, revoke_pass
 from gateway._serve import is_loopback, open_gateway, parse_address, serve_http
 from tests.gateway.gateway_support import ROOT, WORKER, make_env, text
 

@@ -113,8 +113,12 @@ def test_the_gateway_and_the_store_share_one_usd_tolerance() -> None:
     order = _order(budget={"usd": 0.3})
     for used, usd, fits in [(0.1 + 0.1, 0.1, True), (0.3, 1e-10, True), (0.3, 1e-8, False),
                             (0.2, 0.2, False)]:
+
+        def spent(_jtis: frozenset[str] | None, used: float = used) -> tuple[int, float]:
+            return 0, used
+
         decided = _decide(order=order, usage=Usage(usd=used), usd=usd).action
-        reserved = exceeded_scope([Scope(None, max_usd=0.3)], lambda _, spent=used: (0, spent), usd)
+        reserved = exceeded_scope([Scope(None, max_usd=0.3)], spent, usd)
         assert (decided == "forward", reserved is None) == (fits, fits), (used, usd)
 
 

@@ -81,11 +81,11 @@ async def test_progress_and_log_messages_reach_the_worker(tmp_path: Path, mode: 
                                                           upstream: str) -> None:
     """An upstream's progress and log messages during a call reach the worker's request."""
     env = chatty_env(tmp_path, upstream=upstream)
-    progress: list[tuple[float, float | None, str | None]] = []
+    steps: list[tuple[float, float | None, str | None]] = []
     logs: list[Any] = []
 
-    async def on_progress(done: float, total: float | None, message: str | None) -> None:
-        progress.append((done, total, message))
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        steps.append((progress, total, message))
 
     with anyio.fail_after(60):
         async with worker(env, mode, logs) as client:
@@ -93,7 +93,7 @@ async def test_progress_and_log_messages_reach_the_worker(tmp_path: Path, mode: 
                                              progress_callback=on_progress)
             said = await client.call_tool("chatty__say", {"text": "half way there"})
     assert text(stepped) == "done 3"
-    assert progress == [(1, 3, "step 1 of 3"), (2, 3, "step 2 of 3"), (3, 3, "step 3 of 3")]
+    assert steps == [(1, 3, "step 1 of 3"), (2, 3, "step 2 of 3"), (3, 3, "step 3 of 3")]
     assert text(said) == "said"
     assert logs == [("info", "half way there")]
     assert [c.outcome for c in env.calls()] == ["ok", "ok"]

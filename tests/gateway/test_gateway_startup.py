@@ -91,7 +91,7 @@ async def test_an_upstream_that_comes_up_late_is_announced_with_list_changed(
 
     with anyio.fail_after(60), open(env.home / "gateway.err", "w") as errlog:
         async with Client(stdio_client(gateway_params(env), errlog=errlog), cache=None,
-                          mode=mode, message_handler=on_message) as client:  # type: ignore[arg-type]
+                          mode=mode, message_handler=on_message) as client:
             before = {t.name for t in (await client.list_tools()).tools}
             if mode == "legacy":
                 await changed.wait()

@@ -15,7 +15,7 @@ import anyio.to_thread
 import mcp_types as types
 import pytest
 
-from awl.passes.passes import KeyStore, issue_recorded_pass
+from awl.passes import KeyStore, issue_recorded_pass
 from gateway._serve import open_gateway, serve_http
 from tests.gateway.gateway_support import (
     ROOT,
@@ -75,7 +75,7 @@ async def test_every_gateway_answer_is_readable_in_the_typescript_sdk(tmp_path: 
         ("", "awl_list_calls", {}),
         ("", "fs__read_text_file", {"path": str(big)}),
     ]
-    stdio = {"command": sys.executable,
+    stdio: dict[str, Any] = {"command": sys.executable,
              "args": ["-m", "awl", "gateway", "--order", env.order_id, "--config",
                       str(env.config), "--home", str(env.home)],
              "env": {"PYTHONPATH": str(ROOT)}, "cwd": str(env.home)}

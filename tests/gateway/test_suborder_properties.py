@@ -26,7 +26,7 @@ import random
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import mcp_types as types
@@ -34,16 +34,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from awl.desk.desk import Desk
+from awl.desk import Desk
 from awl.desk.lineage import ancestors, remaining_of
 from awl.documents.errors import AWLError
 from awl.documents.models import WorkOrder, format_time
 from awl.documents.patterns import covered_by_any, matches_any, overlap
-from awl.passes.passes import KeyStore, issue_recorded_pass
+from awl.passes import KeyStore, issue_recorded_pass
 from awl.store.memory import MemoryStore
 from gateway._commit import commit
 from gateway._config import load_config
 from gateway._gateway import Gateway
+from gateway._upstream import UpstreamPool
 
 MANAGER = "human:m"
 PEOPLE = ("human:m", "agent:a", "agent:b", "agent:c", "agent:d")
@@ -170,7 +171,9 @@ class World:
         order = self.order(index)
         gateway = self.gateways.get(order.id)
         if gateway is None:
-            gateway = Gateway(order.id, store=self.store, pool=self.gateway_upstream,
+            # A stand-in with the pool's calls these gateways make, not an UpstreamPool.
+            pool = cast(UpstreamPool, self.gateway_upstream)
+            gateway = Gateway(order.id, store=self.store, pool=pool,
                               jwks=self.keys.jwks(), clock=lambda: self.now)
             await gateway.start()
             self.gateways[order.id] = gateway

@@ -106,7 +106,7 @@ async def _ask(ctx: ServerRequestContext[Any], params: types.CallToolRequestPara
             "sampling": types.CreateMessageResult, "elicitation": types.ElicitResult,
             "roots": types.ListRootsResult}[kind]
         answer = await ctx.session.send_request(
-            request, result_type,  # type: ignore[arg-type]
+            request, result_type,
             metadata=ServerMessageMetadata(related_request_id=ctx.request_id))
         return _text(_describe(answer))
     responses = params.input_responses or {}

@@ -5,9 +5,10 @@ call it gets is appended, before it answers, as one JSON line to the file named 
 ``RECEIVER_LOG`` environment variable and fsynced, so the count of deliveries per
 ``awl/ref`` is independent of anything the gateway records.
 
-Each line is ``{"tool", "arguments", "ref", "order", "attempt", "pid", "seq"}`` where
-``ref``, ``order`` and ``attempt`` come from the request's ``_meta`` (``awl/ref``,
-``awl/order``, ``awl/attempt``).
+Each line is ``{"tool", "arguments", "ref", "order", "attempt", "traceparent", "tracestate",
+"pid", "at"}`` where ``ref``, ``order`` and ``attempt`` come from the request's ``_meta``
+(``awl/ref``, ``awl/order``, ``awl/attempt``), and so do the W3C trace context keys (None
+when absent).
 
 Tools:
     deliver(to, body): a write, answered with ``{"delivered": true, "number": K}`` where K
@@ -149,6 +150,8 @@ async def _call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Cal
         "ref": ref,
         "order": meta.get("awl/order"),
         "attempt": meta.get("awl/attempt"),
+        "traceparent": meta.get("traceparent"),
+        "tracestate": meta.get("tracestate"),
         "pid": os.getpid(),
         "at": time.time(),
     })

@@ -34,7 +34,13 @@ if CHROMIUM is None or not __import__("importlib").util.find_spec("playwright"):
                            "playwright (pip install playwright); CI must have both")
     pytest.skip("chromium or playwright is not installed", allow_module_level=True)
 
-from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright  # noqa: E402
+from playwright.sync_api import (  # noqa: E402
+    Browser,
+    BrowserContext,
+    Dialog,
+    Page,
+    sync_playwright,
+)
 
 TIMEOUT_MS = 10_000
 TWO = [("receiver/deliver", {"to": "a@example.com", "body": "first"}),
@@ -173,8 +179,13 @@ def test_a_hostile_argument_is_text_and_runs_nothing(web: Web, manager: BrowserC
     oid, _ = submit_order(web.desk, [("receiver/deliver", {"to": hostile, "body": hostile})],
                           goal=hostile)
     dialogs: list[Any] = []
+
+    def on_dialog(dialog: Dialog) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
     page = manager.new_page()
-    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.on("dialog", on_dialog)
     page.goto(f"{web.url}/orders/{oid}")
     assert json.dumps(hostile) in page.locator("#held pre.arguments").inner_text()
     assert page.locator("h1").inner_text() == hostile

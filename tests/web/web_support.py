@@ -10,7 +10,7 @@ from typing import Any
 
 from starlette.testclient import TestClient
 
-from awl.desk.desk import Desk
+from awl.desk import Desk
 from awl.desk.tokens import issue_token
 from awl.documents.models import format_time
 from awl.store.sqlite import SQLiteStore

@@ -1,0 +1,194 @@
+"""The desk's reading side: orders, events, questions, track records and briefings.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from awl.desk.access import check_reader
+from awl.documents.errors import (
+    BadRequest,
+    NotFound,
+)
+from awl.documents.lifecycle import ACTIVE, TERMINAL
+from awl.documents.limits import check_integer
+from awl.documents.models import Event, WorkOrder, parse_time
+
+if TYPE_CHECKING:
+    from awl.desk.track import TrackRecord
+from awl.desk.core import DeskCore
+from awl.desk.views import OrderView, Question
+
+
+class DeskQueries(DeskCore):
+    """What the desk answers: orders, their events, open questions, track records, briefings.
+
+    A read may still write one thing: an active order found past its deadline is expired
+    first, so no reader ever sees a stale active state.
+    """
+
+    def get(self, order_id: str, *, viewer: str | None = None) -> OrderView:
+        """The order with its reports and reviews, as ``viewer`` may see it.
+
+        An active order past its deadline is expired first, so the view is never stale.
+        ``viewer`` None is the desk's operator, who holds the whole store anyway; any other
+        viewer must be part of the order or of one it was split from
+        (:func:`awl.desk.access.check_reader`).
+
+        Raises:
+            NotFound: no such order.
+            Forbidden: ``viewer`` is not part of the order nor of any order above it.
+        """
+        view = self._fresh(self.store.load(order_id))
+        if viewer is not None:
+            check_reader(view.order, viewer, self._parent_order)
+        return view
+
+    def _parent_order(self, order_id: str) -> WorkOrder | None:
+        try:
+            return self.get(order_id).order
+        except NotFound:
+            return None
+
+    def list(self, *, state: str | Sequence[str] | None = None, worker: str | None = None,
+             manager: str | None = None, parent_id: str | None = None,
+             limit: int | None = 100, offset: int = 0) -> builtins.list[OrderView]:
+        """Orders matching every filter given, most recently created first.
+
+        Listed orders found past their deadline are expired first; when a ``state`` filter
+        is given, those that no longer match it are left out (so a page may be short).
+        """
+        states = None if state is None else {state} if isinstance(state, str) else set(state)
+        unknown = sorted((states or set()) - (ACTIVE | TERMINAL))
+        if unknown:
+            raise BadRequest(f"unknown state {unknown[0]!r}; use one of "
+                             f"{', '.join(sorted(ACTIVE | TERMINAL))}")
+        if limit is not None:
+            limit = check_integer(limit, name="limit")
+        offset = check_integer(offset, name="offset")
+        records = self.store.list_orders(state=state, worker=worker, manager=manager,
+                                         parent_id=parent_id, limit=limit, offset=offset)
+        views = [self._fresh(r) for r in records]
+        return [v for v in views if states is None or v.state in states]
+
+    def events(self, order_id: str, after: int = 0,
+               limit: int | None = None) -> builtins.list[Event]:
+        """The order's events with seq > ``after``, oldest first.
+
+        Raises:
+            NotFound: no such order.
+        """
+        after = check_integer(after, name="after")
+        if limit is not None:
+            limit = check_integer(limit, name="limit")
+        self.get(order_id)
+        return self.store.events(order_id, after=after, limit=limit)
+
+    def questions(self, actor: str | None = None) -> builtins.list[Question]:
+        """The open questions of blocked orders, most blocking first.
+
+        Args:
+            actor: only the questions this principal may answer (as manager or
+                ``escalate_to``); None for every open question.
+
+        The weight of a question is how many active orders wait on its answer: the blocked
+        order itself plus its active sub-orders, transitively. Ties go to the oldest.
+        """
+        out: builtins.list[Question] = []
+        for view in self.list(state="blocked", limit=None):
+            order = view.order
+            if actor is not None and actor not in order.answerers:
+                continue
+            report = view.latest_report
+            out.append(Question(
+                order_id=order.id, goal=order.goal, worker=order.to,
+                answerers=order.answerers,
+                attempt=(report.attempt or view.attempt) if report else view.attempt,
+                questions=self.open_questions(view),
+                asked_at=view.updated_at,
+                blocking=1 + self._active_descendants(order.id),
+            ))
+        out.sort(key=lambda q: (-q.blocking, parse_time(q.asked_at), q.order_id))
+        return out
+
+    def _active_descendants(self, order_id: str) -> int:
+        count = 0
+        seen = {order_id}
+        frontier = [order_id]
+        while frontier:
+            parent = frontier.pop()
+            for child in self.store.list_orders(parent_id=parent, state=sorted(ACTIVE),
+                                                limit=None):
+                if child.order.id not in seen:  # guards against a (corrupt) cycle
+                    seen.add(child.order.id)
+                    count += 1
+                    frontier.append(child.order.id)
+        return count
+
+    def track(self, worker: str, *, viewer: str | None = None) -> TrackRecord:
+        """How the worker's orders turned out, as ``viewer`` may see it (SEC-8); see
+        :func:`awl.desk.track.track_record`.
+
+        Raises:
+            Forbidden: ``viewer`` is neither the worker nor a manager of its orders.
+        """
+        from awl.desk.track import track_record
+        return track_record(self.store, worker, viewer=viewer)
+
+    def handoff(self, order_id: str) -> str:
+        """A Markdown briefing for whoever continues the order.
+
+        Raises:
+            NotFound: no such order.
+        """
+        from awl.desk.briefing import briefing
+        view = self.get(order_id)
+        return briefing(view, self.store.events(order_id))
+
+    def expire_overdue(self) -> builtins.list[str]:
+        """Expire every active order past its deadline; return their ids."""
+        now = self.now()
+        expired = []
+        for record in self.store.list_orders(state=sorted(ACTIVE), limit=None):
+            overdue = parse_time(record.order.deadline) < now
+            if overdue and self._fresh(record).state == "expired":
+                expired.append(record.order.id)
+        return expired
+
+    def workspace(self, order_id: str) -> str | None:
+        """The order's workspace, as its manager gave it at creation, or None."""
+        first = self.store.events(order_id, after=0, limit=1)
+        data = first[0].data if first else None
+        folder = (data or {}).get("workspace")
+        return folder if isinstance(folder, str) else None
+
+    def _snapshot(self, order_id: str) -> dict[str, Any] | None:
+        for event in self.store.events(order_id, after=0, limit=None):
+            if event.action == "start" and event.data and "snapshot" in event.data:
+                snapshot = event.data["snapshot"]
+                return dict(snapshot) if isinstance(snapshot, Mapping) else None
+        return None
+
+    def check_results(self, order_id: str) -> dict[str, dict[str, Any]]:
+        """The latest recorded run of each criterion's check, by criterion id (LC-21).
+
+        Each value is desk evidence of type ``check``: ``{criterion, type, check: {outcome,
+        exit_code, duration, tail, signature, signals?, timed_out?, error?, snapshot?}}``.
+        """
+        from awl.desk.criteria import latest_checks
+
+        return latest_checks(self.store.events(order_id, after=0, limit=None))
+
+    def open_questions(self, view: OrderView) -> tuple[str, ...]:
+        """What a blocked order asks: the worker's questions, or those of a block the desk
+        put on it itself when a check failed the same way twice (LC-20)."""
+        if view.state != "blocked":
+            return ()
+        if view.open_questions:
+            return view.open_questions
+        last = self.store.events(view.id, after=view.seq - 1, limit=1)
+        if not last or last[0].action != "block":
+            return ()
+        return tuple(str(q) for q in (last[0].data or {}).get("questions", ()))

@@ -1,0 +1,88 @@
+"""What every part of the pass code shares: the format's constants, canonical
+base64url, strict JSON and reading a time.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import time
+from datetime import datetime
+from typing import Any
+
+from awl.documents.checks import load_document
+from awl.documents.errors import BadRequest
+from awl.documents.limits import check_epoch, check_instant
+from awl.documents.models import parse_time
+
+ALGORITHM = "EdDSA"
+"""The only signature algorithm a pass may use; anything else is refused before any key is used."""
+PASS_SPEC = "awl/delegation-pass@0.3"
+"""What this implementation writes in ``spec``."""
+PASS_TYPE = "awl-pass+jwt"
+"""The ``typ`` header of every pass, so no other JWT the same key signs can pass for one."""
+DEFAULT_ISSUER = "awl:desk"
+"""``iss`` of the passes a desk signs."""
+DEFAULT_AUDIENCE = "awl:gateway"
+"""``aud`` of a worker's pass when none is asked for."""
+LEEWAY = 30
+"""Seconds of clock skew tolerated on ``exp``, ``nbf`` and ``iat``."""
+MAX_CHAIN = 8
+"""Most links in a chain (the worker's pass counts as one)."""
+MAX_TOKEN_BYTES = 64 * 1024
+"""Tokens longer than this are refused unread."""
+
+
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
+
+
+def b64encode(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def b64decode(text: str) -> bytes:
+    """The bytes of canonical unpadded base64url text (DP-11), else ValueError.
+
+    Canonical: the base64url alphabet only, no padding, and the unused low bits of the last
+    character zero, so each byte string has exactly one spelling and a token cannot be
+    respelt (``T==``, another last character) into one that still verifies.
+    """
+    if not isinstance(text, str) or _B64URL.fullmatch(text) is None or len(text) % 4 == 1:
+        raise ValueError("not canonical unpadded base64url")
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if b64encode(data) != text:
+        raise ValueError("not canonical base64url (the last character's unused bits are set)")
+    return data
+
+
+def json_object(data: bytes) -> dict[str, Any]:
+    # Strict reading (no duplicate names, no NaN): two readers of one token must never see
+    # different values for the same name.
+    value = load_document(data, max_bytes=MAX_TOKEN_BYTES)
+    if not isinstance(value, dict):
+        raise ValueError("not a JSON object")
+    return value
+
+
+def epoch(when: datetime | str | float | None, name: str = "now") -> float:
+    """Seconds since the epoch for ``now``-like arguments (None: the clock).
+
+    Raises:
+        BadRequest: not an aware datetime, an RFC 3339 string or a number of seconds
+            within years 1 to 9999 (DOC-14).
+    """
+    if when is None:
+        return time.time()
+    if isinstance(when, datetime):
+        if when.tzinfo is None:
+            raise BadRequest("a time without an offset is ambiguous: give an aware datetime")
+        try:
+            return check_instant(when, name=name).timestamp()
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+    if isinstance(when, str):
+        try:
+            return parse_time(when).timestamp()
+        except ValueError as exc:
+            raise BadRequest(f"{name}: {exc}") from None
+    return float(check_epoch(when, name=name))

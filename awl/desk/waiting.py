@@ -24,6 +24,26 @@ from awl.desk.queries import DeskQueries
 
 log = logging.getLogger("awl.desk")
 
+FOLLOW_SLICE = 5.0
+"""The longest one wait of ``follow`` lasts before it looks at the order again, in seconds."""
+
+
+def follow_slices(timeout: float | None) -> Iterator[float]:
+    """The timeouts of ``follow``'s waits, one by one: :data:`FOLLOW_SLICE` each, the last
+    cut to what is left of ``timeout`` seconds (None: no end).
+
+    Raises:
+        BadRequest: ``timeout`` is not a number of seconds (when the first is asked for).
+    """
+    if timeout is not None and (isinstance(timeout, bool) or timeout != timeout):
+        raise BadRequest(f"timeout must be a number of seconds, not {timeout!r}")
+    end = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = FOLLOW_SLICE if end is None else min(FOLLOW_SLICE, end - time.monotonic())
+        if left <= 0:
+            return
+        yield left
+
 
 class Subscription:
     """A live subscription to an order's events; :meth:`close` ends it.
@@ -130,13 +150,7 @@ class DeskWaiting(DeskQueries):
         Stops once the order is terminal (when ``until_terminal``) or when ``timeout``
         seconds have passed without the order ending (None: no limit).
         """
-        if timeout is not None and (isinstance(timeout, bool) or timeout != timeout):
-            raise BadRequest(f"timeout must be a number of seconds, not {timeout!r}")
-        end = None if timeout is None else time.monotonic() + timeout
-        while True:
-            slice_ = 5.0 if end is None else min(5.0, end - time.monotonic())
-            if slice_ <= 0:
-                return
+        for slice_ in follow_slices(timeout):
             for event in self.wait(order_id, after, timeout=slice_):
                 after = event.seq
                 yield event

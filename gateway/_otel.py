@@ -35,6 +35,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span, SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from gateway._names import split_canonical
 from gateway._telemetry import CallSpan, EffectSpan, Signals, Telemetry, Watched
 
 if TYPE_CHECKING:
@@ -187,7 +188,7 @@ class OTelTelemetry(Telemetry):
 
     @contextmanager
     def effect(self, order_id: str, call: CallRecord) -> Iterator[EffectSpan]:
-        _server, tool = call.tool.split("/", 1)
+        _server, tool = split_canonical(call.tool)
         with self._tracer.start_as_current_span(
                 f"tools/call {tool}", kind=SpanKind.CLIENT, record_exception=False,
                 set_status_on_exception=False, attributes={

@@ -10,7 +10,7 @@ questions; the desk's own events are written as ``awl:`` principals (SEC-1, BIND
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from awl.documents.errors import Forbidden
 from awl.documents.lifecycle import DESK_ACTOR, TABLE, Role, is_desk_principal
@@ -18,7 +18,6 @@ from awl.documents.models import WorkOrder
 
 __all__ = [
     "ACTION_ROLE",
-    "MAX_READ_ANCESTORS",
     "acting_as",
     "check_action",
     "check_author",
@@ -108,25 +107,15 @@ def check_party(order: WorkOrder, actor: str) -> None:
                         "worker and answerers see it", actor=actor, action="read")
 
 
-MAX_READ_ANCESTORS = 16
-"""How many orders up :func:`check_reader` looks for a role of the reader."""
-
-
 def check_reader(order: WorkOrder, actor: str,
-                 parent_of: Callable[[str], WorkOrder | None]) -> None:
-    """Refuse reading ``order`` to anyone with no role in it or in an order it was split from
-    (up to :data:`MAX_READ_ANCESTORS` orders, itself included).
+                 above: Callable[[], Iterable[WorkOrder]]) -> None:
+    """Refuse reading ``order`` to anyone with no role in it or in an order it was split from.
 
-    ``parent_of(id)`` gives the order of that id (None when there is none); it is asked only
-    while no role is found.
+    ``above()`` gives the orders above it (:func:`awl.desk.lineage.ancestors`); it is asked
+    only when ``actor`` has no role in ``order`` itself.
     """
-    current: WorkOrder | None = order
-    for _ in range(MAX_READ_ANCESTORS):
-        if current is None:
-            break
-        if roles(current, actor):
-            return
-        current = parent_of(current.parent_id) if current.parent_id else None
+    if roles(order, actor) or any(roles(o, actor) for o in above()):
+        return
     raise Forbidden(f"{actor} is not part of order {order.id!r}: only its manager, worker "
                     "and escalation contact (and those of the orders it was split from) "
                     "may read it", actor=actor, action="read")

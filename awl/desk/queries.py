@@ -8,13 +8,13 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from awl.desk.access import check_reader
+from awl.desk.lineage import ancestors
 from awl.documents.errors import (
     BadRequest,
-    NotFound,
 )
 from awl.documents.lifecycle import ACTIVE, TERMINAL
 from awl.documents.limits import check_integer
-from awl.documents.models import Event, WorkOrder, parse_time
+from awl.documents.models import Event, parse_time
 
 if TYPE_CHECKING:
     from awl.desk.track import TrackRecord
@@ -43,14 +43,8 @@ class DeskQueries(DeskCore):
         """
         view = self._fresh(self.store.load(order_id))
         if viewer is not None:
-            check_reader(view.order, viewer, self._parent_order)
+            check_reader(view.order, viewer, lambda: ancestors(self.store, view.order))
         return view
-
-    def _parent_order(self, order_id: str) -> WorkOrder | None:
-        try:
-            return self.get(order_id).order
-        except NotFound:
-            return None
 
     def list(self, *, state: str | Sequence[str] | None = None, worker: str | None = None,
              manager: str | None = None, parent_id: str | None = None,

@@ -624,7 +624,7 @@ class Gateway:
             if isinstance(answer, types.CallToolResult):
                 answer = self._schemas.conform(canonical, self._tools.get(canonical), answer)
         except UpstreamError as exc:
-            error = f"AWL_{exc.code}: {exc.message}"
+            error = exc.refusal
             answer = text_result(error, error=True)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):

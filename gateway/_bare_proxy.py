@@ -22,9 +22,8 @@ import mcp_types as types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 
-from awl.documents.errors import AWLError
-from awl.mcp.frames import stdio_frames
-from awl.mcp.results import text_result
+from awl.documents import AWLError
+from awl.mcp import stdio_frames, text_result
 from gateway._config import load_config
 from gateway._names import NameTable
 from gateway._upstream import UpstreamError, UpstreamPool

@@ -48,9 +48,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from awl.documents.errors import BadRequest, DocumentError
-from awl.documents.limits import (
+from awl.documents import (
     INT64_MAX,
+    BadRequest,
+    DocumentError,
     check_json_value,
     is_finite_number,
     loads,

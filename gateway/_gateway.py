@@ -56,19 +56,24 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
-from awl.desk import Desk
-from awl.desk.access import acting_as
-from awl.desk.lineage import ancestors, staging_ancestor
-from awl.documents.errors import Conflict, DocumentError, PassError
-from awl.documents.lifecycle import TERMINAL
-from awl.documents.limits import check_json_value
-from awl.documents.models import CallRecord, WorkOrder, format_time, utc_now
-from awl.documents.patterns import matches_any, parse_ref
-from awl.mcp.results import text_result
-from awl.mcp.transport import identity_of
+from awl.desk import Desk, acting_as, ancestors, staging_ancestor
+from awl.documents import (
+    TERMINAL,
+    CallRecord,
+    Conflict,
+    DocumentError,
+    PassError,
+    WorkOrder,
+    check_json_value,
+    format_time,
+    matches_any,
+    parse_ref,
+    utc_now,
+)
+from awl.mcp import identity_of, text_result
 from awl.passes import DEFAULT_AUDIENCE, VerifiedPass, pass_scopes, verify_pass
-from awl.store.protocol import OrderRecord, Scope, Store
-from awl.store.rules import stale_order
+from awl.store import OrderRecord, Scope, Store, stale_order
+from gateway._authority import Authority
 from gateway._config import GatewayConfig
 from gateway._names import NameTable, server_of, split_canonical
 from gateway._passthrough import Passthrough
@@ -191,23 +196,6 @@ class _Admission:
     decision: Decision
     record: CallRecord | None = None
     answer: types.CallToolResult | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Authority:
-    """Who a call runs as: the order's worker (no token), or a pass holder.
-
-    ``error`` says why a presented pass cannot be used (it stays None without a token).
-    """
-
-    token: str | None
-    verified: VerifiedPass | None = None
-    error: PassError | None = None
-
-    @property
-    def problem(self) -> str | None:
-        """Why the pass cannot be used, for a refusal; None when it can (or there is none)."""
-        return None if self.error is None else self.error.message
 
 
 class Gateway:
@@ -718,7 +706,7 @@ class Gateway:
 
     def _scopes(self, verified: VerifiedPass | None) -> list[Scope]:
         """The budget scopes of a call: the order's, then one per link of its pass chain
-        (:func:`awl.passes.passes.pass_scopes`)."""
+        (:func:`awl.passes.pass_scopes`)."""
         if self._order_scope is None:
             budget = self.order.budget
             self._order_scope = Scope(None, max_calls=budget.tool_calls, max_usd=budget.usd,

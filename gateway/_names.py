@@ -34,8 +34,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import TypeVar
 
-from awl.documents.errors import NotFound
-from awl.documents.patterns import TOOL_NAME_RE
+from awl.documents import TOOL_NAME_RE, NotFound
 
 EXPOSED_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 """What model APIs accept as a tool name."""

@@ -22,7 +22,7 @@ import time
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.context import Context
@@ -35,11 +35,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span, SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from awl.documents import CallRecord
 from gateway._names import split_canonical
-from gateway._telemetry import CallSpan, EffectSpan, Signals, Telemetry, Watched
-
-if TYPE_CHECKING:
-    from awl.documents.models import CallRecord
+from gateway._spans import CallSpan, EffectSpan, Signals, Telemetry, Watched
 
 SCOPE = "awl.gateway"
 VERSION = "0.1.0"

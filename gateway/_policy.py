@@ -14,12 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from awl.desk.lineage import staging_ancestor
-from awl.documents.lifecycle import WORKING
-from awl.documents.models import Grant, WorkOrder, parse_time
-from awl.documents.patterns import is_tool_name, matches_any
-from awl.store.protocol import Scope, Usage
-from awl.store.rules import over_limit
+from awl.desk import staging_ancestor
+from awl.documents import WORKING, Grant, WorkOrder, is_tool_name, matches_any, parse_time
+from awl.store import Scope, Usage, over_limit
 
 AWL_FORBIDDEN = "AWL_FORBIDDEN"
 """The tool is not exposed, or neither the order nor the pass allows it."""
@@ -44,6 +41,8 @@ REFUSAL_CODES = (
     AWL_UPSTREAM_UNAVAILABLE,
 )
 """Every code :func:`decide` can refuse with."""
+
+"""States in which the worker's tool calls run."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,8 +27,7 @@ from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
 from jsonschema.validators import validator_for  # type: ignore[import-untyped]
 
-from awl.documents.limits import MAX_CONTENT_BLOCKS
-from awl.documents.pointers import pointer
+from awl.documents import MAX_CONTENT_BLOCKS, pointer
 
 __all__ = [
     "AWL_UPSTREAM_BAD_RESULT",

@@ -27,14 +27,15 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from awl.documents.errors import BadRequest
-from awl.mcp.frames import stdio_frames
-from awl.mcp.transport import Unauthorized, is_loopback, parse_address
-from awl.mcp.transport import serve_http as _serve_mcp_http
+from awl.desk import default_store, home_dir
+from awl.documents import BadRequest
+from awl.mcp import Unauthorized, is_loopback, parse_address, stdio_frames
+from awl.mcp import serve_http as _serve_mcp_http
 from awl.passes import DEFAULT_AUDIENCE, KeySet, KeyStore
-from awl.store.protocol import Store
+from awl.store import Store
+from gateway._authority import Authority
 from gateway._config import GatewayConfig, load_config
-from gateway._gateway import Authority, Clock, Gateway
+from gateway._gateway import Clock, Gateway
 from gateway._relay import Relay
 from gateway._upstream import UpstreamPool
 
@@ -101,13 +102,9 @@ async def open_gateway(
         config = load_config(config)
     async with AsyncExitStack() as stack:
         if store is None:
-            from awl.desk.home import default_store
-
             store = default_store(home)
             stack.callback(store.close)
         if jwks is None and (pass_token is not None or load_keys):
-            from awl.desk.home import home_dir
-
             # Read again whenever a key is rotated in or retired (DP-13); read once now so
             # an unusable key folder is an error before anything starts.
             jwks = KeySet(KeyStore(home_dir(home)))

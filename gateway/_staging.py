@@ -21,16 +21,16 @@ from jsonschema.exceptions import (  # type: ignore[import-untyped, unused-ignor
 )
 from referencing.exceptions import Unresolvable
 
-from awl.documents.bounded import (
+from awl.documents import (
+    CallRecord,
     PatternError,
     SchemaTooCostly,
     bounded_errors,
     bounded_validator,
     meta_errors,
+    parse_ref,
+    pointer,
 )
-from awl.documents.models import CallRecord
-from awl.documents.patterns import parse_ref
-from awl.documents.pointers import pointer
 
 REF_KEY = "$ref"
 _CHECK_SECONDS = 1.0  # a held call's check runs on the gateway's loop: keep it short

@@ -42,8 +42,8 @@ GATEWAY_NAMES = [
     "GatewayConfig", "Mismatch", "NameTable", "PASS_ENV", "REFUSAL_CODES", "ServerConfig",
     "UNRESOLVED_TOOL", "UpstreamError", "UpstreamPool", "UpstreamRejected", "UpstreamTimeout",
     "UpstreamUnavailable", "WORKER_TOOL_NAMES", "commit", "commit_sync", "decide",
-    "drop_attempt", "exposed_name", "is_staged", "load_config", "open_gateway", "retry",
-    "retry_sync", "run_gateway", "serve_http", "serve_stdio",
+    "drop_attempt", "enable_telemetry", "exposed_name", "is_staged", "load_config",
+    "open_gateway", "retry", "retry_sync", "run_gateway", "serve_http", "serve_stdio",
 ]
 
 

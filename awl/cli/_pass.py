@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from awl.cli._common import CLIError
 from awl.desk.home import default_store, home_dir
 from awl.documents.errors import BadRequest, PassError
 from awl.documents.limits import INT64_MAX, check_epoch, show_value
@@ -98,8 +99,6 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def _fail(message: str) -> Exception:
-    from awl.cli import CLIError  # the dispatcher imports this module; import it late
-
     return CLIError(message)
 
 

@@ -8,10 +8,12 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from awl.desk.access import ACTION_ROLE, check_action
 from awl.desk.effects import drop_held, held_calls
+from awl.desk.home import default_store
+from awl.desk.views import OrderView
 from awl.documents.errors import (
     AWLError,
     BadRequest,
@@ -28,11 +30,8 @@ from awl.documents.models import (
     parse_time,
     utc_now,
 )
+from awl.passes import revoke_order_passes
 from awl.store.protocol import OrderRecord, Store
-
-if TYPE_CHECKING:
-    pass
-from awl.desk.views import OrderView
 
 log = logging.getLogger("awl.desk")
 
@@ -69,7 +68,6 @@ class DeskCore:
                  conflict_retries: int = 1, poll_interval: float = 0.02,
                  max_poll_interval: float = 0.25) -> None:
         if store is None:
-            from awl.desk.home import default_store
             store = default_store()
         self.store: Store = store
         self._clock: Clock = clock or utc_now
@@ -190,7 +188,6 @@ class DeskCore:
         order_id = view.id
         try:
             if event.to in TERMINAL:
-                from awl.passes import revoke_order_passes
 
                 revoke_order_passes(self.store, order_id, reason=f"order {event.to}",
                                     now=event.at)

@@ -32,10 +32,22 @@ import secrets
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from awl.desk.access import check_action, check_author, check_manager, check_splitter
+from awl.desk.core import Write
+from awl.desk.criteria import CheckRun, latest_checks, run_checks, take_snapshot, workspace_root
 from awl.desk.lineage import ancestors, remaining_of, self_review_problem
+from awl.desk.views import OrderView
+from awl.desk.waiting import DeskWaiting
+from awl.documents.checks import (
+    check_run_findings,
+    iter_order_findings,
+    iter_report_findings,
+    iter_review_findings,
+    iter_suborder_findings,
+    to_plain,
+)
 from awl.documents.errors import (
     BadRequest,
     InvalidTransition,
@@ -55,12 +67,6 @@ from awl.documents.models import (
 )
 from awl.documents.patterns import parse_ref
 from awl.store.protocol import OrderRecord
-
-if TYPE_CHECKING:
-    from awl.desk.criteria import CheckRun
-from awl.desk.core import Write
-from awl.desk.views import OrderView
-from awl.desk.waiting import DeskWaiting
 
 __all__ = ["Desk"]
 
@@ -167,7 +173,6 @@ class Desk(DeskWaiting):
                 escalation contact is its worker or manager (LC-13).
             Conflict: the id is taken.
         """
-        from awl.documents.checks import iter_order_findings, iter_suborder_findings, to_plain
 
         doc = order.to_json() if isinstance(order, WorkOrder) else to_plain(dict(order))
         if not isinstance(doc, dict):
@@ -215,7 +220,6 @@ class Desk(DeskWaiting):
             "from": None, "to": "offered",
         }
         if workspace is not None:
-            from awl.desk.criteria import workspace_root
 
             fields["data"] = {"workspace": str(workspace_root(workspace))}
         elif _checked(model):
@@ -272,13 +276,11 @@ class Desk(DeskWaiting):
         check_action(record.order, "start", actor)
         if not targets(record.state, "start"):
             raise self._wrong_state(record.order, record.state, "start")
-        from awl.desk.criteria import take_snapshot
 
         return self._simple(order_id, "start", actor,
                             data={"snapshot": take_snapshot(workspace)})
 
     def _run_criteria_checks(self, order: WorkOrder) -> builtins.list[CheckRun]:
-        from awl.desk.criteria import run_checks
 
         workspace = self.workspace(order.id)
         if workspace is None:
@@ -317,7 +319,6 @@ class Desk(DeskWaiting):
         ``check`` event, or, when the same check failed the same way on its previous run,
         in a ``block`` event that puts the question to the manager.
         """
-        from awl.documents.checks import check_run_findings
 
         record = self.store.load(order_id)
         late = parse_time(record.order.deadline) < self.now()
@@ -330,7 +331,6 @@ class Desk(DeskWaiting):
         failed = [run for run in runs if run.outcome in ("failed", "timeout")]
         if not failed:
             return runs
-        from awl.desk.criteria import latest_checks
 
         before = latest_checks(self.store.events(order_id, after=0, limit=None), on_report=True)
         again = [run for run in failed
@@ -389,7 +389,6 @@ class Desk(DeskWaiting):
             ValidationFailed: the report has ``invalid`` findings.
             BadRequest: ``from`` or ``attempt`` does not match.
         """
-        from awl.documents.checks import iter_report_findings, to_plain
 
         doc = report.to_json() if isinstance(report, WorkReport) else to_plain(dict(report))
         if not isinstance(doc, dict):
@@ -480,7 +479,6 @@ class Desk(DeskWaiting):
             BadRequest: an effect ref the report does not list, or an approval of a failed
                 report.
         """
-        from awl.documents.checks import iter_review_findings
 
         if decision not in ("approve", "rework"):
             raise BadRequest(f"decision must be approve or rework, not {decision!r}")

@@ -5,21 +5,21 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from awl.desk.access import check_reader
+from awl.desk.briefing import briefing
+from awl.desk.core import DeskCore
+from awl.desk.criteria import latest_checks
 from awl.desk.lineage import ancestors
+from awl.desk.track import TrackRecord, track_record
+from awl.desk.views import OrderView, Question
 from awl.documents.errors import (
     BadRequest,
 )
 from awl.documents.lifecycle import ACTIVE, TERMINAL
 from awl.documents.limits import check_integer
 from awl.documents.models import Event, parse_time
-
-if TYPE_CHECKING:
-    from awl.desk.track import TrackRecord
-from awl.desk.core import DeskCore
-from awl.desk.views import OrderView, Question
 
 
 class DeskQueries(DeskCore):
@@ -128,7 +128,6 @@ class DeskQueries(DeskCore):
         Raises:
             Forbidden: ``viewer`` is neither the worker nor a manager of its orders.
         """
-        from awl.desk.track import track_record
         return track_record(self.store, worker, viewer=viewer)
 
     def handoff(self, order_id: str) -> str:
@@ -137,7 +136,6 @@ class DeskQueries(DeskCore):
         Raises:
             NotFound: no such order.
         """
-        from awl.desk.briefing import briefing
         view = self.get(order_id)
         return briefing(view, self.store.events(order_id))
 
@@ -171,7 +169,6 @@ class DeskQueries(DeskCore):
         Each value is desk evidence of type ``check``: ``{criterion, type, check: {outcome,
         exit_code, duration, tail, signature, signals?, timed_out?, error?, snapshot?}}``.
         """
-        from awl.desk.criteria import latest_checks
 
         return latest_checks(self.store.events(order_id, after=0, limit=None))
 

@@ -1,17 +1,14 @@
-"""How the desk shows orders and questions.
+"""How the desk shows orders and questions, and the time text it writes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from awl.documents.lifecycle import ACTIVE
 from awl.documents.models import Review, WorkReport
 from awl.store.protocol import OrderRecord
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,8 +8,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
+from awl.desk.queries import DeskQueries
 from awl.documents.errors import (
     AWLError,
     BadRequest,
@@ -17,10 +17,6 @@ from awl.documents.errors import (
 from awl.documents.lifecycle import TERMINAL
 from awl.documents.limits import check_integer
 from awl.documents.models import Event, parse_time
-
-if TYPE_CHECKING:
-    pass
-from awl.desk.queries import DeskQueries
 
 log = logging.getLogger("awl.desk")
 

@@ -21,11 +21,11 @@ from awl.documents.checks import (
     iter_call_findings,
     iter_event_findings,
     iter_order_findings,
+    iter_pass_findings,
     iter_report_findings,
     iter_review_findings,
     iter_suborder_findings,
     load_document,
-    pass_checks,
 )
 from awl.documents.errors import AWLError, BadRequest, DocumentError
 from awl.documents.findings import Finding
@@ -226,8 +226,8 @@ def _run_checks(doc_type: str, document: Any, context: Mapping[str, Any]) -> Ite
 
 
 def _pass_findings(document: Any, context: Mapping[str, Any]) -> Iterator[Finding]:
-    return pass_checks()(document, order=context.get("order"), parent=context.get("parent"),
-                         remaining=context.get("remaining"), now=context.get("now"))
+    return iter_pass_findings(document, order=context.get("order"), parent=context.get("parent"),
+                              remaining=context.get("remaining"), now=context.get("now"))
 
 
 def _difference(expected: tuple[Pair, ...], produced: tuple[Pair, ...]) -> str:

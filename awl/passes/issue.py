@@ -10,15 +10,15 @@ from collections.abc import Container, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from awl.documents.checks import iter_pass_findings
 from awl.documents.errors import BadRequest, InvalidTransition, PassError
 from awl.documents.lifecycle import WORKING
 from awl.documents.limits import MAX_EPOCH, MIN_EPOCH, check_amounts, is_finite_number, show_value
-from awl.documents.models import Budget, WorkOrder, parse_time
+from awl.documents.models import Budget, WorkOrder, epoch_seconds, parse_time
 from awl.documents.patterns import overlap
-from awl.passes.common import DEFAULT_AUDIENCE, DEFAULT_ISSUER, MAX_CHAIN, PASS_SPEC, epoch
+from awl.passes.common import DEFAULT_AUDIENCE, DEFAULT_ISSUER, MAX_CHAIN, PASS_SPEC
 from awl.passes.keys import KeyStore
 from awl.passes.records import record_pass, remaining_budget
-from awl.passes.rules import iter_pass_findings
 from awl.passes.verify import VerifiedPass, unverified_claims, verify_pass
 from awl.store.protocol import Store
 
@@ -47,7 +47,7 @@ def _expiry(now: float, cap: float, expires_in: timedelta | float | None,
                              f"1 to 9999, not {show_value(seconds)}")
         return math.floor(now + seconds)
     if exp is not None:
-        return math.floor(epoch(exp, "exp"))
+        return math.floor(epoch_seconds(exp, "exp"))
     return math.floor(cap)
 
 
@@ -95,7 +95,7 @@ def issue_pass(
         BadRequest: for contradictory or malformed arguments (``now``, ``exp``, ``expires_in``
             or ``remaining`` that is not a time within years 1 to 9999 or a number).
     """
-    t = epoch(now)
+    t = epoch_seconds(now)
     remaining = check_amounts(remaining, name="remaining")
     parent: VerifiedPass | None = None
     if parent_token is None and subject != order.to:
@@ -182,7 +182,7 @@ def issue_recorded_pass(
                                 "it is accepted or working", state=record.state,
                                 action="issue_pass")
     revoked = store.revoked()
-    t = epoch(now)
+    t = epoch_seconds(now)
     parent = None
     if parent_token is not None:
         aud = audience or unverified_claims(parent_token)[1].get("aud")

@@ -20,7 +20,7 @@ from awl.desk.tokens import (
     token_hash,
     token_id,
 )
-from awl.mcp.results import tool_error
+from awl.mcp.errors import tool_error
 from awl.mcp.transport import (
     MCP_PATH,
     Authenticate,

@@ -40,7 +40,8 @@ from awl import __version__
 from awl.desk import AsyncDesk, Desk, OrderView
 from awl.desk.access import check_pass_deriver, check_pass_issuer
 from awl.desk.access import roles as roles_of
-from awl.desk.effects import list_effects, settle
+from awl.desk.effects import list_effects
+from awl.desk.settlement import settle
 from awl.desk.tokens import check_principal, principal_for_token
 from awl.documents.errors import (
     AWLError,
@@ -51,8 +52,8 @@ from awl.documents.lifecycle import TABLE, TERMINAL
 from awl.documents.limits import INT64_MAX, check_integer, check_json_value
 from awl.documents.models import Event, format_epoch, parse_time
 from awl.documents.pointers import pointer
+from awl.mcp.errors import ERROR_META, error_result, text_result, tool_error
 from awl.mcp.frames import stdio_frames
-from awl.mcp.results import error_result, text_result, tool_error
 from awl.mcp.transport import Unauthorized, identity_of, serve_http
 from awl.passes import KeyStore, issue_recorded_pass, unverified_claims
 from awl.server._tools import (
@@ -64,7 +65,8 @@ from awl.server._tools import (
 )
 from awl.store.protocol import Store
 
-__all__ = ["WAIT_LIMIT", "DeskServer", "serve_desk_http", "serve_stdio"]
+__all__ = ["ERROR_META", "WAIT_LIMIT", "DeskServer", "serve_desk_http", "serve_stdio",
+           "tool_error"]
 
 log = logging.getLogger("awl.server")
 

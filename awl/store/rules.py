@@ -9,7 +9,6 @@ the backends cannot drift apart on what they accept or how they say no.
 from __future__ import annotations
 
 import json
-from _json import encode_basestring, make_encoder
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Literal, cast
@@ -271,17 +270,17 @@ def _not_json(value: Any) -> Any:
     raise TypeError(f"a {type(value).__name__} is not JSON data")
 
 
-# The C encoder behind json.dumps, made once (JSONEncoder.encode makes one per call): compact,
-# UTF-8 as is, NaN and infinities refused. Without a markers dict it keeps no state between
-# calls (so threads may share it); a circular value fails as too deep.
-_encode_strict = make_encoder(None, _not_json, encode_basestring, None, ":", ",", False, False,
-                              False)
+# Made once and shared (it keeps no state between calls, so threads may share it): compact,
+# UTF-8 as is, NaN and infinities refused, anything else that is not JSON data refused. With
+# no circular check a value that contains itself fails as too deep, like a very deep one.
+_STRICT = json.JSONEncoder(ensure_ascii=False, allow_nan=False, check_circular=False,
+                           separators=(",", ":"), default=_not_json)
 
 
 def json_text(value: Any, what: str) -> str:
     """``value`` as the compact JSON text stores keep; BadRequest when it is not JSON data."""
     try:
-        return "".join(_encode_strict(value, 0))
+        return _STRICT.encode(value)
     except (TypeError, ValueError) as exc:
         raise BadRequest(f"{what} must be JSON data: {exc}") from None
     except RecursionError:

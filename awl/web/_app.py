@@ -38,15 +38,18 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from awl.desk import Desk, OrderView
-from awl.desk.access import check_manager, check_party
+from awl.desk.access import check_party
 from awl.desk.criteria import check_question
-from awl.desk.effects import list_effects, settle
+from awl.desk.effects import find_call, list_effects, manager_only
+from awl.desk.settlement import settle
 from awl.desk.tokens import principal_for_token, token_hash
+from awl.documents.checks import iter_report_findings
 from awl.documents.errors import AWLError, BadRequest
 from awl.documents.models import parse_time
 from awl.documents.pointers import pointer
 from awl.store.protocol import Store
 from awl.web._sessions import Session, Sessions
+from gateway._commit import commit, retry
 
 __all__ = ["COOKIE", "CSP", "WebConfig", "build_app"]
 
@@ -245,8 +248,6 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         return page("inbox.html", session, watch="", **data)
 
     def order_data(order_id: str, me: str) -> dict[str, Any]:
-        from awl.documents.checks import iter_report_findings
-
         view = desk.get(order_id)
         check_party(view.order, me)
         order = view.order
@@ -293,7 +294,6 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         ref = request.query_params.get("ref", "")
 
         def load() -> dict[str, Any]:
-            from awl.desk.effects import find_call
             view = desk.get(oid)
             check_party(view.order, session.principal)
             return {"view": view, "call": find_call(store, oid, ref)}
@@ -362,11 +362,9 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
 
     async def manager_of(oid: str, me: str, action: str) -> None:
         record = await anyio.to_thread.run_sync(store.load, oid)
-        check_manager(record.order, me, action, f"{action} effects")
+        manager_only(record.order, me, action)
 
     async def run_commit(request: Request, session: Session) -> Response:
-        from gateway._commit import commit
-
         oid = request.path_params["order_id"]
         upstream = need_upstream("run the commit")
         await manager_of(oid, session.principal, "commit")
@@ -392,8 +390,6 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
                                 background=BackgroundTask(run))
 
     async def retry_effect(request: Request, session: Session) -> Response:
-        from gateway._commit import retry
-
         oid = request.path_params["order_id"]
         ref = text(await request.form(), "ref")
         upstream = need_upstream("retry an effect")

@@ -1083,6 +1083,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.spec("LC-2")
 def test_processes_racing_on_one_desk_lose_nothing(tmp_path: Path) -> None:
     """Three processes racing on the same orders: every write lands or is a Conflict."""

@@ -26,6 +26,8 @@ from awl.documents.models import format_time
 from awl.store.protocol import Store
 from tests.awl.desk_support import Clock, effect, open_store, order_fields, report_fields
 
+pytestmark = pytest.mark.slow
+
 MANAGERS = ["human:m1", "human:m2"]
 WORKERS = ["agent:w1", "agent:w2"]
 OTHERS = ["human:esc", "agent:mallory"]

@@ -27,7 +27,7 @@ from awl.integrations import (
 )
 from tests.gateway.gateway_support import MANAGER, ROOT, WORKER, Env, connect, make_env
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 EMAIL = {"to": "a@example.com", "subject": "Hi", "body": "Hello"}
 OTHER = {"to": "b@example.com", "subject": "Hi", "body": "Hello too"}

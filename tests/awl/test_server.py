@@ -25,6 +25,8 @@ from tests.awl.server_support import (
     serve_as,
 )
 
+pytestmark = pytest.mark.slow
+
 # Every manager action, as a worker-bound connection would try it (SEC-1).
 MANAGER_CALLS: dict[str, dict[str, Any]] = {
     "review_work_report": {"decision": "approve"},

@@ -33,6 +33,7 @@ def _create(store: Store, order_id: str) -> None:
          "to": "offered"}))
 
 
+@pytest.mark.slow
 def test_a_reopened_desk_keeps_everything(tmp_path: Path) -> None:
     """Orders written before close are there after reopening, and the schema is not redone."""
     path = tmp_path / "desk.sqlite3"

@@ -29,7 +29,7 @@ from tests.gateway.gateway_support import (
     text,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 HANGING = {"command": "sh", "args": ["-c", "cat > /dev/null"]}
 """Starts, reads its stdin, and never answers the handshake."""

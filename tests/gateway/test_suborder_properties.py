@@ -46,6 +46,8 @@ from gateway._config import load_config
 from gateway._gateway import Gateway
 from gateway._upstream import UpstreamPool
 
+pytestmark = pytest.mark.slow
+
 MANAGER = "human:m"
 PEOPLE = ("human:m", "agent:a", "agent:b", "agent:c", "agent:d")
 OTHERS = ("agent:e", "agent:f")

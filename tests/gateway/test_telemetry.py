@@ -17,11 +17,12 @@ import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters, stdio_client
+from mcp_types import RequestParamsMeta
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -29,6 +30,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
 from opentelemetry.trace.span import TraceState
 
+from awl.documents.errors import DocumentError
 from gateway import _telemetry
 from gateway._commit import commit
 from gateway._config import load_config
@@ -39,6 +41,7 @@ from tests.gateway.gateway_support import (
     WORKER,
     Env,
     connect,
+    final,
     server_entry,
 )
 from tests.gateway.gateway_support import make_env as _make_env
@@ -89,11 +92,11 @@ def otel() -> Iterator[tuple[_Capture, InMemoryMetricReader]]:
         _telemetry._active = saved
 
 
-def make_env(tmp: Path) -> Env:
+def make_env(tmp: Path, **order: Any) -> Env:
     """A working order in front of the receiver alone (it logs the _meta it gets)."""
     log = tmp / "receiver.jsonl"
     return _make_env(tmp, servers={"receiver": server_entry(
-        "receiver", env={"RECEIVER_LOG": str(log)})})
+        "receiver", env={"RECEIVER_LOG": str(log)})}, **order)
 
 
 def _traceparent(trace_id: int, span_id: int) -> str:
@@ -126,7 +129,8 @@ def _sum(reader: InMemoryMetricReader, name: str, **attributes: Any) -> float:
     total = 0.0
     for point in _points(reader, name):
         if all(point.attributes.get(k) == v for k, v in attributes.items()):
-            total += getattr(point, "value", None) or getattr(point, "count", 0)
+            value = getattr(point, "value", None)  # a sum's point; a histogram's has count
+            total += float(value if value is not None else getattr(point, "count", 0))
     return total
 
 
@@ -157,6 +161,7 @@ def test_only_the_standard_variables_turn_telemetry_on() -> None:
 
 # --------------------------------------------------------------------------- traces
 
+@pytest.mark.slow
 @pytest.mark.spec("OBS-2", "OBS-3")
 async def test_one_trace_runs_from_the_worker_through_the_gateway_to_the_upstream(
         tmp_path: Path, otel: tuple[_Capture, InMemoryMetricReader]) -> None:
@@ -175,11 +180,17 @@ async def test_one_trace_runs_from_the_worker_through_the_gateway_to_the_upstrea
                 delivered = await client.call_tool("receiver__deliver", {"to": "ops"})
                 held = await client.call_tool("receiver__create_issue", {"title": "Outage"})
                 refused = await client.call_tool("receiver__nope", {})
+                failed = await client.call_tool("receiver__reject", {"reason": "full"})
             # In-process, straight from a worker's _meta.
-            direct = await gw.call("receiver__deliver", {"to": "it"}, meta={
-                "traceparent": _traceparent(OTHER_TRACE, SPAN), "tracestate": "worker=2"})
+            direct = final(await gw.call("receiver__deliver", {"to": "it"}, meta={
+                "traceparent": _traceparent(OTHER_TRACE, SPAN), "tracestate": "worker=2"}))
+            # Trace context that is not one: the call runs in a trace of its own.
+            odd = final(await gw.call("receiver__deliver", {"to": "odd"}, meta={
+                "traceparent": 12345, "tracestate": ["x"]}))
+            with pytest.raises(DocumentError):  # not recorded, not forwarded (GW-7)
+                await gw.call("receiver__echo", {"text": float("nan")})
     assert not delivered.is_error and not direct.is_error and not held.is_error
-    assert refused.is_error
+    assert refused.is_error and failed.is_error
     spans = capture.spans
     by_id = {s.context.span_id: s for s in spans}
 
@@ -195,7 +206,7 @@ async def test_one_trace_runs_from_the_worker_through_the_gateway_to_the_upstrea
         "awl.outcome": "ok"}
     assert "error.type" not in _attrs(served)
 
-    first, second = (d for d in env.deliveries() if d["tool"] == "deliver")
+    first, second, third = (d for d in env.deliveries() if d["tool"] == "deliver")
     assert first["ref"] == "receiver/deliver#1"
     upstream_trace, upstream_parent = _ids(first["traceparent"])
     assert upstream_trace == TRACE
@@ -214,6 +225,11 @@ async def test_one_trace_runs_from_the_worker_through_the_gateway_to_the_upstrea
     assert _ids(second["traceparent"])[0] == OTHER_TRACE
     assert second["tracestate"] == "worker=2"
 
+    assert not odd.is_error
+    lone = _one(spans, "tools/call receiver__deliver", awl_ref=third["ref"])
+    assert lone.parent is None and lone.context.trace_id not in (TRACE, OTHER_TRACE)
+    assert _ids(third["traceparent"])[0] == lone.context.trace_id  # the worker's was replaced
+
     pending = _one(spans, "tools/call receiver__create_issue")
     assert pending.context.trace_id == TRACE
     assert _attrs(pending)["awl.outcome"] == "held"
@@ -229,56 +245,78 @@ async def test_one_trace_runs_from_the_worker_through_the_gateway_to_the_upstrea
     assert "awl.tool" not in _attrs(no) and _attrs(no)["awl.ref"].endswith("#3")
     assert no.status.status_code == StatusCode.ERROR
 
+    broken = _one(spans, "tools/call receiver__echo")
+    assert _attrs(broken)["error.type"] == "DocumentError" and "awl.ref" not in _attrs(broken)
+    assert broken.status.status_code == StatusCode.ERROR
 
-def _approve(env: Env, ref: str) -> None:
+    # The upstream answered with a tool error: the gateway has no code of its own for it.
+    bad = _one(spans, "tools/call receiver__reject")
+    assert {k: _attrs(bad).get(k) for k in ("awl.outcome", "error.type", "awl.error.code")} == {
+        "awl.outcome": "error", "error.type": "tool_error", "awl.error.code": None}
+    assert bad.status.status_code == StatusCode.ERROR
+
+
+def _approve(env: Env, effects: list[tuple[str, str, dict[str, Any]]]) -> None:
     env.desk.report(env.order_id, WORKER, {
         "status": "done", "result": {"summary": "filed"},
-        "evidence": [{"criterion": "c1", "type": "tool_call", "ref": ref}],
-        "cost": {"tool_calls": 2, "usd": 0},
-        "tools_used": ["receiver/create_issue", "receiver/deliver"],
-        "effects": [{"ref": ref, "tool": "receiver/create_issue",
-                     "arguments": {"title": "Outage"}}]})
+        "evidence": [{"criterion": "c1", "type": "tool_call", "ref": effects[0][0]}],
+        "cost": {"tool_calls": 3, "usd": 0},
+        "tools_used": ["receiver/create_issue", "receiver/deliver", "receiver/reject"],
+        "effects": [{"ref": ref, "tool": tool, "arguments": arguments}
+                    for ref, tool, arguments in effects]})
     env.desk.review(env.order_id, MANAGER, "approve")
 
 
+@pytest.mark.slow
 @pytest.mark.spec("OBS-4", "OBS-5")
 async def test_a_committed_effect_has_its_span_and_the_metrics_count(
         tmp_path: Path, otel: tuple[_Capture, InMemoryMetricReader]) -> None:
-    """The commit's span for an effect names it, says it committed, and parents the
+    """The commit's span for an effect names it, says how it ended, and parents the
     upstream's trace context; the metrics count calls by outcome, their duration, the
     budget left and the effects by state."""
     capture, reader = otel
-    env = make_env(tmp_path)
+    env = make_env(tmp_path, staged=["receiver/create_issue", "receiver/reject"])
     before = {o: _sum(reader, "awl.gateway.calls", **{"awl.outcome": o})
               for o in ("ok", "held", "refused")}
     timed = _sum(reader, "mcp.server.operation.duration")
-    committed = _sum(reader, "awl.commit.effects", **{"awl.outcome": "committed"})
+    sent = {s: _sum(reader, "awl.commit.effects", **{"awl.outcome": s})
+            for s in ("committed", "failed")}
     with anyio.fail_after(60):
         async with connect(env) as (gw, client):
             await client.call_tool("receiver__deliver", {"to": "ops"})
             held = await client.call_tool("receiver__create_issue", {"title": "Outage"})
+            rejected = await client.call_tool("receiver__reject", {"reason": "full"})
             await client.call_tool("receiver__nope", {})
-            ref = (held.meta or {})["awl/ref"]
+            ref, no_ref = (held.meta or {})["awl/ref"], (rejected.meta or {})["awl/ref"]
             order = {"awl.order.id": env.order_id}
             assert [p.value for p in _points(reader, "awl.order.budget.tool_calls.remaining")
-                    if dict(p.attributes) == order] == [8]  # refusals never count
+                    if dict(p.attributes) == order] == [7]  # refusals never count
             assert [p.value for p in _points(reader, "awl.order.budget.usd.remaining")
                     if dict(p.attributes) == order] == [1.0]
             assert [(p.attributes["awl.effect.state"], p.value)
                     for p in _points(reader, "awl.effects")
-                    if p.attributes["awl.order.id"] == env.order_id] == [("held", 1)]
-            _approve(env, ref)
+                    if p.attributes["awl.order.id"] == env.order_id] == [("held", 2)]
+            _approve(env, [(ref, "receiver/create_issue", {"title": "Outage"}),
+                           (no_ref, "receiver/reject", {"reason": "full"})])
             summary = await commit(env.order_id, store=env.store,
                                    pool_or_config=load_config(env.config))
-            assert [p.value for p in _points(reader, "awl.effects")
-                    if p.attributes["awl.order.id"] == env.order_id] == [1]
+            assert sorted((p.attributes["awl.effect.state"], p.value)
+                          for p in _points(reader, "awl.effects")
+                          if p.attributes["awl.order.id"] == env.order_id) == [
+                ("committed", 1), ("failed", 1)]
             assert gw.order.id == env.order_id
-    assert [e.state for e in summary.effects] == ["committed"]
+    assert [e.state for e in summary.effects] == ["committed", "failed"]
     after = {o: _sum(reader, "awl.gateway.calls", **{"awl.outcome": o})
              for o in ("ok", "held", "refused")}
-    assert {o: after[o] - before[o] for o in after} == {"ok": 1, "held": 1, "refused": 1}
-    assert _sum(reader, "mcp.server.operation.duration") - timed == 3
-    assert _sum(reader, "awl.commit.effects", **{"awl.outcome": "committed"}) - committed == 1
+    assert {o: after[o] - before[o] for o in after} == {"ok": 1, "held": 2, "refused": 1}
+    assert _sum(reader, "mcp.server.operation.duration") - timed == 4
+    assert {s: _sum(reader, "awl.commit.effects", **{"awl.outcome": s}) - sent[s]
+            for s in sent} == {"committed": 1, "failed": 1}
+
+    failed = _one(capture.spans, "tools/call reject")
+    assert {k: _attrs(failed).get(k) for k in ("awl.ref", "awl.outcome", "error.type")} == {
+        "awl.ref": no_ref, "awl.outcome": "failed", "error.type": "tool_error"}
+    assert failed.status.status_code == StatusCode.ERROR
 
     effect = _one(capture.spans, "tools/call create_issue")
     assert effect.kind == SpanKind.CLIENT
@@ -322,8 +360,8 @@ async def _run(env: Env, params: StdioServerParameters, err: Path) -> None:
     with err.open("w") as errlog:
         async with Client(stdio_client(params, errlog=errlog)) as client:
             with trace.use_span(_worker_span()):
-                result = await client.call_tool("receiver__deliver", {"to": "ops"}, meta={
-                    "traceparent": _traceparent(TRACE, SPAN)})
+                meta = cast(RequestParamsMeta, {"traceparent": _traceparent(TRACE, SPAN)})
+                result = await client.call_tool("receiver__deliver", {"to": "ops"}, meta=meta)
             assert not result.is_error, result
 
 
@@ -333,6 +371,7 @@ def _modules(out: Path) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.spec("OBS-1")
 async def test_a_gateway_without_otel_settings_imports_no_opentelemetry_sdk(
         tmp_path: Path) -> None:
@@ -340,16 +379,20 @@ async def test_a_gateway_without_otel_settings_imports_no_opentelemetry_sdk(
     never imports the SDK, an exporter, or its own OpenTelemetry module; the worker's
     trace context still reaches the upstream as it was sent."""
     env = make_env(tmp_path)
-    for i, otel_env in enumerate(({}, {"OTEL_SDK_DISABLED": "true",
-                                       "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})):
-        out, err = tmp_path / f"modules{i}.json", tmp_path / f"gateway{i}.err"
-        with anyio.fail_after(60):
-            await _run(env, _probe(env, out, otel_env=otel_env), err)
-        assert _modules(out) == []
-        assert "telemetry" not in err.read_text()
+    settings: tuple[dict[str, str], ...] = ({}, {"OTEL_SDK_DISABLED": "true",
+                     "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:  # two gateway processes side by side
+            for i, otel_env in enumerate(settings):
+                params = _probe(env, tmp_path / f"modules{i}.json", otel_env=otel_env)
+                tg.start_soon(_run, env, params, tmp_path / f"gateway{i}.err")
+    for i in range(len(settings)):
+        assert _modules(tmp_path / f"modules{i}.json") == []
+        assert "telemetry" not in (tmp_path / f"gateway{i}.err").read_text()
     assert [_ids(d["traceparent"])[0] for d in env.deliveries()] == [TRACE, TRACE]
 
 
+@pytest.mark.slow
 @pytest.mark.spec("OBS-1")
 async def test_otel_settings_without_the_extra_say_so_once_and_the_gateway_serves(
         tmp_path: Path) -> None:
@@ -369,6 +412,7 @@ async def test_otel_settings_without_the_extra_say_so_once_and_the_gateway_serve
     assert [d["ref"] for d in env.deliveries()] == ["receiver/deliver#1"]
 
 
+@pytest.mark.slow
 @pytest.mark.spec("OBS-1", "OBS-2")
 async def test_otel_traces_exporter_console_turns_tracing_on_in_a_gateway_process(
         tmp_path: Path) -> None:

@@ -298,6 +298,7 @@ def test_a_worker_inbox_lists_its_work_and_offers_no_decisions(tmp_path: Path) -
     assert "/review" not in inbox
 
 
+@pytest.mark.slow
 @pytest.mark.spec("LC-21")
 def test_the_order_page_shows_each_check_result_beside_its_criterion(tmp_path: Path) -> None:
     hostile = "<script>alert(1)</script>"

@@ -40,6 +40,7 @@ from awl.documents.errors import (
     InvalidTransition,
     NotFound,
     PassError,
+    StoreUnavailable,
     ValidationFailed,
 )
 from awl.documents.findings import Finding
@@ -77,6 +78,7 @@ from awl.passes import (
 )
 from awl.store.memory import MemoryStore
 from awl.store.sqlite import SQLiteStore
+from awl.store.urls import open_store
 
 __version__ = "0.1.0"
 
@@ -113,6 +115,7 @@ __all__ = [
     "Question",
     "Review",
     "SQLiteStore",
+    "StoreUnavailable",
     "Subscription",
     "TrackRecord",
     "UnitSpend",
@@ -143,6 +146,7 @@ __all__ = [
     "list_effects",
     "load_document",
     "load_schema",
+    "open_store",
     "parse_time",
     "pass_scopes",
     "revoke_order_passes",

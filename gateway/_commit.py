@@ -881,7 +881,7 @@ async def retry(
                                lock, timeout, after_dispatching)
         committer.recover()
         record = store.load(order_id)
-        state = committer.states.get(call.ref) or effect_of(store, order_id, call, "retry")
+        state = effect_of(store, order_id, call, "retry")
         if state.state != "unknown":
             raise InvalidTransition(
                 f"effect {call.ref} is {state.state}; only an unknown effect settled as "

@@ -55,10 +55,10 @@ from awl.documents import (
     check_json_value,
     is_finite_number,
     loads,
+    pointer,
     read_regular_file,
     show_value,
 )
-from awl.documents.pointers import pointer
 
 SERVER_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,40}")
 """Server names become the ``server`` part of canonical ``server/tool`` names.

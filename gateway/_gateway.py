@@ -72,7 +72,7 @@ from awl.documents import (
 )
 from awl.mcp import identity_of, text_result
 from awl.passes import DEFAULT_AUDIENCE, VerifiedPass, pass_scopes, verify_pass
-from awl.store import OrderRecord, Scope, Store, stale_order
+from awl.store import OrderRecord, OverBudget, Scope, Store, stale_order
 from gateway._authority import Authority
 from gateway._config import GatewayConfig
 from gateway._names import NameTable, server_of, split_canonical
@@ -779,13 +779,13 @@ class Gateway:
         reserved = self.store.reserve_call(
             self.order_id, attempt=attempt, tool=canonical, arguments=arguments, pass_jti=jti,
             usd=usd, started_at=started, scopes=scopes, seq=record.seq)
-        if isinstance(reserved, str):
-            hit = next((sc for sc in scopes if sc.name == reserved), reserved)
+        if isinstance(reserved, OverBudget):
+            hit = next((sc for sc in scopes if sc.name == reserved.scope), reserved.scope)
             return self._refused(budget_refusal(hit, self.order_id), tool=canonical,
                                  arguments=arguments, attempt=attempt, jti=jti, started=started)
         if decision.action == "hold":
-            return self._hold(reserved, decision)
-        return _Admission(decision, reserved)
+            return self._hold(reserved.record, decision)
+        return _Admission(decision, reserved.record)
 
     def _hold(self, record: CallRecord, decision: Decision) -> _Admission:
         """Check and store a held call. Runs in a worker thread."""

@@ -76,8 +76,8 @@ async def open_gateway(
     Args:
         order_id: The order the worker works on.
         config: The upstream configuration, or a path to it, or its parsed JSON.
-        store: Where the order lives; default the SQLite store of the home folder (then
-            closed on exit).
+        store: Where the order lives; default the store ``AWL_STORE`` names, else the SQLite
+            store of the home folder (then closed on exit).
         home: The home folder (default ``AWL_HOME`` or ``./.awl``).
         pass_token: Run the worker under this Delegation Pass instead of the whole order.
         jwks: The desk's public key set (a JWKS document, or a callable giving the current
@@ -208,7 +208,7 @@ async def run_gateway(
         config: The upstream configuration or its path.
         http: ``(host, port)`` to serve streamable HTTP; None serves stdio.
         allow_remote: Allow a non-loopback HTTP host.
-        store: The store; default the home folder's SQLite store.
+        store: The store; default as :func:`open_gateway` chooses it.
         home: The home folder.
         pass_token: Run under this pass (stdio; over HTTP each request brings its own).
         safe: Safe mode; default the config's.

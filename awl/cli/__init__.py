@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from awl.cli import _desk, _effects, _gateway, _pass, _serve, _validate, _web
+from awl.cli import _desk, _effects, _gateway, _pass, _serve, _store, _validate, _web
 from awl.cli._common import CLIError
 from awl.documents.errors import AWLError
 from awl.documents.limits import check_text, show_value
@@ -21,7 +21,7 @@ from awl.documents.limits import check_text, show_value
 __all__ = ["CLIError", "build_parser", "main"]
 
 # Modules that add subcommands, in the order they appear in --help.
-_COMMAND_MODULES = (_validate, _desk, _pass, _gateway, _effects, _serve, _web)
+_COMMAND_MODULES = (_validate, _desk, _pass, _gateway, _effects, _serve, _web, _store)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,9 +3,20 @@ them all: so they never import the package itself."""
 
 from __future__ import annotations
 
+import argparse
+
 from awl.documents.errors import AWLError
 
-__all__ = ["CLIError"]
+__all__ = ["STORE_HELP", "CLIError", "add_store_option"]
+
+STORE_HELP = ("the desk's store: a SQLite file, sqlite:///PATH, memory: or "
+              "postgresql://USER@HOST/DB (default: $AWL_STORE, else desk.sqlite3 in the home)")
+"""The help of ``--store``, which every command that opens a desk takes."""
+
+
+def add_store_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """Add ``--store URL`` to a command that opens a desk (read as ``args.store``)."""
+    parser.add_argument("--store", metavar="URL", help=STORE_HELP)
 
 
 class CLIError(AWLError):

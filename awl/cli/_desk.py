@@ -23,10 +23,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from awl.cli._common import CLIError
+from awl.cli._common import CLIError, add_store_option
 from awl.desk import Desk, OrderView, Question
 from awl.desk.criteria import check_question, latest_checks
-from awl.desk.home import default_store, home_dir
+from awl.desk.home import default_store
 from awl.desk.track import TrackRecord
 from awl.documents.checks import load_document
 from awl.documents.errors import ValidationFailed
@@ -76,6 +76,7 @@ def _short(text: str, limit: int) -> str:
 def _common(parser: argparse.ArgumentParser, *, writes: bool) -> None:
     parser.add_argument("--home", metavar="DIR",
                         help="the desk's home (default: $AWL_HOME, else ./.awl)")
+    add_store_option(parser)
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
     what = "required: who is acting" if writes else "whose view"
     parser.add_argument("--as", dest="actor", metavar="PRINCIPAL",
@@ -92,7 +93,7 @@ def _actor(args: argparse.Namespace) -> str:
 
 @contextmanager
 def _desk(args: argparse.Namespace) -> Iterator[Desk]:
-    store = default_store(home_dir(args.home))
+    store = default_store(args.home, url=args.store)
     try:
         yield Desk(store)
     except ValidationFailed as exc:

@@ -14,9 +14,10 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from awl.cli._common import add_store_option
 from awl.cli._gateway import send_once
 from awl.desk.effects import EffectView, list_effects
-from awl.desk.home import default_store, home_dir
+from awl.desk.home import default_store
 from awl.desk.settlement import settle
 
 
@@ -78,6 +79,7 @@ def register(subparsers: Any) -> None:
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--home", metavar="DIR",
                         help="the desk's home (default: $AWL_HOME, else ./.awl)")
+    add_store_option(parser)
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -119,7 +121,7 @@ def _result_text(result: dict[str, Any]) -> str:
 
 
 def _list(args: argparse.Namespace) -> int:
-    store = default_store(home_dir(args.home))
+    store = default_store(args.home, url=args.store)
     try:
         store.load(args.order)
         views = list_effects(args.order, store=store)
@@ -135,7 +137,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _settle(args: argparse.Namespace) -> int:
-    store = default_store(home_dir(args.home))
+    store = default_store(args.home, url=args.store)
     try:
         view = settle(args.order, args.ref, args.verdict, args.evidence, args.actor,
                       store=store)

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from awl.cli._common import CLIError
+from awl.cli._common import CLIError, add_store_option
 from awl.desk.home import default_store
 from awl.documents.errors import BadRequest
 from awl.passes import MAX_TOKEN_BYTES
@@ -40,6 +40,7 @@ def register(subparsers: Any) -> None:
                         help="upstream servers, in the mcpServers JSON shape")
     parser.add_argument("--home", metavar="DIR",
                         help="the desk's home folder (default: $AWL_HOME, else ./.awl)")
+    add_store_option(parser)
     given = parser.add_mutually_exclusive_group()
     given.add_argument("--pass-file", metavar="PATH",
                        help="run the worker under the Delegation Pass in this file (or set "
@@ -86,9 +87,14 @@ def _run(args: argparse.Namespace) -> int:
     token = _pass_token(args) or os.environ.get(PASS_ENV) or None
     if http is not None:
         token = None
-    anyio.run(lambda: run_gateway(
-        args.order, args.config, http=http, allow_remote=args.allow_remote, home=args.home,
-        pass_token=token, safe=True if args.safe else None, announce=sys.stderr))
+    store = default_store(args.home, url=args.store)
+    try:
+        anyio.run(lambda: run_gateway(
+            args.order, args.config, http=http, allow_remote=args.allow_remote, store=store,
+            home=args.home, pass_token=token, safe=True if args.safe else None,
+            announce=sys.stderr))
+    finally:
+        store.close()
     return 0
 
 
@@ -120,7 +126,8 @@ def _commit(args: argparse.Namespace) -> int:
 
 
 def send_once(args: argparse.Namespace, send: Callable[[Store, Any], _T]) -> _T | None:
-    """Run a commit or a retry (``send``) with the desk's store (``args.home``) and the
+    """Run a commit or a retry (``send``) with the desk's store (``args.store``, else
+    ``AWL_STORE``, else the one in ``args.home``) and the
     upstream config (``args.config``: loaded first, so a bad one fails before the store is
     opened; typed Any so the gateway is imported only when used).
 
@@ -131,7 +138,7 @@ def send_once(args: argparse.Namespace, send: Callable[[Store, Any], _T]) -> _T 
     from gateway._lock import LockBusy
 
     config = load_config(args.config)
-    store = default_store(args.home)
+    store = default_store(args.home, url=args.store)
     try:
         return send(store, config)
     except LockBusy as exc:

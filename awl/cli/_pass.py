@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from awl.cli._common import CLIError
+from awl.cli._common import CLIError, add_store_option
 from awl.desk.home import default_store, home_dir
 from awl.documents.errors import BadRequest, PassError
 from awl.documents.limits import INT64_MAX, check_epoch, show_value
@@ -55,7 +55,7 @@ def register(subparsers: Any) -> None:
     issue.add_argument("--parent", metavar="TOKEN", help="derive from this pass (- for stdin)")
     issue.add_argument("--audience", metavar="A",
                        help=f"who will accept it (default: the parent's, else {DEFAULT_AUDIENCE})")
-    _common(issue)
+    _common(issue, desk=True)
     issue.set_defaults(func=_issue)
 
     show = sub.add_parser("show", help="decode a pass and check it",
@@ -64,13 +64,13 @@ def register(subparsers: Any) -> None:
                                       "Exit 1 when it is refused.")
     show.add_argument("token", metavar="TOKEN", help="the pass (- for stdin)")
     show.add_argument("--audience", metavar="A", help="check for this audience (default: its own)")
-    _common(show)
+    _common(show, desk=True)
     show.set_defaults(func=_show)
 
     rev = sub.add_parser("revoke", help="revoke a pass and every pass derived from it")
     rev.add_argument("jti", metavar="JTI")
     rev.add_argument("--reason", default="revoked by hand", help="why (kept with the revocation)")
-    _common(rev)
+    _common(rev, desk=True)
     rev.set_defaults(func=_revoke)
 
     jwks = sub.add_parser("jwks", help="print the public key set (JWKS) verifiers need")
@@ -92,9 +92,12 @@ def register(subparsers: Any) -> None:
     retire.set_defaults(func=_retire)
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _common(parser: argparse.ArgumentParser, *, desk: bool = False) -> None:
+    """``--home`` and ``--json``; with ``desk`` (a command that opens the store) ``--store``."""
     parser.add_argument("--home", metavar="DIR", help="the desk's home (default: $AWL_HOME, "
                         "else ./.awl)")
+    if desk:
+        add_store_option(parser)
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -151,7 +154,7 @@ def _issue(args: argparse.Namespace) -> int:
     budget = _parse_budget(args.budget) if args.budget is not None else None
     expires = _parse_duration(args.expires) if args.expires is not None else None
     home = home_dir(args.home)
-    store = default_store(home)
+    store = default_store(home, url=args.store)
     try:
         token = issue_recorded_pass(store, order_id, keys=KeyStore(home), subject=args.to,
                                     audience=args.audience, tools=tools, budget=budget,
@@ -205,7 +208,7 @@ def _show(args: argparse.Namespace) -> int:
     aud = claims.get("aud")
     audience: str = args.audience or (aud if isinstance(aud, str) else DEFAULT_AUDIENCE)
     home = home_dir(args.home)
-    store = default_store(home)
+    store = default_store(home, url=args.store)
     try:
         revoked = store.revoked()
     finally:
@@ -279,7 +282,7 @@ def _span(seconds: int) -> str:
 
 
 def _revoke(args: argparse.Namespace) -> int:
-    store = default_store(home_dir(args.home))
+    store = default_store(args.home, url=args.store)
     try:
         revoke_pass(store, args.jti, args.reason)
     finally:

@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 
-from awl.cli._common import CLIError
+from awl.cli._common import CLIError, add_store_option
 from awl.desk import AsyncDesk
 from awl.desk.home import default_store, home_dir
 from awl.desk.tokens import check_principal, issue_token, revoke_tokens, token_hash, token_id
@@ -39,6 +39,7 @@ def register(subparsers: Any) -> None:
                        help="with --http, allow a non-loopback address")
     serve.add_argument("--home", metavar="DIR",
                        help="the desk's home folder (default: $AWL_HOME, else ./.awl)")
+    add_store_option(serve)
     serve.set_defaults(func=_serve)
 
     token = subparsers.add_parser(
@@ -64,6 +65,7 @@ def register(subparsers: Any) -> None:
                           (revoke, _revoke_tokens)):
         command.add_argument("--home", metavar="DIR",
                              help="the desk's home folder (default: $AWL_HOME, else ./.awl)")
+        add_store_option(command)
         command.add_argument("--json", action="store_true", help="print JSON")
         command.set_defaults(func=func)
 
@@ -82,7 +84,7 @@ def _serve(args: argparse.Namespace) -> int:
             raise CLIError(f"refusing to serve on {address[0]}: it is not a loopback address; "
                            "add --allow-remote to accept other machines")
     home = home_dir(args.home)
-    store = default_store(home)
+    store = default_store(home, url=args.store)
     try:
         server = DeskServer(AsyncDesk(store), principal=args.principal, keys=KeyStore(home))
         if address is None:
@@ -112,7 +114,7 @@ class _Announce:
 
 
 def _issue_token(args: argparse.Namespace) -> int:
-    store = default_store(home_dir(args.home))
+    store = default_store(args.home, url=args.store)
     try:
         token = issue_token(store, args.principal)
     finally:
@@ -132,7 +134,7 @@ def _token_rows(records: list[TokenRecord]) -> list[dict[str, str]]:
 
 
 def _list_tokens(args: argparse.Namespace) -> int:
-    store = default_store(home_dir(args.home))
+    store = default_store(args.home, url=args.store)
     try:
         rows = _token_rows(store.tokens())
     finally:
@@ -148,7 +150,7 @@ def _list_tokens(args: argparse.Namespace) -> int:
 
 
 def _revoke_tokens(args: argparse.Namespace) -> int:
-    store = default_store(home_dir(args.home))
+    store = default_store(args.home, url=args.store)
     try:
         token = sys.stdin.read().strip() if args.token == "-" else args.token
         rows = _token_rows(revoke_tokens(store, id_prefix=args.id, token=token,

@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 
-from awl.cli._common import CLIError
+from awl.cli._common import CLIError, add_store_option
 from awl.desk.home import default_store, home_dir
 from awl.desk.tokens import check_principal
 
@@ -38,6 +38,7 @@ def register(subparsers: Any) -> None:
                      help="how long a sign-in lasts (default 8)")
     web.add_argument("--home", metavar="DIR",
                      help="the desk's home folder (default: $AWL_HOME, else ./.awl)")
+    add_store_option(web)
     web.set_defaults(func=_web)
 
 
@@ -61,10 +62,10 @@ def _web(args: argparse.Namespace) -> int:
     home = home_dir(args.home)
     sock = listen(host, port)
     port = sock.getsockname()[1]
-    store = default_store(home)
+    store = default_store(home, url=args.store)
     sessions = Sessions(ttl=args.session_hours * 3600)
     config = WebConfig(upstream=upstream, upstream_path=args.config, home=args.home,
-                       hosts=loopback_hosts(host, port) if loopback else None)
+                       store=args.store, hosts=loopback_hosts(host, port) if loopback else None)
     app = build_app(store, sessions, config)
     shown = f"[{host}]" if ":" in host else host
     base = f"http://{shown}:{port}"

@@ -33,6 +33,8 @@ from awl.documents.models import (
 from awl.passes import revoke_order_passes
 from awl.store.protocol import OrderRecord, Store
 
+__all__ = ["Clock", "DeskCore", "Write"]
+
 log = logging.getLogger("awl.desk")
 
 Clock = Callable[[], datetime]

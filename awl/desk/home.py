@@ -1,8 +1,9 @@
-"""The home folder: where a desk keeps its SQLite file and keys.
+"""The home folder, where a desk keeps its keys and (by default) its SQLite file.
 
 ``AWL_HOME`` names it, else ``./.awl`` in the working directory. A folder this module
 creates is private to its owner and ignores itself in git, so a desk never ends up in a
-commit by accident.
+commit by accident. The store may live elsewhere: a store URL (``--store``, else
+``AWL_STORE``; see :mod:`awl.store.urls`) names it, and the home then holds only the keys.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from pathlib import Path
 
 from awl.documents.errors import BadRequest
 from awl.store.files import create_private
+from awl.store.protocol import Store
 from awl.store.sqlite import SQLiteStore
+from awl.store.urls import STORE_ENV, open_store
 
 __all__ = ["DESK_FILE", "ENV_VAR", "default_store", "home_dir"]
 
@@ -59,6 +62,16 @@ def home_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     return path
 
 
-def default_store(explicit: str | os.PathLike[str] | None = None) -> SQLiteStore:
-    """The SQLite store in ``desk.sqlite3`` under :func:`home_dir`."""
+def default_store(explicit: str | os.PathLike[str] | None = None, *,
+                  url: str | None = None) -> Store:
+    """The desk's store: the one ``url`` names, else the one ``AWL_STORE`` names, else the
+    SQLite store in ``desk.sqlite3`` under :func:`home_dir` (``explicit``).
+
+    Raises:
+        BadRequest: the URL cannot name a store (see :func:`awl.open_store`).
+        StoreUnavailable: the store cannot be opened; nothing was written.
+    """
+    chosen = url or os.environ.get(STORE_ENV) or None
+    if chosen is not None:
+        return open_store(chosen)
     return SQLiteStore(home_dir(explicit) / DESK_FILE)

@@ -14,12 +14,12 @@ from awl.desk.criteria import latest_checks
 from awl.desk.lineage import ancestors
 from awl.desk.track import TrackRecord, track_record
 from awl.desk.views import OrderView, Question
-from awl.documents.errors import (
-    BadRequest,
-)
+from awl.documents.errors import BadRequest
 from awl.documents.lifecycle import ACTIVE, TERMINAL
 from awl.documents.limits import check_integer
 from awl.documents.models import Event, parse_time
+
+__all__ = ["DeskQueries"]
 
 
 class DeskQueries(DeskCore):

@@ -10,6 +10,8 @@ from awl.documents.lifecycle import ACTIVE
 from awl.documents.models import Review, WorkReport
 from awl.store.protocol import OrderRecord
 
+__all__ = ["OrderView", "Question"]
+
 
 @dataclass(frozen=True, slots=True)
 class OrderView(OrderRecord):

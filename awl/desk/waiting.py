@@ -10,35 +10,32 @@ import time
 from collections.abc import Callable, Iterator
 
 from awl.desk.queries import DeskQueries
-from awl.documents.errors import (
-    AWLError,
-    BadRequest,
-)
+from awl.documents.errors import AWLError, BadRequest
 from awl.documents.lifecycle import TERMINAL
 from awl.documents.limits import check_integer
 from awl.documents.models import Event, parse_time
+from awl.store.protocol import Subscriptions
+
+__all__ = ["DeskWaiting", "Subscription", "follow_slices"]
 
 log = logging.getLogger("awl.desk")
 
-FOLLOW_SLICE = 5.0
-"""The longest one wait of ``follow`` lasts before it looks at the order again, in seconds."""
-
 
 def follow_slices(timeout: float | None) -> Iterator[float]:
-    """The timeouts of ``follow``'s waits, one by one: :data:`FOLLOW_SLICE` each, the last
-    cut to what is left of ``timeout`` seconds (None: no end).
+    """The waits a follow is made of: 5 s each, until ``timeout`` seconds have passed
+    (None: no limit); the caller stops early when the order ends.
 
     Raises:
-        BadRequest: ``timeout`` is not a number of seconds (when the first is asked for).
+        BadRequest: ``timeout`` is not a number of seconds.
     """
     if timeout is not None and (isinstance(timeout, bool) or timeout != timeout):
         raise BadRequest(f"timeout must be a number of seconds, not {timeout!r}")
     end = None if timeout is None else time.monotonic() + timeout
     while True:
-        left = FOLLOW_SLICE if end is None else min(FOLLOW_SLICE, end - time.monotonic())
-        if left <= 0:
+        slice_ = 5.0 if end is None else min(5.0, end - time.monotonic())
+        if slice_ <= 0:
             return
-        yield left
+        yield slice_
 
 
 class Subscription:
@@ -102,8 +99,9 @@ class Subscription:
 class DeskWaiting(DeskQueries):
     """Waiting for an order's next events: :meth:`wait`, :meth:`follow`, :meth:`subscribe`.
 
-    Writes through the same desk wake the waiters at once; writes by other processes are
-    found by polling the store with a short, growing pause.
+    Writes through the same desk wake the waiters at once; writes by other processes wake
+    them at once too when the store has :class:`~awl.store.protocol.Subscriptions`, and are
+    found by polling the store with a short, growing pause otherwise.
     """
 
     def wait(self, order_id: str, after: int = 0, timeout: float = 30.0, *,
@@ -111,9 +109,10 @@ class DeskWaiting(DeskQueries):
         """Wait until the order has events after ``after``, at most ``timeout`` seconds.
 
         Returns the new events, or an empty list when the time ran out. Writes through this
-        desk wake the wait at once; writes by other processes are found by polling the store
-        with a short, growing pause. When the deadline passes during the wait, the order is
-        expired and the expire event is returned.
+        desk wake the wait at once; writes by other processes wake it at once too when the
+        store has :class:`~awl.store.protocol.Subscriptions`, and are found by polling the
+        store with a short, growing pause otherwise. When the deadline passes during the
+        wait, the order is expired and the expire event is returned.
 
         Raises:
             NotFound: no such order.
@@ -130,13 +129,19 @@ class DeskWaiting(DeskQueries):
             remaining = end - time.monotonic()
             if remaining <= 0 or (_stop is not None and _stop.is_set()):
                 return []
-            nap = min(pause, remaining)
+            # A store that hears every writer is waited on rather than polled (in slices a
+            # stop can interrupt, when there is one).
+            store = self.store if isinstance(self.store, Subscriptions) else None
+            nap = min(pause if store is None or _stop is not None else remaining, remaining)
             if view.active:
                 to_deadline = (parse_time(view.order.deadline) - self.now()).total_seconds()
                 nap = min(nap, max(to_deadline, 0.0) + 0.001)
-            with self._changed:
-                if self._generation == seen:
-                    self._changed.wait(nap)
+            if store is not None:
+                store.wait_for_events(order_id, after, nap)
+            else:
+                with self._changed:
+                    if self._generation == seen:
+                        self._changed.wait(nap)
             pause = min(pause * 2, self._max_poll)
 
     def follow(self, order_id: str, after: int = 0, *, timeout: float | None = None,

@@ -10,6 +10,7 @@
     ├── InvalidTransition      the order's state does not allow the action (``.state``, ``.action``)
     ├── Conflict               someone else wrote first (``.expected_seq``, ``.actual_seq``)
     ├── BadRequest             arguments that are wrong for a reason no finding covers
+    ├── StoreUnavailable       the store is out of reach, refuses us, or is from a newer version
     └── PassError              a Delegation Pass was refused (``.reason``: a stable code)
 
 Every error carries its data in attributes; the message is for people.
@@ -92,6 +93,13 @@ class BadRequest(AWLError):
     """The arguments are wrong in a way no numbered check describes."""
 
     code = "BAD_REQUEST"
+
+
+class StoreUnavailable(AWLError):
+    """The desk's store cannot be opened or used: its file or server is out of reach, the
+    credentials are refused, or it was made by a newer version. Nothing was written."""
+
+    code = "STORE_UNAVAILABLE"
 
 
 class PassError(AWLError):

@@ -32,6 +32,7 @@ from typing import Any, Literal
 from awl.desk import AsyncDesk, Desk, OrderView
 from awl.documents.errors import AWLError, BadRequest
 from awl.documents.models import CallRecord
+from awl.store.urls import STORE_ENV
 from gateway._commit import CommitSummary, commit
 from gateway._worker_tools import listable_effects, tools_used
 
@@ -58,7 +59,7 @@ class GatewayCommand:
 
 
 def gateway_command(order_id: str, config: str | os.PathLike[str], *,
-                    home: str | os.PathLike[str] | None = None,
+                    home: str | os.PathLike[str] | None = None, store: str | None = None,
                     pass_file: str | os.PathLike[str] | None = None, safe: bool = False,
                     env: Mapping[str, str] | None = None) -> GatewayCommand:
     """The command line of the gateway for ``order_id``, run with this Python.
@@ -67,6 +68,9 @@ def gateway_command(order_id: str, config: str | os.PathLike[str], *,
         order_id: The order the agent works on.
         config: The gateway's upstream config file (the ``mcpServers`` shape).
         home: The desk's folder (default: ``AWL_HOME`` or ``./.awl``, read by the gateway).
+        store: The desk's store URL (see :func:`awl.open_store`; default ``AWL_STORE``, else
+            the SQLite file in the home). Given to the gateway as ``AWL_STORE`` in its
+            environment, so a password in it stays out of the process list.
         pass_file: Run the connection under the Delegation Pass in this file.
         safe: Hold every tool the upstream does not mark read-only (``--safe``).
         env: The gateway's environment (default: this process's, so ``$VAR`` values in
@@ -81,7 +85,10 @@ def gateway_command(order_id: str, config: str | os.PathLike[str], *,
         args += ["--pass-file", str(Path(pass_file).resolve())]
     if safe:
         args.append("--safe")
-    return GatewayCommand(sys.executable, args, dict(os.environ if env is None else env))
+    environ = dict(os.environ if env is None else env)
+    if store is not None:
+        environ[STORE_ENV] = store
+    return GatewayCommand(sys.executable, args, environ)
 
 
 # --------------------------------------------------------------------------- the report

@@ -10,6 +10,19 @@ from typing import Any
 
 from awl.documents.checks import load_document
 
+__all__ = [
+    "ALGORITHM",
+    "DEFAULT_AUDIENCE",
+    "DEFAULT_ISSUER",
+    "MAX_CHAIN",
+    "MAX_TOKEN_BYTES",
+    "PASS_SPEC",
+    "PASS_TYPE",
+    "b64decode",
+    "b64encode",
+    "json_object",
+]
+
 ALGORITHM = "EdDSA"
 """The only signature algorithm a pass may use; anything else is refused before any key is used."""
 PASS_SPEC = "awl/delegation-pass@0.3"

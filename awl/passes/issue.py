@@ -22,6 +22,8 @@ from awl.passes.records import record_pass, remaining_budget
 from awl.passes.verify import VerifiedPass, unverified_claims, verify_pass
 from awl.store.protocol import Store
 
+__all__ = ["issue_pass", "issue_recorded_pass"]
+
 _COUNT_UNITS = frozenset({"tokens", "tool_calls"})
 
 

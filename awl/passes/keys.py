@@ -22,6 +22,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from awl.documents.errors import BadRequest, NotFound, PassError
 from awl.passes.common import ALGORITHM, PASS_TYPE, b64encode
 
+__all__ = ["KeySet", "KeyStore"]
+
 _KID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 

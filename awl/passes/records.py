@@ -12,6 +12,8 @@ from awl.documents.models import PassClaims, WorkOrder, epoch_seconds, format_ti
 from awl.passes.verify import VerifiedPass, unverified_claims
 from awl.store.protocol import PassRecord, Scope, Store, Usage
 
+__all__ = ["pass_scopes", "record_pass", "remaining_budget", "revoke_order_passes", "revoke_pass"]
+
 
 def _stamp(t: float) -> str:
     return format_time(datetime.fromtimestamp(t, UTC))

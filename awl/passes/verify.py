@@ -33,6 +33,8 @@ from awl.passes.common import (
     json_object,
 )
 
+__all__ = ["REASONS", "VerifiedPass", "unverified_claims", "verify_pass"]
+
 _HEADER_FIELDS = frozenset({"alg", "typ", "kid", "parent"})
 
 

@@ -24,7 +24,10 @@ from awl.store.protocol import (
     EffectState,
     LockInfo,
     OrderRecord,
+    OverBudget,
     PassRecord,
+    Reservation,
+    Reserved,
     Revocation,
     Scope,
     Settlement,
@@ -51,8 +54,10 @@ from awl.store.rules import (
     order_exists_conflict,
     order_not_found,
     record_order_id,
+    restored_effect,
     seq_conflict,
     stale_order,
+    state_names,
     stored_lock,
     timestamp,
 )
@@ -107,6 +112,7 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._news = threading.Condition(self._lock)  # an order's log grew
         self._orders: dict[str, _Order] = {}
         self._locks: dict[str, LockInfo] = {}
         self._revoked: dict[str, Revocation] = {}
@@ -158,6 +164,13 @@ class MemoryStore:
                 found.reports.append(report)
             if review is not None:
                 found.reviews.append(review)
+            self._news.notify_all()
+
+    def wait_for_events(self, order_id: str, after: int, timeout: float) -> bool:
+        """Block until the order's log is past ``after``, at most ``timeout`` seconds."""
+        with self._lock:
+            return self._news.wait_for(
+                lambda: self._get(order_id).events[-1].seq > after, max(timeout, 0.0))
 
     def events(self, order_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
         """Events with seq > ``after``, in order (at most ``limit``)."""
@@ -185,7 +198,7 @@ class MemoryStore:
         offset: int = 0,
     ) -> list[OrderRecord]:
         """Orders matching every filter given, most recently created first."""
-        states = {state} if isinstance(state, str) else None if state is None else set(state)
+        states = state_names(state)
         with self._lock:
             found = [
                 o.record() for o in reversed(self._orders.values())
@@ -210,7 +223,7 @@ class MemoryStore:
         started_at: str,
         scopes: Sequence[Scope],
         seq: int | None = None,
-    ) -> CallRecord | str:
+    ) -> Reservation:
         """Atomically number and record a call that counts, or name the scope it exceeds."""
         with self._lock:
             found = self._get(order_id)
@@ -231,7 +244,7 @@ class MemoryStore:
                  sum(c.usd for c in o.calls.values() if c.counted) + o.charged.usd)
                 for o in above], usd)
             if over is not None:
-                return over
+                return OverBudget(over)
             n = len(found.calls) + 1
             record, _ = new_call(
                 order_id, n, attempt=attempt, tool=tool, arguments=arguments,
@@ -239,7 +252,7 @@ class MemoryStore:
             )
             call = found.calls[n] = _Call(record, True, usd, timestamp(started_at))
             self._charge(above, call)
-            return record
+            return Reserved(record)
 
     def _above(self, found: _Order) -> list[_Order]:
         """The orders above ``found``, its parent first (see :data:`MAX_CHAIN`)."""
@@ -296,6 +309,12 @@ class MemoryStore:
         if call is None or call.record.tool != tool:
             raise call_not_found(order_id, ref)
         return n, call
+
+    def charges(self, order_id: str) -> list[float | None]:
+        """What each call counts against the budget, by N (None: it does not count)."""
+        with self._lock:
+            return [c.usd if c.counted else None
+                    for _, c in sorted(self._get(order_id).calls.items())]
 
     def calls(self, order_id: str, *, attempt: int | None = None) -> list[CallRecord]:
         """The order's call records by N."""
@@ -357,6 +376,12 @@ class MemoryStore:
             )
             effects[n] = new
             return new
+
+    def restore_effect(self, effect: EffectState) -> None:
+        """Store ``effect`` exactly as given (a copy of a desk), replacing any state."""
+        with self._lock:
+            n, call = self._call(effect.order_id, effect.ref)
+            self._orders[effect.order_id].effects[n] = restored_effect(effect, call.record)
 
     # Locks ----------------------------------------------------------------------------
     def acquire_lock(self, info: LockInfo, *, replace: LockInfo | None = None) -> bool:
@@ -427,6 +452,12 @@ class MemoryStore:
         """Forget a token; False if there was no such token."""
         with self._lock:
             return self._tokens.pop(token_hash, None) is not None
+
+    def __enter__(self) -> MemoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         """Nothing to release; present for the interface."""

@@ -1,19 +1,41 @@
-"""The store interface: where the desk keeps orders, logs, call records and effects.
+"""The store seam: what a backend keeps for a desk, grouped by concern.
 
-Implementations: :class:`awl.MemoryStore` (tests) and :class:`awl.SQLiteStore` (the
-embedded default). Nothing here relies on SQLite-only behaviour: every write is one
-transaction guarded by an optimistic check (``seq`` for an order's log, an expected state
-for an effect), so a PostgreSQL store can follow without changing callers.
+:class:`Store` is the union of small protocols, one per concern: :class:`OrderStore`
+(orders and their event logs), :class:`ReviewStore` (what reports and reviews add up to per
+worker), :class:`CallStore` (gateway call records and budgets), :class:`EffectStore` (held
+calls on their way to running at most once), :class:`PassStore` (issued passes and their
+revocations), :class:`TokenStore` (desk access tokens) and :class:`LockStore` (the commit
+lock). :class:`Subscriptions` is optional: a backend that can push news of an order (the
+memory store, a PostgreSQL ``LISTEN``) implements it, and a desk polls any other.
+
+Implementations: :class:`awl.MemoryStore` (tests), :class:`awl.SQLiteStore` (the embedded
+default) and any other backend :func:`awl.open_store` finds by URL. The checks, refusals and
+document encodings every backend shares live in :mod:`awl.store.rules`; a new backend calls
+them rather than writing its own. Nothing here relies on SQLite-only behaviour: every write
+is one transaction guarded by an optimistic check (``seq`` for an order's log, an expected
+state for an effect, the exact holder for a lock).
 
 Every method is synchronous and short; :class:`awl.Desk` runs them in a worker thread for
 async callers.
+
+Durability. Each write says what it promises once it returns:
+
+- *atomic*: every write is; its checks and its changes are one transaction, seen by every
+  process at once or not at all, and a write that raises has changed nothing.
+- *durable*: on stable storage (SQLite ``synchronous=FULL``, PostgreSQL
+  ``synchronous_commit=on``); it survives a power cut.
+- *crash-safe*: survives the crash of any process, but a power cut may lose it until the next
+  durable write of the same store, which makes it durable too. Only call records are
+  written this way: a gateway writes two per forwarded call.
+
+The memory store keeps nothing past its process; it promises atomicity only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from awl.documents.effect_states import EffectStateName
 from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
@@ -165,14 +187,32 @@ class TrackRow:
         )
 
 
-class Store(Protocol):
-    """Durable, multi-process-safe storage for a desk."""
+@dataclass(frozen=True, slots=True)
+class Reserved:
+    """A reservation that was made: the call's record, outcome ``pending``."""
 
-    # Orders and their logs -----------------------------------------------------------
+    record: CallRecord
+
+
+@dataclass(frozen=True, slots=True)
+class OverBudget:
+    """A reservation refused because the call would exceed a limit; nothing was written."""
+
+    scope: str
+    """The ``name`` of the first scope exceeded, or ``order <id>`` for an order above."""
+
+
+Reservation = Reserved | OverBudget
+"""What :meth:`CallStore.reserve_call` returns."""
+
+
+class OrderStore(Protocol):
+    """Orders and their event logs (with the reports and reviews events carry)."""
+
     def create_order(self, order: WorkOrder, event: Event) -> None:
         """Store a new order with its first event (seq 1); its state is ``event.to``.
 
-        Conflict if the id exists; BadRequest if ``event.seq`` is not 1."""
+        Conflict if the id exists; BadRequest if ``event.seq`` is not 1. Atomic, durable."""
         ...
 
     def load(self, order_id: str) -> OrderRecord:
@@ -192,19 +232,11 @@ class Store(Protocol):
         the order's state, storing the report or review with it, all in one transaction.
 
         The Conflict carries ``expected_seq`` (``event.seq - 1``, what the caller read) and
-        ``actual_seq`` (the stored seq). NotFound if the order is absent."""
+        ``actual_seq`` (the stored seq). NotFound if the order is absent. Atomic, durable."""
         ...
 
     def events(self, order_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
         """Events with seq > ``after``, in order (at most ``limit``). NotFound if absent."""
-        ...
-
-    def track_rows(self, worker: str) -> list[TrackRow]:
-        """One :class:`TrackRow` per order addressed to ``worker``, newest first.
-
-        Equal to ``TrackRow.of(record, seq 2 event)`` for each of the worker's records, but
-        read in bulk: a store may pick the few fields from its documents without parsing
-        them (the SQLite store does, in one query)."""
         ...
 
     def list_orders(
@@ -222,7 +254,22 @@ class Store(Protocol):
         ``limit=None`` returns every match (for track records and other bulk reads)."""
         ...
 
-    # Gateway call records --------------------------------------------------------------
+
+class ReviewStore(Protocol):
+    """What the reports and reviews of a worker's orders add up to, read in bulk."""
+
+    def track_rows(self, worker: str) -> list[TrackRow]:
+        """One :class:`TrackRow` per order addressed to ``worker``, newest first.
+
+        Equal to ``TrackRow.of(record, seq 2 event)`` for each of the worker's records, but
+        read in bulk: a store may pick the few fields from its documents without parsing
+        them (the SQLite store does, in one query)."""
+        ...
+
+
+class CallStore(Protocol):
+    """Gateway call records, numbered per order, and the budgets they count against."""
+
     def reserve_call(
         self,
         order_id: str,
@@ -235,14 +282,15 @@ class Store(Protocol):
         started_at: str,
         scopes: Sequence[Scope],
         seq: int | None = None,
-    ) -> CallRecord | str:
+    ) -> Reservation:
         """Atomically number and record a call that counts against the budget.
 
         The call gets the next N of the order (from 1, across all attempts and all calls,
         refused ones included) and is stored with outcome ``pending`` and ``ended_at`` equal
         to ``started_at`` until :meth:`finish_call`; ``usd`` is what it counts against the
         budget. Every scope is checked against the order's counted calls in the same
-        transaction, so concurrent reservations (from any process) never overshoot.
+        transaction, so concurrent reservations (from any process, on any host) never
+        overshoot and never lose a count.
 
         The order's own scope (``jtis`` None) counts its sub-orders' calls too. A call under
         a sub-order is also charged to every order above it (its parent, the parent's
@@ -250,13 +298,14 @@ class Store(Protocol):
         budget of any of them, read from the stored orders: the check and the charges are
         part of the same transaction.
 
-        Returns the new record, or the ``name`` of the first scope the call would exceed
-        (``max_calls`` counted calls, or ``max_usd`` summed usd; ``order <id>`` for an order
-        above), in which case nothing is written. NotFound if the order is absent. With
-        ``seq`` (the last event the caller read), the order's log is checked in the same
-        transaction: if it has moved past ``seq``, nothing is written and
-        :func:`stale_order` is raised (a Conflict), so a caller that decided on the order as
-        of ``seq`` never reserves on a stale decision.
+        Returns :class:`Reserved` with the new record, or :class:`OverBudget` naming the
+        first scope the call would exceed (``max_calls`` counted calls, or ``max_usd``
+        summed usd; ``order <id>`` for an order above), in which case nothing is written.
+        NotFound if the order is absent. With ``seq`` (the last event the caller read), the
+        order's log is checked in the same transaction: if it has moved past ``seq``,
+        nothing is written and :func:`~awl.store.rules.stale_order` is raised (a Conflict),
+        so a caller that decided on the order as of ``seq`` never reserves on a stale
+        decision. Atomic, crash-safe.
         """
         ...
 
@@ -268,7 +317,7 @@ class Store(Protocol):
 
         ``record_fields`` are the CallRecord fields except ``ref``, which the store makes
         from the next N. BadRequest if they do not form a valid record; NotFound if the
-        order is absent."""
+        order is absent. Atomic, crash-safe."""
         ...
 
     def finish_call(
@@ -281,11 +330,20 @@ class Store(Protocol):
         BadRequest if the fields do not end a call validly (checked first, so nothing invalid
         is stored); NotFound if there is no such call; Conflict if its outcome is already
         set. Returns nothing: the gateway calls this on every forwarded call, and reading
-        the finished record back would cost as much again (:meth:`calls` reads it)."""
+        the finished record back would cost as much again (:meth:`calls` reads it).
+        Atomic, crash-safe."""
         ...
 
     def calls(self, order_id: str, *, attempt: int | None = None) -> list[CallRecord]:
         """The order's call records by N (only ``attempt``'s if given). NotFound if absent."""
+        ...
+
+    def charges(self, order_id: str) -> list[float | None]:
+        """What each of the order's calls counts against its budget, by N: the ``usd``
+        given at reservation, or None for a call that does not count (a refusal).
+
+        With :meth:`calls` this is everything the store keeps of the calls (what a copy
+        of the desk needs). NotFound if the order is absent."""
         ...
 
     def usage(self, order_id: str, jtis: frozenset[str] | None = None) -> Usage:
@@ -298,7 +356,10 @@ class Store(Protocol):
         included: what is charged to its budget (LC-15). NotFound if the order is absent."""
         ...
 
-    # Effects ---------------------------------------------------------------------------
+
+class EffectStore(Protocol):
+    """Held calls on their way to running at most once."""
+
     def effects(self, order_id: str) -> list[EffectState]:
         """Every effect state of the order, by N."""
         ...
@@ -325,7 +386,8 @@ class Store(Protocol):
         count_dispatch: bool = False, at: str,
     ) -> EffectState:
         """Move an effect to ``state`` if it is in one of ``expect`` (None: it must not
-        exist yet). Durable (fsynced) before it returns; Conflict when the state differs.
+        exist yet); Conflict when the state differs. Atomic, durable: a ``dispatching``
+        mark is on stable storage before the call it guards is sent.
 
         Creating one needs a recorded call with that ref (NotFound otherwise); ``attempt``
         defaults to the call's. ``result`` and ``error`` describe the new state and replace
@@ -336,13 +398,25 @@ class Store(Protocol):
         (:data:`awl.documents.effect_states.TABLE`, CM-13), checked after the state."""
         ...
 
-    # Locks ----------------------------------------------------------------------------
+    def restore_effect(self, effect: EffectState) -> None:
+        """Store ``effect`` exactly as given, replacing any state the call's effect has: what
+        a copy of a desk writes (:mod:`awl.store.copy`), never a move. No expected state and
+        no move is checked; everything else that works an effect uses :meth:`set_effect`.
+
+        NotFound if the order has no recorded call ``effect.ref``; BadRequest for an unknown
+        state name or a result that is not JSON data. Atomic, durable."""
+        ...
+
+
+class LockStore(Protocol):
+    """Named leases: the commit lock that lets one committer at a time work an order."""
+
     def acquire_lock(self, info: LockInfo, *, replace: LockInfo | None = None) -> bool:
         """Take the named lock if free, or if it is still exactly ``replace`` (a takeover).
 
         Exactly means every field equal, so two processes taking over the same stale lock
         cannot both win; renewing a lease is a takeover of one's own lock. Returns whether
-        the lock was taken."""
+        the lock was taken. Atomic, durable."""
         ...
 
     def get_lock(self, name: str) -> LockInfo | None:
@@ -350,13 +424,16 @@ class Store(Protocol):
         ...
 
     def release_lock(self, name: str, holder: str) -> None:
-        """Release the lock if ``holder`` holds it."""
+        """Release the lock if ``holder`` holds it. Atomic, durable."""
         ...
 
-    # Passes and tokens -------------------------------------------------------------------
+
+class PassStore(Protocol):
+    """The Delegation Passes a desk issued, and their revocations."""
+
     def revoke(self, jti: str, *, reason: str, at: str) -> None:
         """Record that a pass is revoked at ``at`` (idempotent: the first reason and time
-        are kept)."""
+        are kept). Atomic, durable."""
         ...
 
     def revoked(self) -> dict[str, str]:
@@ -365,19 +442,25 @@ class Store(Protocol):
 
     def revocations(self) -> dict[str, Revocation]:
         """Every revoked jti with its reason and time (what the commit path needs: an effect
-        held before its pass was revoked may still run)."""
+        held before its pass was revoked may still run), in the order first revoked."""
         ...
 
     def save_pass(self, record: PassRecord) -> None:
-        """Remember an issued pass (saving a jti again replaces its record)."""
+        """Remember an issued pass (saving a jti again replaces its record). Atomic,
+        durable."""
         ...
 
     def passes(self, order_id: str) -> list[PassRecord]:
         """The passes saved for an order, in the order they were first saved."""
         ...
 
+
+class TokenStore(Protocol):
+    """Desk access tokens, kept by their hash."""
+
     def save_token(self, token_hash: str, principal: str, *, created_at: str) -> None:
-        """Remember a desk access token by its hash (saving a hash again replaces it)."""
+        """Remember a desk access token by its hash (saving a hash again replaces it).
+        Atomic, durable."""
         ...
 
     def principal_for(self, token_hash: str) -> str | None:
@@ -389,9 +472,38 @@ class Store(Protocol):
         ...
 
     def drop_token(self, token_hash: str) -> bool:
-        """Forget a token, so it no longer authenticates; False if there was no such token."""
+        """Forget a token, so it no longer authenticates; False if there was no such token.
+        Atomic, durable."""
         ...
 
+
+class Store(OrderStore, ReviewStore, CallStore, EffectStore, LockStore, PassStore, TokenStore,
+            Protocol):
+    """Durable, multi-process-safe storage for a desk: every concern above in one object."""
+
     def close(self) -> None:
-        """Release connections and files."""
+        """Release connections and files; calls after this raise."""
+        ...
+
+    def __enter__(self) -> Store:
+        """The store itself, closed when the block ends."""
+        ...
+
+    def __exit__(self, *exc: object) -> None:
+        ...
+
+
+@runtime_checkable
+class Subscriptions(Protocol):
+    """A store that can tell a waiter about news of an order as it is written.
+
+    Optional: a desk asks ``isinstance(store, Subscriptions)`` and otherwise polls.
+    """
+
+    def wait_for_events(self, order_id: str, after: int, timeout: float) -> bool:
+        """Block until the order's log is past seq ``after`` (written by any process the
+        store can hear), at most ``timeout`` seconds; whether it is past ``after`` now.
+
+        May return early (False) on news that turns out not to be the order's, so a caller
+        reads the order again either way. NotFound if the order is absent."""
         ...

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any, Literal, cast
 
 from pydantic import ValidationError
@@ -29,6 +29,7 @@ from awl.documents.pointers import pointer
 from awl.store.protocol import (
     EffectState,
     LockInfo,
+    PassRecord,
     Scope,
     Settlement,
 )
@@ -65,6 +66,14 @@ def check_first_event(order: WorkOrder, event: Event) -> None:
     """Refuse a first event that is not seq 1."""
     if event.seq != 1:
         raise BadRequest(f"the first event of order {order.id!r} must have seq 1, not {event.seq}")
+
+
+def state_names(state: str | Sequence[str] | None) -> list[str] | None:
+    """The states a ``list_orders`` filter asks for, sorted (None: any state; an empty
+    list matches no order)."""
+    if state is None:
+        return None
+    return [state] if isinstance(state, str) else sorted(set(state))
 
 
 def seq_conflict(order_id: str, event: Event, actual: int) -> Conflict:
@@ -180,6 +189,41 @@ def may_take(current: LockInfo | None, replace_: LockInfo | None) -> bool:
 def dump_json(data: Any) -> str:
     """The compact JSON text a store keeps a document as."""
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+# The JSON texts a store keeping documents as text keeps effects, locks and passes as (the
+# models' own documents are their to_json()); a text read back gives an equal object.
+
+def effect_doc(effect: EffectState) -> str:
+    """The JSON text of an effect state."""
+    return dump_json(asdict(effect))
+
+
+def read_effect(doc: str) -> EffectState:
+    """The effect state an :func:`effect_doc` text holds."""
+    data = json.loads(doc)
+    settled = data.pop("settlement")
+    return EffectState(**data, settlement=None if settled is None else Settlement(**settled))
+
+
+def lock_doc(info: LockInfo) -> str:
+    """The JSON text of a lock as stores keep it (see :func:`stored_lock`)."""
+    return dump_json(asdict(stored_lock(info)))
+
+
+def read_lock(doc: str) -> LockInfo:
+    """The lock a :func:`lock_doc` text holds."""
+    return LockInfo(**json.loads(doc))
+
+
+def pass_doc(record: PassRecord) -> str:
+    """The JSON text of an issued pass's record."""
+    return dump_json(asdict(record))
+
+
+def read_pass(doc: str) -> PassRecord:
+    """The pass record a :func:`pass_doc` text holds."""
+    return PassRecord(**json.loads(doc))
 
 
 def new_call(
@@ -377,6 +421,14 @@ def next_effect(
         settlement=old.settlement if settlement is None else settlement,
         dispatches=old.dispatches + (1 if count_dispatch else 0), updated_at=at,
     )
+
+
+def restored_effect(effect: EffectState, record: CallRecord) -> EffectState:
+    """The effect state ``restore_effect`` writes for the call ``record``: ``effect`` as it
+    is, its state name checked and its result as JSON reads it back."""
+    check_effect_state(effect.state)
+    return replace(effect, order_id=record.order_id, ref=record.ref,
+                   result=json_copy(effect.result, f"the result of effect {record.ref!r}"))
 
 
 def held_call(old: dict[str, Any], n: int, ref: str, effect: EffectState | None, *,

@@ -35,19 +35,22 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from awl.documents.errors import AWLError, Conflict
+from awl.documents.errors import AWLError, Conflict, StoreUnavailable
 from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
 from awl.store.files import create_private, make_private
 from awl.store.protocol import (
     EffectState,
     LockInfo,
     OrderRecord,
+    OverBudget,
     PassRecord,
+    Reservation,
+    Reserved,
     Revocation,
     Scope,
     Settlement,
@@ -64,21 +67,28 @@ from awl.store.rules import (
     check_hold,
     check_takeover,
     dump_json,
+    effect_doc,
     exceeded_above,
     exceeded_scope,
     held_call,
     json_text,
+    lock_doc,
     may_take,
     new_call,
     next_effect,
     order_exists_conflict,
     order_not_found,
     outcome_conflict,
+    pass_doc,
+    read_effect,
+    read_lock,
+    read_pass,
     record_order_id,
+    restored_effect,
     seq_conflict,
     stale_order,
+    state_names,
     stored_call,
-    stored_lock,
     timestamp,
 )
 
@@ -365,20 +375,6 @@ class _Totals:
     """Their earliest call: its start, as a number and as written."""
 
 
-def _effect_doc(effect: EffectState) -> str:
-    return dump_json(asdict(effect))
-
-
-def _effect_from(doc: str) -> EffectState:
-    data = json.loads(doc)
-    settled = data.pop("settlement")
-    return EffectState(**data, settlement=None if settled is None else Settlement(**settled))
-
-
-def _lock_from(doc: str) -> LockInfo:
-    return LockInfo(**json.loads(doc))
-
-
 class SQLiteStore:
     """A :class:`awl.store.protocol.Store` in one SQLite file, safe across threads and processes.
 
@@ -387,7 +383,9 @@ class SQLiteStore:
         timeout: Seconds a write waits for another writer before giving up with Conflict.
 
     Raises:
-        AWLError: The file was written by a newer version of this library.
+        StoreUnavailable: The file cannot be opened as a desk (a missing folder, no
+            permission, not a database), or was written by a newer version of this library;
+            nothing was written.
 
     Example:
         >>> import tempfile, pathlib
@@ -404,8 +402,18 @@ class SQLiteStore:
         self._guard = threading.Lock()
         self._closed = False
         self._private_files()
-        with self._connection() as conn:
-            self._migrate(conn)
+        try:
+            with self._connection() as conn:
+                self._migrate(conn)
+        except sqlite3.Error as exc:
+            self.close()
+            raise StoreUnavailable(
+                f"cannot open the desk {self.path} ({exc}); check that its folder exists, "
+                "that you may write there, and that the file is a desk"
+            ) from None
+        except BaseException:
+            self.close()
+            raise
 
     def __enter__(self) -> SQLiteStore:
         return self
@@ -507,7 +515,7 @@ class SQLiteStore:
             row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
             version = row[0] or 0
             if version > SCHEMA_VERSION:
-                raise AWLError(
+                raise StoreUnavailable(
                     f"the desk {self.path} has schema version {version}, newer than this "
                     f"awl ({SCHEMA_VERSION}); upgrade agent-work-layer to open it"
                 )
@@ -686,8 +694,8 @@ class SQLiteStore:
         """Orders matching every filter given, most recently created first."""
         clauses: list[str] = []
         params: list[Any] = []
-        if state is not None:
-            states = [state] if isinstance(state, str) else list(state)
+        states = state_names(state)
+        if states is not None:
             if not states:
                 return []
             clauses.append(f"state IN ({','.join('?' * len(states))})")
@@ -781,7 +789,7 @@ class SQLiteStore:
         started_at: str,
         scopes: Sequence[Scope],
         seq: int | None = None,
-    ) -> CallRecord | str:
+    ) -> Reservation:
         """Atomically number and record a call that counts, or name the scope it exceeds."""
         with self._write(durable=False) as conn:
             totals = self._totals(conn, order_id, seq)
@@ -796,14 +804,14 @@ class SQLiteStore:
             above = [] if totals.parent_id is None else self._above(conn, order_id)
             over = over or exceeded_above(above, usd)
             if over is not None:
-                return over
+                return OverBudget(over)
             record, doc = new_call(
                 order_id, totals.last_n + 1, attempt=attempt, tool=tool, arguments=arguments,
                 pass_jti=pass_jti, started_at=started_at,
             )
             self._insert_call(conn, record, doc, totals, counted=True, usd=usd,
                               above=[a[0] for a in above])
-            return record
+            return Reserved(record)
 
     def record_call(self, record_fields: dict[str, Any]) -> CallRecord:
         """Number and store a call that does not count (a refusal)."""
@@ -881,6 +889,15 @@ class SQLiteStore:
             ).fetchall()
         return [CallRecord.model_validate_json(doc) for (doc,) in rows]
 
+    def charges(self, order_id: str) -> list[float | None]:
+        """What each call counts against the budget, by N (None: it does not count)."""
+        with self._read() as conn:
+            self._seq(conn, order_id)
+            rows = conn.execute(
+                "SELECT counted, usd FROM calls WHERE order_id = ? ORDER BY n", (order_id,)
+            ).fetchall()
+        return [float(usd) if counted else None for counted, usd in rows]
+
     def usage(self, order_id: str, jtis: frozenset[str] | None = None) -> Usage:
         """Counted calls and USD so far (for the calls under ``jtis`` if given)."""
         with self._read() as conn:
@@ -910,7 +927,7 @@ class SQLiteStore:
             rows = conn.execute(
                 "SELECT doc FROM effects WHERE order_id = ? ORDER BY n", (order_id,)
             ).fetchall()
-        return [_effect_from(doc) for (doc,) in rows]
+        return [read_effect(doc) for (doc,) in rows]
 
     def hold_call(
         self, order_id: str, ref: str, *, result: dict[str, Any] | None, ended_at: str,
@@ -925,7 +942,7 @@ class SQLiteStore:
             conn.execute("UPDATE calls SET doc = ? WHERE order_id = ? AND n = ?",
                          (doc, order_id, n))
             conn.execute("INSERT INTO effects (order_id, n, doc) VALUES (?, ?, ?)",
-                         (order_id, n, _effect_doc(effect)))
+                         (order_id, n, effect_doc(effect)))
             return effect
 
     @staticmethod
@@ -933,7 +950,7 @@ class SQLiteStore:
         row = conn.execute(
             "SELECT doc FROM effects WHERE order_id = ? AND n = ?", (order_id, n)
         ).fetchone()
-        return None if row is None else _effect_from(row[0])
+        return None if row is None else read_effect(row[0])
 
     def set_effect(
         self, order_id: str, ref: str, *, expect: Sequence[str] | None, state: str,
@@ -956,9 +973,19 @@ class SQLiteStore:
             )
             conn.execute(
                 "INSERT OR REPLACE INTO effects (order_id, n, doc) VALUES (?, ?, ?)",
-                (order_id, n, _effect_doc(new)),
+                (order_id, n, effect_doc(new)),
             )
             return new
+
+    def restore_effect(self, effect: EffectState) -> None:
+        """Store ``effect`` exactly as given (a copy of a desk), replacing any state."""
+        with self._write() as conn:
+            n, data = self._call_data(conn, effect.order_id, effect.ref)
+            new = restored_effect(effect, CallRecord.model_validate(data))
+            conn.execute(
+                "INSERT OR REPLACE INTO effects (order_id, n, doc) VALUES (?, ?, ?)",
+                (effect.order_id, n, effect_doc(new)),
+            )
 
     # Locks ----------------------------------------------------------------------------
     def acquire_lock(self, info: LockInfo, *, replace: LockInfo | None = None) -> bool:
@@ -966,11 +993,11 @@ class SQLiteStore:
         check_takeover(info, replace)
         with self._write() as conn:
             row = conn.execute("SELECT doc FROM locks WHERE name = ?", (info.name,)).fetchone()
-            if not may_take(None if row is None else _lock_from(row[0]), replace):
+            if not may_take(None if row is None else read_lock(row[0]), replace):
                 return False
             conn.execute(
                 "INSERT OR REPLACE INTO locks (name, doc) VALUES (?, ?)",
-                (info.name, dump_json(asdict(stored_lock(info)))),
+                (info.name, lock_doc(info)),
             )
             return True
 
@@ -978,13 +1005,13 @@ class SQLiteStore:
         """The current holder of the named lock, if any."""
         with self._read() as conn:
             row = conn.execute("SELECT doc FROM locks WHERE name = ?", (name,)).fetchone()
-        return None if row is None else _lock_from(row[0])
+        return None if row is None else read_lock(row[0])
 
     def release_lock(self, name: str, holder: str) -> None:
         """Release the lock if ``holder`` holds it."""
         with self._write() as conn:
             row = conn.execute("SELECT doc FROM locks WHERE name = ?", (name,)).fetchone()
-            if row is not None and _lock_from(row[0]).holder == holder:
+            if row is not None and read_lock(row[0]).holder == holder:
                 conn.execute("DELETE FROM locks WHERE name = ?", (name,))
 
     # Passes and tokens -------------------------------------------------------------------
@@ -1004,7 +1031,7 @@ class SQLiteStore:
     def revocations(self) -> dict[str, Revocation]:
         """Every revoked jti with its reason and time."""
         with self._read() as conn:
-            rows = conn.execute("SELECT jti, reason, at FROM revocations").fetchall()
+            rows = conn.execute("SELECT jti, reason, at FROM revocations ORDER BY rowid").fetchall()
         return {jti: Revocation(reason=reason, at=at) for jti, reason, at in rows}
 
     def save_pass(self, record: PassRecord) -> None:
@@ -1013,7 +1040,7 @@ class SQLiteStore:
             conn.execute(
                 "INSERT INTO passes (jti, order_id, doc) VALUES (?, ?, ?)"
                 " ON CONFLICT (jti) DO UPDATE SET order_id = excluded.order_id,"
-                " doc = excluded.doc", (record.jti, record.order_id, dump_json(asdict(record))),
+                " doc = excluded.doc", (record.jti, record.order_id, pass_doc(record)),
             )
 
     def passes(self, order_id: str) -> list[PassRecord]:
@@ -1022,7 +1049,7 @@ class SQLiteStore:
             rows = conn.execute(
                 "SELECT doc FROM passes WHERE order_id = ? ORDER BY pos", (order_id,)
             ).fetchall()
-        return [PassRecord(**json.loads(row[0])) for row in rows]
+        return [read_pass(row[0]) for row in rows]
 
     def save_token(self, token_hash: str, principal: str, *, created_at: str) -> None:
         """Remember a desk access token by its hash."""

@@ -48,6 +48,7 @@ from awl.documents.errors import AWLError, BadRequest
 from awl.documents.models import parse_time
 from awl.documents.pointers import pointer
 from awl.store.protocol import Store
+from awl.store.urls import shown_url
 from awl.web._sessions import Session, Sessions
 from gateway._commit import commit, retry
 
@@ -75,14 +76,18 @@ class WebConfig:
             shows the ``awl gateway … --commit`` command instead).
         upstream_path: the config's file name, for the commands the page shows.
         home: the desk's home folder as given, for the commands the page shows.
+        store: the store URL as given (``--store``), for the commands the page shows (its
+            password hidden).
         hosts: the ``Host`` values accepted (``host:port``); None accepts any (remote).
     """
 
     def __init__(self, *, upstream: Any = None, upstream_path: str | None = None,
-                 home: str | None = None, hosts: frozenset[str] | None = None) -> None:
+                 home: str | None = None, store: str | None = None,
+                 hosts: frozenset[str] | None = None) -> None:
         self.upstream = upstream
         self.upstream_path = upstream_path
         self.home = home
+        self.store = store
         self.hosts = hosts
 
 
@@ -265,6 +270,8 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         choosable = {e.ref for e in (report.effects or ())} if report else set()
         held = [e for e in effects if e.attempt == attempt and e.state == "held"]
         home = f" --home {shlex.quote(cfg.home)}" if cfg.home else ""
+        if cfg.store:
+            home += f" --store {shlex.quote(shown_url(cfg.store))}"
         upstream = shlex.quote(cfg.upstream_path or "upstream.json")
         return {
             "view": view, "order": order, "report": report, "findings": findings,

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from awl.desk import Desk, OrderView
+from awl.documents.models import CallRecord
 from awl.store.memory import MemoryStore
-from awl.store.protocol import Store
+from awl.store.protocol import Reservation, Reserved, Store
 
 MANAGER = "human:ana"
 WORKER = "agent:writer"
@@ -37,6 +38,25 @@ def open_store(kind: str, folder: Path) -> Store:
     from awl.store.sqlite import SQLiteStore
 
     return SQLiteStore(folder / "desk.sqlite3")
+
+
+def reserved(result: Reservation) -> CallRecord:
+    """The record of a reservation that was made (fails the test on OverBudget)."""
+    assert isinstance(result, Reserved), result
+    return result.record
+
+
+def newer_desk(path: Path) -> None:
+    """Make ``path`` a SQLite desk whose schema is one version newer than this code's."""
+    import sqlite3
+
+    from awl.store.sqlite import SCHEMA_VERSION, SQLiteStore
+
+    SQLiteStore(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("INSERT INTO awl_schema (version) VALUES (?)", (SCHEMA_VERSION + 1,))
+    conn.commit()
+    conn.close()
 
 
 def order_fields(**over: Any) -> dict[str, Any]:

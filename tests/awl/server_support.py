@@ -18,6 +18,7 @@ from mcp import Client, StdioServerParameters, stdio_client
 from awl.documents.models import CallRecord, format_time
 from awl.mcp.errors import ERROR_META
 from awl.store.protocol import Store
+from tests.awl.desk_support import reserved
 
 ROOT = Path(__file__).resolve().parents[2]
 MANAGER = "human:ana"
@@ -131,9 +132,8 @@ def hold_call(store: Store, order_id: str, attempt: int, tool: str,
               arguments: dict[str, Any]) -> CallRecord:
     """Record a held call as the gateway does: reserve, then hold (outcome and effect)."""
     at = format_time(datetime.now(UTC))
-    record = store.reserve_call(order_id, attempt=attempt, tool=tool, arguments=arguments,
-                                pass_jti=None, usd=0.0, started_at=at, scopes=())
-    assert isinstance(record, CallRecord), record
+    record = reserved(store.reserve_call(order_id, attempt=attempt, tool=tool, arguments=arguments,
+                                pass_jti=None, usd=0.0, started_at=at, scopes=()))
     store.hold_call(order_id, record.ref, result=None, ended_at=at)
     return record.model_copy(update={"outcome": "held"})
 
@@ -142,9 +142,8 @@ def forward_call(store: Store, order_id: str, attempt: int, tool: str,
                  arguments: dict[str, Any]) -> CallRecord:
     """Record a forwarded call that was answered, as the gateway does."""
     at = format_time(datetime.now(UTC))
-    record = store.reserve_call(order_id, attempt=attempt, tool=tool, arguments=arguments,
-                                pass_jti=None, usd=0.0, started_at=at, scopes=())
-    assert isinstance(record, CallRecord), record
+    record = reserved(store.reserve_call(order_id, attempt=attempt, tool=tool, arguments=arguments,
+                                pass_jti=None, usd=0.0, started_at=at, scopes=()))
     result = {"content": [{"type": "text", "text": "ok"}], "isError": False}
     store.finish_call(order_id, record.ref, outcome="ok", result=result, error=None,
                       ended_at=at)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -47,6 +48,7 @@ from tests.awl.desk_support import (
     open_store,
     order_fields,
     report_fields,
+    reserved,
     submitted,
     working,
 )
@@ -406,10 +408,9 @@ def test_a_report_over_budget_is_kept_and_expires_the_order(desk: Desk) -> None:
 def test_the_report_is_checked_against_the_order_s_calls(desk: Desk, store: Store) -> None:
     """With call records, effects must name held calls of this order (R16, R17)."""
     view = working(desk)
-    call = store.reserve_call(view.id, attempt=1, tool="mail/send", arguments={"to": "cfo"},
-                              pass_jti=None, usd=0.0, started_at=DEADLINE.replace("02", "01"),
-                              scopes=())
-    assert not isinstance(call, str)
+    call = reserved(store.reserve_call(
+        view.id, attempt=1, tool="mail/send", arguments={"to": "cfo"}, pass_jti=None, usd=0.0,
+        started_at=DEADLINE.replace("02", "01"), scopes=()))
     store.hold_call(view.id, call.ref, result=None, ended_at=DEADLINE.replace("02", "01"))
     with pytest.raises(ValidationFailed) as caught:
         desk.report(view.id, WORKER, report_fields(
@@ -653,10 +654,9 @@ def test_a_rework_keeps_the_order_s_passes(desk: Desk, store: Store, tmp_path: P
 def _hold(store: Store, order_id: str, to: str, *, attempt: int = 1) -> str:
     """Record a held mail/send call as the gateway does (call and effect) and return its ref."""
     at = format_time(T0)
-    record = store.reserve_call(order_id, attempt=attempt, tool="mail/send",
+    record = reserved(store.reserve_call(order_id, attempt=attempt, tool="mail/send",
                                 arguments={"to": to}, pass_jti=None, usd=0.0, started_at=at,
-                                scopes=())
-    assert not isinstance(record, str)
+                                scopes=()))
     store.hold_call(order_id, record.ref, result=None, ended_at=at)
     return record.ref
 
@@ -901,6 +901,25 @@ def test_wait_sees_writes_by_another_desk_on_the_same_file(tmp_path: Path) -> No
         writer.accept(view.id, WORKER)
         waiter.join(timeout=30)
         assert [e.action for e in got[0]] == ["accept"]
+
+
+def test_wait_on_a_store_with_subscriptions_is_woken_not_polled() -> None:
+    """A desk waiting on a store that pushes news (the memory store) wakes at a write made
+    through another desk on that store at once, though it would poll only every 30 s."""
+    from awl.store.memory import MemoryStore
+
+    store = MemoryStore()
+    reader, writer = Desk(store, poll_interval=30), Desk(store)
+    view = writer.create(order_fields(deadline="2099-01-01T00:00:00Z"), MANAGER)
+    got: list[list[Event]] = []
+    waiter = threading.Thread(target=lambda: got.append(reader.wait(view.id, 1, 60)))
+    waiter.start()
+    time.sleep(0.2)  # the waiter is asleep in its first wait
+    began = time.monotonic()
+    writer.accept(view.id, WORKER)
+    waiter.join(timeout=60)
+    assert [e.action for e in got[0]] == ["accept"]
+    assert time.monotonic() - began < 5
 
 
 @pytest.mark.spec("LC-10")

@@ -12,6 +12,7 @@ import pytest
 
 from awl.desk.home import default_store, home_dir
 from awl.documents.errors import BadRequest
+from awl.store.sqlite import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,6 +51,7 @@ def test_a_file_in_the_way_is_a_clear_error(tmp_path: Path) -> None:
 def test_default_store_lives_in_the_home(tmp_path: Path) -> None:
     """The default store is desk.sqlite3 in the home folder."""
     with default_store(tmp_path / "h") as store:
+        assert isinstance(store, SQLiteStore)
         assert store.path == tmp_path / "h" / "desk.sqlite3"
         assert store.list_orders() == []
 

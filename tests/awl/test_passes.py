@@ -38,7 +38,7 @@ from awl.passes import (
     verify_pass,
 )
 from awl.store.memory import MemoryStore
-from awl.store.protocol import Scope, Store
+from awl.store.protocol import OverBudget, Reserved, Scope, Store
 from awl.store.sqlite import SQLiteStore
 
 NOW = 1_800_000_000  # 2027-01-15; the order's deadline is 2030-01-01
@@ -688,8 +688,8 @@ def test_every_link_of_a_chain_limits_the_call(store: Store, keys: KeyStore) -> 
                                   pass_jti=verified.jti, usd=0.25,
                                   started_at="2027-01-15T08:00:00Z", scopes=scopes)
 
-    assert not isinstance(call(), str) and not isinstance(call(), str)
-    assert call() == scopes[1].name
+    assert isinstance(call(), Reserved) and isinstance(call(), Reserved)
+    assert call() == OverBudget(scopes[1].name)
 
 
 # -- attacks on the token's spelling, the chain length, the issuer and the clock --------------

@@ -16,8 +16,9 @@ import pytest
 from awl.documents.errors import AWLError
 from awl.documents.models import CallRecord, Event, WorkOrder
 from awl.store.memory import MemoryStore
-from awl.store.protocol import Scope, Store
+from awl.store.protocol import OverBudget, Reserved, Scope, Store
 from awl.store.sqlite import MIGRATIONS, SCHEMA_VERSION, SQLiteStore
+from tests.awl.desk_support import newer_desk, reserved
 
 T0 = "2030-01-01T00:00:00Z"
 
@@ -89,9 +90,8 @@ def test_call_records_skip_the_fsync_and_other_writes_stay_durable(
     with SQLiteStore(tmp_path / "desk.sqlite3") as store:
         _create(store, "o1")
         with _synchronous_of_each_connection(store) as seen:
-            record = store.reserve_call("o1", attempt=1, tool="s/t", arguments={},
-                                        pass_jti=None, usd=0.0, started_at=T0, scopes=())
-            assert not isinstance(record, str)
+            record = reserved(store.reserve_call("o1", attempt=1, tool="s/t", arguments={},
+                                        pass_jti=None, usd=0.0, started_at=T0, scopes=()))
             store.finish_call("o1", record.ref, outcome="ok", result=None, error=None,
                               ended_at=T0)
         assert seen == [1, 1]  # 1 is NORMAL
@@ -104,9 +104,8 @@ def test_a_hold_is_one_durable_write(tmp_path: Path) -> None:
     """hold_call writes the outcome and the effect in one transaction on a FULL connection."""
     with SQLiteStore(tmp_path / "desk.sqlite3") as store:
         _create(store, "o1")
-        record = store.reserve_call("o1", attempt=1, tool="s/t", arguments={}, pass_jti=None,
-                                    usd=0.0, started_at=T0, scopes=())
-        assert not isinstance(record, str)
+        record = reserved(store.reserve_call("o1", attempt=1, tool="s/t", arguments={},
+                                             pass_jti=None, usd=0.0, started_at=T0, scopes=()))
         with _synchronous_of_each_connection(store) as seen:
             store.hold_call("o1", record.ref, result=None, ended_at=T0)
         assert seen == [2]  # one connection, FULL
@@ -122,9 +121,8 @@ def test_a_schema_5_desk_gets_an_effect_for_every_held_call(tmp_path: Path) -> N
         _create(store, "o1")
         refs = []
         for n in range(3):
-            made = store.reserve_call("o1", attempt=1 + n % 2, tool="s/t", arguments={},
-                                      pass_jti=None, usd=0.0, started_at=T0, scopes=())
-            assert not isinstance(made, str)
+            made = reserved(store.reserve_call("o1", attempt=1 + n % 2, tool="s/t", arguments={},
+                                      pass_jti=None, usd=0.0, started_at=T0, scopes=()))
             refs.append(made.ref)
         lost = store.hold_call("o1", refs[0], result={"content": []},
                                ended_at="2030-01-01T00:00:07Z")
@@ -142,11 +140,7 @@ def test_a_schema_5_desk_gets_an_effect_for_every_held_call(tmp_path: Path) -> N
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     """A desk written by a newer version is refused with a clear error, not changed."""
     path = tmp_path / "desk.sqlite3"
-    SQLiteStore(path).close()
-    conn = sqlite3.connect(path)
-    conn.execute("INSERT INTO awl_schema (version) VALUES (?)", (SCHEMA_VERSION + 1,))
-    conn.commit()
-    conn.close()
+    newer_desk(path)
     with pytest.raises(AWLError, match="newer"):
         SQLiteStore(path)
 
@@ -233,12 +227,13 @@ def test_a_schema_2_desk_gets_its_call_totals_backfilled(tmp_path: Path) -> None
             2, 0.375, "2030-01-01T01:00:00+01:00")
         p2 = store.usage("o1", frozenset({"p2"}))
         assert (p2.tool_calls, p2.usd, p2.first_call_at) == (0, 0.0, "2029-12-31T23:30:00+00:00")
-        assert store.reserve_call("o1", attempt=1, tool="s/t", arguments={}, pass_jti="p1",
-                                  usd=0.0, started_at=T0,
-                                  scopes=[Scope(jtis=frozenset({"p1"}), max_calls=2)]) == "order"
+        refused = store.reserve_call("o1", attempt=1, tool="s/t", arguments={}, pass_jti="p1",
+                                     usd=0.0, started_at=T0,
+                                     scopes=[Scope(jtis=frozenset({"p1"}), max_calls=2)])
+        assert refused == OverBudget("order")
         made = store.reserve_call("o1", attempt=1, tool="s/t", arguments={}, pass_jti="p1",
                                   usd=0.0, started_at=T0, scopes=[Scope(None, max_calls=4)])
-        assert not isinstance(made, str) and made.ref == "s/t#5"
+        assert isinstance(made, Reserved) and made.record.ref == "s/t#5"
 
 
 def test_running_totals_agree_with_the_memory_store(tmp_path: Path) -> None:
@@ -266,7 +261,7 @@ def test_running_totals_agree_with_the_memory_store(tmp_path: Path) -> None:
                     made: Any = store.reserve_call(
                         "o1", attempt=1, tool="s/t", arguments={"i": len(pending)},
                         pass_jti=jti, usd=usd, started_at=at, scopes=scopes)
-                    got.append(made if isinstance(made, str) else made.ref)
+                    got.append(made.scope if isinstance(made, OverBudget) else made.record.ref)
                 elif step < 0.8 or not pending:
                     got.append(store.record_call({
                         "order_id": "o1", "attempt": 1, "tool": "s/t", "arguments": {},
@@ -328,5 +323,5 @@ def test_a_schema_4_desk_gets_its_sub_orders_charges_backfilled(tmp_path: Path) 
         for expected in ("s/t#4", "s/t#5", f"order {child.id}"):
             made = store.reserve_call(deep.id, attempt=1, tool="s/t", arguments={},
                                       pass_jti=None, usd=0.0, started_at=T0, scopes=[])
-            assert (made if isinstance(made, str) else made.ref) == expected
+            assert (made.scope if isinstance(made, OverBudget) else made.record.ref) == expected
         assert store.usage(root.id).tool_calls == 5

@@ -23,6 +23,7 @@ CHILD = r"""
 import sys
 from awl.documents.models import Event, Review, WorkOrder, WorkReport
 from awl.store.sqlite import SQLiteStore
+from tests.awl.desk_support import reserved
 
 path, prefix = sys.argv[1], sys.argv[2]
 T = "2030-01-01T00:00:00Z"
@@ -61,8 +62,8 @@ while True:
     done("create")
     step(oid, 2, "accept", "offered", "accepted")
     step(oid, 3, "start", "accepted", "working")
-    call = store.reserve_call(oid, attempt=1, tool="srv/send", arguments={"k": k},
-        pass_jti=None, usd=0.0, started_at=T, scopes=[])
+    call = reserved(store.reserve_call(oid, attempt=1, tool="srv/send", arguments={"k": k},
+        pass_jti=None, usd=0.0, started_at=T, scopes=[]))
     store.hold_call(oid, call.ref, result=None, ended_at=T)
     done("call")
     step(oid, 4, "report", "working", "submitted", report=report(oid, 1))

@@ -54,7 +54,7 @@ print(json.dumps({"written": written, "refused": refused}))
 RESERVE_CHILD = r"""
 import json, os, sys, time
 from awl.store.sqlite import SQLiteStore
-from awl.store.protocol import Scope
+from awl.store.protocol import OverBudget, Scope
 
 path, go, name, tries = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 store = SQLiteStore(path)
@@ -66,7 +66,7 @@ for i in range(tries):
     r = store.reserve_call("o0", attempt=1, tool="srv/read", arguments={"by": name},
         pass_jti=name, usd=0.0, started_at="2030-01-01T00:00:00Z",
         scopes=[Scope(jtis=None, max_calls=20)])
-    got.append(r if isinstance(r, str) else r.ref)
+    got.append(r.scope if isinstance(r, OverBudget) else r.record.ref)
 print(json.dumps(got))
 """
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,18 +13,23 @@ import pytest
 
 from awl.documents.effect_states import STATES, TABLE
 from awl.documents.errors import BadRequest, Conflict, InvalidTransition, NotFound
-from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
+from awl.documents.models import Event, Review, WorkOrder, WorkReport
 from awl.store.memory import MemoryStore
 from awl.store.protocol import (
     EffectState,
     LockInfo,
+    OverBudget,
     PassRecord,
+    Reservation,
+    Reserved,
     Revocation,
     Scope,
     Settlement,
     Store,
+    Subscriptions,
     TokenRecord,
 )
+from tests.awl.desk_support import reserved
 
 T0 = "2030-01-01T00:00:00Z"
 
@@ -80,7 +87,7 @@ def report(order_id: str = "o1", attempt: int = 1) -> WorkReport:
 
 def reserve(store: Store, order_id: str = "o1", *, tool: str = "srv/read",
             jti: str | None = None, usd: float = 0.0, scopes: list[Scope] | None = None,
-            at: str = T0, attempt: int = 1) -> Any:
+            at: str = T0, attempt: int = 1) -> Reservation:
     return store.reserve_call(
         order_id, attempt=attempt, tool=tool, arguments={"x": [1, 2]}, pass_jti=jti, usd=usd,
         started_at=at, scopes=scopes or [],
@@ -244,12 +251,12 @@ def test_calls_are_numbered_per_order_across_attempts(store: Store) -> None:
     """N runs from 1 per order over reserved and refused calls of every attempt."""
     create(store, "a")
     create(store, "b")
-    first = reserve(store, "a")
+    first = reserved(reserve(store, "a"))
     assert first.ref == "srv/read#1" and first.outcome == "pending"
     assert first.ended_at == first.started_at and first.arguments == {"x": [1, 2]}
     assert store.record_call(refusal("a")).ref == "srv/write#2"
-    assert reserve(store, "b").ref == "srv/read#1"
-    assert reserve(store, "a", tool="srv/send", attempt=2).ref == "srv/send#3"
+    assert reserved(reserve(store, "b")).ref == "srv/read#1"
+    assert reserved(reserve(store, "a", tool="srv/send", attempt=2)).ref == "srv/send#3"
     assert [c.ref for c in store.calls("a")] == ["srv/read#1", "srv/write#2", "srv/send#3"]
     assert [c.ref for c in store.calls("a", attempt=2)] == ["srv/send#3"]
 
@@ -298,7 +305,7 @@ def test_bad_call_records_are_refused(store: Store) -> None:
     for not_json in ({"x": float("nan")}, {"x": {1, 2}}, {"x": object()}, circular):
         with pytest.raises(BadRequest, match="JSON data"):
             store.record_call({**refusal(), "arguments": not_json})
-    assert reserve(store).ref == "srv/read#1"
+    assert reserved(reserve(store)).ref == "srv/read#1"
     with pytest.raises(BadRequest, match="JSON data"):
         store.finish_call("o1", "srv/read#1", outcome="ok", result={"r": float("inf")},
                           error=None, ended_at=T0)
@@ -332,26 +339,33 @@ def test_usage_counts_reserved_calls_only(store: Store) -> None:
     assert store.usage("o1", frozenset()).tool_calls == 0
 
 
+def test_charges_say_what_each_call_counts(store: Store) -> None:
+    """charges gives each call's usd by N, None for a refusal (which counts nothing)."""
+    create(store)
+    assert store.charges("o1") == []
+    reserve(store, usd=0.5)
+    store.record_call(refusal())
+    reserve(store, usd=0.0)
+    reserve(store, usd=0.25, attempt=2)
+    assert store.charges("o1") == [0.5, None, 0.0, 0.25]
+    with pytest.raises(NotFound):
+        store.charges("nope")
+
+
 def test_reserve_call_refuses_the_first_exceeded_scope(store: Store) -> None:
     """A reservation over any scope's limit names that scope and writes nothing."""
     create(store)
     order = Scope(jtis=None, max_calls=3, max_usd=1.0, name="order")
     child = Scope(jtis=frozenset({"p2"}), max_calls=1, name="pass")
     # The caller passes the scopes the new call falls under: the order's and its pass's.
-    assert reserve(store, jti="p1", usd=0.3, scopes=[order]).ref == "srv/read#1"
-    assert reserve(store, jti="p2", usd=0.3, scopes=[order, child]).ref == "srv/read#2"
-    assert reserve(store, jti="p2", usd=0.1, scopes=[order, child]) == "pass"
-    assert reserve(store, jti="p2", usd=0.5, scopes=[order, child]) == "order"
-    assert reserve(store, jti="p1", usd=0.4, scopes=[order]).ref == "srv/read#3"
-    assert reserve(store, jti="p1", usd=0.0, scopes=[order]) == "order"
+    assert reserved(reserve(store, jti="p1", usd=0.3, scopes=[order])).ref == "srv/read#1"
+    assert reserved(reserve(store, jti="p2", usd=0.3, scopes=[order, child])).ref == "srv/read#2"
+    assert reserve(store, jti="p2", usd=0.1, scopes=[order, child]) == OverBudget("pass")
+    assert reserve(store, jti="p2", usd=0.5, scopes=[order, child]) == OverBudget("order")
+    assert reserved(reserve(store, jti="p1", usd=0.4, scopes=[order])).ref == "srv/read#3"
+    assert reserve(store, jti="p1", usd=0.0, scopes=[order]) == OverBudget("order")
     assert store.usage("o1").tool_calls == 3
     assert [c.ref for c in store.calls("o1")] == ["srv/read#1", "srv/read#2", "srv/read#3"]
-
-
-def _reserved(result: CallRecord | str) -> CallRecord:
-    """The record of a reservation that was made (a scope's name says it was refused)."""
-    assert isinstance(result, CallRecord), result
-    return result
 
 
 def test_reserve_call_with_seq_refuses_a_stale_order(store: Store) -> None:
@@ -359,13 +373,13 @@ def test_reserve_call_with_seq_refuses_a_stale_order(store: Store) -> None:
     create(store)
     args: dict[str, Any] = {"attempt": 1, "tool": "srv/read", "arguments": {},
                             "pass_jti": None, "usd": 0.0, "started_at": T0, "scopes": []}
-    assert _reserved(store.reserve_call("o1", seq=1, **args)).ref == "srv/read#1"
+    assert reserved(store.reserve_call("o1", seq=1, **args)).ref == "srv/read#1"
     store.append("o1", ev(2, "accept", "offered", "accepted"), state="accepted")
     with pytest.raises(Conflict) as caught:
         store.reserve_call("o1", seq=1, **args)
     assert (caught.value.expected_seq, caught.value.actual_seq) == (1, 2)
     assert [c.ref for c in store.calls("o1")] == ["srv/read#1"]
-    assert _reserved(store.reserve_call("o1", seq=2, **args)).ref == "srv/read#2"
+    assert reserved(store.reserve_call("o1", seq=2, **args)).ref == "srv/read#2"
 
 
 def test_reserve_call_is_exact_under_racing_threads(store: Store) -> None:
@@ -387,8 +401,8 @@ def test_reserve_call_is_exact_under_racing_threads(store: Store) -> None:
         t.start()
     for t in threads:
         t.join()
-    won = sorted(r.ref for r in results if not isinstance(r, str))
-    assert len(won) == 10 and results.count("order") == 40
+    won = sorted(r.record.ref for r in results if isinstance(r, Reserved))
+    assert len(won) == 10 and results.count(OverBudget("order")) == 40
     assert [c.ref for c in store.calls("o1")] == [f"srv/read#{n}" for n in range(1, 11)]
     assert store.usage("o1").tool_calls == 10
 
@@ -397,10 +411,9 @@ def test_stores_hand_back_json_never_the_callers_objects(store: Store) -> None:
     """Arguments, results and lock data come back as JSON reads them, never aliased."""
     create(store)
     arguments: dict[str, Any] = {"t": (1, 2), "d": {"k": [1]}}
-    record = store.reserve_call(
+    record = reserved(store.reserve_call(
         "o1", attempt=1, tool="srv/send", arguments=arguments, pass_jti=None, usd=0.0,
-        started_at=T0, scopes=[])
-    assert not isinstance(record, str)
+        started_at=T0, scopes=[]))
     arguments["d"]["k"].append(2)
     assert record.arguments == {"t": [1, 2], "d": {"k": [1]}}
     assert store.calls("o1")[0].arguments == {"t": [1, 2], "d": {"k": [1]}}
@@ -468,6 +481,27 @@ def test_effect_settlement_and_retry_keep_history(store: Store) -> None:
     assert store.effects("o1") == [again]
 
 
+def test_restore_effect_stores_a_state_as_given(store: Store) -> None:
+    """restore_effect writes an effect exactly as another store held it, checking no move;
+    it needs the call, a known state and a JSON result."""
+    ref = _held(store)
+    settled = Settlement(verdict="did_not_happen", evidence="no mail", by="human:m", at=T0)
+    wanted = EffectState(order_id="o1", ref=ref, attempt=2, state="committed",
+                         result={"t": (1, 2)}, error=None, settlement=settled, dispatches=3,
+                         updated_at="2030-01-02T00:00:00Z")
+    store.restore_effect(wanted)
+    assert store.effects("o1") == [replace(wanted, result={"t": [1, 2]})]
+    store.restore_effect(replace(wanted, state="unknown", dispatches=1, result=None))
+    assert [(e.state, e.dispatches) for e in store.effects("o1")] == [("unknown", 1)]
+    with pytest.raises(NotFound):
+        store.restore_effect(replace(wanted, ref="srv/send#9"))
+    with pytest.raises(BadRequest):
+        store.restore_effect(replace(wanted, state="sent"))  # type: ignore[arg-type]
+    with pytest.raises(BadRequest):
+        store.restore_effect(replace(wanted, result={"x": {1, 2}}))
+    assert [(e.state, e.dispatches) for e in store.effects("o1")] == [("unknown", 1)]
+
+
 def test_effect_errors(store: Store) -> None:
     """Effects need a recorded call, an existing state to move, and a known state name."""
     ref = _held(store)
@@ -506,7 +540,7 @@ def test_every_effect_move_off_the_table_is_refused(store: Store) -> None:
     tried = 0
     for frm in STATES:
         for to in STATES:
-            ref = reserve(store, tool="srv/send").ref
+            ref = reserved(reserve(store, tool="srv/send")).ref
             current = store.set_effect("o1", ref, expect=None, state="held", at=T0)
             for step in routes[frm]:
                 current = store.set_effect("o1", ref, expect=[current.state], state=step,
@@ -524,7 +558,7 @@ def test_every_effect_move_off_the_table_is_refused(store: Store) -> None:
             assert next(e for e in store.effects("o1") if e.ref == ref) == current
     assert tried == len(STATES) ** 2
     for to in STATES:  # an effect is created only as held
-        ref = reserve(store, tool="srv/send").ref
+        ref = reserved(reserve(store, tool="srv/send")).ref
         if to == "held":
             assert store.set_effect("o1", ref, expect=None, state=to, at=T0).state == "held"
             continue
@@ -566,7 +600,7 @@ def test_hold_call_writes_the_outcome_and_the_effect_together(store: Store) -> N
         store.hold_call("o1", ref, result=None, ended_at=T0)
     with pytest.raises(Conflict):
         store.finish_call("o1", ref, outcome="ok", result=None, error=None, ended_at=T0)
-    second = reserve(store, tool="srv/send").ref
+    second = reserved(reserve(store, tool="srv/send")).ref
     with pytest.raises(BadRequest, match="use hold_call"):
         store.finish_call("o1", second, outcome="held", result=None, error=None, ended_at=T0)
     with pytest.raises(BadRequest, match="ended_at"):
@@ -672,3 +706,36 @@ def test_passes_are_kept_per_order(store: Store) -> None:
     store.save_pass(again)
     assert store.passes("o1") == [again, child]
     assert store.passes("none") == []
+
+
+# Subscriptions ----------------------------------------------------------------------------
+
+SUBSCRIBING = ["memory"]
+"""The stores that push news of an order (:class:`Subscriptions`); SQLite is polled."""
+
+
+@pytest.mark.parametrize("kind", SUBSCRIBING)
+def test_wait_for_events_wakes_at_an_append_and_times_out(kind: str, tmp_path: Path) -> None:
+    """A waiter wakes when another thread appends; without news it returns False in time."""
+    store = _open(kind, tmp_path)
+    assert isinstance(store, Subscriptions)
+    create(store)
+    assert store.wait_for_events("o1", 0, 5) is True  # already past seq 0
+    began = time.monotonic()
+    assert store.wait_for_events("o1", 1, 0.2) is False
+    assert 0.15 < time.monotonic() - began < 5
+    woke: list[bool] = []
+    waiter = threading.Thread(target=lambda: woke.append(store.wait_for_events("o1", 1, 60)))
+    waiter.start()
+    time.sleep(0.1)
+    began = time.monotonic()
+    store.append("o1", ev(2, "accept", "offered", "accepted"), state="accepted")
+    waiter.join(60)
+    assert woke == [True] and time.monotonic() - began < 5
+    with pytest.raises(NotFound):
+        store.wait_for_events("nope", 0, 0.1)
+    (tmp_path / "other").mkdir()
+    polled = _open("sqlite", tmp_path / "other")
+    assert not isinstance(polled, Subscriptions)
+    polled.close()
+    store.close()

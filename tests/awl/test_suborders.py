@@ -25,7 +25,7 @@ import pytest
 from awl import BadRequest, Desk, ValidationFailed
 from awl.cli import main
 from awl.store.memory import MemoryStore
-from awl.store.protocol import Scope, Store
+from awl.store.protocol import OverBudget, Scope, Store
 from tests.awl.desk_support import MANAGER, WORKER, Clock, open_store, order_fields, working
 
 HELPER = "agent:helper"
@@ -57,7 +57,7 @@ def spend(store: Store, order_id: str, n: int, *, usd: float = 0.0,
         made = store.reserve_call(order_id, attempt=1, tool="filings/search", arguments={},
                                   pass_jti=None, usd=usd, started_at=T,
                                   scopes=scopes or [])
-        out.append(made if isinstance(made, str) else made.ref)
+        out.append(made.scope if isinstance(made, OverBudget) else made.record.ref)
     return out
 
 

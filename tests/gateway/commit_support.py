@@ -25,6 +25,7 @@ from awl.desk import Desk
 from awl.documents.models import Event, WorkReport, format_time
 from awl.store.protocol import EffectState, PassRecord
 from awl.store.sqlite import SQLiteStore
+from tests.awl.desk_support import reserved
 from tests.servers.receiver import counts, read_log
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,9 +88,8 @@ def hold(store: SQLiteStore, order_id: str, tool: str, arguments: dict[str, Any]
          attempt: int = 1, pass_jti: str | None = None) -> str:
     """Record a held call as the gateway does and return its ref."""
     at = _now()
-    record = store.reserve_call(order_id, attempt=attempt, tool=tool, arguments=arguments,
-                                pass_jti=pass_jti, usd=0.0, started_at=at, scopes=[])
-    assert not isinstance(record, str)
+    record = reserved(store.reserve_call(order_id, attempt=attempt, tool=tool, arguments=arguments,
+                                pass_jti=pass_jti, usd=0.0, started_at=at, scopes=[]))
     store.hold_call(order_id, record.ref,
                     result={"content": [{"type": "text", "text": f"pending:{record.ref}"}]},
                     ended_at=at)

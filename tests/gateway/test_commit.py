@@ -33,6 +33,7 @@ from gateway._commit import (
 )
 from gateway._config import load_config
 from gateway._lock import OrderLock, holder_alive, is_stale, process_start
+from tests.awl.desk_support import reserved
 from tests.gateway.commit_support import (
     MANAGER,
     WORKER,
@@ -147,9 +148,9 @@ def test_every_effect_that_fails_the_call_log_check_is_named_and_nothing_runs(
     def rewrite(store: Any, order_id: str, effects: list[dict[str, Any]]
                 ) -> list[dict[str, Any]]:
         at = format_time(datetime.now(UTC))
-        forwarded = store.reserve_call(order_id, attempt=2, tool=DELIVER,
+        forwarded = reserved(store.reserve_call(order_id, attempt=2, tool=DELIVER,
                                        arguments={"to": "ops"}, pass_jti=None, usd=0.0,
-                                       started_at=at, scopes=[])
+                                       started_at=at, scopes=[]))
         store.finish_call(order_id, forwarded.ref, outcome="ok", result=None, error=None,
                           ended_at=at)
         return [effects[0],

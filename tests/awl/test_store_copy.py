@@ -1,0 +1,232 @@
+"""``awl store copy`` and :func:`awl.store.copy.copy_store`: a whole desk, between backends."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from awl.cli import main
+from awl.desk.desk import Desk
+from awl.store.copy import CopyMismatch, compare_stores, copy_store
+from awl.store.memory import MemoryStore
+from awl.store.protocol import LockInfo, PassRecord, Scope, Settlement, Store
+from awl.store.sqlite import SQLiteStore
+from tests.awl.desk_support import (
+    MANAGER,
+    WORKER,
+    Clock,
+    effect,
+    order_fields,
+    report_fields,
+    reserved,
+)
+
+HELPER = "agent:helper"
+T = "2030-01-01T09:30:00Z"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _hold(store: Store, order_id: str, n: int) -> str:
+    made = reserved(store.reserve_call(order_id, attempt=1, tool="mail/send", arguments={"n": n},
+                              pass_jti=None, usd=0.0, started_at=T, scopes=()))
+    store.hold_call(order_id, made.ref, result={"content": []}, ended_at=T)
+    return made.ref
+
+
+def fill(store: Store) -> dict[str, str]:
+    """A desk with something of everything a store holds; the ids of its orders."""
+    desk = Desk(store, clock=Clock())
+    # An order worked, with calls of every kind, a sub-order, effects and an approval.
+    a = desk.create(order_fields(), MANAGER)
+    desk.accept(a.id, WORKER)
+    desk.start(a.id, WORKER)
+    store.save_pass(PassRecord(jti="p-root", order_id=a.id, parent_jti=None,
+                               subject=WORKER, exp=1_900_000_000, issued_at=T))
+    store.save_pass(PassRecord(jti="p-child", order_id=a.id, parent_jti="p-root",
+                               subject=HELPER, exp=1_900_000_000, issued_at=T))
+    searched = reserved(store.reserve_call(a.id, attempt=1, tool="filings/search",
+                                  arguments={"q": "10-K", "pages": [1, 2]}, pass_jti="p-root",
+                                  usd=0.5, started_at="2030-01-01T09:10:00+01:00",
+                                  scopes=[Scope(jtis=None, max_calls=40)]))
+    store.finish_call(a.id, searched.ref, outcome="ok", ended_at=T, error=None,
+                      result={"content": [{"type": "text", "text": "fünf"}], "isError": False})
+    store.record_call({"order_id": a.id, "attempt": 1, "tool": "mail/delete", "arguments": {},
+                       "outcome": "refused", "error": "AWL_FORBIDDEN: not allowed",
+                       "started_at": T, "ended_at": T})
+    store.reserve_call(a.id, attempt=1, tool="filings/get", arguments={}, pass_jti="p-child",
+                       usd=0.25, started_at=T, scopes=())  # left pending
+    first, second = _hold(store, a.id, 4), _hold(store, a.id, 5)
+    child = desk.create(order_fields(to=HELPER, parent_id=a.id, tools=["filings/*"],
+                                     staged=None, budget={"usd": 1, "tool_calls": 3},
+                                     **{"from": WORKER}), WORKER)
+    for usd in (0.1, 0.2):
+        store.reserve_call(child.id, attempt=1, tool="filings/search", arguments={},
+                           pass_jti=None, usd=usd, started_at=T, scopes=())
+    desk.report(a.id, WORKER, report_fields(effects=[effect(4), effect(5)],
+                                            tools_used=["filings/search",
+                                                        "mail/send"]))
+    desk.review(a.id, MANAGER, "approve", effects=[first])
+    store.set_effect(a.id, first, expect=["held"], state="dispatching", count_dispatch=True,
+                     at=T)
+    store.set_effect(a.id, first, expect=["dispatching"], state="unknown", error="timed out",
+                     at=T)
+    store.set_effect(a.id, first, expect=["unknown"], state="unknown", at=T,
+                     settlement=Settlement("did_not_happen", "no mail in the outbox", MANAGER,
+                                           T))
+    store.set_effect(a.id, first, expect=["unknown"], state="dispatching", count_dispatch=True,
+                     at=T)
+    store.set_effect(a.id, first, expect=["dispatching"], state="committed", at=T,
+                     result={"content": [], "isError": False})
+    store.set_effect(a.id, second, expect=["held"], state="skipped", at=T)
+    # An order sent back once, reported again and left submitted.
+    b = desk.create(order_fields(), MANAGER)
+    desk.accept(b.id, WORKER)
+    desk.start(b.id, WORKER)
+    desk.report(b.id, WORKER, report_fields())
+    desk.review(b.id, MANAGER, "rework", "cite the figures")
+    desk.report(b.id, WORKER, report_fields(status="blocked"))
+    desk.answer(b.id, MANAGER, "Q3")
+    # One declined, one cancelled.
+    c = desk.create(order_fields(), MANAGER)
+    desk.decline(c.id, WORKER, "busy")
+    d = desk.create(order_fields(), MANAGER)
+    desk.cancel(d.id, MANAGER, "not needed")
+    store.revoke("p-child", reason="order ended", at=T)
+    store.revoke("p-other", reason="leaked", at="2030-01-01T10:00:00Z")
+    store.save_token("h" * 64, MANAGER, created_at=T)
+    store.save_token("k" * 64, WORKER, created_at="2030-01-01T10:00:00Z")
+    # A lock: it belongs to a running committer and is not copied.
+    assert store.acquire_lock(LockInfo(name=f"commit:{a.id}", holder="x", pid=1, host="h",
+                                       lease_until=2e9))
+    return {"a": a.id, "child": child.id, "b": b.id, "c": c.id, "d": d.id}
+
+
+@pytest.mark.spec("BIND-15")
+def test_a_copy_between_memory_and_sqlite_reads_back_equal(tmp_path: Path) -> None:
+    """Memory to SQLite and back: everything arrives, refs, totals and charges as they were."""
+    source = MemoryStore()
+    ids = fill(source)
+    with SQLiteStore(tmp_path / "copy.sqlite3") as copied:
+        counts = copy_store(source, copied)
+        assert (counts.orders, counts.reports, counts.reviews, counts.calls) == (5, 3, 2, 7)
+        assert (counts.effects, counts.passes, counts.revocations, counts.tokens) == (
+            2, 2, 3, 2)
+        assert compare_stores(source, copied) == []
+        # A few reads spelt out, so the comparison itself is not all there is.
+        assert [c.ref for c in copied.calls(ids["a"])] == [
+            "filings/search#1", "mail/delete#2", "filings/get#3", "mail/send#4",
+            "mail/send#5"]
+        assert copied.usage(ids["a"]).tool_calls == 6  # 4 of its own and 2 of its sub-order
+        assert copied.usage(ids["a"], frozenset({"p-root"})).usd == 0.5
+        committed = copied.effects(ids["a"])[0]
+        assert (committed.state, committed.dispatches) == ("committed", 2)
+        assert committed.settlement is not None
+        assert copied.get_lock(f"commit:{ids['a']}") is None
+        back = MemoryStore()
+        copy_store(copied, back)
+        assert compare_stores(source, back) == []
+
+
+def test_the_comparison_finds_every_kind_of_difference(tmp_path: Path) -> None:
+    """Each thing the copy carries is compared: changing one in the copy is found."""
+    source = MemoryStore()
+    ids = fill(source)
+    copied = MemoryStore()
+    copy_store(source, copied)
+    copied.save_token("z" * 64, "human:eve", created_at=T)
+    copied.revoke("p-late", reason="x", at=T)
+    copied.finish_call(ids["a"], "filings/get#3", outcome="ok", result=None, error=None,
+                       ended_at=T)
+    copied.save_pass(PassRecord(jti="p-new", order_id=ids["b"], parent_jti=None,
+                                subject=WORKER, exp=1, issued_at=T))
+    found = compare_stores(source, copied)
+    assert found == [f"order {ids['b']}: its passes differ",
+                     f"order {ids['a']}: its calls differ",
+                     "the revocations differ", "the revoked passes differ",
+                     "the desk tokens differ"]
+
+
+@pytest.mark.spec("BIND-15")
+def test_a_store_that_holds_anything_is_not_copied_into(tmp_path: Path) -> None:
+    """A target with orders, revocations or tokens is refused and left as it was."""
+    source = MemoryStore()
+    fill(source)
+    for seed in ("order", "revocation", "token"):
+        target = MemoryStore()
+        if seed == "order":
+            fill(target)
+        elif seed == "revocation":
+            target.revoke("j", reason="r", at=T)
+        else:
+            target.save_token("t" * 64, MANAGER, created_at=T)
+        before = (target.list_orders(limit=None), target.revocations(), target.tokens())
+        with pytest.raises(Exception, match="already holds") as caught:
+            copy_store(source, target)
+        assert not isinstance(caught.value, CopyMismatch)
+        assert (target.list_orders(limit=None), target.revocations(), target.tokens()) == before
+
+
+# -- through the command ----------------------------------------------------------------------
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.spec("BIND-15")
+def test_awl_store_copy_copies_a_sqlite_desk_and_says_it_verified(tmp_path: Path) -> None:
+    """`awl store copy` run as a process: a SQLite desk into a new file, verified."""
+    desk_file = tmp_path / "desk.sqlite3"
+    with SQLiteStore(desk_file) as source:
+        fill(source)
+    target = tmp_path / "new" / "copy.sqlite3"
+    target.parent.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("AWL_STORE", None)
+    done = subprocess.run([sys.executable, "-m", "awl", "store", "copy", "--from",
+                           str(desk_file), "--to", f"sqlite:///{target}"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("copied 5 orders (")
+    assert "verified: the copy reads back equal to the source" in done.stdout
+    with SQLiteStore(desk_file) as source, SQLiteStore(target) as copied:
+        assert compare_stores(source, copied) == []
+    # Again into the same file: refused in one line, and the file is left as it is.
+    before = _digest(target)
+    again = subprocess.run([sys.executable, "-m", "awl", "store", "copy", "--from",
+                            str(desk_file), "--to", str(target), "--json"],
+                           capture_output=True, text=True, env=env, timeout=120)
+    assert again.returncode == 1 and again.stdout == ""
+    assert again.stderr.count("\n") == 1 and "already holds orders" in again.stderr
+    assert "Traceback" not in again.stderr
+    assert _digest(target) == before
+
+
+def test_awl_store_copy_prints_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--json gives the counts and says the copy was verified."""
+    with SQLiteStore(tmp_path / "desk.sqlite3") as source:
+        fill(source)
+    code = main(["store", "copy", "--from", str(tmp_path / "desk.sqlite3"), "--to",
+                 str(tmp_path / "copy.sqlite3"), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    data: dict[str, Any] = json.loads(out)
+    assert data["verified"] is True and data["copied"]["orders"] == 5
+    assert data["copied"]["tokens"] == 2
+
+
+def test_awl_store_copy_from_a_missing_desk_creates_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A source that does not exist is one line, and neither file is created."""
+    code = main(["store", "copy", "--from", str(tmp_path / "typo.sqlite3"), "--to",
+                 str(tmp_path / "copy.sqlite3")])
+    _, err = capsys.readouterr()
+    assert code == 1 and err.count("\n") == 1
+    assert "no desk file at" in err and "typo.sqlite3" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -16,7 +16,8 @@ A lock is stale, and the next taker replaces it without any manual step, when
 A takeover is :meth:`Store.acquire_lock` with ``replace=`` the exact stale record, a
 compare-and-set: when two processes take over the same stale lock, one wins. Renewal is
 the same compare-and-set against the holder's own last record, so a holder that was taken
-over learns it on its next renewal and stops (:attr:`OrderLock.lost`).
+over learns it on its next renewal and stops (:attr:`OrderLock.lost`); before each send the
+committer asks the store whether the lock is still its own (:meth:`OrderLock.check`).
 
 The lock does not by itself make an effect run at most once; the write-ahead marks do
 (see :mod:`gateway._commit`). The lock keeps committers from racing each other, and it is
@@ -191,8 +192,16 @@ class OrderLock:
         return False
 
     def check(self) -> None:
-        """Raise :class:`LockLost` unless the lock is ours with a third of its lease left."""
+        """Raise :class:`LockLost` unless the store still says the lock is ours, with a
+        third of its lease left.
+
+        The store is asked every time (one read): a holder taken over by someone else
+        (after its lease ran out, or, in PostgreSQL, once the server ended its lock's
+        connection) learns it before its next send, not at its next renewal."""
         if self.info is None or self.lost:
+            raise LockLost(self.name)
+        if self.store.get_lock(self.name) != self.info:
+            self.lost = True
             raise LockLost(self.name)
         if self.info.lease_until - time.time() < self.lease / 3 and not self.renew():
             raise LockLost(self.name)

@@ -31,8 +31,8 @@ from awl.desk import default_store, home_dir
 from awl.documents import BadRequest
 from awl.mcp import Unauthorized, is_loopback, parse_address, stdio_frames
 from awl.mcp import serve_http as _serve_mcp_http
-from awl.passes import DEFAULT_AUDIENCE, KeySet, KeyStore
-from awl.store import Store
+from awl.passes import DEFAULT_AUDIENCE, KeySet, KeyStore, PublishedKeySet
+from awl.store import KeyDirectory, Store
 from gateway._authority import Authority
 from gateway._config import GatewayConfig, load_config
 from gateway._gateway import Clock, Gateway
@@ -110,8 +110,13 @@ async def open_gateway(
             stack.callback(store.close)
         if jwks is None and (pass_token is not None or load_keys):
             # Read again whenever a key is rotated in or retired (DP-13); read once now so
-            # an unusable key folder is an error before anything starts.
-            jwks = KeySet(KeyStore(home_dir(home)))
+            # an unusable key folder is an error before anything starts. A home without
+            # keys, on another host than the desk's, verifies with the public keys the
+            # desk published in the store instead (never making a key of its own).
+            keys = KeyStore(home_dir(home))
+            jwks = KeySet(keys)
+            if not keys.key_files() and isinstance(store, KeyDirectory):
+                jwks = PublishedKeySet(store)
             await anyio.to_thread.run_sync(jwks)
         # A missing order is the likeliest mistake; say so before starting any upstream.
         await anyio.to_thread.run_sync(store.load, order_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -21,10 +22,12 @@ from awl.passes import (
     KeyStore,
     VerifiedPass,
     issue_recorded_pass,
+    publish_keys,
     revoke_pass,
     unverified_claims,
     verify_pass,
 )
+from awl.store.urls import STORE_ENV
 
 _UNITS = {"usd": float, "tokens": int, "tool_calls": int, "seconds": float}
 _DURATION = re.compile(r"^(?P<n>[0-9]+(?:\.[0-9]+)?)(?P<unit>[smhd]?)$")
@@ -78,7 +81,7 @@ def register(subparsers: Any) -> None:
     jwks.set_defaults(func=_jwks)
 
     rotate = sub.add_parser("rotate", help="make a new signing key; old passes stay valid")
-    _common(rotate)
+    _common(rotate, desk=True)
     rotate.set_defaults(func=_rotate)
 
     retire = sub.add_parser(
@@ -88,7 +91,7 @@ def register(subparsers: Any) -> None:
                     "request of any running gateway; the current key cannot be retired "
                     "(rotate first).")
     retire.add_argument("kid", metavar="KID", help="the key's kid (`awl pass jwks` lists them)")
-    _common(retire)
+    _common(retire, desk=True)
     retire.set_defaults(func=_retire)
 
 
@@ -299,9 +302,22 @@ def _jwks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _publish(args: argparse.Namespace, keys: KeyStore) -> None:
+    """Publish the public keys in the store named by ``--store`` or ``AWL_STORE`` (if any
+    keeps them), for gateways on other hosts."""
+    if not (args.store or os.environ.get(STORE_ENV)):
+        return
+    store = default_store(args.home, url=args.store)
+    try:
+        publish_keys(store, keys)
+    finally:
+        store.close()
+
+
 def _rotate(args: argparse.Namespace) -> int:
     keys = KeyStore(home_dir(args.home))
     kid = keys.rotate()
+    _publish(args, keys)
     if args.json:
         print(json.dumps({"kid": kid, "kids": keys.kids()}))
     else:
@@ -312,6 +328,7 @@ def _rotate(args: argparse.Namespace) -> int:
 def _retire(args: argparse.Namespace) -> int:
     keys = KeyStore(home_dir(args.home))
     keys.retire(args.kid)
+    _publish(args, keys)
     if args.json:
         print(json.dumps({"retired": args.kid, "kids": keys.kids()}))
     else:

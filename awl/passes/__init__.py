@@ -36,7 +36,7 @@ from awl.passes.common import (
     PASS_TYPE,
 )
 from awl.passes.issue import issue_pass, issue_recorded_pass
-from awl.passes.keys import KeySet, KeyStore
+from awl.passes.keys import KeySet, KeyStore, PublishedKeySet, publish_keys
 from awl.passes.records import (
     pass_scopes,
     record_pass,
@@ -58,12 +58,14 @@ __all__ = [
     "REASONS",
     "KeySet",
     "KeyStore",
+    "PublishedKeySet",
     "VerifiedPass",
     "is_valid_pass",
     "issue_pass",
     "issue_recorded_pass",
     "iter_pass_findings",
     "pass_scopes",
+    "publish_keys",
     "record_pass",
     "remaining_budget",
     "revoke_order_passes",

@@ -16,7 +16,7 @@ from awl.documents.limits import MAX_EPOCH, MIN_EPOCH, check_amounts, is_finite_
 from awl.documents.models import Budget, WorkOrder, epoch_seconds, parse_time
 from awl.documents.patterns import overlap
 from awl.passes.common import DEFAULT_AUDIENCE, DEFAULT_ISSUER, MAX_CHAIN, PASS_SPEC
-from awl.passes.keys import KeyStore
+from awl.passes.keys import KeyStore, publish_keys
 from awl.passes.records import record_pass, remaining_budget
 from awl.passes.verify import VerifiedPass, unverified_claims, verify_pass
 from awl.store.protocol import Store
@@ -198,4 +198,5 @@ def issue_recorded_pass(
                        remaining=remaining_budget(store, record.order, parent),
                        revoked=revoked, issuer=issuer, now=t)
     record_pass(store, token)
+    publish_keys(store, keys)
     return token

@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from awl.documents.errors import BadRequest, NotFound, PassError
 from awl.passes.common import ALGORITHM, PASS_TYPE, b64encode
+from awl.store.protocol import KeyDirectory
 
 __all__ = ["KeySet", "KeyStore"]
 
@@ -225,3 +226,29 @@ class KeySet:
         jwks = self.keys.jwks()
         self._known = (names, jwks)
         return jwks
+
+
+def publish_keys(store: object, keys: KeyStore) -> None:
+    """Publish the public key set of ``keys`` in ``store`` if it keeps one (else nothing)."""
+    if isinstance(store, KeyDirectory):
+        store.publish_keys(keys.jwks())
+
+
+class PublishedKeySet:
+    """The public key set a :class:`~awl.store.protocol.KeyDirectory` store keeps, for a
+    running verifier.
+
+    Calling it reads the set again, so a key rotated in or retired on the desk's host
+    counts from the next request on (DP-13), as with :class:`KeySet`.
+    """
+
+    def __init__(self, store: KeyDirectory) -> None:
+        self.store = store
+
+    def __call__(self) -> dict[str, Any]:
+        found = self.store.published_keys()
+        if found is None:
+            raise PassError("the desk's store holds no public keys yet; issue a pass on the "
+                            "desk (or run `awl pass rotate --store URL` there) to publish them",
+                            reason="unknown_kid")
+        return found

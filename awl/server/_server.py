@@ -62,7 +62,7 @@ from awl.server._tools import (
     TOOLS,
     argument_schema,
 )
-from awl.store.protocol import Store
+from awl.store.protocol import Store, Subscriptions
 
 __all__ = ["ERROR_META", "WAIT_LIMIT", "DeskServer", "serve_desk_http", "serve_stdio",
            "tool_error"]
@@ -75,6 +75,12 @@ POLL_FIRST = 0.02
 """The first pause between store reads while waiting for news, in seconds."""
 POLL_LIMIT = 0.25
 """The longest pause between store reads while waiting for news, in seconds."""
+HEARD_WAITERS = 64
+"""How many ``wait_for_update`` calls may wait at once on a store that hears every writer
+(each holds a thread while it waits); more wait for a turn."""
+HEARD_SLICE = 1.0
+"""The longest one such wait lasts before reading the order again, in seconds (so a wait
+given up leaves its thread within this)."""
 
 _MAX_ANCESTORS = 16
 
@@ -210,6 +216,7 @@ class DeskServer:
         assert tuple(self._handlers) == TOOL_NAMES, "every published tool has a handler"
         self._tools = [spec.tool() for spec in TOOLS]
         self._changed = anyio.Event()
+        self._heard: anyio.CapacityLimiter | None = None
         schemas = {spec.name: spec.input_schema for spec in TOOLS}
         self.server: Server[Any] = Server(
             "awl-desk", version=__version__, title="AWL work-order desk",
@@ -400,21 +407,31 @@ class DeskServer:
     async def _events_after(self, order_id: str, after: int, timeout: float) -> list[Event]:
         """The order's events after ``after``, waiting up to ``timeout`` s for the first.
 
-        Writes through this server wake the wait at once; writes by other processes (the
-        other side's ``awl serve``, a gateway, the CLI) are found by polling the store with
-        a pause that grows to :data:`POLL_LIMIT`. No thread is held while waiting.
+        Writes through this server wake the wait at once. Writes by other processes (the
+        other side's ``awl serve``, a gateway, the CLI) wake it at once too when the store
+        has :class:`~awl.store.protocol.Subscriptions` (the PostgreSQL store hears them by
+        ``LISTEN``), which it then waits on in a thread; with any other store they are
+        found by polling it with a pause that grows to :data:`POLL_LIMIT`, and no thread
+        is held while waiting.
         """
         pause = POLL_FIRST
+        heard = self.store if isinstance(self.store, Subscriptions) else None
+        if heard is not None and self._heard is None:
+            self._heard = anyio.CapacityLimiter(HEARD_WAITERS)
         with anyio.move_on_after(timeout):
             while True:
                 changed = self._changed  # taken before reading, so no wake-up is lost
                 view = await self.desk.get(order_id)
                 if view.seq > after:
                     return await self.desk.events(order_id, after)
-                nap = pause
+                nap = pause if heard is None else HEARD_SLICE
                 if view.active:  # wake at the deadline, when reading expires the order
                     left = (parse_time(view.order.deadline) - self.desk.desk.now())
                     nap = min(nap, max(left.total_seconds(), 0.0) + 0.001)
+                if heard is not None:
+                    await anyio.to_thread.run_sync(heard.wait_for_events, order_id, after, nap,
+                                                   limiter=self._heard, abandon_on_cancel=True)
+                    continue
                 with anyio.move_on_after(nap):
                     await changed.wait()
                 pause = min(pause * 2, POLL_LIMIT)

@@ -14,6 +14,7 @@ a caller decided on (the gateway raises the same one when it sees that before re
 
 from awl.store.protocol import (
     EffectState,
+    KeyDirectory,
     LockInfo,
     OrderRecord,
     OverBudget,
@@ -26,6 +27,7 @@ from awl.store.rules import stale_order
 
 __all__ = [
     "EffectState",
+    "KeyDirectory",
     "LockInfo",
     "OrderRecord",
     "OverBudget",

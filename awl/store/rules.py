@@ -21,16 +21,20 @@ from awl.documents.models import (
     CALL_ENDING,
     CallRecord,
     Event,
+    Review,
     WorkOrder,
+    WorkReport,
     parse_time,
 )
 from awl.documents.patterns import make_ref, parse_ref
 from awl.store.protocol import (
     EffectState,
     LockInfo,
+    OrderRecord,
     PassRecord,
     Scope,
     Settlement,
+    TrackRow,
 )
 
 EFFECT_STATES: frozenset[str] = frozenset(STATES)
@@ -447,3 +451,25 @@ def check_takeover(info: LockInfo, replace_: LockInfo | None) -> None:
 def timestamp(text: str) -> float:
     """Seconds since the epoch for an RFC 3339 timestamp."""
     return parse_time(text).timestamp()
+
+
+def read_record(doc: str, state: str, seq: int, updated_at: str, *,
+                reports: Sequence[str] = (), reviews: Sequence[str] = ()) -> OrderRecord:
+    """The record a store that keeps documents as JSON text reads back from its texts."""
+    return OrderRecord(
+        order=WorkOrder.model_validate_json(doc), state=state, seq=seq,
+        reports=tuple(WorkReport.model_validate_json(d) for d in reports),
+        reviews=tuple(Review.model_validate_json(d) for d in reviews),
+        updated_at=updated_at,
+    )
+
+
+def read_track_row(order_id: str, state: str, budget: str, latest: str | None, reworks: int,
+                   accepted_at: str | None, approved_at: str | None) -> TrackRow:
+    """A track row from the fields a store picked out of its documents: ``budget`` is the
+    order's budget as JSON text, ``latest`` the JSON array ``[cost, status]`` of its latest
+    report (None without one)."""
+    cost, status = json.loads(latest) if latest is not None else (None, None)
+    return TrackRow(order_id=order_id, state=state, budget=json.loads(budget), cost=cost,
+                    status=status, reworks=int(reworks), accepted_at=accepted_at,
+                    approved_at=approved_at)

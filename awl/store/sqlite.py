@@ -89,6 +89,8 @@ from awl.store.rules import (
     read_effect,
     read_lock,
     read_pass,
+    read_record,
+    read_track_row,
     record_order_id,
     restored_effect,
     seq_conflict,
@@ -652,16 +654,10 @@ class SQLiteStore:
                         " ORDER BY order_id, idx", page_params,
                     ):
                         extra.setdefault(oid, {}).setdefault(table, []).append(doc)
-        records = []
-        for oid, doc, state, seq, updated_at in rows:
-            mine = extra.get(oid, {})
-            records.append(OrderRecord(
-                order=WorkOrder.model_validate_json(doc), state=state, seq=seq,
-                reports=tuple(WorkReport.model_validate_json(d) for d in mine.get("reports", ())),
-                reviews=tuple(Review.model_validate_json(d) for d in mine.get("reviews", ())),
-                updated_at=updated_at,
-            ))
-        return records
+        return [read_record(doc, state, seq, updated_at,
+                            reports=extra.get(oid, {}).get("reports", ()),
+                            reviews=extra.get(oid, {}).get("reviews", ()))
+                for oid, doc, state, seq, updated_at in rows]
 
     def append(
         self,
@@ -731,15 +727,7 @@ class SQLiteStore:
                 "   ORDER BY v.idx DESC LIMIT 1)"
                 " FROM orders o WHERE o.worker = ? ORDER BY o.pos DESC", (worker,),
             ).fetchall()
-        out = []
-        for oid, state, budget, latest, reworks, accepted_at, approved_at in rows:
-            cost, status = json.loads(latest) if latest is not None else (None, None)
-            out.append(TrackRow(
-                order_id=oid, state=state, budget=json.loads(budget), cost=cost,
-                status=status, reworks=reworks, accepted_at=accepted_at,
-                approved_at=approved_at,
-            ))
-        return out
+        return [read_track_row(*row) for row in rows]
 
     def list_orders(
         self,

@@ -34,20 +34,24 @@ from tests.awl.desk_support import reserved
 T0 = "2030-01-01T00:00:00Z"
 
 
-def _open(kind: str, path: Path) -> Store:
+def _open(kind: str, path: Path, request: pytest.FixtureRequest) -> Store:
     if kind == "memory":
         return MemoryStore()
+    if kind == "postgres":
+        from awl.store.postgres import PostgresStore
+
+        return PostgresStore(request.getfixturevalue("pg_url"))
     from awl.store.sqlite import SQLiteStore
 
     return SQLiteStore(path / "desk.sqlite3")
 
 
-STORES = ["memory", "sqlite"]
+STORES = ["memory", "sqlite", "postgres"]
 
 
 @pytest.fixture(params=STORES)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    opened = _open(request.param, tmp_path)
+    opened = _open(request.param, tmp_path, request)
     yield opened
     opened.close()
 
@@ -710,14 +714,15 @@ def test_passes_are_kept_per_order(store: Store) -> None:
 
 # Subscriptions ----------------------------------------------------------------------------
 
-SUBSCRIBING = ["memory"]
+SUBSCRIBING = ["memory", "postgres"]
 """The stores that push news of an order (:class:`Subscriptions`); SQLite is polled."""
 
 
 @pytest.mark.parametrize("kind", SUBSCRIBING)
-def test_wait_for_events_wakes_at_an_append_and_times_out(kind: str, tmp_path: Path) -> None:
+def test_wait_for_events_wakes_at_an_append_and_times_out(
+        kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """A waiter wakes when another thread appends; without news it returns False in time."""
-    store = _open(kind, tmp_path)
+    store = _open(kind, tmp_path, request)
     assert isinstance(store, Subscriptions)
     create(store)
     assert store.wait_for_events("o1", 0, 5) is True  # already past seq 0
@@ -735,7 +740,7 @@ def test_wait_for_events_wakes_at_an_append_and_times_out(kind: str, tmp_path: P
     with pytest.raises(NotFound):
         store.wait_for_events("nope", 0, 0.1)
     (tmp_path / "other").mkdir()
-    polled = _open("sqlite", tmp_path / "other")
+    polled = _open("sqlite", tmp_path / "other", request)
     assert not isinstance(polled, Subscriptions)
     polled.close()
     store.close()

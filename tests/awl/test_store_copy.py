@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,17 @@ import pytest
 
 from awl.cli import main
 from awl.desk.desk import Desk
+from awl.documents.errors import BadRequest
 from awl.store.copy import CopyMismatch, compare_stores, copy_store
 from awl.store.memory import MemoryStore
-from awl.store.protocol import LockInfo, PassRecord, Scope, Settlement, Store
+from awl.store.protocol import (
+    KeyDirectory,
+    LockInfo,
+    PassRecord,
+    Scope,
+    Settlement,
+    Store,
+)
 from awl.store.sqlite import SQLiteStore
 from tests.awl.desk_support import (
     MANAGER,
@@ -173,6 +182,46 @@ def test_a_store_that_holds_anything_is_not_copied_into(tmp_path: Path) -> None:
         assert (target.list_orders(limit=None), target.revocations(), target.tokens()) == before
 
 
+class KeyedMemoryStore(MemoryStore):
+    """A memory store that also keeps a published key set (as the PostgreSQL store does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.jwks: dict[str, Any] | None = None
+
+    def publish_keys(self, jwks: Mapping[str, Any]) -> None:
+        self.jwks = json.loads(json.dumps(jwks))
+
+    def published_keys(self) -> dict[str, Any] | None:
+        return self.jwks
+
+
+JWKS = {"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": "k1", "x": "abc"}]}
+
+
+@pytest.mark.spec("BIND-15")
+def test_published_keys_go_with_the_copy_where_the_target_keeps_them(tmp_path: Path) -> None:
+    """A key set published in the source is copied and compared; a target that keeps none
+    is said to, and a target that has one already is refused."""
+    source = KeyedMemoryStore()
+    fill(source)
+    source.publish_keys(JWKS)
+    assert isinstance(source, KeyDirectory)
+    keyed = KeyedMemoryStore()
+    assert copy_store(source, keyed).public_keys == "copied"
+    assert keyed.published_keys() == JWKS
+    keyed.publish_keys({"keys": []})
+    assert compare_stores(source, keyed)[-1] == "the published public keys differ"
+    with SQLiteStore(tmp_path / "copy.sqlite3") as plain:
+        counts = copy_store(source, plain)
+    assert counts.public_keys == "not kept" and "the target keeps none" in counts.line()
+    taken = KeyedMemoryStore()
+    taken.publish_keys(JWKS)
+    with pytest.raises(BadRequest, match="already holds published keys"):
+        copy_store(source, taken)
+    assert taken.list_orders() == []
+
+
 # -- through the command ----------------------------------------------------------------------
 
 def _digest(path: Path) -> str:
@@ -230,3 +279,28 @@ def test_awl_store_copy_from_a_missing_desk_creates_nothing(
     assert code == 1 and err.count("\n") == 1
     assert "no desk file at" in err and "typo.sqlite3" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.spec("BIND-15")
+def test_awl_store_copy_moves_a_sqlite_desk_to_postgresql_and_back(
+        tmp_path: Path, pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """SQLite to PostgreSQL with `awl store copy`, verified, and back into a new SQLite
+    file: the desk reads back equal at each step; a second copy into it is refused."""
+    from awl.store.postgres import PostgresStore
+
+    desk_file = tmp_path / "desk.sqlite3"
+    with SQLiteStore(desk_file) as source:
+        ids = fill(source)
+    assert main(["store", "copy", "--from", str(desk_file), "--to", pg_url]) == 0
+    out, err = capsys.readouterr()
+    assert "verified: the copy reads back equal to the source" in out, err
+    back = tmp_path / "back.sqlite3"
+    assert main(["store", "copy", "--from", pg_url, "--to", str(back)]) == 0
+    capsys.readouterr()
+    with (SQLiteStore(desk_file) as source, PostgresStore(pg_url) as moved,
+          SQLiteStore(back) as returned):
+        assert compare_stores(source, moved) == []
+        assert compare_stores(source, returned) == []
+        assert moved.usage(ids["a"]).tool_calls == 6
+    assert main(["store", "copy", "--from", str(desk_file), "--to", pg_url]) == 1
+    assert "already holds orders" in capsys.readouterr().err

@@ -23,7 +23,7 @@ from typing import Any
 
 from awl.desk import Desk
 from awl.documents.models import Event, WorkReport, format_time
-from awl.store.protocol import EffectState, PassRecord
+from awl.store.protocol import EffectState, PassRecord, Store
 from awl.store.sqlite import SQLiteStore
 from tests.awl.desk_support import reserved
 from tests.servers.receiver import counts, read_log
@@ -39,7 +39,7 @@ class Setup:
     """One approved order in a fresh home, with a receiver config."""
 
     home: Path
-    store: SQLiteStore
+    store: Store
     desk: Desk
     order_id: str
     refs: list[str]
@@ -48,6 +48,8 @@ class Setup:
     control: Path
     extra: list[str] = field(default_factory=list)
     """Held calls that were not listed or not approved."""
+    store_url: str | None = None
+    """The ``AWL_STORE`` URL committers are run with (None: the home's SQLite desk)."""
 
     def counts(self) -> dict[str, int]:
         """Receiver deliveries per awl/ref."""
@@ -84,7 +86,7 @@ def _now() -> str:
     return format_time(datetime.now(UTC))
 
 
-def hold(store: SQLiteStore, order_id: str, tool: str, arguments: dict[str, Any], *,
+def hold(store: Store, order_id: str, tool: str, arguments: dict[str, Any], *,
          attempt: int = 1, pass_jti: str | None = None) -> str:
     """Record a held call as the gateway does and return its ref."""
     at = _now()
@@ -126,8 +128,9 @@ def make_setup(
     deadline: datetime | None = None,
     rework_first: Sequence[tuple[str, dict[str, Any]]] = (),
     issued: bool = False,
-    rewrite: Callable[[SQLiteStore, str, list[dict[str, Any]]],
+    rewrite: Callable[[Store, str, list[dict[str, Any]]],
                       list[dict[str, Any]]] | None = None,
+    store_url: str | None = None,
 ) -> Setup:
     """An approved order whose report lists the held ``calls`` (tool, arguments).
 
@@ -142,10 +145,18 @@ def make_setup(
         rewrite: given the store, the order id and the effects of the held ``calls``,
             returns the effects the report lists instead (appended directly, like
             ``tamper``); it may record more calls first.
+        store_url: keep the order in the PostgreSQL store this URL names (and run
+            committers with ``AWL_STORE`` set to it) instead of the home's SQLite desk.
     """
     home = folder / "home"
     home.mkdir(parents=True, exist_ok=True)
-    store = SQLiteStore(home / "desk.sqlite3")
+    store: Store
+    if store_url is None:
+        store = SQLiteStore(home / "desk.sqlite3")
+    else:
+        from awl.store.postgres import PostgresStore
+
+        store = PostgresStore(store_url)
     desk = Desk(store)
     log, control = folder / "receiver.jsonl", folder / "receiver-control.json"
     control.write_text("{}", encoding="utf-8")
@@ -196,7 +207,7 @@ def make_setup(
         desk.report(oid, WORKER, doc)
     chosen = None if approve is None else [refs[i] for i in approve]
     desk.review(oid, MANAGER, "approve", effects=chosen)
-    return Setup(home, store, desk, oid, refs, config, log, control, extra)
+    return Setup(home, store, desk, oid, refs, config, log, control, extra, store_url)
 
 
 def start_committer(setup: Setup, *, pause: tuple[Path, str] | None = None,
@@ -214,8 +225,11 @@ def start_committer(setup: Setup, *, pause: tuple[Path, str] | None = None,
         marker, ref = pause
         command = ["-m", "tests.gateway.committer", setup.order_id, str(setup.config),
                    str(setup.home), str(marker), ref]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if setup.store_url is not None:
+        env["AWL_STORE"] = setup.store_url
     return subprocess.Popen(
-        [sys.executable, *command], cwd=str(ROOT), env={**os.environ, "PYTHONPATH": str(ROOT)},
+        [sys.executable, *command], cwd=str(ROOT), env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

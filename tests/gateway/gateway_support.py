@@ -25,6 +25,7 @@ from mcp import Client, StdioServerParameters, stdio_client
 
 from awl.desk import Desk, OrderView
 from awl.documents.models import CallRecord
+from awl.store.protocol import Store
 from awl.store.sqlite import SQLiteStore
 from gateway._gateway import Gateway
 from gateway._serve import open_gateway
@@ -53,7 +54,7 @@ class Env:
     """A home folder with a desk, one order and the upstream config for it."""
 
     home: Path
-    store: SQLiteStore
+    store: Store
     desk: Desk
     order_id: str
     config: Path
@@ -100,13 +101,14 @@ def time_entry() -> dict[str, Any]:
 
 def make_env(tmp: Path, *, servers: dict[str, dict[str, Any]] | None = None,
              gateway: dict[str, Any] | None = None, state: str = "working",
-             clock: Clock | None = None, **order: Any) -> Env:
-    """A fresh home with an order in ``state`` (offered, accepted or working)."""
+             clock: Clock | None = None, store: Store | None = None, **order: Any) -> Env:
+    """A fresh home with an order in ``state`` (offered, accepted or working), kept in
+    ``store`` (default the home's SQLite desk)."""
     home = tmp / "home"
     home.mkdir(exist_ok=True)
     outbox = tmp / "outbox.jsonl"
     log = tmp / "receiver.jsonl"
-    store = SQLiteStore(home / "desk.sqlite3")
+    store = store if store is not None else SQLiteStore(home / "desk.sqlite3")
     desk = Desk(store, clock=clock)
     now = clock() if clock is not None else datetime.now(UTC)
     fields: dict[str, Any] = {

@@ -1,0 +1,1212 @@
+"""The PostgreSQL store: one desk shared by gateways, committers and desks on many hosts.
+
+Chosen by a ``postgresql://USER:PASSWORD@HOST:PORT/DATABASE`` URL (libpq's own form, so
+``?sslmode=require`` and the other libpq parameters work too; ``options=-csearch_path=S``
+puts the desk in schema ``S``, so one database can hold several desks). It runs on psycopg 3
+with two :mod:`psycopg_pool` pools: durable connections (``synchronous_commit=on``: a commit
+returns once the server has flushed it to disk) and fast ones (``synchronous_commit=off``,
+for finishing and refusing calls and for reads).
+
+What holds across hosts, and how:
+
+- Every write is one transaction that first locks the rows it checks: an order's row
+  (``FOR NO KEY UPDATE``) before its seq is compared or a call is numbered or counted, so
+  two gateways on two hosts can neither number two calls alike, nor leave a gap, nor spend
+  past a limit. An order's running totals live on its row; a reservation under a sub-order
+  locks the orders above it one by one, parent first (every transaction locks a chain from
+  the bottom up, so two of them never wait on each other in a circle), checks and charges
+  them in the same transaction.
+- Call records (reservations, refusals, outcomes) commit with ``synchronous_commit=off``,
+  as the SQLite store writes them with ``synchronous=NORMAL``: a gateway writes two per
+  forwarded call, and a flush to disk costs milliseconds. A crash of any client process
+  loses none of them (the server has them); a crash of the server itself may lose those
+  of its last few hundred milliseconds, and the next durable commit (a ``held`` or
+  ``dispatching`` mark above all) flushes every earlier one with it.
+- Effects (``dispatching`` above all), order events, locks, passes, revocations and tokens
+  are durable before the call returns.
+- The commit lock is a row and a session advisory lock held on a connection of its own:
+  when the holder dies its connection closes and the server lets the lock go at once, so
+  the next committer takes it without waiting out a lease. A takeover of a live holder
+  whose lease ran out ends that holder's lock connection first, so its next renewal
+  fails and it sends nothing more.
+- The desk's public key set is published in the store (``publish_keys``), so gateways on
+  other hosts verify passes without the desk's private keys.
+- ``wait_for_events`` is woken by ``LISTEN``/``NOTIFY``: each event written notifies the
+  desk's channel when its transaction commits.
+- The schema is migrated on open inside one transaction holding an advisory lock, so
+  several processes opening a new database at once migrate it once; a database made by a
+  newer version is refused before anything is written.
+
+The checks every backend shares live in :mod:`awl.store.rules`; this module calls them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from awl.documents.errors import Conflict, StoreUnavailable
+from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
+from awl.store.protocol import (
+    EffectState,
+    LockInfo,
+    OrderRecord,
+    OverBudget,
+    PassRecord,
+    Reservation,
+    Reserved,
+    Revocation,
+    Scope,
+    Settlement,
+    TokenRecord,
+    TrackRow,
+    Usage,
+)
+from awl.store.rules import (
+    MAX_CHAIN,
+    call_not_found,
+    call_number,
+    check_ending,
+    check_first_event,
+    check_hold,
+    check_takeover,
+    dump_json,
+    effect_doc,
+    exceeded_above,
+    exceeded_scope,
+    held_call,
+    json_text,
+    lock_doc,
+    may_take,
+    new_call,
+    next_effect,
+    order_exists_conflict,
+    order_not_found,
+    outcome_conflict,
+    pass_doc,
+    read_effect,
+    read_lock,
+    read_pass,
+    read_record,
+    read_track_row,
+    record_order_id,
+    restored_effect,
+    seq_conflict,
+    stale_order,
+    state_names,
+    stored_call,
+    stored_lock,
+    timestamp,
+)
+
+__all__ = ["SCHEMA_VERSION", "PostgresStore"]
+
+# Each entry moves the schema up one version; entries are never edited once released, a
+# change is a new entry. They run inside the migrating transaction.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        # An order, with the running totals of its calls: `last_n` the highest N, `calls`
+        # and `usd` its counted calls, `first_*` its earliest call by (started, N), counted
+        # or not; `sub_*` what its sub-orders at any depth spent (charged to it, LC-15).
+        """CREATE TABLE orders (
+            pos BIGSERIAL PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            doc JSONB NOT NULL,
+            state TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            worker TEXT NOT NULL,
+            manager TEXT NOT NULL,
+            parent_id TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            last_n INTEGER NOT NULL DEFAULT 0,
+            calls INTEGER NOT NULL DEFAULT 0,
+            usd DOUBLE PRECISION NOT NULL DEFAULT 0,
+            first_started DOUBLE PRECISION,
+            first_n INTEGER,
+            first_at TEXT,
+            sub_calls INTEGER NOT NULL DEFAULT 0,
+            sub_usd DOUBLE PRECISION NOT NULL DEFAULT 0,
+            sub_started DOUBLE PRECISION,
+            sub_at TEXT
+        )""",
+        "CREATE INDEX orders_by_state ON orders (state, pos)",
+        "CREATE INDEX orders_by_worker ON orders (worker, pos)",
+        "CREATE INDEX orders_by_manager ON orders (manager, pos)",
+        "CREATE INDEX orders_by_parent ON orders (parent_id, pos)",
+        """CREATE TABLE events (
+            order_id TEXT NOT NULL REFERENCES orders (id),
+            seq INTEGER NOT NULL,
+            doc JSONB NOT NULL,
+            PRIMARY KEY (order_id, seq)
+        )""",
+        """CREATE TABLE reports (
+            order_id TEXT NOT NULL REFERENCES orders (id),
+            idx INTEGER NOT NULL,
+            doc JSONB NOT NULL,
+            PRIMARY KEY (order_id, idx)
+        )""",
+        """CREATE TABLE reviews (
+            order_id TEXT NOT NULL REFERENCES orders (id),
+            idx INTEGER NOT NULL,
+            doc JSONB NOT NULL,
+            PRIMARY KEY (order_id, idx)
+        )""",
+        """CREATE TABLE calls (
+            order_id TEXT NOT NULL REFERENCES orders (id),
+            n INTEGER NOT NULL,
+            pass_jti TEXT,
+            attempt INTEGER NOT NULL,
+            counted BOOLEAN NOT NULL,
+            usd DOUBLE PRECISION NOT NULL,
+            started DOUBLE PRECISION NOT NULL,
+            doc JSONB NOT NULL,
+            PRIMARY KEY (order_id, n)
+        )""",
+        # The running totals of an order's calls under each pass.
+        """CREATE TABLE pass_totals (
+            order_id TEXT NOT NULL REFERENCES orders (id),
+            jti TEXT NOT NULL,
+            calls INTEGER NOT NULL,
+            usd DOUBLE PRECISION NOT NULL,
+            first_started DOUBLE PRECISION NOT NULL,
+            first_n INTEGER NOT NULL,
+            first_at TEXT NOT NULL,
+            PRIMARY KEY (order_id, jti)
+        )""",
+        """CREATE TABLE effects (
+            order_id TEXT NOT NULL REFERENCES orders (id),
+            n INTEGER NOT NULL,
+            doc JSONB NOT NULL,
+            PRIMARY KEY (order_id, n)
+        )""",
+        # A lock's record; `backend` is the server process of the connection holding its
+        # advisory lock (the lock is held only while that connection lives).
+        """CREATE TABLE locks (
+            name TEXT PRIMARY KEY,
+            doc JSONB NOT NULL,
+            backend INTEGER NOT NULL
+        )""",
+        """CREATE TABLE revocations (
+            pos BIGSERIAL PRIMARY KEY,
+            jti TEXT NOT NULL UNIQUE,
+            reason TEXT NOT NULL,
+            at TEXT NOT NULL
+        )""",
+        """CREATE TABLE tokens (
+            pos BIGSERIAL PRIMARY KEY,
+            token_hash TEXT NOT NULL UNIQUE,
+            principal TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        )""",
+        """CREATE TABLE passes (
+            pos BIGSERIAL PRIMARY KEY,
+            jti TEXT NOT NULL UNIQUE,
+            order_id TEXT NOT NULL,
+            doc JSONB NOT NULL
+        )""",
+        "CREATE INDEX passes_by_order ON passes (order_id, pos)",
+    ),
+    (
+        # The desk's public key set (JWKS), published for gateways on other hosts.
+        """CREATE TABLE public_keys (
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            doc JSONB NOT NULL
+        )""",
+    ),
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)
+"""The schema version this code writes; a database is migrated up to it when opened."""
+
+CONNECT_TIMEOUT = 10
+"""Seconds to wait for the server when connecting."""
+
+_TAKEOVER_WAIT = 5.0
+"""Seconds a takeover waits for the old holder's lock connection to end."""
+
+# An order's row as a reservation reads (and locks) it.
+_LOCK_ORDER = """
+    SELECT seq, last_n, calls, usd, first_started, parent_id, sub_calls, sub_usd
+    FROM orders WHERE id = %s FOR NO KEY UPDATE"""
+
+# The ids above an order, its parent first (parent_id never changes once written, so this
+# reads without locking; the rows are locked next, in this order).
+_CHAIN = """
+    WITH RECURSIVE up (id, depth) AS (
+        SELECT parent_id, 1 FROM orders WHERE id = %s AND parent_id IS NOT NULL
+        UNION ALL
+        SELECT o.parent_id, up.depth + 1 FROM up JOIN orders AS o ON o.id = up.id
+            WHERE o.parent_id IS NOT NULL AND up.depth < %s
+    )
+    SELECT id FROM up ORDER BY depth"""
+
+_LOCK_ABOVE = """
+    SELECT id, (doc->'budget'->>'tool_calls')::float8, (doc->'budget'->>'usd')::float8,
+        calls + sub_calls, usd + sub_usd
+    FROM orders WHERE id = %s FOR NO KEY UPDATE"""
+
+_ADD_TO_PASS_TOTALS = """
+    INSERT INTO pass_totals AS t (order_id, jti, calls, usd, first_started, first_n, first_at)
+    VALUES (%s, %s, %s, %s, %s, %s, %s)
+    ON CONFLICT (order_id, jti) DO UPDATE SET
+        calls = t.calls + excluded.calls,
+        usd = t.usd + excluded.usd,
+        first_started = LEAST(t.first_started, excluded.first_started),
+        first_n = CASE WHEN excluded.first_started < t.first_started
+            THEN excluded.first_n ELSE t.first_n END,
+        first_at = CASE WHEN excluded.first_started < t.first_started
+            THEN excluded.first_at ELSE t.first_at END"""
+
+_CHARGE = """
+    UPDATE orders SET sub_calls = sub_calls + %(calls)s, sub_usd = sub_usd + %(usd)s,
+        sub_at = CASE WHEN sub_started IS NULL OR %(started)s < sub_started
+            THEN %(at)s ELSE sub_at END,
+        sub_started = LEAST(sub_started, %(started)s)
+    WHERE id = ANY(%(ids)s)"""
+
+_INSERT_CALL = """
+    WITH added AS (
+        INSERT INTO calls (order_id, n, pass_jti, attempt, counted, usd, started, doc)
+        VALUES (%(order_id)s, %(n)s, %(jti)s, %(attempt)s, %(counted)s, %(usd)s,
+            %(started)s, %(doc)s::jsonb)
+    )
+    UPDATE orders SET last_n = %(n)s, calls = calls + %(adds)s, usd = usd + %(usd)s,
+        first_n = CASE WHEN first_started IS NULL OR %(started)s < first_started
+            THEN %(n)s ELSE first_n END,
+        first_at = CASE WHEN first_started IS NULL OR %(started)s < first_started
+            THEN %(at)s ELSE first_at END,
+        first_started = LEAST(first_started, %(started)s)
+    WHERE id = %(order_id)s"""
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """An order's row as a reservation locks it."""
+
+    seq: int
+    last_n: int
+    calls: int
+    usd: float
+    parent_id: str | None
+    sub_calls: int
+    sub_usd: float
+
+
+def _key(text: str) -> int:
+    """A signed 32-bit advisory lock key for ``text``."""
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:4], "big",
+                          signed=True)
+
+
+def _where(url: str) -> str:
+    """The server a URL names, as messages show it (never its password)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or "the local socket"
+        port = parts.port
+        database = parts.path.lstrip("/") or parts.username or "?"
+    except ValueError:
+        return "the PostgreSQL server"
+    return f"PostgreSQL at {host}{'' if port is None else f':{port}'}/{database}"
+
+
+def _unavailable(url: str, exc: BaseException) -> StoreUnavailable:
+    """One line for a server that cannot be reached or refuses us."""
+    where = _where(url)
+    text = str(exc).strip()
+    lowered = text.lower()
+    if "password authentication failed" in lowered or "no password supplied" in lowered \
+            or isinstance(exc, pg_errors.InvalidPassword):
+        return StoreUnavailable(f"{where} refused the credentials in the store URL (password "
+                        "authentication failed); check its user name and password")
+    if "does not exist" in lowered and "database" in lowered:
+        return StoreUnavailable(f"{where}: the database does not exist; create it (createdb) "
+                                "or fix the store URL")
+    if "connection refused" in lowered or "timeout expired" in lowered \
+            or "could not translate host name" in lowered or "no route" in lowered \
+            or isinstance(exc, PoolTimeout):
+        return StoreUnavailable(f"cannot reach {where} ({_last_line(text) or 'no answer'}); start "
+                        "the server or fix the host and port in the store URL")
+    return StoreUnavailable(f"{where}: {_last_line(text) or type(exc).__name__}; nothing was "
+                            "written")
+
+
+def _last_line(text: str) -> str:
+    """The most telling line of a libpq message (its last non-empty one), shortened."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    line = lines[-1] if lines else ""
+    for prefix in ("FATAL:", "ERROR:"):
+        line = line.removeprefix(prefix).strip()
+    return line[:200]
+
+
+class _HeldLock:
+    """A lock this store holds: its record and the connection holding its advisory lock."""
+
+    __slots__ = ("conn", "info")
+
+    def __init__(self, conn: psycopg.Connection[Any], info: LockInfo) -> None:
+        self.conn = conn
+        self.info = info
+
+
+class PostgresStore:
+    """A :class:`awl.store.protocol.Store` in a PostgreSQL database, safe across hosts.
+
+    Args:
+        url: ``postgresql://USER:PASSWORD@HOST:PORT/DATABASE`` (any libpq connection URL).
+        pool_size: The most connections each of the two pools opens.
+        timeout: Seconds a call waits for a free connection, or for a row another writer
+            holds, before giving up with an error.
+
+    Raises:
+        StoreUnavailable: The server cannot be reached, refuses the credentials, or the
+            database was made by a newer version of this library (nothing is written then).
+    """
+
+    def __init__(self, url: str, *, pool_size: int = 8, timeout: float = 30.0) -> None:
+        self.url = url
+        self._timeout = timeout
+        self._where = _where(url)
+        self._guard = threading.Lock()
+        self._held: dict[str, _HeldLock] = {}
+        self._spare: psycopg.Connection[Any] | None = None
+        """A connection that tried for a lock and did not get it, for the next try."""
+        self._closed = False
+        self._listener: _Listener | None = None
+        try:
+            with self._connect(autocommit=False) as conn:
+                schema = conn.execute("SELECT current_schema()").fetchone()
+                if schema is None or schema[0] is None:
+                    raise StoreUnavailable(f"{self._where}: the schema the store URL's "
+                                           "search_path names does not exist; create it first")
+                self.schema: str = str(schema[0])
+                self._migrate(conn)
+        except psycopg.OperationalError as exc:
+            raise _unavailable(url, exc) from None
+        self._space = _key(f"awl:{self.schema}")
+        self.channel = f"awl_events_{self._space & 0xFFFFFFFF:08x}"
+        """The ``NOTIFY`` channel events are announced on."""
+        # The URL's own options (a search_path, say) come first; ours are added to them.
+        given = str(conninfo_to_dict(url).get("options") or "")
+        options = f"{given} -c lock_timeout={int(timeout * 1000)}".strip()
+        self._pools = {
+            durable: ConnectionPool(
+                url, min_size=1, max_size=pool_size, timeout=timeout, open=True,
+                name=f"awl-{'durable' if durable else 'fast'}",
+                kwargs={"options": f"{options} -c synchronous_commit="
+                        f"{'on' if durable else 'off'}",
+                        "connect_timeout": CONNECT_TIMEOUT, "autocommit": True})
+            for durable in (True, False)
+        }
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # Connections and transactions -------------------------------------------------------
+    def _connect(self, *, autocommit: bool) -> psycopg.Connection[Any]:
+        """A connection of its own (outside the pools)."""
+        return psycopg.connect(self.url, autocommit=autocommit,
+                               connect_timeout=CONNECT_TIMEOUT)
+
+    @contextmanager
+    def _tx(self, *, durable: bool = True) -> Iterator[psycopg.Connection[Any]]:
+        """One transaction on a pooled connection: COMMIT on success, ROLLBACK on error.
+
+        ``durable=False`` commits with ``synchronous_commit=off``. A lost server, a
+        deadlock or a row held past the timeout become one-line errors; nothing of the
+        transaction is written then (or, for a connection lost during COMMIT, nothing is
+        known to be).
+        """
+        with self._errors(), self._pools[durable].connection() as conn, conn.transaction():
+            yield conn
+
+    @contextmanager
+    def _statement(self, *, durable: bool = False) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection for one statement, its own transaction: one round trip, where
+        BEGIN and COMMIT would add two (the gateway's per-call reads and outcomes)."""
+        with self._errors(), self._pools[durable].connection() as conn:
+            yield conn
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """A lost server, a deadlock or a row held past the timeout as one-line errors."""
+        if self._closed:
+            raise StoreUnavailable(f"the desk store at {self._where} is closed")
+        try:
+            yield
+        except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure,
+                pg_errors.LockNotAvailable) as exc:
+            raise Conflict(f"{self._where} was busy ({_last_line(str(exc))}); nothing was "
+                           "written, retry") from None
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise _unavailable(self.url, exc) from None
+
+    def _migrate(self, conn: psycopg.Connection[Any]) -> None:
+        """Bring the schema up to :data:`SCHEMA_VERSION`, once, whoever opens it first."""
+        with conn.transaction():
+            # Held to the end of this transaction: a second process opening a new database
+            # waits here, then finds it migrated.
+            conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_key(f"awl:{self.schema}"),))
+            conn.execute("CREATE TABLE IF NOT EXISTS awl_schema (version INTEGER NOT NULL)")
+            row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
+            version = int(row[0] or 0) if row is not None else 0
+            if version > SCHEMA_VERSION:
+                raise StoreUnavailable(
+                    f"the desk at {self._where} has schema version {version}, newer than "
+                    f"this awl ({SCHEMA_VERSION}); upgrade agent-work-layer to open it")
+            for number in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[number]:
+                    conn.execute(statement)
+                conn.execute("INSERT INTO awl_schema (version) VALUES (%s)", (number + 1,))
+        conn.commit()
+
+    def schema_version(self) -> int:
+        """The schema version of the open database."""
+        with self._tx(durable=False) as conn:
+            row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
+        return int(row[0]) if row is not None else 0
+
+    def close(self) -> None:
+        """Close every connection (which lets go of every lock held); calls after this
+        raise."""
+        with self._guard:
+            if self._closed:
+                return
+            self._closed = True
+            held, self._held = list(self._held.values()), {}
+            listener, self._listener = self._listener, None
+            spare, self._spare = self._spare, None
+        for lock in held:
+            lock.conn.close()
+        if spare is not None:
+            spare.close()
+        if listener is not None:
+            listener.stop()
+        for pool in self._pools.values():
+            pool.close()
+
+    @staticmethod
+    def _seq(conn: psycopg.Connection[Any], order_id: str) -> int:
+        row = conn.execute("SELECT seq FROM orders WHERE id = %s", (order_id,)).fetchone()
+        if row is None:
+            raise order_not_found(order_id)
+        return int(row[0])
+
+    # Orders and their logs -----------------------------------------------------------
+    def create_order(self, order: WorkOrder, event: Event) -> None:
+        """Store a new order with its first event (seq 1); its state is ``event.to``."""
+        check_first_event(order, event)
+        with self._tx() as conn:
+            added = conn.execute(
+                "INSERT INTO orders (id, doc, state, seq, worker, manager, parent_id,"
+                " created_at, updated_at) VALUES (%s, %s::jsonb, %s, 1, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (id) DO NOTHING",
+                (order.id, dump_json(order.to_json()), event.to, order.to, order.manager,
+                 order.parent_id, order.created_at, event.at),
+            ).rowcount
+            if not added:
+                raise order_exists_conflict(order.id, self._seq(conn, order.id))
+            conn.execute("INSERT INTO events (order_id, seq, doc) VALUES (%s, 1, %s::jsonb)",
+                         (order.id, dump_json(event.to_json())))
+            self._announce(conn, order.id, 1)
+
+    def _announce(self, conn: psycopg.Connection[Any], order_id: str, seq: int) -> None:
+        """Tell every listener, when this transaction commits, that the order moved."""
+        conn.execute("SELECT pg_notify(%s, %s)", (self.channel, f"{seq}:{order_id}"))
+
+    def load(self, order_id: str) -> OrderRecord:
+        """The order and all it carries. NotFound if absent."""
+        found = self._records("WHERE id = %s", [order_id], None, 0)
+        if not found:
+            raise order_not_found(order_id)
+        return found[0]
+
+    def _records(self, where: str, params: list[Any], limit: int | None,
+                 offset: int) -> list[OrderRecord]:
+        with self._tx(durable=False) as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            rows = conn.execute(
+                f"SELECT id, doc::text, state, seq, updated_at FROM orders {where}"
+                " ORDER BY pos DESC LIMIT %s OFFSET %s", [*params, limit, offset],
+            ).fetchall()
+            extra: dict[str, dict[str, list[str]]] = {}
+            if rows:
+                ids = [row[0] for row in rows]
+                for table in ("reports", "reviews"):
+                    for oid, doc in conn.execute(
+                        f"SELECT order_id, doc::text FROM {table} WHERE order_id = ANY(%s)"
+                        " ORDER BY order_id, idx", (ids,),
+                    ):
+                        extra.setdefault(oid, {}).setdefault(table, []).append(doc)
+        return [read_record(doc, state, seq, updated_at,
+                            reports=extra.get(oid, {}).get("reports", ()),
+                            reviews=extra.get(oid, {}).get("reviews", ()))
+                for oid, doc, state, seq, updated_at in rows]
+
+    def append(
+        self,
+        order_id: str,
+        event: Event,
+        *,
+        state: str,
+        report: WorkReport | None = None,
+        review: Review | None = None,
+    ) -> None:
+        """Append ``event`` if its seq follows the stored one, else Conflict."""
+        with self._tx() as conn:
+            row = conn.execute("SELECT seq FROM orders WHERE id = %s FOR NO KEY UPDATE",
+                               (order_id,)).fetchone()
+            if row is None:
+                raise order_not_found(order_id)
+            if event.seq != row[0] + 1:
+                raise seq_conflict(order_id, event, int(row[0]))
+            conn.execute("INSERT INTO events (order_id, seq, doc) VALUES (%s, %s, %s::jsonb)",
+                         (order_id, event.seq, dump_json(event.to_json())))
+            conn.execute("UPDATE orders SET seq = %s, state = %s, updated_at = %s WHERE id = %s",
+                         (event.seq, state, event.at, order_id))
+            for table, doc in (("reports", report), ("reviews", review)):
+                if doc is not None:
+                    conn.execute(
+                        f"INSERT INTO {table} (order_id, idx, doc) VALUES (%s, (SELECT"
+                        f" COUNT(*) FROM {table} WHERE order_id = %s), %s::jsonb)",
+                        (order_id, order_id, dump_json(doc.to_json())))
+            self._announce(conn, order_id, event.seq)
+
+    def events(self, order_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
+        """Events with seq > ``after``, in order (at most ``limit``)."""
+        # One statement, so one snapshot: the order's row joined to the events asked for
+        # still gives one row, with no event, for an order with none of them.
+        with self._statement() as conn:
+            rows = conn.execute(
+                "SELECT e.doc::text FROM orders AS o LEFT JOIN events AS e"
+                " ON e.order_id = o.id AND e.seq > %s WHERE o.id = %s ORDER BY e.seq LIMIT %s",
+                (after, order_id, None if limit is None else max(limit, 1)),
+            ).fetchall()
+        if not rows:
+            raise order_not_found(order_id)
+        if limit == 0:
+            return []
+        return [Event.model_validate_json(doc) for (doc,) in rows if doc is not None]
+
+    def track_rows(self, worker: str) -> list[TrackRow]:
+        """One track row per order addressed to ``worker``, newest first, in one query."""
+        with self._tx(durable=False) as conn:
+            rows = conn.execute(
+                "SELECT o.id, o.state, (o.doc->'budget')::text,"
+                " (SELECT jsonb_build_array(r.doc->'cost', r.doc->'status')::text FROM reports r"
+                "   WHERE r.order_id = o.id ORDER BY r.idx DESC LIMIT 1),"
+                " (SELECT COUNT(*) FROM reviews v WHERE v.order_id = o.id"
+                "   AND v.doc->>'decision' = 'rework'),"
+                " (SELECT e.doc->>'at' FROM events e WHERE e.order_id = o.id"
+                "   AND e.seq = 2 AND e.doc->>'action' = 'accept'),"
+                " (SELECT v.doc->>'at' FROM reviews v WHERE v.order_id = o.id"
+                "   AND v.doc->>'decision' = 'approve' ORDER BY v.idx DESC LIMIT 1)"
+                " FROM orders o WHERE o.worker = %s ORDER BY o.pos DESC", (worker,),
+            ).fetchall()
+        return [read_track_row(*row) for row in rows]
+
+    def list_orders(
+        self,
+        *,
+        state: str | Sequence[str] | None = None,
+        worker: str | None = None,
+        manager: str | None = None,
+        parent_id: str | None = None,
+        limit: int | None = 100,
+        offset: int = 0,
+    ) -> list[OrderRecord]:
+        """Orders matching every filter given, most recently created first."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        states = state_names(state)
+        if states is not None:
+            if not states:
+                return []
+            clauses.append("state = ANY(%s)")
+            params.append(states)
+        for column, value in (("worker", worker), ("manager", manager),
+                              ("parent_id", parent_id)):
+            if value is not None:
+                clauses.append(f"{column} = %s")
+                params.append(value)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        return self._records(where, params, limit, offset)
+
+    # Gateway call records --------------------------------------------------------------
+    @staticmethod
+    def _lock_order(conn: psycopg.Connection[Any], order_id: str,
+                    seq: int | None = None) -> _Row:
+        """Lock the order's row and read its totals; NotFound if absent, and
+        :func:`stale_order` when its log is no longer at ``seq``."""
+        row = conn.execute(_LOCK_ORDER, (order_id,)).fetchone()
+        if row is None:
+            raise order_not_found(order_id)
+        actual, last_n, calls, usd, _first, parent_id, sub_calls, sub_usd = row
+        if seq is not None and actual != seq:
+            raise stale_order(order_id, seq, actual)
+        return _Row(actual, last_n, calls, usd, parent_id, sub_calls, sub_usd)
+
+    @staticmethod
+    def _lock_above(conn: psycopg.Connection[Any], order_id: str,
+                    ) -> list[tuple[str, float | None, float | None, int, float]]:
+        """Lock the orders above ``order_id``, parent first, and read their limits and
+        charges; each once (a cycle, only possible in a damaged store, ends at the first
+        repeat)."""
+        chain = [row[0] for row in conn.execute(_CHAIN, (order_id, MAX_CHAIN)).fetchall()]
+        found: dict[str, tuple[str, float | None, float | None, int, float]] = {}
+        for above_id in chain:
+            if above_id in found or above_id == order_id:
+                break
+            row = conn.execute(_LOCK_ABOVE, (above_id,)).fetchone()
+            if row is None:  # a parent that was never stored ends the chain
+                break
+            found[above_id] = (str(row[0]), row[1], row[2], int(row[3]), float(row[4]))
+        return list(found.values())
+
+    def reserve_call(
+        self,
+        order_id: str,
+        *,
+        attempt: int,
+        tool: str,
+        arguments: dict[str, Any],
+        pass_jti: str | None,
+        usd: float,
+        started_at: str,
+        scopes: Sequence[Scope],
+        seq: int | None = None,
+    ) -> Reservation:
+        """Atomically number and record a call that counts, or name the scope it exceeds.
+
+        Commits with ``synchronous_commit=off``, as call records are written (see the
+        module's description)."""
+        with self._tx(durable=False) as conn:
+            row = self._lock_order(conn, order_id, seq)
+
+            def spent(jtis: frozenset[str] | None) -> tuple[int, float]:
+                if jtis is None:
+                    return row.calls + row.sub_calls, row.usd + row.sub_usd
+                got = conn.execute(
+                    "SELECT COALESCE(SUM(calls), 0), COALESCE(SUM(usd), 0) FROM pass_totals"
+                    " WHERE order_id = %s AND jti = ANY(%s)", (order_id, sorted(jtis)),
+                ).fetchone()
+                return (0, 0.0) if got is None else (int(got[0]), float(got[1]))
+
+            over = exceeded_scope(scopes, spent, usd)
+            above = [] if row.parent_id is None else self._lock_above(conn, order_id)
+            over = over or exceeded_above(above, usd)
+            if over is not None:
+                return OverBudget(over)
+            record, doc = new_call(
+                order_id, row.last_n + 1, attempt=attempt, tool=tool, arguments=arguments,
+                pass_jti=pass_jti, started_at=started_at,
+            )
+            self._insert_call(conn, record, doc, row.last_n + 1, counted=True, usd=usd,
+                              above=[a[0] for a in above])
+            return Reserved(record)
+
+    @staticmethod
+    def _insert_call(conn: psycopg.Connection[Any], record: CallRecord, doc: str, n: int, *,
+                     counted: bool, usd: float, above: Sequence[str]) -> None:
+        """Store a new call numbered ``n`` with the order's totals through it, add it to its
+        pass's totals, and charge it to every order above."""
+        started = timestamp(record.started_at)
+        spends = usd if counted else 0.0
+        conn.execute(_INSERT_CALL, {
+            "order_id": record.order_id, "n": n, "jti": record.pass_jti,
+            "attempt": record.attempt, "counted": counted, "usd": spends, "started": started,
+            "doc": doc, "adds": 1 if counted else 0, "at": record.started_at})
+        if record.pass_jti is not None:
+            conn.execute(_ADD_TO_PASS_TOTALS, (record.order_id, record.pass_jti,
+                                               1 if counted else 0, spends, started, n,
+                                               record.started_at))
+        if above:
+            conn.execute(_CHARGE, {"calls": 1 if counted else 0, "usd": spends,
+                                   "started": started, "at": record.started_at,
+                                   "ids": list(above)})
+
+    def record_call(self, record_fields: dict[str, Any]) -> CallRecord:
+        """Number and store a call that does not count (a refusal)."""
+        order_id = record_order_id(record_fields)
+        with self._tx(durable=False) as conn:
+            row = self._lock_order(conn, order_id)
+            record, doc = stored_call(record_fields, row.last_n + 1)
+            above = [] if row.parent_id is None else self._lock_above(conn, order_id)
+            self._insert_call(conn, record, doc, row.last_n + 1, counted=False, usd=0.0,
+                              above=[a[0] for a in above])
+            return record
+
+    @staticmethod
+    def _call_data(conn: psycopg.Connection[Any], order_id: str, ref: str, *,
+                   lock: bool = False) -> tuple[int, dict[str, Any]]:
+        """The N and stored JSON data of the call ``ref`` names; NotFound if there is none."""
+        n, tool = call_number(order_id, ref)
+        row = conn.execute(
+            "SELECT doc::text FROM calls WHERE order_id = %s AND n = %s"
+            + (" FOR UPDATE" if lock else ""), (order_id, n),
+        ).fetchone()
+        data = None if row is None else json.loads(row[0])
+        if data is None or data["tool"] != tool:
+            PostgresStore._seq(conn, order_id)
+            raise call_not_found(order_id, ref)
+        return n, data
+
+    def finish_call(
+        self, order_id: str, ref: str, *, outcome: str, result: dict[str, Any] | None,
+        error: str | None, ended_at: str,
+    ) -> None:
+        """Set the outcome of a reserved call."""
+        check_ending(outcome, result, error, ended_at)
+        n, tool = call_number(order_id, ref)
+        # The stored record was valid when written and the new fields are checked above, so
+        # they are set in its document (unset ones removed), only while the call is still
+        # pending, in one statement: its own transaction, one round trip.
+        ending: dict[str, Any] = {"outcome": outcome, "ended_at": ended_at}
+        if result is not None:
+            ending["result"] = result
+        if error is not None:
+            ending["error"] = error
+        text = json_text(ending, "a call's ending")
+        with self._statement() as conn:
+            changed = conn.execute(
+                "UPDATE calls SET doc = (doc - 'result' - 'error') || %s::jsonb"
+                " WHERE order_id = %s AND n = %s AND doc->>'tool' = %s"
+                " AND doc->>'outcome' = 'pending'", (text, order_id, n, tool)).rowcount
+        if changed == 0:
+            with self._tx(durable=False) as conn:
+                _, old = self._call_data(conn, order_id, ref)  # NotFound if there is none
+            raise outcome_conflict(order_id, ref, old["outcome"])
+
+    def calls(self, order_id: str, *, attempt: int | None = None) -> list[CallRecord]:
+        """The order's call records by N."""
+        with self._tx(durable=False) as conn:
+            self._seq(conn, order_id)
+            rows = conn.execute(
+                "SELECT doc::text FROM calls WHERE order_id = %s"
+                + ("" if attempt is None else " AND attempt = %s") + " ORDER BY n",
+                (order_id,) if attempt is None else (order_id, attempt),
+            ).fetchall()
+        return [CallRecord.model_validate_json(doc) for (doc,) in rows]
+
+    def charges(self, order_id: str) -> list[float | None]:
+        """What each call counts against the budget, by N (None: it does not count)."""
+        with self._tx(durable=False) as conn:
+            self._seq(conn, order_id)
+            rows = conn.execute(
+                "SELECT counted, usd FROM calls WHERE order_id = %s ORDER BY n", (order_id,)
+            ).fetchall()
+        return [float(usd) if counted else None for counted, usd in rows]
+
+    def usage(self, order_id: str, jtis: frozenset[str] | None = None) -> Usage:
+        """Counted calls and USD so far (for the calls under ``jtis`` if given)."""
+        with self._tx(durable=False) as conn:
+            row = conn.execute(
+                "SELECT calls + sub_calls, usd + sub_usd, CASE WHEN sub_started IS NOT NULL"
+                " AND (first_started IS NULL OR sub_started < first_started) THEN sub_at"
+                " ELSE first_at END FROM orders WHERE id = %s", (order_id,),
+            ).fetchone()
+            if row is None:
+                raise order_not_found(order_id)
+            if jtis is None:
+                return Usage(tool_calls=int(row[0]), usd=float(row[1]), first_call_at=row[2])
+            got = conn.execute(
+                "SELECT COALESCE(SUM(calls), 0), COALESCE(SUM(usd), 0),"
+                " (ARRAY_AGG(first_at ORDER BY first_started, first_n))[1]"
+                " FROM pass_totals WHERE order_id = %s AND jti = ANY(%s)",
+                (order_id, sorted(jtis)),
+            ).fetchone()
+        assert got is not None
+        return Usage(tool_calls=int(got[0]), usd=float(got[1]), first_call_at=got[2])
+
+    # Effects ---------------------------------------------------------------------------
+    def effects(self, order_id: str) -> list[EffectState]:
+        """Every effect state of the order, by N."""
+        with self._tx(durable=False) as conn:
+            self._seq(conn, order_id)
+            rows = conn.execute(
+                "SELECT doc::text FROM effects WHERE order_id = %s ORDER BY n", (order_id,)
+            ).fetchall()
+        return [read_effect(doc) for (doc,) in rows]
+
+    def hold_call(
+        self, order_id: str, ref: str, *, result: dict[str, Any] | None, ended_at: str,
+    ) -> EffectState:
+        """Set a reserved call's outcome to ``held`` and create its ``held`` effect, in one
+        transaction that commits with ``synchronous_commit=on`` (CM-14)."""
+        check_hold(result, ended_at)
+        with self._tx() as conn:
+            n, data = self._call_data(conn, order_id, ref, lock=True)
+            _, doc, effect = held_call(data, n, ref, self._effect(conn, order_id, n),
+                                       result=result, ended_at=ended_at)
+            conn.execute("UPDATE calls SET doc = %s::jsonb WHERE order_id = %s AND n = %s",
+                         (doc, order_id, n))
+            conn.execute("INSERT INTO effects (order_id, n, doc) VALUES (%s, %s, %s::jsonb)",
+                         (order_id, n, effect_doc(effect)))
+            return effect
+
+    @staticmethod
+    def _effect(conn: psycopg.Connection[Any], order_id: str, n: int) -> EffectState | None:
+        row = conn.execute("SELECT doc::text FROM effects WHERE order_id = %s AND n = %s",
+                           (order_id, n)).fetchone()
+        return None if row is None else read_effect(row[0])
+
+    def restore_effect(self, effect: EffectState) -> None:
+        """Store ``effect`` exactly as given (a copy of a desk), replacing any state."""
+        with self._tx() as conn:
+            n, data = self._call_data(conn, effect.order_id, effect.ref, lock=True)
+            new = restored_effect(effect, CallRecord.model_validate(data))
+            conn.execute(
+                "INSERT INTO effects (order_id, n, doc) VALUES (%s, %s, %s::jsonb)"
+                " ON CONFLICT (order_id, n) DO UPDATE SET doc = excluded.doc",
+                (effect.order_id, n, effect_doc(new)))
+
+    def set_effect(
+        self, order_id: str, ref: str, *, expect: Sequence[str] | None, state: str,
+        attempt: int | None = None, result: dict[str, Any] | None = None,
+        error: str | None = None, settlement: Settlement | None = None,
+        count_dispatch: bool = False, at: str,
+    ) -> EffectState:
+        """Move an effect to ``state`` if it is in one of ``expect``; Conflict otherwise.
+
+        Commits with ``synchronous_commit=on``: the new state is on the server's disk when
+        this returns (a ``dispatching`` mark before its call is sent).
+        """
+        with self._tx() as conn:
+            # The call's row is locked first, so two movers of one effect (even one that
+            # creates it) queue rather than both reading it absent.
+            n, data = self._call_data(conn, order_id, ref, lock=True)
+            record = CallRecord.model_validate(data)
+            new = next_effect(
+                self._effect(conn, order_id, n), record, expect=expect, state=state,
+                attempt=attempt, result=result, error=error, settlement=settlement,
+                count_dispatch=count_dispatch, at=at,
+            )
+            conn.execute(
+                "INSERT INTO effects (order_id, n, doc) VALUES (%s, %s, %s::jsonb)"
+                " ON CONFLICT (order_id, n) DO UPDATE SET doc = excluded.doc",
+                (order_id, n, effect_doc(new)),
+            )
+            return new
+
+    # Locks ----------------------------------------------------------------------------
+    def _lock_keys(self, name: str) -> tuple[int, int]:
+        return self._space, _key(name)
+
+    def acquire_lock(self, info: LockInfo, *, replace: LockInfo | None = None) -> bool:
+        """Take the named lock if free, or if it is still exactly ``replace``.
+
+        The lock is free when no live connection holds its advisory lock, whatever record
+        a dead holder left. A takeover of a live holder (its lease ran out) ends the
+        holder's lock connection, so the holder can no longer renew.
+        """
+        check_takeover(info, replace)
+        mine = stored_lock(info)
+        with self._guard:
+            held = self._held.get(info.name)
+        if held is not None and replace is not None and held.info == stored_lock(replace):
+            return self._renew(held, mine)
+        with self._guard:
+            conn, self._spare = self._spare, None
+        try:
+            if conn is None or conn.closed:
+                conn = self._connect(autocommit=True)
+        except psycopg.OperationalError as exc:
+            raise _unavailable(self.url, exc) from None
+        try:
+            taken = self._take(conn, mine, replace)
+        except BaseException:
+            conn.close()
+            raise
+        if not taken:
+            # Kept for the next attempt: a committer waiting for a busy lock asks ten
+            # times a second, and a new connection costs a login each time.
+            with self._guard:
+                if self._spare is None and not self._closed:
+                    conn, self._spare = None, conn
+            if conn is not None:
+                conn.close()
+            return False
+        with self._guard:
+            old = self._held.pop(info.name, None)
+            self._held[info.name] = _HeldLock(conn, mine)
+        if old is not None:
+            old.conn.close()
+        return True
+
+    def _take(self, conn: psycopg.Connection[Any], mine: LockInfo,
+              replace: LockInfo | None) -> bool:
+        """Take the advisory lock on ``conn`` and write the record; whether it was taken."""
+        space, key = self._lock_keys(mine.name)
+        got = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (space, key)).fetchone()
+        if not (got and got[0]):
+            current = self._live_lock(conn, mine.name)
+            if current is None or not may_take(current[0], replace):
+                return False
+            # A takeover: end the holder's lock connection, then wait for its lock.
+            self._drop_local(mine.name, current[1])
+            conn.execute("SELECT pg_terminate_backend(%s)", (current[1],))
+            deadline = time.monotonic() + _TAKEOVER_WAIT
+            while True:
+                got = conn.execute("SELECT pg_try_advisory_lock(%s, %s)",
+                                   (space, key)).fetchone()
+                if got and got[0]:
+                    break
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.01)
+            # Between its end and our lock, someone else may have taken it and let go.
+            with conn.transaction():
+                row = conn.execute("SELECT doc::text FROM locks WHERE name = %s FOR UPDATE",
+                                   (mine.name,)).fetchone()
+                if row is not None and read_lock(row[0]) != current[0]:
+                    conn.execute("SELECT pg_advisory_unlock(%s, %s)", (space, key))
+                    return False
+        conn.execute(
+            "INSERT INTO locks (name, doc, backend) VALUES (%s, %s::jsonb, pg_backend_pid())"
+            " ON CONFLICT (name) DO UPDATE SET doc = excluded.doc, backend = excluded.backend",
+            (mine.name, lock_doc(mine)))
+        return True
+
+    def _drop_local(self, name: str, backend: int) -> None:
+        """Forget a lock this store held on ``backend`` (it is being taken over)."""
+        with self._guard:
+            held = self._held.get(name)
+            if held is not None and held.conn.info.backend_pid == backend:
+                del self._held[name]
+            else:
+                held = None
+        if held is not None:
+            held.conn.close()
+
+    def _renew(self, held: _HeldLock, mine: LockInfo) -> bool:
+        """Write a new record of a lock we hold, on its own connection: if that connection
+        is gone, so is the lock, and the renewal fails."""
+        try:
+            with held.conn.transaction():
+                row = held.conn.execute(
+                    "UPDATE locks SET doc = %s::jsonb WHERE name = %s AND backend ="
+                    " pg_backend_pid() RETURNING 1", (lock_doc(mine), mine.name),
+                ).fetchone()
+        except psycopg.Error:
+            row = None
+        if row is None:
+            self._drop_local(mine.name, held.conn.info.backend_pid)
+            return False
+        held.info = mine
+        return True
+
+    def _live_lock(self, conn: psycopg.Connection[Any], name: str,
+                   ) -> tuple[LockInfo, int] | None:
+        """The named lock's record and backend, if a live connection holds its advisory
+        lock."""
+        space, key = self._lock_keys(name)
+        row = conn.execute(
+            "SELECT l.doc::text, l.backend FROM locks AS l WHERE l.name = %s AND EXISTS ("
+            " SELECT 1 FROM pg_locks AS p WHERE p.locktype = 'advisory'"
+            " AND p.pid = l.backend AND p.granted AND p.objsubid = 2"
+            " AND p.classid::int = %s AND p.objid::int = %s"
+            " AND p.database = (SELECT oid FROM pg_database WHERE datname = current_database()))",
+            (name, space, key),
+        ).fetchone()
+        return None if row is None else (read_lock(row[0]), int(row[1]))
+
+    def get_lock(self, name: str) -> LockInfo | None:
+        """The current holder of the named lock, if a live connection holds it."""
+        with self._tx(durable=False) as conn:
+            found = self._live_lock(conn, name)
+        return None if found is None else found[0]
+
+    def release_lock(self, name: str, holder: str) -> None:
+        """Release the lock if ``holder`` holds it."""
+        with self._guard:
+            held = self._held.get(name)
+            if held is None or held.info.holder != holder:
+                return
+            del self._held[name]
+        try:
+            held.conn.execute("DELETE FROM locks WHERE name = %s AND backend = pg_backend_pid()",
+                              (name,))
+        except psycopg.Error:
+            pass  # a dead connection held nothing any more
+        finally:
+            held.conn.close()
+
+    # Passes and tokens -------------------------------------------------------------------
+    def revoke(self, jti: str, *, reason: str, at: str) -> None:
+        """Record that a pass is revoked (idempotent: the first reason and time are kept)."""
+        with self._tx() as conn:
+            conn.execute("INSERT INTO revocations (jti, reason, at) VALUES (%s, %s, %s)"
+                         " ON CONFLICT (jti) DO NOTHING", (jti, reason, at))
+
+    def revoked(self) -> dict[str, str]:
+        """Every revoked jti with its reason."""
+        with self._statement() as conn:
+            rows = conn.execute("SELECT jti, reason FROM revocations ORDER BY pos").fetchall()
+        return {str(jti): str(reason) for jti, reason in rows}
+
+    def revocations(self) -> dict[str, Revocation]:
+        """Every revoked jti with its reason and time."""
+        with self._tx(durable=False) as conn:
+            rows = conn.execute(
+                "SELECT jti, reason, at FROM revocations ORDER BY pos").fetchall()
+        return {jti: Revocation(reason=reason, at=at) for jti, reason, at in rows}
+
+    def save_pass(self, record: PassRecord) -> None:
+        """Remember an issued pass (saving a jti again replaces its record)."""
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO passes (jti, order_id, doc) VALUES (%s, %s, %s::jsonb)"
+                " ON CONFLICT (jti) DO UPDATE SET order_id = excluded.order_id,"
+                " doc = excluded.doc", (record.jti, record.order_id, pass_doc(record)))
+
+    def passes(self, order_id: str) -> list[PassRecord]:
+        """The passes saved for an order, in the order they were first saved."""
+        with self._tx(durable=False) as conn:
+            rows = conn.execute(
+                "SELECT doc::text FROM passes WHERE order_id = %s ORDER BY pos", (order_id,)
+            ).fetchall()
+        return [read_pass(row[0]) for row in rows]
+
+    def save_token(self, token_hash: str, principal: str, *, created_at: str) -> None:
+        """Remember a desk access token by its hash."""
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO tokens (token_hash, principal, created_at) VALUES (%s, %s, %s)"
+                " ON CONFLICT (token_hash) DO UPDATE SET principal = excluded.principal,"
+                " created_at = excluded.created_at", (token_hash, principal, created_at))
+
+    def principal_for(self, token_hash: str) -> str | None:
+        """The principal a token hash was issued to."""
+        with self._tx(durable=False) as conn:
+            row = conn.execute("SELECT principal FROM tokens WHERE token_hash = %s",
+                               (token_hash,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def tokens(self) -> list[TokenRecord]:
+        """Every desk access token (by hash), oldest first."""
+        with self._tx(durable=False) as conn:
+            rows = conn.execute(
+                "SELECT token_hash, principal, created_at FROM tokens ORDER BY pos").fetchall()
+        return [TokenRecord(str(h), str(p), str(at)) for h, p, at in rows]
+
+    def drop_token(self, token_hash: str) -> bool:
+        """Forget a token; False if there was no such token."""
+        with self._tx() as conn:
+            return conn.execute("DELETE FROM tokens WHERE token_hash = %s",
+                                (token_hash,)).rowcount > 0
+
+    # Public keys ----------------------------------------------------------------------------
+    def publish_keys(self, jwks: Mapping[str, Any]) -> None:
+        """Replace the desk's published public key set (durable), for verifiers on other
+        hosts (see :class:`~awl.store.protocol.KeyDirectory`)."""
+        text = json_text(dict(jwks), "a public key set")
+        with self._tx() as conn:
+            conn.execute("INSERT INTO public_keys (id, doc) VALUES (1, %s::jsonb)"
+                         " ON CONFLICT (id) DO UPDATE SET doc = excluded.doc", (text,))
+
+    def published_keys(self) -> dict[str, Any] | None:
+        """The published public key set; None if none was ever published."""
+        with self._tx(durable=False) as conn:
+            row = conn.execute("SELECT doc::text FROM public_keys WHERE id = 1").fetchone()
+        if row is None:
+            return None
+        found: dict[str, Any] = json.loads(row[0])
+        return found
+
+    # Subscriptions -----------------------------------------------------------------------
+    def wait_for_events(self, order_id: str, after: int, timeout: float) -> bool:
+        """Block until the order's log is past seq ``after`` (written by any process on any
+        host), at most ``timeout`` seconds; whether it is past ``after`` now.
+
+        A listening connection (one per store, started on first use) hears each event's
+        ``NOTIFY`` as its transaction commits. NotFound if the order is absent.
+        """
+        with self._guard:
+            if self._closed:
+                raise StoreUnavailable(f"the desk store at {self._where} is closed")
+            if self._listener is None:
+                self._listener = _Listener(self)
+            listener = self._listener
+        listener.ready()  # listening before we read: no event can slip between
+        with self._tx(durable=False) as conn:
+            seq = self._seq(conn, order_id)
+        if seq > after:
+            return True
+        return listener.wait(order_id, after, timeout)
+
+
+class _Listener:
+    """A thread on a connection of its own that ``LISTEN``s to a store's channel and wakes
+    the waiters of each order whose log moved."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+        self._cond = threading.Condition()
+        self._seen: dict[str, int] = {}
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+        self._stop = False
+        self._conn: psycopg.Connection[Any] | None = None
+        self._thread = threading.Thread(target=self._run, name="awl-pg-listen", daemon=True)
+        self._thread.start()
+
+    def ready(self) -> None:
+        """Wait until the channel is listened to; the store's error if it cannot be."""
+        self._started.wait(CONNECT_TIMEOUT + 1)
+        if self._error is not None:
+            raise _unavailable(self._store.url, self._error)
+
+    def _run(self) -> None:
+        try:
+            conn = self._store._connect(autocommit=True)
+            self._conn = conn
+            conn.execute(f'LISTEN "{self._store.channel}"')
+        except psycopg.Error as exc:
+            self._error = exc
+            self._started.set()
+            return
+        self._started.set()
+        with suppress(psycopg.Error):
+            while not self._stop:
+                for note in conn.notifies(timeout=0.2):
+                    seq_text, _, order_id = note.payload.partition(":")
+                    with self._cond:
+                        if int(seq_text) > self._seen.get(order_id, 0):
+                            self._seen[order_id] = int(seq_text)
+                        self._cond.notify_all()
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        conn.close()
+
+    def wait(self, order_id: str, after: int, timeout: float) -> bool:
+        """Whether an event of the order past ``after`` was heard within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._seen.get(order_id, 0) <= after and not self._stop:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return self._seen.get(order_id, 0) > after
+
+    def stop(self) -> None:
+        self._stop = True
+        self._thread.join(2)

@@ -1,0 +1,283 @@
+"""What the PostgreSQL store adds to the store contract: migrations shared by racing
+processes, one-line errors, a commit lock the server lets go of when its holder dies, and
+waits woken by NOTIFY. Every test runs against the real server of ``scripts/postgres.sh``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import anyio
+import psycopg
+import pytest
+
+from awl.cli import main
+from awl.documents.errors import AWLError
+from awl.store.postgres import SCHEMA_VERSION, PostgresStore
+from awl.store.protocol import LockInfo
+from gateway._lock import OrderLock
+from tests.awl.test_store import create, ev
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _python(code: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", code, *args], cwd=str(ROOT),
+                            env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _rows(url: str, sql: str) -> list[tuple[object, ...]]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def _awl(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str,
+         store: str) -> tuple[int, str]:
+    """Run the ``awl`` command with ``AWL_STORE=store``; its exit code and stderr."""
+    monkeypatch.setenv("AWL_STORE", store)
+    capsys.readouterr()
+    code = main(list(args))
+    return code, capsys.readouterr().err
+
+
+def test_stores_opening_a_new_database_at_once_migrate_it_once(fresh_pg_url: str) -> None:
+    """Four stores (each on connections of its own, as four processes would be) open one
+    empty schema together: all succeed, and each version is applied once."""
+    barrier = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def open_one() -> None:
+        barrier.wait()
+        try:
+            PostgresStore(fresh_pg_url).close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert _rows(fresh_pg_url, "SELECT version FROM awl_schema ORDER BY version") == [
+        (v,) for v in range(1, SCHEMA_VERSION + 1)]
+
+
+def test_a_database_from_a_newer_version_is_refused_with_nothing_written(
+        fresh_pg_url: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A desk whose schema is newer than this code is refused in one line, untouched."""
+    PostgresStore(fresh_pg_url).close()
+    with psycopg.connect(fresh_pg_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO awl_schema (version) VALUES (%s)", (SCHEMA_VERSION + 1,))
+    before = _rows(fresh_pg_url, "SELECT version FROM awl_schema ORDER BY version")
+    with pytest.raises(AWLError, match=r"newer than this awl .* upgrade agent-work-layer"):
+        PostgresStore(fresh_pg_url)
+    code, err = _awl(monkeypatch, capsys, "order", "list", store=fresh_pg_url)
+    assert code == 1 and err.count("\n") == 1 and "newer than this awl" in err
+    assert _rows(fresh_pg_url, "SELECT version FROM awl_schema ORDER BY version") == before
+    assert _rows(fresh_pg_url, "SELECT COUNT(*) FROM orders") == [(0,)]
+
+
+def _with(url: str, *, password: str | None = None, port: int | None = None) -> str:
+    parts = urlsplit(url)
+    user = parts.username or ""
+    host = parts.hostname or "127.0.0.1"
+    netloc = f"{user}:{password or parts.password}@{host}:{port or parts.port}"
+    return parts._replace(netloc=netloc).geturl()
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_unreachable_server_and_wrong_credentials_are_one_line_each(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An unreachable server and refused credentials each say what is wrong in one line."""
+    cases = {
+        _with(pg_url, port=_closed_port()): "cannot reach PostgreSQL at 127.0.0.1:",
+        _with(pg_url, password="not-the-password"): "refused the credentials",
+    }
+    for url, message in cases.items():
+        with pytest.raises(AWLError, match=message) as caught:
+            PostgresStore(url)
+        assert "\n" not in str(caught.value)
+        assert "not-the-password" not in str(caught.value)
+        code, err = _awl(monkeypatch, capsys, "order", "list", store=url)
+        assert code == 1 and err.count("\n") == 1 and message in err, err
+
+
+_HOLDER = """
+import sys, time
+from awl.store.postgres import PostgresStore
+from awl.store.protocol import LockInfo
+store = PostgresStore(sys.argv[1])
+# A holder on another host with an hour of lease: only the server can tell it is gone.
+info = LockInfo(name="commit:o1", holder="far", pid=1, host="elsewhere",
+                lease_until=time.time() + 3600)
+assert store.acquire_lock(info)
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.spec("CM-10")
+def test_a_killed_holder_on_another_host_is_taken_over_at_once(pg_url: str) -> None:
+    """kill -9 of a lock holder whose lease has an hour left: the next committer takes
+    the lock at once, without waiting out the lease."""
+    proc = _python(_HOLDER, pg_url)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        with PostgresStore(pg_url) as store:
+            lock = OrderLock(store, "commit:o1", lease=30)
+            assert not lock.try_acquire()
+            held = store.get_lock("commit:o1")
+            assert held is not None and held.host == "elsewhere"
+            proc.kill()
+            proc.wait(30)
+            killed = time.monotonic()
+            while not lock.try_acquire():
+                assert time.monotonic() - killed < 5, "the dead holder's lock was kept"
+                time.sleep(0.01)
+            took = time.monotonic() - killed
+            assert store.get_lock("commit:o1") == lock.info
+            lock.release()
+            assert store.get_lock("commit:o1") is None
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert took < 5
+
+
+@pytest.mark.spec("CM-10")
+def test_a_live_holder_taken_over_can_no_longer_renew(pg_url: str) -> None:
+    """A takeover of a holder whose lease ran out ends its lock: its renewal fails, so it
+    sends nothing more, and a renewal by the new holder works."""
+    with PostgresStore(pg_url) as old, PostgresStore(pg_url) as new:
+        stale = LockInfo(name="commit:o1", holder="a", pid=1, host="h", lease_until=1.0)
+        assert old.acquire_lock(stale)
+        mine = LockInfo(name="commit:o1", holder="b", pid=2, host="h2",
+                        lease_until=time.time() + 30)
+        assert new.acquire_lock(mine, replace=stale)
+        assert new.get_lock("commit:o1") == mine
+        renewed = LockInfo(name="commit:o1", holder="a", pid=1, host="h", lease_until=2.0)
+        assert not old.acquire_lock(renewed, replace=stale)
+        assert new.acquire_lock(LockInfo(name="commit:o1", holder="b", pid=2, host="h2",
+                                         lease_until=time.time() + 60), replace=mine)
+        old.release_lock("commit:o1", "a")
+        assert new.get_lock("commit:o1") is not None
+
+
+def test_a_waiting_follower_is_woken_within_100_ms_of_an_event(pg_url: str) -> None:
+    """A wait on one store (another host's desk) wakes as soon as another store writes."""
+    with PostgresStore(pg_url) as writer, PostgresStore(pg_url) as follower:
+        create(writer)
+        assert follower.wait_for_events("o1", 0, 5.0) is True  # seq 1 is there already
+        assert follower.wait_for_events("o1", 1, 0.05) is False
+        lags = []
+        for seq in range(2, 7):
+            woke: list[float] = []
+
+            def wait(after: int, woke: list[float]) -> None:
+                if follower.wait_for_events("o1", after, 10.0):
+                    woke.append(time.monotonic())
+
+            waiter = threading.Thread(target=wait, args=(seq - 1, woke))
+            waiter.start()
+            time.sleep(0.1)  # the follower is waiting
+            writer.append("o1", ev(seq, "note", "offered", "offered"), state="offered")
+            written = time.monotonic()
+            waiter.join(10)
+            assert woke, f"the follower missed event {seq}"
+            lags.append(woke[0] - written)
+    lags.sort()
+    print("wake lags (s):", [round(x, 4) for x in lags])
+    assert lags[len(lags) // 2] < 0.1, lags  # the median wake, on a busy machine
+    assert lags[-1] < 1.0, lags
+
+
+@pytest.mark.spec("BIND-2")
+@pytest.mark.anyio
+async def test_wait_for_update_is_woken_by_another_hosts_write(pg_url: str) -> None:
+    """``wait_for_update`` on one desk server wakes within 100 ms of a write made through
+    another store (another host's desk): NOTIFY, where polling would lag up to 250 ms."""
+    from awl.desk.desk import Desk
+    from awl.server._server import DeskServer
+    from tests.awl.server_support import MANAGER, WORKER, order_fields
+
+    with PostgresStore(pg_url) as here, PostgresStore(pg_url) as there:
+        server = DeskServer(here)
+        other = Desk(there)
+        oid = other.create(order_fields(), MANAGER).id
+        lags = []
+        for step in range(3):
+            seq = other.get(oid).seq
+            woke: list[float] = []
+            written: list[float] = []
+
+            async def wait(after: int, woke: list[float]) -> None:
+                result = await server.call("wait_for_update", {
+                    "order_id": oid, "after_seq": after, "timeout_seconds": 10}, actor=MANAGER)
+                assert not result.is_error
+                woke.append(time.monotonic())
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait, seq, woke)
+                await anyio.sleep(0.6)  # long enough for a polling wait to reach its limit
+                write = [other.accept, other.start, lambda o, w: other.progress(
+                    o, w, "half way")][step]
+                await anyio.to_thread.run_sync(write, oid, WORKER)
+                written.append(time.monotonic())
+            lags.append(woke[0] - written[0])
+    lags.sort()
+    assert lags[1] < 0.1, lags
+
+
+@pytest.mark.spec("CM-10")
+def test_a_committer_taken_over_stops_before_its_next_send(pg_url: str) -> None:
+    """Once another host takes the lock over, the old holder's check before its next send
+    fails at once, though its own lease has most of its time left."""
+    from dataclasses import replace
+
+    from gateway._lock import LockLost
+
+    with PostgresStore(pg_url) as here, PostgresStore(pg_url) as there:
+        lock = OrderLock(here, "commit:o1", lease=30)
+        assert lock.try_acquire() and lock.info is not None
+        lock.check()  # ours: nothing to say
+        taker = replace(lock.info, holder="other", host="elsewhere")
+        assert there.acquire_lock(taker, replace=lock.info)
+        with pytest.raises(LockLost):
+            lock.check()
+        assert lock.lost and there.get_lock("commit:o1") == taker
+
+
+@pytest.mark.spec("DP-13")
+def test_pass_rotate_and_retire_with_a_store_publish_the_public_keys(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`awl pass rotate --store URL` and `retire --store URL` publish the key set there, so
+    gateways on other hosts trust exactly the desk's keys from their next request on."""
+    from awl.passes import KeyStore
+
+    keys = KeyStore(tmp_path)
+    first = keys.current_kid
+    assert main(["pass", "rotate", "--home", str(tmp_path), "--store", pg_url]) == 0
+    with PostgresStore(pg_url) as store:
+        published = store.published_keys()
+        assert published == keys.jwks() and len(published["keys"]) == 2
+        assert main(["pass", "retire", first, "--home", str(tmp_path), "--store", pg_url]) == 0
+        assert store.published_keys() == keys.jwks()
+        assert [k["kid"] for k in keys.jwks()["keys"]] == [keys.current_kid]
+    capsys.readouterr()

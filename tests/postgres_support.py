@@ -1,0 +1,146 @@
+"""The PostgreSQL server the tests use (started by ``scripts/postgres.sh``), for tests.
+
+``AWL_TEST_POSTGRES`` holds the server's URL (``.ci/run`` exports it). :func:`pg_url`, a
+fixture, gives each test a fresh, empty schema of its own in database ``awl_tests`` (a
+``CREATE SCHEMA`` takes milliseconds, a database far longer) as a store URL whose
+``search_path`` names it; a used schema is emptied and handed to the next test. Without a
+server the test is skipped on a developer's machine and fails under ``CI=true``: a missing
+server never hides a test in CI.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+ENV = "AWL_TEST_POSTGRES"
+DATABASE = "awl_tests"
+
+
+def missing(why: str) -> None:
+    """Skip the test, or fail it under CI, because the server cannot be used."""
+    message = (f"no PostgreSQL server for the tests ({why}): run "
+               f"`export {ENV}=$(bash scripts/postgres.sh)`")
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def server_url() -> str:
+    """The server's URL (its ``postgres`` database); skips or fails without one."""
+    url = os.environ.get(ENV)
+    if not url:
+        missing(f"{ENV} is not set")
+    assert url is not None
+    return url
+
+
+def in_database(url: str, database: str, schema: str | None = None) -> str:
+    """``url`` pointed at ``database`` (and, if given, at ``schema`` first on its path)."""
+    parts = urlsplit(url)
+    query = parts.query
+    if schema is not None:
+        query = "&".join(q for q in (query, f"options=-csearch_path%3D{schema}") if q)
+    return parts._replace(path=f"/{database}", query=query).geturl()
+
+
+_ready: set[str] = set()
+_clean: list[str] = []
+"""Schemas a test used and left emptied, migrated, for the next test (a new schema's
+migration takes a few hundred ms, emptying one a few)."""
+
+
+def _admin(url: str) -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        missing("psycopg is not installed: pip install -e '.[postgres]'")
+        raise
+    try:
+        return psycopg.connect(url, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        missing(str(exc).strip().splitlines()[-1])
+        raise
+
+
+def _drop_clean(tests: str) -> None:
+    """Drop the schemas kept for reuse, at the end of the session (so none pile up)."""
+    if _clean:
+        with contextlib.suppress(Exception), _admin(tests) as conn:
+            conn.execute(f"DROP SCHEMA {', '.join(_clean)} CASCADE")
+        _clean.clear()
+
+
+def _tests_database() -> str:
+    """The URL of database ``awl_tests``, created on first use."""
+    url = server_url()
+    if url not in _ready:
+        atexit.register(_drop_clean, in_database(url, DATABASE))
+        with _admin(url) as conn:
+            found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                                 (DATABASE,)).fetchone()
+            if found is None:
+                conn.execute(f"CREATE DATABASE {DATABASE}")
+        _ready.add(url)
+    return in_database(url, DATABASE)
+
+
+def _new_schema(tests: str) -> str:
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    with _admin(tests) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    return schema
+
+
+def _empty(tests: str, schema: str) -> bool:
+    """Delete every row of a used schema, so the next test finds it as a new desk would;
+    False (and the schema dropped) when it is not simply a migrated desk."""
+    from awl.store.postgres import SCHEMA_VERSION
+
+    with _admin(tests) as conn:
+        tables = [row[0] for row in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)).fetchall()]
+        version = None
+        if "awl_schema" in tables:
+            version = conn.execute(
+                f"SELECT MAX(version) FROM {schema}.awl_schema").fetchone()[0]
+        if version != SCHEMA_VERSION:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+            return False
+        with conn.transaction():
+            conn.execute("SET LOCAL session_replication_role = replica")  # no FK order
+            for table in tables:
+                if table != "awl_schema":
+                    conn.execute(f"DELETE FROM {schema}.{table}")
+    return True
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A store URL naming an empty schema of its own (maybe migrated by an earlier test)."""
+    tests = _tests_database()
+    schema = _clean.pop() if _clean else _new_schema(tests)
+    try:
+        yield in_database(server_url(), DATABASE, schema)
+    finally:
+        if _empty(tests, schema):
+            _clean.append(schema)
+
+
+@pytest.fixture
+def fresh_pg_url() -> Iterator[str]:
+    """A store URL naming a brand-new schema with no tables, dropped after the test."""
+    tests = _tests_database()
+    schema = _new_schema(tests)
+    try:
+        yield in_database(server_url(), DATABASE, schema)
+    finally:
+        with _admin(tests) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")

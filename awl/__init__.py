@@ -4,8 +4,9 @@ The public surface is re-exported here; everything else is private.
 """
 
 from awl.desk import AsyncDesk, Desk, OrderView, Question, Subscription
-from awl.desk.effects import EffectView, list_effects, settle
+from awl.desk.effects import EffectView, list_effects
 from awl.desk.home import default_store, home_dir
+from awl.desk.settlement import settle
 from awl.desk.track import TrackRecord, UnitSpend
 from awl.documents.checks import (
     check,

@@ -191,8 +191,9 @@ def bulk_rows(orders: int, batch: int = 50_000) -> Iterator[Rows]:
         yield rows
 
 
-def build(name: str, url: str, orders: int) -> float:
-    """Fill a new desk with ``orders`` orders by bulk inserts; return the seconds it took.
+def build(url: str | Path, orders: int, store: str = "sqlite") -> float:
+    """Fill a new desk on ``store`` (the one ``url`` names) with ``orders`` orders by bulk
+    inserts; return the seconds it took.
 
     The store is opened once through :func:`awl.open_store` (which makes its schema), then
     its tables are filled directly, bypassing the desk: ``executemany`` in one unsynced
@@ -201,10 +202,10 @@ def build(name: str, url: str, orders: int) -> float:
     """
     began = time.perf_counter()
     open_store(url).close()  # makes (or migrates) the schema
-    if name == "sqlite":
-        _fill_sqlite(url, orders)
+    if store == "sqlite":
+        _fill_sqlite(str(url), orders)
     else:
-        _fill_postgres(url, orders)
+        _fill_postgres(str(url), orders)
     return time.perf_counter() - began
 
 
@@ -349,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
                     closing(open_store(url)) as store:
                 per_second, steps = cycles(store, count)
             with stores.fresh(name, folder / name, "large") as url:
-                seconds = build(name, url, orders)
+                seconds = build(url, orders, name)
                 with closing(open_store(url)) as store:
                     reads = large_desk(Desk(store), orders, rounds)
             columns[name] = Column(per_second, steps, seconds, reads)

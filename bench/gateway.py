@@ -144,9 +144,10 @@ def gateway_name(store: str, stores: tuple[str, ...]) -> str:
     return "gateway" if stores == ("sqlite",) else f"gateway ({store})"
 
 
-def _working_order(home: Path, calls: int, url: str | None = None) -> str:
+def _working_order(home: Path, calls: int, tools: tuple[str, ...] = ("notes/*",),
+                   url: str | None = None) -> str:
     """A fresh desk (the store ``url`` names, else the home's SQLite desk) with one working
-    order allowed to call the outbox server."""
+    order allowed to call ``tools`` (the outbox server's)."""
     from awl.desk import Desk
     from awl.store.urls import open_store
 
@@ -159,7 +160,7 @@ def _working_order(home: Path, calls: int, url: str | None = None) -> str:
             "criteria": [{"id": "c1", "text": "calls were made"}],
             "budget": {"tool_calls": calls * 10 + 10_000},
             "deadline": deadline.isoformat(timespec="seconds").replace("+00:00", "Z"),
-            "tools": ["notes/*"],
+            "tools": list(tools),
         }, "human:bench")
         desk.accept(view.id, "agent:bench")
         desk.start(view.id, "agent:bench")
@@ -182,7 +183,7 @@ async def run(calls: int, callers: int, per_caller: int,
         gateways: list[tuple[str, StdioServerParameters, str]] = []
         for store in stores.names:
             url = fresh.enter_context(stores.fresh(store, home, "desk"))  # home/desk.sqlite3
-            order_id = _working_order(home, calls + callers * per_caller, url)
+            order_id = _working_order(home, calls + callers * per_caller, url=url)
             gateways.append((gateway_name(store, stores.names), StdioServerParameters(
                 command=sys.executable,
                 args=["-m", "awl", "gateway", "--order", order_id, "--config", str(config),

@@ -17,7 +17,7 @@ import time
 
 from bench.stores import Stores, add_options, pass_through
 
-BENCHMARKS = ("validation", "desk", "gateway", "telemetry", "commit")
+BENCHMARKS = ("validation", "desk", "gateway", "startup", "memory", "telemetry", "commit")
 WITH_STORES = ("desk", "gateway", "commit")
 """The benchmarks that take ``--store``."""
 

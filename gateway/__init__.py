@@ -4,6 +4,7 @@ Run one for an order with ``awl gateway --order ID --config upstream.json`` or, 
 ``async with open_gateway(order_id, config) as gw`` and connect ``mcp.Client(gw.server)``.
 """
 
+from gateway._authority import Authority
 from gateway._commit import (
     CommitSummary,
     EffectOutcome,
@@ -19,7 +20,6 @@ from gateway._gateway import (
     AWL_INVALID_ARGUMENTS,
     AWL_UPSTREAM_ERROR,
     UNRESOLVED_TOOL,
-    Authority,
     Gateway,
 )
 from gateway._names import NameTable, exposed_name

@@ -67,7 +67,7 @@ If M is not ``committed``, or the pointer names nothing, the dependent effect is
 Every forwarded call carries ``_meta`` ``{"awl/ref", "awl/order", "awl/attempt"}``; a
 retry sends the same three values, so a receiver can deduplicate.
 
-Settlement. :func:`awl.desk.effects.settle` lets the order's manager record what they found
+Settlement. :func:`awl.desk.settlement.settle` lets the order's manager record what they found
 out about an ``unknown`` effect (``happened`` or ``did_not_happen``, with evidence) as a
 ``settle`` event; it and :func:`awl.desk.effects.list_effects` send nothing, so they live in
 ``awl`` and are re-exported here. A settlement stays valid until the effect is dispatched
@@ -76,34 +76,30 @@ valid settlement says ``did_not_happen``, after checking the order's authority a
 (approved, deadline not passed, tool allowed and staged, pass not revoked before the
 hold), under the same write-ahead rules.
 
-Test hook: when the environment sets ``AWL_TEST_PAUSE_AFTER_DISPATCHING`` to a path, the
-committer writes that file (holding the ref) right after a ``dispatching`` mark is durable
-and then freezes, so a test can ``kill -9`` it at exactly that moment;
-``AWL_TEST_PAUSE_REF`` limits the pause to one ref.
+Kill tests. :func:`commit` and :func:`retry` take ``after_dispatching``, called with the
+ref right after an effect's ``dispatching`` mark is durable and before its request is
+written, on the event loop: a test passes one that announces the moment and freezes, so
+it can ``kill -9`` the committer at exactly that point.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
-import json
-import os
-import sys
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import partial
 from typing import Any, Protocol
 
 import anyio
 import mcp_types as types
 
-from awl.desk import Desk
-from awl.desk.core import Clock
-from awl.desk.effects import (
+from awl.desk import (
+    Clock,
+    Desk,
     EffectView,
+    ancestors,
     drop_held,
     effect_of,
     find_call,
@@ -112,20 +108,39 @@ from awl.desk.effects import (
     manager_only,
     settle,
     settle_events,
+    staging_ancestor,
     valid_settlement,
 )
-from awl.desk.effects import record_event as _log
-from awl.desk.lineage import ancestors, staging_ancestor
-from awl.desk.views import format_time
-from awl.documents.checks import json_equal
-from awl.documents.errors import BadRequest, Conflict, InvalidTransition, NotFound
-from awl.documents.models import CallRecord, WorkOrder, WorkReport, parse_time
-from awl.documents.patterns import canonical_ref, matches_any, parse_ref
-from awl.store.protocol import EffectState, OrderRecord, Revocation, Store
-from gateway._lock import DEFAULT_LEASE, EXIT_LOCKED, LockBusy, LockLost, OrderLock
+from awl.desk import record_event as _log
+from awl.documents import (
+    CallRecord,
+    Conflict,
+    InvalidTransition,
+    NotFound,
+    WorkOrder,
+    WorkReport,
+    canonical_ref,
+    format_time,
+    json_equal,
+    matches_any,
+    parse_ref,
+    parse_time,
+    resolve_pointer,
+    utc_now,
+)
+from awl.store import EffectState, OrderRecord, Revocation, Store
+from gateway._config import GatewayConfig, load_config
+from gateway._lock import DEFAULT_LEASE, LockLost, OrderLock
+from gateway._names import split_canonical
 from gateway._policy import allowed
 from gateway._staging import Placeholder, placeholders
 from gateway._telemetry import current as current_telemetry
+from gateway._upstream import (
+    UpstreamPool,
+    UpstreamRejected,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
 
 __all__ = [
     "COMMIT_ACTOR",
@@ -139,10 +154,8 @@ __all__ = [
     "drop_attempt",
     "list_effects",
     "lock_name",
-    "locked_exit",
     "retry",
     "retry_sync",
-    "run_commit_cli",
     "settle",
 ]
 
@@ -152,8 +165,8 @@ NO_EFFECT = "none"
 COMMIT_ACTOR = "awl:gateway"
 """The actor of the ``drop`` events the commit path writes."""
 
-PAUSE_ENV = "AWL_TEST_PAUSE_AFTER_DISPATCHING"
-PAUSE_REF_ENV = "AWL_TEST_PAUSE_REF"
+AfterDispatching = Callable[[str], None]
+"""Called with an effect's ref once its ``dispatching`` mark is durable, before the send."""
 
 
 class Upstreams(Protocol):
@@ -281,10 +294,6 @@ class CommitSummary:
 
 # --------------------------------------------------------------------------- helpers
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 def _stamp(clock: Clock) -> str:
     return format_time(clock())
 
@@ -292,35 +301,6 @@ def _stamp(clock: Clock) -> str:
 def lock_name(order_id: str) -> str:
     """The name of the store lock one committer of ``order_id`` holds."""
     return f"commit:{order_id}"
-
-
-def resolve_pointer(document: Any, pointer: str) -> Any:
-    """The value a JSON pointer (RFC 6901) names in ``document``.
-
-    Raises:
-        KeyError: The pointer is malformed or names nothing.
-    """
-    if pointer == "":
-        return document
-    if not pointer.startswith("/"):
-        raise KeyError(pointer)
-    here = document
-    for raw in pointer[1:].split("/"):
-        token = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(here, dict):
-            if token not in here:
-                raise KeyError(pointer)
-            here = here[token]
-        elif isinstance(here, list):
-            if not token.isdigit() or (len(token) > 1 and token[0] == "0"):
-                raise KeyError(pointer)
-            index = int(token)
-            if index >= len(here):
-                raise KeyError(pointer)
-            here = here[index]
-        else:
-            raise KeyError(pointer)
-    return here
 
 
 def _put(document: Any, path: Sequence[str | int], value: Any) -> Any:
@@ -377,27 +357,7 @@ def _error_text(result: types.CallToolResult, limit: int = 300) -> str:
 
 
 def _report_attempt(record: OrderRecord, report: WorkReport) -> int:
-    if report.attempt is not None:
-        return report.attempt
-    return 1 + sum(1 for r in record.reviews if r.decision == "rework")
-
-
-def _pause_if_asked(ref: str) -> None:
-    """Test hook: announce the durable dispatching mark, then freeze until killed."""
-    path = os.environ.get(PAUSE_ENV)
-    if not path:
-        return
-    only = os.environ.get(PAUSE_REF_ENV)
-    if only and canonical_ref(only) != ref:
-        return
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, ref.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    while True:  # a real freeze: no awaits, no renewals; the test kills us here
-        time.sleep(3600)
+    return report.attempt if report.attempt is not None else record.attempt
 
 
 # --------------------------------------------------------------------------- upstreams
@@ -421,9 +381,6 @@ async def _open_pool(source: UpstreamSource, stack: AsyncExitStack) -> Upstreams
     if hasattr(source, "call") and callable(source.call):
         pool: Upstreams = source
         return pool
-    from gateway._config import GatewayConfig, load_config
-    from gateway._upstream import UpstreamPool
-
     config = source if isinstance(source, GatewayConfig) else load_config(source)
     opened: Upstreams = await stack.enter_async_context(UpstreamPool(config))
     return opened
@@ -599,7 +556,8 @@ class _Committer:
     """One commit (or retry) of one order, holding its lock."""
 
     def __init__(self, store: Store, order_id: str, desk: Desk, clock: Clock,
-                 upstreams: _Upstreams, lock: OrderLock, timeout: float | None) -> None:
+                 upstreams: _Upstreams, lock: OrderLock, timeout: float | None,
+                 after_dispatching: AfterDispatching | None = None) -> None:
         self.store = store
         self.order_id = order_id
         self.desk = desk
@@ -607,6 +565,7 @@ class _Committer:
         self.upstreams = upstreams
         self.lock = lock
         self.timeout = timeout
+        self.after_dispatching = after_dispatching
         self.states: dict[str, EffectState] = {}
         self.telemetry = current_telemetry()
 
@@ -665,8 +624,6 @@ class _Committer:
         cannot be started leaves the effect untouched, and the window in which a crash
         leaves an unsent effect ``unknown`` is as short as it can be.
         """
-        from gateway._upstream import UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
-
         ref = call.ref
         marked = False
 
@@ -675,10 +632,11 @@ class _Committer:
             self.lock.check()  # never start a send on a lock we may have lost
             self.set(ref, expect=expect, state="dispatching", count_dispatch=True)
             marked = True
-            _pause_if_asked(ref)
+            if self.after_dispatching is not None:
+                self.after_dispatching(ref)
 
         pool = await self.upstreams.get()
-        server, tool = call.tool.split("/", 1)
+        server, tool = split_canonical(call.tool)
         meta = {"awl/ref": ref, "awl/order": self.order_id, "awl/attempt": call.attempt}
         back_to = "held" if "held" in expect else "unknown"
         try:
@@ -784,6 +742,7 @@ async def commit(
     timeout: float | None = None,
     lease: float = DEFAULT_LEASE,
     lock_wait: float = 0.0,
+    after_dispatching: AfterDispatching | None = None,
 ) -> CommitSummary:
     """Run the approved effects of ``order_id`` at most once each, in the report's order.
 
@@ -800,6 +759,8 @@ async def commit(
         timeout: Seconds each call may take (default: the server's configured timeout).
         lease: Seconds of the commit lock's lease, renewed while running.
         lock_wait: Seconds to wait for another live committer of the order to finish.
+        after_dispatching: Called with each ref once its ``dispatching`` mark is durable,
+            before its request is written (kill tests freeze there).
 
     Returns:
         The summary; :attr:`CommitSummary.ok` is true when every approved effect is
@@ -810,7 +771,7 @@ async def commit(
         InvalidTransition: The order is not approved.
         Conflict: Another live process is committing the order.
     """
-    clock = now or _utc_now
+    clock = now or utc_now
     desk = desk or Desk(store, clock=clock, conflict_retries=5)
     store.load(order_id)  # NotFound before taking any lock
     lock = OrderLock(store, lock_name(order_id), lease=lease, wait=lock_wait,
@@ -818,7 +779,7 @@ async def commit(
     async with AsyncExitStack() as stack:
         await stack.enter_async_context(lock)
         committer = _Committer(store, order_id, desk, clock, _Upstreams(pool_or_config, stack),
-                               lock, timeout)
+                               lock, timeout, after_dispatching)
         recovered = committer.recover()
         record = store.load(order_id)
         if record.state != "approved":
@@ -868,7 +829,7 @@ def drop_attempt(order_id: str, attempt: int, *, store: Store, desk: Desk | None
     ``drop`` event lists them. Calls already past ``held`` are left alone. Returns the refs
     dropped.
     """
-    clock = now or _utc_now
+    clock = now or utc_now
     desk = desk or Desk(store, clock=clock, conflict_retries=5)
     why = reason or f"attempt {attempt} was sent back for rework"
     calls = held_calls(store, order_id, attempts={attempt})
@@ -890,6 +851,7 @@ async def retry(
     timeout: float | None = None,
     lease: float = DEFAULT_LEASE,
     lock_wait: float = 0.0,
+    after_dispatching: AfterDispatching | None = None,
 ) -> EffectOutcome:
     """Send again an ``unknown`` effect the manager settled as ``did_not_happen``.
 
@@ -906,7 +868,7 @@ async def retry(
             happened, or the order no longer gives the authority to send it.
         Conflict: Another live process is committing the order.
     """
-    clock = now or _utc_now
+    clock = now or utc_now
     desk = desk or Desk(store, clock=clock, conflict_retries=5)
     record = store.load(order_id)
     manager_only(record.order, by, "retry")
@@ -916,10 +878,10 @@ async def retry(
     async with AsyncExitStack() as stack:
         await stack.enter_async_context(lock)
         committer = _Committer(store, order_id, desk, clock, _Upstreams(pool_or_config, stack),
-                               lock, timeout)
+                               lock, timeout, after_dispatching)
         committer.recover()
         record = store.load(order_id)
-        state = committer.states.get(call.ref) or effect_of(store, order_id, call, "retry")
+        state = effect_of(store, order_id, call, "retry")
         if state.state != "unknown":
             raise InvalidTransition(
                 f"effect {call.ref} is {state.state}; only an unknown effect settled as "
@@ -977,56 +939,3 @@ def _check_authority(record: OrderRecord, call: CallRecord, revoked: _Revocation
 def retry_sync(order_id: str, ref: str, by: str, **kwargs: Any) -> EffectOutcome:
     """:func:`retry` for synchronous callers (runs its own event loop)."""
     return anyio.run(partial(retry, order_id, ref, by, **kwargs))
-
-
-# --------------------------------------------------------------------------- CLI
-
-def _open_store(args: argparse.Namespace) -> Store:
-    from awl.desk.home import default_store
-
-    return default_store(getattr(args, "home", None), url=getattr(args, "store", None))
-
-
-def run_commit_cli(args: argparse.Namespace) -> int:
-    """``awl gateway --order ID --config FILE --commit``: commit and print the summary.
-
-    Reads ``args.order``, ``args.config`` and, when present, ``args.home``, ``args.store``,
-    ``args.json``, ``args.timeout`` and ``args.lock_wait``. Exit code 0 when every approved
-    effect is committed, :data:`~gateway._lock.EXIT_LOCKED` when another live committer holds
-    the order's lock (nothing was sent), 1 otherwise.
-    """
-    if not getattr(args, "order", None):
-        raise BadRequest("--commit needs --order ORDER_ID")
-    if not getattr(args, "config", None):
-        raise BadRequest("--commit needs --config FILE (the upstream servers to send to)")
-    from gateway._config import load_config
-
-    config = load_config(args.config)
-    store = _open_store(args)
-    try:
-        summary = commit_sync(
-            args.order, store=store, pool_or_config=config,
-            timeout=getattr(args, "timeout", None),
-            lock_wait=float(getattr(args, "lock_wait", 0.0) or 0.0))
-    except LockBusy as exc:
-        return locked_exit(args.order, exc, json_out=getattr(args, "json", False))
-    finally:
-        store.close()
-    if getattr(args, "json", False):
-        print(json.dumps(summary.to_json(), indent=2, sort_keys=True))
-    else:
-        for line in summary.lines():
-            print(line)
-    sys.stdout.flush()
-    return 0 if summary.ok else 1
-
-
-def locked_exit(order_id: str, exc: LockBusy, *, json_out: bool) -> int:
-    """Say, as text or JSON, that the order's lock is busy; :data:`EXIT_LOCKED`."""
-    if json_out:
-        print(json.dumps({"order_id": order_id, "ok": False, "error": "LOCKED",
-                          "message": exc.message}, indent=2, sort_keys=True))
-    else:
-        print(f"awl: LOCKED: {exc.message}", file=sys.stderr)
-    sys.stdout.flush()
-    return EXIT_LOCKED

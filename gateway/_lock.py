@@ -36,8 +36,8 @@ from types import TracebackType
 
 import anyio
 
-from awl.documents.errors import AWLError, Conflict
-from awl.store.protocol import LockInfo, Store
+from awl.documents import AWLError, Conflict
+from awl.store import LockInfo, Store
 
 EXIT_LOCKED = 3
 """The exit code of ``awl gateway --commit`` and ``awl effects retry`` when another live

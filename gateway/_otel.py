@@ -22,7 +22,7 @@ import time
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.context import Context
@@ -35,10 +35,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span, SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from gateway._telemetry import CallSpan, EffectSpan, Signals, Telemetry, Watched
-
-if TYPE_CHECKING:
-    from awl.documents.models import CallRecord
+from awl.documents import CallRecord
+from gateway._names import split_canonical
+from gateway._spans import CallSpan, EffectSpan, Signals, Telemetry, Watched
 
 SCOPE = "awl.gateway"
 VERSION = "0.1.0"
@@ -187,7 +186,7 @@ class OTelTelemetry(Telemetry):
 
     @contextmanager
     def effect(self, order_id: str, call: CallRecord) -> Iterator[EffectSpan]:
-        _server, tool = call.tool.split("/", 1)
+        _server, tool = split_canonical(call.tool)
         with self._tracer.start_as_current_span(
                 f"tools/call {tool}", kind=SpanKind.CLIENT, record_exception=False,
                 set_status_on_exception=False, attributes={

@@ -18,18 +18,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
-from awl.documents.patterns import covered_by_any
-from gateway._upstream import UpstreamError, UpstreamRejected
-
-if TYPE_CHECKING:
-    from gateway._gateway import Gateway
+from awl.documents import WorkOrder, covered_by_any
+from gateway._authority import Authority
+from gateway._config import GatewayConfig
+from gateway._upstream import UpstreamError, UpstreamPool, UpstreamRejected
 
 __all__ = ["Passthrough"]
 
@@ -43,10 +42,31 @@ def _refuse(message: str, code: int = types.INVALID_PARAMS) -> MCPError:
     return MCPError(code=code, message=message)
 
 
+class Governor(Protocol):
+    """What the pass-through handlers need of their gateway (a :class:`~gateway.Gateway`
+    is one): who a request runs as, whether the order is active, and the upstreams."""
+
+    pool: UpstreamPool
+    config: GatewayConfig
+
+    @property
+    def order(self) -> WorkOrder:
+        """The order."""
+        ...
+
+    async def authority(self, ctx: ServerRequestContext[Any] | None) -> Authority:
+        """Who the request in ``ctx`` runs as, checked now."""
+        ...
+
+    async def inactive_reason(self) -> str | None:
+        """``CODE: why`` when calls may not run now; None while they may."""
+        ...
+
+
 class Passthrough:
     """The gateway's handlers for ``resources/*``, ``prompts/*`` and ``completion/complete``."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Governor) -> None:
         self._gw = gateway
         self._resource_server: dict[str, str] = {}
         self._templates: dict[str, list[UriTemplate]] = {}
@@ -110,12 +130,12 @@ class Passthrough:
             return await self._gw.pool.request(server, request, result_type, what=what)
         except UpstreamRejected as exc:
             if exc.rpc_code is None or exc.rpc_message is None:
-                raise _refuse(f"AWL_{exc.code}: {exc.message}", types.INTERNAL_ERROR) from None
+                raise _refuse(exc.refusal, types.INTERNAL_ERROR) from None
             # The upstream's own error (resource not found, bad arguments) is its answer.
             raise MCPError(code=exc.rpc_code, message=exc.rpc_message,
                            data=exc.rpc_data) from None
         except UpstreamError as exc:
-            raise _refuse(f"AWL_{exc.code}: {exc.message}", types.INTERNAL_ERROR) from None
+            raise _refuse(exc.refusal, types.INTERNAL_ERROR) from None
 
     async def _collect(
         self, servers: list[str],

@@ -27,14 +27,15 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from awl.documents.errors import BadRequest
-from awl.mcp.frames import stdio_frames
-from awl.mcp.transport import Unauthorized, is_loopback, parse_address
-from awl.mcp.transport import serve_http as _serve_mcp_http
-from awl.passes import DEFAULT_AUDIENCE, KeyDirectory, KeySet, KeyStore, PublishedKeySet
-from awl.store.protocol import Store
+from awl.desk import default_store, home_dir
+from awl.documents import BadRequest
+from awl.mcp import Unauthorized, is_loopback, parse_address, stdio_frames
+from awl.mcp import serve_http as _serve_mcp_http
+from awl.passes import DEFAULT_AUDIENCE, KeySet, KeyStore, PublishedKeySet
+from awl.store import KeyDirectory, Store
+from gateway._authority import Authority
 from gateway._config import GatewayConfig, load_config
-from gateway._gateway import Authority, Clock, Gateway
+from gateway._gateway import Clock, Gateway
 from gateway._relay import Relay
 from gateway._upstream import UpstreamPool
 
@@ -50,6 +51,9 @@ __all__ = [
 
 PASS_ENV = "AWL_PASS"
 """The environment variable ``awl gateway`` reads a Delegation Pass from."""
+
+CHECKPOINT_SECONDS = 1.0
+"""How often the gateway's own store checkpoints the SQLite log, off the event loop (GW-18)."""
 
 
 @asynccontextmanager
@@ -101,13 +105,10 @@ async def open_gateway(
         config = load_config(config)
     async with AsyncExitStack() as stack:
         if store is None:
-            from awl.desk.home import default_store
-
-            store = default_store(home)
+            # No call pays for a WAL checkpoint: a thread runs them (GW-18).
+            store = default_store(home, checkpoint_every=CHECKPOINT_SECONDS)
             stack.callback(store.close)
         if jwks is None and (pass_token is not None or load_keys):
-            from awl.desk.home import home_dir
-
             # Read again whenever a key is rotated in or retired (DP-13); read once now so
             # an unusable key folder is an error before anything starts. A home without
             # keys, on another host than the desk's, verifies with the public keys the

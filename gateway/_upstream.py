@@ -59,18 +59,17 @@ from typing import Any, Literal, TextIO
 
 import anyio
 import anyio.abc
+import httpx2
 import mcp_types as types
 from mcp import Client, StdioServerParameters, stdio_client
 from mcp.client.session import ElicitationFnT, ListRootsFnT, LoggingFnT, SamplingFnT
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from pydantic import TypeAdapter, ValidationError
 
-from awl.documents.errors import AWLError, NotFound
-from awl.documents.patterns import is_tool_name
+from awl.documents import AWLError, NotFound, is_tool_name
 from gateway._config import GatewayConfig, HttpTransport, ServerConfig
 from gateway._results import bound_result
 
@@ -87,8 +86,21 @@ RETRY_FIRST = 1.0
 RETRY_MAX = 30.0
 """The longest wait between starts of a server that keeps failing, in seconds."""
 
+HTTP_TIMEOUT = 30.0
+"""Seconds an HTTP upstream has to connect, take a request or free a pooled connection."""
+HTTP_READ_TIMEOUT = 300.0
+"""Seconds an HTTP upstream's response stream may stay silent (it may hold one open)."""
+
 _LIST_PAGES = 100
 _LISTENER_SECONDS = 5.0
+
+
+def http_client(headers: Mapping[str, str]) -> httpx2.AsyncClient:
+    """The HTTP client for a streamable HTTP upstream: its configured headers, and the MCP
+    SDK's own default timeouts (:data:`HTTP_TIMEOUT`, :data:`HTTP_READ_TIMEOUT`). The SDK's
+    transport takes it as given and follows redirects itself; close it after use."""
+    return httpx2.AsyncClient(headers=dict(headers),
+                              timeout=httpx2.Timeout(HTTP_TIMEOUT, read=HTTP_READ_TIMEOUT))
 
 _ROUND = TypeAdapter(types.CallToolResult | types.InputRequiredResult)
 """A ``tools/call`` answer: a result, or a 2026-07-28 ``input_required`` round."""
@@ -119,6 +131,11 @@ class UpstreamError(AWLError):
     def __init__(self, message: str, *, server: str) -> None:
         super().__init__(message)
         self.server = server
+
+    @property
+    def refusal(self) -> str:
+        """The error as the gateway says it to the worker: ``AWL_<code>: message``."""
+        return f"AWL_{self.code}: {self.message}"
 
 
 class UpstreamUnavailable(UpstreamError):
@@ -368,7 +385,7 @@ class _Upstream:
         @asynccontextmanager
         async def watched() -> AsyncIterator[Any]:
             if isinstance(transport, HttpTransport):
-                http = create_mcp_http_client(headers=dict(transport.headers))
+                http = http_client(transport.headers)
                 async with http, streamable_http_client(transport.url, http_client=http) as (r, w):
                     self.transport_open = True
                     yield _WatchedReadStream(r, conn.end, self.config.name), w

@@ -13,19 +13,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, get_args
+from typing import Any, Protocol, get_args
 
 import anyio.to_thread
 import mcp_types as types
 
-from awl.documents.errors import AWLError, BadRequest
-from awl.documents.limits import INT64_MAX, check_integer
-from awl.documents.models import CallOutcome, CallRecord, WorkOrder
-from awl.documents.patterns import matches_any
-from awl.server._server import tool_error
-
-if TYPE_CHECKING:
-    from gateway._gateway import Authority, Gateway
+from awl.desk import Desk
+from awl.documents import (
+    INT64_MAX,
+    AWLError,
+    BadRequest,
+    CallOutcome,
+    CallRecord,
+    WorkOrder,
+    check_integer,
+    matches_any,
+)
+from awl.mcp import text_result, tool_error
+from awl.store import Store
+from gateway._authority import Authority
 
 GET_ORDER = "awl_get_order"
 POST_PROGRESS = "awl_post_progress"
@@ -183,14 +189,25 @@ def _cut(text: str) -> str:
 
 
 def _ok(data: Any, text: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                structured_content=data)
+    return text_result(text, structured=data)
+
+
+class DeskSide(Protocol):
+    """What the desk tools need of their gateway (a :class:`~gateway.Gateway` is one)."""
+
+    order_id: str
+    desk: Desk
+    store: Store
+
+    def actor(self, authority: Authority) -> str:
+        """Who the desk tools act as for ``authority``."""
+        ...
 
 
 class WorkerTools:
     """The desk tools of one gateway."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: DeskSide) -> None:
         self.gateway = gateway
         self._handlers: Mapping[str, Callable[[dict[str, Any], str], types.CallToolResult]] = {
             GET_ORDER: self._get_order,

@@ -10,6 +10,8 @@ server never hides a test in CI.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -68,10 +70,19 @@ def _admin(url: str) -> Any:
         raise
 
 
+def _drop_clean(tests: str) -> None:
+    """Drop the schemas kept for reuse, at the end of the session (so none pile up)."""
+    if _clean:
+        with contextlib.suppress(Exception), _admin(tests) as conn:
+            conn.execute(f"DROP SCHEMA {', '.join(_clean)} CASCADE")
+        _clean.clear()
+
+
 def _tests_database() -> str:
     """The URL of database ``awl_tests``, created on first use."""
     url = server_url()
     if url not in _ready:
+        atexit.register(_drop_clean, in_database(url, DATABASE))
         with _admin(url) as conn:
             found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
                                  (DATABASE,)).fetchone()

@@ -76,6 +76,33 @@ def test_the_telemetry_bench_compares_tracing_on_and_the_control_with_tracing_of
                          "export attempts")
 
 
+def test_the_startup_ratio_compares_the_gateway_with_the_bare_proxy_to_tools_list() -> None:
+    from bench.startup import Timings, report, report_imports
+
+    bare = Timings("bare proxy", [1.0, 1.2, 1.1], [1.1, 1.3, 1.2], [0.3, 0.4, 0.5])
+    gateway = Timings("gateway", [1.0, 1.0, 1.0], [1.5, 1.6, 1.4], [0.2, 0.2, 0.2], 1)
+    lines = report([bare, gateway]).splitlines()
+    assert lines[2] == "| bare proxy | 1100 | 1200 | 400 | 0 |"
+    assert lines[3] == "| gateway | 1000 | 1500 | 200 | 1 |"
+    assert lines[-1] == ("spawn to tools/list, gateway / bare proxy: 1.25x (within the 1.3x "
+                         "target; medians of 3 spawns each)")
+    gateway.tools_list[:] = [1.6, 1.6, 1.6]
+    assert "1.33x (OVER the 1.3x target" in report([bare, gateway])
+    assert report_imports({"MCP SDK only": (0.5, 500), "awl gateway": (0.6, 650)}) == (
+        "imports: MCP SDK only 500 ms (500 modules), awl gateway 600 ms (650 modules): 1.20x")
+
+
+def test_memory_is_judged_by_the_peak_against_each_target() -> None:
+    from bench.memory import Resident, report
+
+    lines = report([Resident("python + the MCP SDK only", 60.0, 61.0),
+                    Resident("gateway, 3 upstreams", 70.2, 79.6),
+                    Resident("desk server, 100,000 orders", 150.0, 180.4)]).splitlines()
+    assert lines[2] == "| python + the MCP SDK only | 60 | 61 |  |"
+    assert lines[3] == "| gateway, 3 upstreams | 70 | 80 | 80 (within) |"
+    assert lines[4] == "| desk server, 100,000 orders | 150 | 180 | 100 (OVER by 80) |"
+
+
 # --------------------------------------------------------------------------- --store
 
 def test_store_names_are_read_in_order_each_once() -> None:
@@ -211,7 +238,7 @@ def test_a_bulk_filled_desk_reads_like_one_the_desk_wrote(
 
     url = str(tmp_path / "large.sqlite3") if store == "sqlite" else request.getfixturevalue(
         "pg_url")
-    build(store, url, 100)
+    build(url, 100, store)
     with closing(open_store(url)) as opened:
         desk = Desk(opened)
         assert desk.track("agent:busy").orders == 20

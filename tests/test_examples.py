@@ -40,6 +40,7 @@ def test_every_example_document_validates() -> None:
         assert [(f.rule, f.path) for f in findings] == [], path.name
 
 
+@pytest.mark.slow
 def test_the_validate_commands_pass() -> None:
     """`awl validate` accepts the example order, and the example report against it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWL_")}
@@ -60,6 +61,7 @@ def test_the_report_uses_only_what_the_order_allows_and_stages() -> None:
     assert all(matches_any(order["staged"], e["tool"]) for e in report["effects"])
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_the_example_upstream_offers_every_tool_the_order_names(
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -35,7 +35,8 @@ WAITING = "[worker] waiting for review"
 LIMIT = 150.0
 """Seconds one step may take on a slow shared machine (each is a few seconds normally)."""
 
-pytestmark = pytest.mark.timeout(300)  # two agent processes, each starting a gateway
+# Two agent processes, each starting a gateway.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 
 def _env() -> dict[str, str]:

@@ -26,7 +26,7 @@ from tests.bearer_relay import bearer_relay
 from tests.gateway.gateway_support import ROOT, WORKER, make_env, server_entry
 from tests.node_support import conformance
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 REVISIONS = ("2025-11-25", "2026-07-28")
 _ROW = re.compile(r"^\| (desk|gateway) \| (both|2025-11-25|2026-07-28) \| ([^|]+) \| [^|]+ \|$")

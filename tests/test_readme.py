@@ -94,6 +94,7 @@ async def hold_two_emails_and_report(folder: Path, home: Path) -> None:
         store.close()
 
 
+@pytest.mark.slow
 def test_the_set_up_block_names_the_demo_and_the_ci_script(tmp_path: Path) -> None:
     """The set-up block's demo runs as written; its CI script is valid bash."""
     body = find("bash", "scripts/demo.sh")
@@ -106,12 +107,14 @@ def test_the_set_up_block_names_the_demo_and_the_ci_script(tmp_path: Path) -> No
     assert "exactly 1 message" in done.stdout
 
 
+@pytest.mark.slow
 def test_the_install_block_installs(world: tuple[Path, dict[str, str]]) -> None:
     """``pip install -e .`` works from the project folder."""
     _, env = world
     run_bash(find("bash", "pip install -e ."), ROOT, env)
 
 
+@pytest.mark.slow
 def test_the_library_example_prints_what_its_comments_say(
         world: tuple[Path, dict[str, str]]) -> None:
     """The ten-line library example runs and prints the findings and state it promises."""
@@ -132,6 +135,7 @@ def test_the_json_blocks_are_configs_the_gateway_accepts() -> None:
     assert json.loads(snippets[0]) == json.loads((ROOT / "examples" / "upstream.json").read_text())
 
 
+@pytest.mark.slow
 def test_the_operator_and_manager_blocks_run_the_story(
         world: tuple[Path, dict[str, str]]) -> None:
     """Issue, gateway, review of a subset and commit: one email goes out."""
@@ -145,6 +149,7 @@ def test_the_operator_and_manager_blocks_run_the_story(
     assert [m["to"] for m in sent] == ["team@example.com"]
 
 
+@pytest.mark.slow
 def test_the_settlement_block_settles_and_retries_once(
         world: tuple[Path, dict[str, str]]) -> None:
     """An effect cut off after its dispatching mark is settled and retried as written."""

@@ -9,45 +9,19 @@ as one line, never a traceback.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from collections.abc import Sequence
 
+from awl.cli import _desk, _effects, _gateway, _pass, _serve, _store, _validate, _web
+from awl.cli._common import CLIError
 from awl.documents.errors import AWLError
 from awl.documents.limits import check_text, show_value
 
+__all__ = ["CLIError", "build_parser", "main"]
+
 # Modules that add subcommands, in the order they appear in --help.
-_COMMAND_MODULES = (
-    "awl.cli._validate",
-    "awl.cli._desk",
-    "awl.cli._pass",
-    "awl.cli._gateway",
-    "awl.cli._effects",
-    "awl.cli._serve",
-    "awl.cli._web",
-    "awl.cli._store",
-)
-
-
-STORE_HELP = ("the desk's store: a SQLite file, sqlite:///PATH, memory: or "
-              "postgresql://USER@HOST/DB (default: $AWL_STORE, else desk.sqlite3 in the home)")
-"""The help of ``--store``, which every command that opens a desk takes."""
-
-
-def add_store_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """Add ``--store URL`` to a command that opens a desk (read as ``args.store``)."""
-    parser.add_argument("--store", metavar="URL", help=STORE_HELP)
-
-
-class CLIError(AWLError):
-    """A user error the CLI prints as one line before exiting with ``exit_code``."""
-
-    code = "BAD_REQUEST"
-
-    def __init__(self, message: str, exit_code: int = 2) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
+_COMMAND_MODULES = (_validate, _desk, _pass, _gateway, _effects, _serve, _web, _store)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,13 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Work Orders, Work Reports, Delegation Passes and the MCP gateway.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in _COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue  # that command group is not built yet
-            raise
+    for module in _COMMAND_MODULES:
         module.register(sub)
     return parser
 

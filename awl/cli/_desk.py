@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from awl.cli import add_store_option
+from awl.cli._common import CLIError, add_store_option
 from awl.desk import Desk, OrderView, Question
 from awl.desk.criteria import check_question, latest_checks
 from awl.desk.home import default_store
@@ -47,8 +47,6 @@ _CONTROL = re.compile("[\x00-\x1f\x7f\u2028\u2029]")
 # --------------------------------------------------------------------------- plumbing
 
 def _fail(message: str) -> Exception:
-    from awl.cli import CLIError  # the dispatcher imports this module; import it late
-
     return CLIError(message)
 
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from awl.cli import add_store_option
-from awl.desk.effects import EffectView, list_effects, settle
+from awl.cli._common import add_store_option
+from awl.cli._gateway import send_once
+from awl.desk.effects import EffectView, list_effects
 from awl.desk.home import default_store
-
-if TYPE_CHECKING:
-    from gateway._commit import EffectOutcome
+from awl.desk.settlement import settle
 
 
 def register(subparsers: Any) -> None:
@@ -154,27 +153,17 @@ def _settle(args: argparse.Namespace) -> int:
     return 0
 
 
-def _outcome_line(outcome: EffectOutcome) -> str:
-    return f"{outcome.ref}  {outcome.tool}  {outcome.state}  {outcome.reason}"
-
-
 def _retry(args: argparse.Namespace) -> int:
-    from gateway._commit import locked_exit, retry_sync
-    from gateway._config import load_config
-    from gateway._lock import LockBusy
+    from gateway._commit import retry_sync
+    from gateway._lock import EXIT_LOCKED
 
-    config = load_config(args.config)
-    store = default_store(args.home, url=args.store)
-    try:
-        outcome = retry_sync(args.order, args.ref, args.actor, store=store,
-                             pool_or_config=config, timeout=args.timeout,
-                             lock_wait=args.lock_wait)
-    except LockBusy as exc:
-        return locked_exit(args.order, exc, json_out=args.json)
-    finally:
-        store.close()
+    outcome = send_once(args, lambda store, config: retry_sync(
+        args.order, args.ref, args.actor, store=store, pool_or_config=config,
+        timeout=args.timeout, lock_wait=args.lock_wait))
+    if outcome is None:
+        return EXIT_LOCKED
     if args.json:
         print(json.dumps(outcome.to_json(), indent=2, sort_keys=True))
     else:
-        print(_outcome_line(outcome))
+        print(f"{outcome.ref}  {outcome.tool}  {outcome.state}  {outcome.reason}")
     return 0 if outcome.state == "committed" else 1

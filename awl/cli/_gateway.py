@@ -8,14 +8,21 @@ With ``--commit`` it runs the effects the manager approved (``gateway._commit``)
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import anyio
 
-from awl.cli import CLIError, add_store_option
+from awl.cli._common import CLIError, add_store_option
+from awl.desk.home import default_store
+from awl.documents.errors import BadRequest
 from awl.passes import MAX_TOKEN_BYTES
+from awl.store.protocol import Store
+
+_T = TypeVar("_T")
 
 _MAX_PASS_FILE = MAX_TOKEN_BYTES + 1024
 """A pass file holds one token (at most MAX_TOKEN_BYTES) and some white space."""
@@ -66,12 +73,10 @@ def _run(args: argparse.Namespace) -> int:
         if args.http or args.pass_token or args.pass_file or args.safe or args.allow_remote:
             raise CLIError("--commit runs approved effects and serves nothing; drop --http, "
                            "--pass, --pass-file, --safe and --allow-remote")
-        from gateway._commit import run_commit_cli
-
-        return run_commit_cli(args)
+        return _commit(args)
     if args.json or args.timeout is not None or args.lock_wait:
         raise CLIError("--json, --timeout and --lock-wait go with --commit")
-    from gateway._serve import PASS_ENV, parse_address, run_gateway
+    from gateway._serve import CHECKPOINT_SECONDS, PASS_ENV, parse_address, run_gateway
 
     http = parse_address(args.http) if args.http else None
     if http is None and args.allow_remote:
@@ -82,9 +87,8 @@ def _run(args: argparse.Namespace) -> int:
     token = _pass_token(args) or os.environ.get(PASS_ENV) or None
     if http is not None:
         token = None
-    from awl.desk.home import default_store
-
-    store = default_store(args.home, url=args.store)
+    # No call pays for a WAL checkpoint: a thread of the store runs them (GW-18).
+    store = default_store(args.home, url=args.store, checkpoint_every=CHECKPOINT_SECONDS)
     try:
         anyio.run(lambda: run_gateway(
             args.order, args.config, http=http, allow_remote=args.allow_remote, store=store,
@@ -93,6 +97,61 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return 0
+
+
+def _commit(args: argparse.Namespace) -> int:
+    """``awl gateway --order ID --config FILE --commit``: commit and print the summary.
+
+    Exit code 0 when every approved effect is committed, :data:`~gateway._lock.EXIT_LOCKED`
+    when another live committer holds the order's lock (nothing was sent), 1 otherwise.
+    """
+    from gateway._commit import commit_sync
+    from gateway._lock import EXIT_LOCKED
+
+    if not args.order:
+        raise BadRequest("--commit needs --order ORDER_ID")
+    if not args.config:
+        raise BadRequest("--commit needs --config FILE (the upstream servers to send to)")
+    summary = send_once(args, lambda store, config: commit_sync(
+        args.order, store=store, pool_or_config=config, timeout=args.timeout,
+        lock_wait=float(args.lock_wait or 0.0)))
+    if summary is None:
+        return EXIT_LOCKED
+    if args.json:
+        print(json.dumps(summary.to_json(), indent=2, sort_keys=True))
+    else:
+        for line in summary.lines():
+            print(line)
+    sys.stdout.flush()
+    return 0 if summary.ok else 1
+
+
+def send_once(args: argparse.Namespace, send: Callable[[Store, Any], _T]) -> _T | None:
+    """Run a commit or a retry (``send``) with the desk's store (``args.store``, else
+    ``AWL_STORE``, else the one in ``args.home``) and the
+    upstream config (``args.config``: loaded first, so a bad one fails before the store is
+    opened; typed Any so the gateway is imported only when used).
+
+    None when another live committer holds the order's lock (nothing was sent); that is
+    said on the way out, as JSON with ``args.json``.
+    """
+    from gateway._config import load_config
+    from gateway._lock import LockBusy
+
+    config = load_config(args.config)
+    store = default_store(args.home, url=args.store)
+    try:
+        return send(store, config)
+    except LockBusy as exc:
+        if args.json:
+            print(json.dumps({"order_id": args.order, "ok": False, "error": "LOCKED",
+                              "message": exc.message}, indent=2, sort_keys=True))
+        else:
+            print(f"awl: LOCKED: {exc.message}", file=sys.stderr)
+        sys.stdout.flush()
+        return None
+    finally:
+        store.close()
 
 
 def _pass_token(args: argparse.Namespace) -> str | None:

@@ -10,12 +10,13 @@ import re
 import sys
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
+from awl.cli._common import CLIError, add_store_option
 from awl.desk.home import default_store, home_dir
 from awl.documents.errors import BadRequest, PassError
 from awl.documents.limits import INT64_MAX, check_epoch, show_value
+from awl.documents.models import format_epoch
 from awl.passes import (
     DEFAULT_AUDIENCE,
     KeyStore,
@@ -99,15 +100,11 @@ def _common(parser: argparse.ArgumentParser, *, desk: bool = False) -> None:
     parser.add_argument("--home", metavar="DIR", help="the desk's home (default: $AWL_HOME, "
                         "else ./.awl)")
     if desk:
-        from awl.cli import add_store_option
-
         add_store_option(parser)
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _fail(message: str) -> Exception:
-    from awl.cli import CLIError  # the dispatcher imports this module; import it late
-
     return CLIError(message)
 
 
@@ -197,7 +194,7 @@ def _when(value: Any) -> str:
     epoch = _epoch(value)
     if epoch is None:
         return f"{show_value(value)} (not a time)"
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_epoch(epoch)
 
 
 def _names(value: Any) -> str:

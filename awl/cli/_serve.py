@@ -10,14 +10,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
-from awl.cli import CLIError, add_store_option
-
-if TYPE_CHECKING:
-    from awl.store.protocol import TokenRecord
+from awl.cli._common import CLIError, add_store_option
+from awl.desk import AsyncDesk
+from awl.desk.home import default_store, home_dir
+from awl.desk.tokens import check_principal, issue_token, revoke_tokens, token_hash, token_id
+from awl.passes import KeyStore
+from awl.store.protocol import TokenRecord
 
 
 def register(subparsers: Any) -> None:
@@ -69,12 +71,7 @@ def register(subparsers: Any) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from awl.desk import AsyncDesk
-    from awl.desk.home import default_store, home_dir
-    from awl.desk.tokens import check_principal
-    from awl.mcp.transport import is_loopback
-    from awl.passes import KeyStore
-    from awl.server import DeskServer, parse_address, serve_stdio
+    from awl.server import DeskServer, is_loopback, parse_address, serve_stdio
 
     if args.principal is not None:
         if args.allow_remote:
@@ -117,9 +114,6 @@ class _Announce:
 
 
 def _issue_token(args: argparse.Namespace) -> int:
-    from awl.desk.home import default_store
-    from awl.server import issue_token, token_hash, token_id
-
     store = default_store(args.home, url=args.store)
     try:
         token = issue_token(store, args.principal)
@@ -135,15 +129,11 @@ def _issue_token(args: argparse.Namespace) -> int:
 
 
 def _token_rows(records: list[TokenRecord]) -> list[dict[str, str]]:
-    from awl.server import token_id
-
     return [{"id": token_id(t.token_hash), "principal": t.principal, "issued": t.created_at}
             for t in records]
 
 
 def _list_tokens(args: argparse.Namespace) -> int:
-    from awl.desk.home import default_store
-
     store = default_store(args.home, url=args.store)
     try:
         rows = _token_rows(store.tokens())
@@ -160,9 +150,6 @@ def _list_tokens(args: argparse.Namespace) -> int:
 
 
 def _revoke_tokens(args: argparse.Namespace) -> int:
-    from awl.desk.home import default_store
-    from awl.server import revoke_tokens
-
     store = default_store(args.home, url=args.store)
     try:
         token = sys.stdin.read().strip() if args.token == "-" else args.token

@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
+from awl.cli._common import CLIError
 from awl.documents.checks import DocType, check, load_document
+from awl.documents.conformance import run_conformance
 from awl.documents.errors import AWLError
 from awl.documents.findings import Finding
 
@@ -54,8 +56,6 @@ def _read(name: str) -> Any:
 
 
 def _context(name: str | None, what: str) -> Any:
-    from awl.cli import CLIError  # the dispatcher imports this module; import it late
-
     if name is None:
         return None
     try:
@@ -119,7 +119,6 @@ def _print_findings(name: str, findings: list[Finding]) -> None:
 
 def _conformance(args: argparse.Namespace) -> int:
     _tolerant_output()
-    from awl.documents.conformance import run_conformance
 
     run = run_conformance(args.path)
     if args.json:

@@ -12,7 +12,9 @@ from typing import Any
 
 import anyio
 
-from awl.cli import CLIError, add_store_option
+from awl.cli._common import CLIError, add_store_option
+from awl.desk.home import default_store, home_dir
+from awl.desk.tokens import check_principal
 
 
 def register(subparsers: Any) -> None:
@@ -41,10 +43,7 @@ def register(subparsers: Any) -> None:
 
 
 def _web(args: argparse.Namespace) -> int:
-    from awl.desk.home import default_store, home_dir
-    from awl.desk.tokens import check_principal
-    from awl.mcp.transport import _listen, is_loopback
-    from awl.server import parse_address
+    from awl.mcp.transport import is_loopback, listen, parse_address
     from awl.web import Sessions, WebConfig, build_app, loopback_hosts
 
     host, port = parse_address(args.listen)
@@ -61,13 +60,12 @@ def _web(args: argparse.Namespace) -> int:
         from gateway._config import load_config
         upstream = load_config(args.config)
     home = home_dir(args.home)
-    sock = _listen(host, port)
+    sock = listen(host, port)
     port = sock.getsockname()[1]
     store = default_store(home, url=args.store)
     sessions = Sessions(ttl=args.session_hours * 3600)
     config = WebConfig(upstream=upstream, upstream_path=args.config, home=args.home,
-                       store=args.store,
-                       hosts=loopback_hosts(host, port) if loopback else None)
+                       store=args.store, hosts=loopback_hosts(host, port) if loopback else None)
     app = build_app(store, sessions, config)
     shown = f"[{host}]" if ":" in host else host
     base = f"http://{shown}:{port}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import builtins
 import functools
-import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from datetime import datetime
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
@@ -20,8 +19,7 @@ import anyio.to_thread
 
 from awl.desk.core import Clock
 from awl.desk.desk import Desk
-from awl.desk.waiting import Subscription
-from awl.documents.errors import BadRequest
+from awl.desk.waiting import Subscription, follow_slices
 from awl.documents.lifecycle import TERMINAL
 from awl.documents.models import Event, parse_time
 from awl.store.protocol import Store
@@ -163,13 +161,7 @@ class AsyncDesk:
     async def follow(self, order_id: str, after: int = 0, *, timeout: float | None = None,
                      until_terminal: bool = True) -> AsyncIterator[Event]:
         """See :meth:`Desk.follow`."""
-        if timeout is not None and (isinstance(timeout, bool) or timeout != timeout):
-            raise BadRequest(f"timeout must be a number of seconds, not {timeout!r}")
-        end = None if timeout is None else time.monotonic() + timeout
-        while True:
-            slice_ = 5.0 if end is None else min(5.0, end - time.monotonic())
-            if slice_ <= 0:
-                return
+        for slice_ in follow_slices(timeout):
             for event in await self.wait(order_id, after, timeout=slice_):
                 after = event.seq
                 yield event

@@ -32,27 +32,41 @@ import secrets
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
+from awl.desk.access import check_action, check_author, check_manager, check_splitter
+from awl.desk.core import Write
+from awl.desk.criteria import CheckRun, latest_checks, run_checks, take_snapshot, workspace_root
 from awl.desk.lineage import ancestors, remaining_of, self_review_problem
+from awl.desk.views import OrderView
+from awl.desk.waiting import DeskWaiting
+from awl.documents.checks import (
+    check_run_findings,
+    iter_order_findings,
+    iter_report_findings,
+    iter_review_findings,
+    iter_suborder_findings,
+    to_plain,
+)
 from awl.documents.errors import (
     BadRequest,
-    Forbidden,
     InvalidTransition,
     NotFound,
     ValidationFailed,
 )
 from awl.documents.findings import Finding
-from awl.documents.lifecycle import ACTIVE, DESK_ACTOR, TERMINAL, targets
-from awl.documents.models import Event, Handoff, Review, WorkOrder, WorkReport, parse_time
+from awl.documents.lifecycle import ACTIVE, DESK_ACTOR, TERMINAL, is_desk_principal, targets
+from awl.documents.models import (
+    Event,
+    Handoff,
+    Review,
+    WorkOrder,
+    WorkReport,
+    format_time,
+    parse_time,
+)
 from awl.documents.patterns import parse_ref
 from awl.store.protocol import OrderRecord
-
-if TYPE_CHECKING:
-    from awl.desk.criteria import CheckRun
-from awl.desk.core import Write
-from awl.desk.views import OrderView, format_time
-from awl.desk.waiting import DeskWaiting
 
 __all__ = ["Desk"]
 
@@ -159,7 +173,6 @@ class Desk(DeskWaiting):
                 escalation contact is its worker or manager (LC-13).
             Conflict: the id is taken.
         """
-        from awl.documents.checks import iter_order_findings, iter_suborder_findings, to_plain
 
         doc = order.to_json() if isinstance(order, WorkOrder) else to_plain(dict(order))
         if not isinstance(doc, dict):
@@ -169,12 +182,10 @@ class Desk(DeskWaiting):
         doc.setdefault("id", new_order_id())
         doc.setdefault("created_at", format_time(now))
         doc.setdefault("from", actor)
-        if doc["from"] != actor:
-            raise Forbidden(f"{actor} may not create an order from {doc['from']}; an order is "
-                            "created by its manager", actor=actor, action="create")
+        check_author(doc["from"], actor)
         for field in ("from", "to", "escalate_to"):
             value = doc.get(field)
-            if isinstance(value, str) and value.startswith("awl:"):
+            if isinstance(value, str) and is_desk_principal(value):
                 raise BadRequest(f"{field} {value!r} is reserved for the desk; name an agent "
                                  "or a human")
         continues = doc.get("continues")
@@ -209,7 +220,6 @@ class Desk(DeskWaiting):
             "from": None, "to": "offered",
         }
         if workspace is not None:
-            from awl.desk.criteria import workspace_root
 
             fields["data"] = {"workspace": str(workspace_root(workspace))}
         elif _checked(model):
@@ -238,10 +248,7 @@ class Desk(DeskWaiting):
             parent = self.get(parent_id)
         except NotFound:
             raise NotFound(f"parent order {parent_id!r} does not exist") from None
-        if actor not in (parent.order.to, parent.order.manager):
-            raise Forbidden(f"{actor} may not split order {parent_id!r}: only its worker "
-                            f"{parent.order.to} or manager {parent.order.manager} may",
-                            actor=actor, action="create sub-order")
+        check_splitter(parent.order, actor)
         if parent.state not in ACTIVE:
             raise InvalidTransition(
                 f"parent order {parent_id!r} is {parent.state}; sub-orders are split from "
@@ -266,16 +273,14 @@ class Desk(DeskWaiting):
         if workspace is None:
             return self._simple(order_id, "start", actor)
         record = self.store.load(order_id)
-        self._check_actor(record.order, "start", actor)
+        check_action(record.order, "start", actor)
         if not targets(record.state, "start"):
             raise self._wrong_state(record.order, record.state, "start")
-        from awl.desk.criteria import take_snapshot
 
         return self._simple(order_id, "start", actor,
                             data={"snapshot": take_snapshot(workspace)})
 
     def _run_criteria_checks(self, order: WorkOrder) -> builtins.list[CheckRun]:
-        from awl.desk.criteria import run_checks
 
         workspace = self.workspace(order.id)
         if workspace is None:
@@ -294,9 +299,7 @@ class Desk(DeskWaiting):
         """
         record = self.store.load(order_id)
         order = record.order
-        if actor != order.manager:
-            raise Forbidden(f"{actor} may not run the checks of order {order_id!r}: only its "
-                            f"manager {order.manager} may", actor=actor, action="check")
+        check_manager(order, actor, "check", "run the checks")
         if not _checked(order):
             raise BadRequest(f"order {order_id!r} has no criteria with checks")
         state = self._fresh(record).state
@@ -316,20 +319,18 @@ class Desk(DeskWaiting):
         ``check`` event, or, when the same check failed the same way on its previous run,
         in a ``block`` event that puts the question to the manager.
         """
-        from awl.documents.checks import check_run_findings
 
         record = self.store.load(order_id)
         late = parse_time(record.order.deadline) < self.now()
         if doc.get("status") != "done" or not _checked(record.order) or late:
             return []  # a late report is kept and the order expired, as without checks
-        self._check_actor(record.order, "report", actor)
+        check_action(record.order, "report", actor)
         if record.state != "working":
             raise self._wrong_state(record.order, record.state, "report")
         runs = self._run_criteria_checks(record.order)
         failed = [run for run in runs if run.outcome in ("failed", "timeout")]
         if not failed:
             return runs
-        from awl.desk.criteria import latest_checks
 
         before = latest_checks(self.store.events(order_id, after=0, limit=None), on_report=True)
         again = [run for run in failed
@@ -388,7 +389,6 @@ class Desk(DeskWaiting):
             ValidationFailed: the report has ``invalid`` findings.
             BadRequest: ``from`` or ``attempt`` does not match.
         """
-        from awl.documents.checks import iter_report_findings, to_plain
 
         doc = report.to_json() if isinstance(report, WorkReport) else to_plain(dict(report))
         if not isinstance(doc, dict):
@@ -479,7 +479,6 @@ class Desk(DeskWaiting):
             BadRequest: an effect ref the report does not list, or an approval of a failed
                 report.
         """
-        from awl.documents.checks import iter_review_findings
 
         if decision not in ("approve", "rework"):
             raise BadRequest(f"decision must be approve or rework, not {decision!r}")

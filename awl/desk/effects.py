@@ -8,10 +8,10 @@ the sending) builds on it.
 Listing. :func:`list_effects` shows every held call of an order with its effect state and,
 while it still describes the effect, the manager's settlement.
 
-Settling. :func:`settle` lets the order's manager record what they found out about an
-``unknown`` effect (``happened`` or ``did_not_happen``, with evidence) as a ``settle``
-event. A settlement stays valid until the effect is dispatched again (the event records
-the effect's dispatch count; :func:`valid_settlement` compares it).
+Settling (:mod:`awl.desk.settlement`, which logs through the desk) records the manager's
+finding about an ``unknown`` effect as a ``settle`` event; :func:`settle_events` and
+:func:`valid_settlement` read it back: a settlement stays valid until the effect is
+dispatched again (the event records the effect's dispatch count).
 
 Dropping. A held call is dropped when it can never run: its attempt was sent back for
 rework, its order ended unapproved, or the approval left it out. The desk drops on rework
@@ -24,25 +24,19 @@ dropped.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from functools import partial
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
-from awl.desk.views import format_time
-from awl.documents.errors import BadRequest, Conflict, Forbidden, InvalidTransition, NotFound
+from awl.desk.access import check_manager
+from awl.documents.errors import Conflict, InvalidTransition, NotFound
 from awl.documents.models import CallRecord, Event, WorkOrder
 from awl.documents.patterns import canonical_ref
 from awl.store.protocol import EffectState, Settlement, Store
 
-if TYPE_CHECKING:
-    from awl.desk.core import DeskCore
-    from awl.desk.desk import Desk
-
 __all__ = [
     "EffectView",
+    "EventLog",
     "Settles",
     "Verdict",
     "drop_held",
@@ -52,7 +46,6 @@ __all__ = [
     "list_effects",
     "manager_only",
     "record_event",
-    "settle",
     "settle_events",
     "valid_settlement",
 ]
@@ -63,6 +56,16 @@ Verdict = Literal["happened", "did_not_happen"]
 # A drop event only needs a free seq; other writers (progress notes, settlements, other
 # drops) can take it first, so a drop tries again this many times.
 _LOG_ATTEMPTS = 20
+
+
+class EventLog(Protocol):
+    """What effects need of a desk: its store, and :meth:`~awl.Desk.record` to log a
+    non-transition event (``drop``, ``settle``, ``retry``). A :class:`~awl.Desk` is one."""
+
+    store: Store
+
+    def record(self, order_id: str, actor: str, action: str, *, note: str | None = None,
+               data: Mapping[str, Any] | None = None) -> object: ...
 
 
 def held_calls(store: Store, order_id: str, *,
@@ -83,7 +86,7 @@ def held_calls(store: Store, order_id: str, *,
     ]
 
 
-def record_event(desk: DeskCore, order_id: str, actor: str, action: str, *, note: str | None,
+def record_event(desk: EventLog, order_id: str, actor: str, action: str, *, note: str | None,
                  data: Mapping[str, Any]) -> None:
     """Append a non-transition event, deciding again after every lost race."""
     for round_ in range(_LOG_ATTEMPTS):
@@ -95,7 +98,7 @@ def record_event(desk: DeskCore, order_id: str, actor: str, action: str, *, note
                 raise
 
 
-def drop_held(desk: DeskCore, order_id: str, reasons: Mapping[str, str], *, actor: str,
+def drop_held(desk: EventLog, order_id: str, reasons: Mapping[str, str], *, actor: str,
               at: str, note: str | None = None,
               data: Mapping[str, Any] | None = None) -> list[str]:
     """Drop the held calls named in ``reasons`` (ref → why) and log one ``drop`` event.
@@ -263,81 +266,4 @@ def manager_only(order: WorkOrder, by: str, action: str) -> None:
     Raises:
         Forbidden: ``by`` is not the order's manager.
     """
-    if by != order.manager:
-        raise Forbidden(f"{by} may not {action} effects of order {order.id!r}: only its "
-                        f"manager ({order.manager}) may", actor=by, action=action)
-
-
-# --------------------------------------------------------------------------- settle
-
-def settle(order_id: str, ref: str, verdict: Verdict, evidence: str, by: str, *,
-           store: Store, desk: Desk | None = None,
-           now: Callable[[], datetime] | None = None) -> EffectView:
-    """Record the manager's finding about an ``unknown`` effect, as a ``settle`` event.
-
-    Args:
-        order_id: The order.
-        ref: The unknown effect, ``server/tool#N``.
-        verdict: ``happened`` (it ran; it can never be retried) or ``did_not_happen``
-            (it did not run; the gateway's ``retry`` may send it).
-        evidence: What the finding rests on, for the record.
-        by: Who settles; must be the order's manager.
-        store: The desk's store.
-        desk: The desk whose log gets the event (default one over ``store``).
-        now: The clock for timestamps (default UTC now).
-
-    Raises:
-        Forbidden: ``by`` is not the order's manager.
-        InvalidTransition: The effect is not ``unknown``.
-        BadRequest: No evidence, or an unknown verdict.
-        NotFound: No such order or call.
-    """
-    # awl.desk.core imports this module, so the desk is imported when first needed.
-    from awl.desk.desk import Desk
-
-    if verdict not in ("happened", "did_not_happen"):
-        raise BadRequest(f"verdict must be happened or did_not_happen, not {verdict!r}")
-    if not evidence.strip():
-        raise BadRequest("a settlement says what it rests on; give --evidence")
-    clock = now or partial(datetime.now, UTC)
-    desk = desk or Desk(store, clock=clock, conflict_retries=5)
-    record = store.load(order_id)
-    manager_only(record.order, by, "settle")
-    call = find_call(store, order_id, ref)
-    state = effect_of(store, order_id, call, "settle")
-    if state.state != "unknown":
-        raise InvalidTransition(f"effect {call.ref} of order {order_id!r} is {state.state}; "
-                                "only an unknown effect is settled", state=state.state,
-                                action="settle")
-    _refuse_settled(order_id, call.ref, state, store)
-    at = format_time(clock())
-    # The event is the authority for a retry (it carries the dispatch count it describes);
-    # the copy on the effect is for readers of the store.
-    record_event(desk, order_id, by, "settle", note=evidence,
-                 data={"ref": call.ref, "verdict": verdict, "evidence": evidence,
-                       "dispatches": state.dispatches})
-    # Another manager's settlement may have been logged between the check and ours: the
-    # first one counts, and ours is refused.
-    _refuse_settled(order_id, call.ref, state, store, mine=(by, verdict, evidence))
-    settlement = Settlement(verdict=verdict, evidence=evidence, by=by, at=at)
-    # Conflict: it was retried meanwhile; the event's dispatch count makes it stale anyway.
-    with contextlib.suppress(Conflict):
-        store.set_effect(order_id, call.ref, expect=["unknown"], state="unknown",
-                         result=state.result, error=state.error, settlement=settlement, at=at)
-    return next(v for v in list_effects(order_id, store=store) if v.ref == call.ref)
-
-
-def _refuse_settled(order_id: str, ref: str, state: EffectState, store: Store, *,
-                    mine: tuple[str, str, str] | None = None) -> None:
-    """InvalidTransition when the effect was already settled for its current dispatch
-    (by another settlement than ``mine``, when given: actor, verdict, evidence)."""
-    first = valid_settlement(state, settle_events(store.events(order_id)).get(ref))
-    if first is None or (mine is not None
-                         and (first.by, first.verdict, first.evidence) == mine):
-        return
-    verdict = first.verdict.replace("_", " ")
-    then = ("it will never be sent again" if first.verdict == "happened"
-            else f"retry it with `awl effects retry {order_id} {ref}`")
-    raise InvalidTransition(
-        f"effect {ref} of order {order_id!r} was already settled as {verdict} by {first.by} "
-        f"at {first.at}; a settlement is final: {then}", state="unknown", action="settle")
+    check_manager(order, by, action, f"{action} effects")

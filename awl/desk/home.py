@@ -63,9 +63,10 @@ def home_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
 
 
 def default_store(explicit: str | os.PathLike[str] | None = None, *,
-                  url: str | None = None) -> Store:
+                  url: str | None = None, checkpoint_every: float | None = None) -> Store:
     """The desk's store: the one ``url`` names, else the one ``AWL_STORE`` names, else the
-    SQLite store in ``desk.sqlite3`` under :func:`home_dir` (``explicit``).
+    SQLite store in ``desk.sqlite3`` under :func:`home_dir` (``explicit``), checkpointed by a
+    thread of its own every ``checkpoint_every`` seconds when given (see :class:`SQLiteStore`).
 
     Raises:
         BadRequest: the URL cannot name a store (see :func:`awl.open_store`).
@@ -74,4 +75,4 @@ def default_store(explicit: str | os.PathLike[str] | None = None, *,
     chosen = url or os.environ.get(STORE_ENV) or None
     if chosen is not None:
         return open_store(chosen)
-    return SQLiteStore(home_dir(explicit) / DESK_FILE)
+    return SQLiteStore(home_dir(explicit) / DESK_FILE, checkpoint_every=checkpoint_every)

@@ -4,20 +4,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from awl.documents.lifecycle import ACTIVE
 from awl.documents.models import Review, WorkReport
 from awl.store.protocol import OrderRecord
 
-if TYPE_CHECKING:
-    pass
-
-
-def format_time(moment: datetime) -> str:
-    """An aware datetime as the RFC 3339 UTC text the desk writes (milliseconds, ``Z``)."""
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+__all__ = ["OrderView", "Question"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +43,6 @@ class OrderView(OrderRecord):
     def active(self) -> bool:
         """Whether the order can still move."""
         return self.state in ACTIVE
-
-    @property
-    def attempt(self) -> int:
-        """The attempt the next (or current) report belongs to: 1 + the reworks so far."""
-        return 1 + sum(1 for r in self.reviews if r.decision == "rework")
 
     @property
     def latest_report(self) -> WorkReport | None:

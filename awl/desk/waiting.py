@@ -8,22 +8,34 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
-from awl.documents.errors import (
-    AWLError,
-    BadRequest,
-)
+from awl.desk.queries import DeskQueries
+from awl.documents.errors import AWLError, BadRequest
 from awl.documents.lifecycle import TERMINAL
 from awl.documents.limits import check_integer
 from awl.documents.models import Event, parse_time
 from awl.store.protocol import Subscriptions
 
-if TYPE_CHECKING:
-    pass
-from awl.desk.queries import DeskQueries
+__all__ = ["DeskWaiting", "Subscription", "follow_slices"]
 
 log = logging.getLogger("awl.desk")
+
+
+def follow_slices(timeout: float | None) -> Iterator[float]:
+    """The waits a follow is made of: 5 s each, until ``timeout`` seconds have passed
+    (None: no limit); the caller stops early when the order ends.
+
+    Raises:
+        BadRequest: ``timeout`` is not a number of seconds.
+    """
+    if timeout is not None and (isinstance(timeout, bool) or timeout != timeout):
+        raise BadRequest(f"timeout must be a number of seconds, not {timeout!r}")
+    end = None if timeout is None else time.monotonic() + timeout
+    while True:
+        slice_ = 5.0 if end is None else min(5.0, end - time.monotonic())
+        if slice_ <= 0:
+            return
+        yield slice_
 
 
 class Subscription:
@@ -139,13 +151,7 @@ class DeskWaiting(DeskQueries):
         Stops once the order is terminal (when ``until_terminal``) or when ``timeout``
         seconds have passed without the order ending (None: no limit).
         """
-        if timeout is not None and (isinstance(timeout, bool) or timeout != timeout):
-            raise BadRequest(f"timeout must be a number of seconds, not {timeout!r}")
-        end = None if timeout is None else time.monotonic() + timeout
-        while True:
-            slice_ = 5.0 if end is None else min(5.0, end - time.monotonic())
-            if slice_ <= 0:
-                return
+        for slice_ in follow_slices(timeout):
             for event in self.wait(order_id, after, timeout=slice_):
                 after = event.seq
                 yield event

@@ -2,4 +2,102 @@
 
 The bottom layer: pure functions and immutable values, no files, no network, no MCP. Every
 other layer may import it; it imports none of them.
+
+What the gateway uses of it is re-exported here, and the gateway imports only these names:
+the errors it raises and maps to tool results, the models of orders, reports and call
+records (and RFC 3339 time reading and writing), tool-name patterns and refs, the bounds on
+untrusted input (:mod:`~awl.documents.limits`), the bounded JSON Schema validation it checks
+upstream arguments and results with (:mod:`~awl.documents.bounded`), the terminal order
+states and those work happens in, ``json_equal`` (JSON's equality, which the commit's report
+check needs), and JSON pointers (naming where a problem is; reading a ``$ref``'s value).
 """
+
+from awl.documents.bounded import (
+    PatternError,
+    SchemaTooCostly,
+    bounded_errors,
+    bounded_validator,
+    meta_errors,
+)
+from awl.documents.checks import json_equal
+from awl.documents.errors import (
+    AWLError,
+    BadRequest,
+    Conflict,
+    DocumentError,
+    InvalidTransition,
+    NotFound,
+    PassError,
+)
+from awl.documents.lifecycle import TERMINAL, WORKING
+from awl.documents.limits import (
+    INT64_MAX,
+    MAX_CONTENT_BLOCKS,
+    check_integer,
+    check_json_value,
+    is_finite_number,
+    loads,
+    read_regular_file,
+    show_value,
+)
+from awl.documents.models import (
+    CallOutcome,
+    CallRecord,
+    Grant,
+    WorkOrder,
+    WorkReport,
+    format_time,
+    parse_time,
+    utc_now,
+)
+from awl.documents.patterns import (
+    TOOL_NAME_RE,
+    canonical_ref,
+    covered_by_any,
+    is_tool_name,
+    matches_any,
+    parse_ref,
+)
+from awl.documents.pointers import pointer, resolve_pointer
+
+__all__ = [
+    "INT64_MAX",
+    "MAX_CONTENT_BLOCKS",
+    "TERMINAL",
+    "TOOL_NAME_RE",
+    "WORKING",
+    "AWLError",
+    "BadRequest",
+    "CallOutcome",
+    "CallRecord",
+    "Conflict",
+    "DocumentError",
+    "Grant",
+    "InvalidTransition",
+    "NotFound",
+    "PassError",
+    "PatternError",
+    "SchemaTooCostly",
+    "WorkOrder",
+    "WorkReport",
+    "bounded_errors",
+    "bounded_validator",
+    "canonical_ref",
+    "check_integer",
+    "check_json_value",
+    "covered_by_any",
+    "format_time",
+    "is_finite_number",
+    "is_tool_name",
+    "json_equal",
+    "loads",
+    "matches_any",
+    "meta_errors",
+    "parse_ref",
+    "parse_time",
+    "pointer",
+    "read_regular_file",
+    "resolve_pointer",
+    "show_value",
+    "utc_now",
+]

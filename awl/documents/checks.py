@@ -13,10 +13,11 @@ for that document, because the later rules assume its structure.
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal, TypeVar, cast
 
 # jsonschema ships no type hints (types-jsonschema is not a dependency).
@@ -34,7 +35,7 @@ from awl.documents.bounded import (
     meta_errors,
 )
 from awl.documents.errors import BadRequest, DocumentError, ValidationFailed
-from awl.documents.findings import Finding, pointer
+from awl.documents.findings import Finding
 from awl.documents.lifecycle import is_row
 from awl.documents.limits import (
     MAX_DEPTH,
@@ -52,38 +53,46 @@ from awl.documents.models import (
     Review,
     WorkOrder,
     WorkReport,
+    epoch_seconds,
     parse_time,
 )
 from awl.documents.patterns import covered_by_any, matches_any, overlap, parse_ref
+from awl.documents.pointers import pointer
 from awl.documents.schemas import schema_findings
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_DEPTH",
     "KNOWN_VERSIONS",
+    "LEEWAY",
     "DocType",
+    "PassFacts",
     "check",
     "check_structure",
     "detect_type",
     "is_valid_call",
     "is_valid_event",
     "is_valid_order",
+    "is_valid_pass",
     "is_valid_report",
     "is_valid_review",
     "is_valid_suborder",
+    "issued_ahead",
     "iter_call_findings",
     "iter_event_findings",
     "iter_order_findings",
+    "iter_pass_findings",
     "iter_report_findings",
     "iter_review_findings",
     "iter_suborder_findings",
     "json_equal",
     "load_document",
-    "pass_checks",
+    "pass_rule_findings",
     "to_plain",
     "validate_call",
     "validate_event",
     "validate_order",
+    "validate_pass",
     "validate_report",
     "validate_review",
     "validate_suborder",
@@ -234,7 +243,7 @@ def check_structure(doc: Any, doc_type: DocType) -> tuple[Any, BaseModel | None,
 def context_model(doc: Any, doc_type: DocType, model_cls: type[_M], role: str) -> _M:
     """A document given as context (a report's order, a parent), which must be valid.
 
-    Shared with :mod:`awl.passes.rules` (a pass's order and parent claims); not part of the
+    Also used by the pass rules below (a pass's order and parent claims); not part of the
     package's public surface.
 
     Args:
@@ -806,6 +815,248 @@ def validate_review(doc: Any) -> Review:
     return _validated(Review, "review", iter_review_findings(doc), doc)
 
 
+# --------------------------------------------------------------------------- pass claims
+
+LEEWAY = 30
+"""Seconds of clock skew tolerated on ``exp``, ``nbf`` and ``iat``."""
+
+
+# -- rules --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PassFacts:
+    """What the P rules need about an order, from the order or from a worker's pass."""
+
+    order_id: str
+    manager: str | None
+    tools: tuple[str, ...]
+    budget: Mapping[str, float]
+    deadline: str | None
+    staged: tuple[str, ...]
+
+    @classmethod
+    def of_order(cls, order: WorkOrder) -> PassFacts:
+        return cls(order.id, order.manager, order.tools, order.budget.units(),
+                   order.deadline, order.staged)
+
+    @classmethod
+    def of_root(cls, root: PassClaims) -> PassFacts:
+        g = root.grant
+        return cls(g.order_id, g.manager, g.tools, g.budget.units(), g.deadline,
+                   g.staged or ())
+
+
+def _bad(rule: str, path: str, message: str) -> Finding:
+    return Finding(rule, "invalid", path, message)
+
+
+def _time_findings(claims: PassClaims, now: float | None) -> Iterator[Finding]:
+    problems = []
+    if claims.exp <= claims.nbf:
+        problems.append(f"exp {claims.exp} is not after nbf {claims.nbf}")
+    if claims.iat > claims.exp:
+        problems.append(f"iat {claims.iat} is after exp {claims.exp}")
+    if now is not None and claims.exp <= now:
+        problems.append(f"exp {claims.exp} is not after the time of issue {int(now)}")
+    if problems:
+        yield _bad("P2", "/exp", "; ".join(problems))
+    if now is not None and issued_ahead(claims, now, LEEWAY):
+        yield _bad("P9", "/iat", f"iat {claims.iat} is more than {LEEWAY} s after the time "
+                   f"{int(now)}: a pass is never dated in the future")
+
+
+def issued_ahead(claims: PassClaims, now: float, leeway: float) -> bool:
+    """Whether ``iat`` lies further ahead of ``now`` than the clock leeway (P9)."""
+    return claims.iat > now + leeway
+
+
+def _order_findings(claims: PassClaims, facts: PassFacts) -> Iterator[Finding]:
+    g = claims.grant
+    if g.order_id != facts.order_id:
+        yield _bad("P3", "/grant/order_id",
+                   f"the pass is for order {g.order_id!r}, not {facts.order_id!r}")
+    if g.manager is not None and facts.manager is not None and g.manager != facts.manager:
+        yield _bad("P3", "/grant/manager",
+                   f"the order's manager is {facts.manager!r}, not {g.manager!r}")
+
+
+def _tool_findings(claims: PassClaims, facts: PassFacts | None,
+                   parent: PassClaims | None) -> Iterator[Finding]:
+    if parent is not None:
+        outer, whose = parent.grant.tools, "the parent pass"
+    elif facts is not None:
+        outer, whose = facts.tools, "the order"
+    else:
+        return
+    for i, pattern in enumerate(claims.grant.tools):
+        if not covered_by_any(outer, pattern):
+            yield _bad("P4", pointer("grant", "tools", i),
+                       f"{pattern} is not covered by {whose}'s tools {list(outer)}")
+
+
+def _budget_findings(claims: PassClaims, facts: PassFacts | None, parent: PassClaims | None,
+                     remaining: Mapping[str, float] | None) -> Iterator[Finding]:
+    if parent is not None:
+        base, whose = parent.grant.budget.units(), "the parent pass"
+    elif facts is not None:
+        base, whose = dict(facts.budget), "the order"
+    else:
+        return
+    granted = claims.grant.budget.units()
+    for unit in sorted(base):
+        limit = base[unit]
+        if remaining is not None and unit in remaining:
+            limit = min(limit, remaining[unit])
+        where = pointer("grant", "budget", unit)
+        if unit not in granted:
+            yield _bad("P5", where, f"{whose} limits {unit}; the pass must limit it too")
+        elif granted[unit] > limit:
+            yield _bad("P5", where, f"{unit} {granted[unit]} is more than the {limit} that "
+                       f"remains of {whose}'s budget")
+
+
+def _expiry_findings(claims: PassClaims, facts: PassFacts | None,
+                     parent: PassClaims | None) -> Iterator[Finding]:
+    problems = []
+    if parent is not None and claims.exp > parent.exp:
+        problems.append(f"exp {claims.exp} is after the parent pass's exp {parent.exp}")
+    deadline = facts.deadline if facts is not None else None
+    if deadline is not None and claims.exp > parse_time(deadline).timestamp():
+        problems.append(f"exp {claims.exp} is after the order deadline {deadline}")
+    if problems:
+        yield _bad("P6", "/exp", "; ".join(problems))
+    stated = claims.grant.deadline
+    if (stated is not None and deadline is not None
+            and parse_time(stated) != parse_time(deadline)):
+        yield _bad("P6", "/grant/deadline",
+                   f"the order's deadline is {deadline}, not {stated}")
+
+
+def _staged_findings(claims: PassClaims, facts: PassFacts | None) -> Iterator[Finding]:
+    if facts is None:
+        return
+    g = claims.grant
+    if g.staged is not None and set(g.staged) != set(facts.staged):
+        yield _bad("P7", "/grant/staged",
+                   f"the order stages {list(facts.staged)}, not {list(g.staged)}")
+    if g.parent_jti is None:
+        return  # the worker's own pass may hold staged tools: the gateway holds their calls
+    for i, pattern in enumerate(g.tools):
+        hit = [s for s in facts.staged if overlap(pattern, s) is not None]
+        if hit:
+            yield _bad("P7", pointer("grant", "tools", i),
+                       f"{pattern} reaches staged {hit}: a staged tool is never delegated")
+
+
+def _parent_findings(claims: PassClaims, parent: PassClaims | None) -> Iterator[Finding]:
+    if parent is not None and claims.grant.parent_jti != parent.jti:
+        yield _bad("P8", "/grant/parent_jti",
+                   f"parent_jti {claims.grant.parent_jti!r} is not the parent's jti "
+                   f"{parent.jti!r}")
+
+
+def pass_rule_findings(claims: PassClaims, facts: PassFacts | None, parent: PassClaims | None,
+                   remaining: Mapping[str, float] | None, now: float | None
+                   ) -> Iterator[Finding]:
+    yield from _time_findings(claims, now)
+    if facts is not None:
+        yield from _order_findings(claims, facts)
+    yield from _tool_findings(claims, facts, parent)
+    yield from _budget_findings(claims, facts, parent, remaining)
+    yield from _expiry_findings(claims, facts, parent)
+    yield from _staged_findings(claims, facts)
+    yield from _parent_findings(claims, parent)
+
+
+def iter_pass_findings(
+    claims: Any,
+    *,
+    order: Any = None,
+    parent: Any = None,
+    remaining: Mapping[str, float] | None = None,
+    now: datetime | str | float | None = None,
+) -> Iterator[Finding]:
+    """Findings for a pass's claims: V1, P1 (schema), then P2..P9.
+
+    When V1 or P1 fails, nothing else runs (the later rules assume the structure).
+
+    Args:
+        claims: the claims, as JSON data or a :class:`~awl.PassClaims`.
+        order: the order the pass is for (rules P3, P6, P7 and the fallback of P4, P5).
+        parent: the parent pass's claims, for a derived pass (P4, P5, P6, P8).
+        remaining: per budget unit, what is left of the parent's (or the order's) budget;
+            a unit not given counts as its full limit.
+        now: the time of issue; when given, P2 also wants ``exp`` after it and P9 wants
+            ``iat`` no later than it plus the leeway.
+
+    Raises:
+        DocumentError: ``claims`` cannot be a JSON document at all, or ``order`` or
+            ``parent`` is not a valid document.
+        BadRequest: ``now`` is not a time within years 1 to 9999, or ``remaining`` does not
+            map unit names to finite numbers.
+    """
+    remaining = check_amounts(remaining, name="remaining")
+    t = None if now is None else epoch_seconds(now)
+    _, model, found = check_structure(claims, "pass")
+    yield from found
+    if model is None:
+        return
+    order_model = None if order is None else context_model(order, "order", WorkOrder, "order")
+    parent_model = (None if parent is None
+                    else context_model(parent, "pass", PassClaims, "parent"))
+    yield from pass_rule_findings(cast(PassClaims, model),
+                              PassFacts.of_order(order_model) if order_model else None,
+                              parent_model, remaining, t)
+
+
+def is_valid_pass(
+    claims: Any,
+    *,
+    order: Any = None,
+    parent: Any = None,
+    remaining: Mapping[str, float] | None = None,
+    now: datetime | str | float | None = None,
+) -> bool:
+    """Whether a pass's claims have no ``invalid`` finding (DOC-9).
+
+    Takes the same arguments as :func:`iter_pass_findings`.
+
+    Raises:
+        DocumentError: ``claims`` cannot be a JSON document at all, or ``order`` or
+            ``parent`` is not a valid document.
+        BadRequest: ``now`` is not a time within years 1 to 9999, or ``remaining`` does not
+            map unit names to finite numbers.
+    """
+    return _no_invalid(iter_pass_findings(claims, order=order, parent=parent,
+                                          remaining=remaining, now=now))
+
+
+def validate_pass(
+    claims: Any,
+    *,
+    order: Any = None,
+    parent: Any = None,
+    remaining: Mapping[str, float] | None = None,
+    now: datetime | str | float | None = None,
+) -> PassClaims:
+    """A pass's claims as a model, when they have no ``invalid`` finding (DOC-9).
+
+    Takes the same arguments as :func:`iter_pass_findings`. This checks the claims only;
+    a token's signature and chain are :func:`verify_pass`'s.
+
+    Raises:
+        ValidationFailed: with every finding, when one is ``invalid``.
+        DocumentError: ``claims`` cannot be a JSON document at all, or ``order`` or
+            ``parent`` is not a valid document.
+        BadRequest: ``now`` is not a time within years 1 to 9999, or ``remaining`` does not
+            map unit names to finite numbers.
+    """
+    found = iter_pass_findings(claims, order=order, parent=parent, remaining=remaining,
+                               now=now)
+    return _validated(PassClaims, "delegation pass", found, claims)
+
+
 # --------------------------------------------------------------------------- any document
 
 def detect_type(doc: Any) -> DocType:
@@ -854,7 +1105,8 @@ def check(doc: Any, type: DocType | None = None, *, order: Any = None, parent: A
     Raises:
         DocumentError: the input cannot be read, its type cannot be told, or a context
             document is invalid.
-        BadRequest: the pass checks are not installed.
+        BadRequest: an unknown ``type``; for a pass, a ``now`` or ``remaining`` that
+            :func:`iter_pass_findings` refuses.
     """
     doc_type = type or detect_type(doc)
     if doc_type == "order":
@@ -864,8 +1116,8 @@ def check(doc: Any, type: DocType | None = None, *, order: Any = None, parent: A
     if doc_type == "report":
         return list(iter_report_findings(doc, order, calls, checks))
     if doc_type == "pass":
-        return list(pass_checks()(doc, order=order, parent=parent, remaining=remaining,
-                                   now=now))
+        return list(iter_pass_findings(doc, order=order, parent=parent, remaining=remaining,
+                                       now=now))
     singles: Mapping[str, Callable[[Any], Iterator[Finding]]] = {
         "call": iter_call_findings, "event": iter_event_findings,
         "review": iter_review_findings,
@@ -874,25 +1126,6 @@ def check(doc: Any, type: DocType | None = None, *, order: Any = None, parent: A
         raise BadRequest(f"unknown document type {doc_type!r}; use order, report, pass, call, "
                          "event or review")
     return list(singles[doc_type](doc))
-
-
-def pass_checks() -> Callable[..., Iterator[Finding]]:
-    """The pass-claims checks (``iter_pass_findings`` of the pass module).
-
-    Raises:
-        BadRequest: the pass checks are not installed.
-    """
-    # The pass checks live with the pass code; imported late so the core works without them.
-    try:
-        module = importlib.import_module("awl.passes.rules")
-    except ModuleNotFoundError as exc:
-        if exc.name != "awl.passes.rules":
-            raise
-        raise BadRequest("pass checks not installed") from None
-    found: Callable[..., Iterator[Finding]] | None = getattr(module, "iter_pass_findings", None)
-    if found is None:
-        raise BadRequest("pass checks not installed")
-    return found
 
 
 # --------------------------------------------------------------------------- helpers

@@ -21,14 +21,15 @@ from awl.documents.checks import (
     iter_call_findings,
     iter_event_findings,
     iter_order_findings,
+    iter_pass_findings,
     iter_report_findings,
     iter_review_findings,
     iter_suborder_findings,
     load_document,
-    pass_checks,
 )
 from awl.documents.errors import AWLError, BadRequest, DocumentError
 from awl.documents.findings import Finding
+from awl.documents.pointers import pointer
 from awl.documents.schemas import conformance_dir
 
 __all__ = ["ConformanceResult", "ConformanceRun", "run_conformance", "run_test"]
@@ -174,7 +175,7 @@ def _run_file(file: Path, name: str,
     if case_format is not None:
         error = next(iter(case_format.iter_errors(groups)), None)
         if error is not None:
-            where = "/".join(str(p) for p in error.absolute_path) or "(file)"
+            where = pointer(*error.absolute_path) or "(file)"
             yield ConformanceResult(name, name, "failed",
                                     f"not a valid case file at {where}: {error.message[:200]}")
             return
@@ -225,8 +226,8 @@ def _run_checks(doc_type: str, document: Any, context: Mapping[str, Any]) -> Ite
 
 
 def _pass_findings(document: Any, context: Mapping[str, Any]) -> Iterator[Finding]:
-    return pass_checks()(document, order=context.get("order"), parent=context.get("parent"),
-                         remaining=context.get("remaining"), now=context.get("now"))
+    return iter_pass_findings(document, order=context.get("order"), parent=context.get("parent"),
+                              remaining=context.get("remaining"), now=context.get("now"))
 
 
 def _difference(expected: tuple[Pair, ...], produced: tuple[Pair, ...]) -> str:

@@ -19,10 +19,8 @@ Every error carries its data in attributes; the message is for people.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from awl.documents.findings import Finding
+from awl.documents.findings import Finding
 
 
 class AWLError(Exception):

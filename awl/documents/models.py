@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import functools
 import re
-from datetime import datetime
+import time
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
@@ -25,7 +26,8 @@ from pydantic import (
     model_validator,
 )
 
-from awl.documents.limits import MAX_EPOCH, check_instant
+from awl.documents.errors import BadRequest
+from awl.documents.limits import MAX_EPOCH, check_epoch, check_instant
 from awl.documents.patterns import NAME
 
 __all__ = [
@@ -52,7 +54,11 @@ __all__ = [
     "Tried",
     "WorkOrder",
     "WorkReport",
+    "epoch_seconds",
+    "format_epoch",
+    "format_time",
     "parse_time",
+    "utc_now",
 ]
 
 _V = TypeVar("_V")
@@ -79,6 +85,47 @@ def _parse_time(text: str) -> datetime:
     except ValueError:
         raise ValueError(f"not a date and time that exists: {text[:64]!r}") from None
     return check_instant(moment, name=f"the time {text[:64]!r}")
+
+
+def format_time(moment: datetime) -> str:
+    """An aware datetime as the RFC 3339 UTC text the desk writes (milliseconds, ``Z``);
+    :func:`parse_time` reads it back."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def format_epoch(seconds: float) -> str:
+    """Seconds since the epoch (a pass's ``iat`` or ``exp``) as RFC 3339 UTC text, to the
+    second (``2027-01-15T08:00:00Z``)."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def utc_now() -> datetime:
+    """The clock's time, aware, in UTC: the default clock of the desk and the gateway."""
+    return datetime.now(UTC)
+
+
+def epoch_seconds(when: datetime | str | float | None, name: str = "now") -> float:
+    """Seconds since the epoch for ``now``-like arguments (None: the clock).
+
+    Raises:
+        BadRequest: not an aware datetime, an RFC 3339 string or a number of seconds
+            within years 1 to 9999 (DOC-14).
+    """
+    if when is None:
+        return time.time()
+    if isinstance(when, datetime):
+        if when.tzinfo is None:
+            raise BadRequest("a time without an offset is ambiguous: give an aware datetime")
+        try:
+            return check_instant(when, name=name).timestamp()
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+    if isinstance(when, str):
+        try:
+            return parse_time(when).timestamp()
+        except ValueError as exc:
+            raise BadRequest(f"{name}: {exc}") from None
+    return float(check_epoch(when, name=name))
 
 
 def _check_time(text: str) -> str:

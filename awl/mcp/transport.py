@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import uvicorn
 from mcp.server import Server
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import JSONResponse
@@ -34,6 +35,7 @@ from awl.mcp.frames import MAX_FRAME_BYTES, FrameGuard
 
 __all__ = [
     "IDENTITY_KEY",
+    "LOOPBACK_NAMES",
     "MCP_PATH",
     "Authenticate",
     "BearerAuth",
@@ -41,6 +43,7 @@ __all__ = [
     "bearer_token",
     "identity_of",
     "is_loopback",
+    "listen",
     "parse_address",
     "serve_http",
 ]
@@ -53,7 +56,8 @@ MCP_PATH = "/mcp"
 IDENTITY_KEY = "awl.identity"
 """The ASGI scope key under which an authenticated request carries its identity."""
 
-_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+"""The host names a loopback listener answers to (with its address, as the ``Host`` header)."""
 
 
 class Unauthorized(AWLError):
@@ -166,7 +170,7 @@ def _security(host: str) -> TransportSecuritySettings:
         # Reached from other machines under names we cannot list; the token is the guard.
         return TransportSecuritySettings(enable_dns_rebinding_protection=False)
     shown = f"[{host}]" if ":" in host else host
-    hosts = sorted({*_LOOPBACK_NAMES, shown})
+    hosts = sorted({*LOOPBACK_NAMES, shown})
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=[f"{h}:*" for h in hosts],
@@ -174,7 +178,9 @@ def _security(host: str) -> TransportSecuritySettings:
     )
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port``, listening (BadRequest, one line, when it cannot
+    be: a taken port, an address this machine does not have)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto=IPPROTO_TCP, not the default 0: asyncio sets TCP_NODELAY only on connections
     # whose socket says TCP. Without it each streamed answer (headers, then the event) met
@@ -215,12 +221,10 @@ async def serve_http(
     Raises:
         BadRequest: A non-loopback host without ``allow_remote``, or the port cannot be had.
     """
-    import uvicorn
-
     if not is_loopback(host) and not allow_remote:
         raise BadRequest(f"refusing to serve on {host}: it is not a loopback address; pass "
                          "--allow-remote to accept connections from other machines")
-    sock = _listen(host, port)
+    sock = listen(host, port)
     mcp_app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host,
                                          transport_security=_security(host),
                                          max_request_body_size=MAX_FRAME_BYTES)

@@ -15,22 +15,28 @@ A pass is a JWS compact token (EdDSA over Ed25519) whose payload is a
 Issuing refuses with :class:`~awl.PassError` whose ``reason`` is the broken rule id (``P4``);
 verifying refuses with a stable reason code (see :data:`~awl.passes.verify.REASONS`).
 
-Modules, each importing only those named before it: ``common`` (the format's constants and codecs),
-``keys``, ``rules`` (V1, P1..P9), ``verify``, ``records`` (what the store keeps), ``issue``.
+Modules, each importing only those named before it: ``common`` (the format's constants and
+codecs), ``keys``, ``verify``, ``records`` (what the store keeps), ``issue``. The claim rules
+(V1, P1..P9) are document checks, so they live with the others in
+:mod:`awl.documents.checks` and are re-exported here.
+
+The gateway only verifies passes, with :func:`verify_pass` and the :class:`VerifiedPass` it
+returns, the :class:`KeyStore` of a desk home and the :class:`KeySet` that reads its public
+keys afresh, and :data:`DEFAULT_AUDIENCE`.
 """
 
+from awl.documents.checks import LEEWAY, is_valid_pass, iter_pass_findings, validate_pass
 from awl.passes.common import (
     ALGORITHM,
     DEFAULT_AUDIENCE,
     DEFAULT_ISSUER,
-    LEEWAY,
     MAX_CHAIN,
     MAX_TOKEN_BYTES,
     PASS_SPEC,
     PASS_TYPE,
 )
 from awl.passes.issue import issue_pass, issue_recorded_pass
-from awl.passes.keys import KeyDirectory, KeySet, KeyStore, PublishedKeySet, publish_keys
+from awl.passes.keys import KeySet, KeyStore, PublishedKeySet, publish_keys
 from awl.passes.records import (
     pass_scopes,
     record_pass,
@@ -38,7 +44,6 @@ from awl.passes.records import (
     revoke_order_passes,
     revoke_pass,
 )
-from awl.passes.rules import is_valid_pass, iter_pass_findings, validate_pass
 from awl.passes.verify import REASONS, VerifiedPass, unverified_claims, verify_pass
 
 __all__ = [
@@ -51,7 +56,6 @@ __all__ = [
     "PASS_SPEC",
     "PASS_TYPE",
     "REASONS",
-    "KeyDirectory",
     "KeySet",
     "KeyStore",
     "PublishedKeySet",

@@ -6,14 +6,22 @@ from __future__ import annotations
 
 import base64
 import re
-import time
-from datetime import datetime
 from typing import Any
 
 from awl.documents.checks import load_document
-from awl.documents.errors import BadRequest
-from awl.documents.limits import check_epoch, check_instant
-from awl.documents.models import parse_time
+
+__all__ = [
+    "ALGORITHM",
+    "DEFAULT_AUDIENCE",
+    "DEFAULT_ISSUER",
+    "MAX_CHAIN",
+    "MAX_TOKEN_BYTES",
+    "PASS_SPEC",
+    "PASS_TYPE",
+    "b64decode",
+    "b64encode",
+    "json_object",
+]
 
 ALGORITHM = "EdDSA"
 """The only signature algorithm a pass may use; anything else is refused before any key is used."""
@@ -25,8 +33,6 @@ DEFAULT_ISSUER = "awl:desk"
 """``iss`` of the passes a desk signs."""
 DEFAULT_AUDIENCE = "awl:gateway"
 """``aud`` of a worker's pass when none is asked for."""
-LEEWAY = 30
-"""Seconds of clock skew tolerated on ``exp``, ``nbf`` and ``iat``."""
 MAX_CHAIN = 8
 """Most links in a chain (the worker's pass counts as one)."""
 MAX_TOKEN_BYTES = 64 * 1024
@@ -62,27 +68,3 @@ def json_object(data: bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError("not a JSON object")
     return value
-
-
-def epoch(when: datetime | str | float | None, name: str = "now") -> float:
-    """Seconds since the epoch for ``now``-like arguments (None: the clock).
-
-    Raises:
-        BadRequest: not an aware datetime, an RFC 3339 string or a number of seconds
-            within years 1 to 9999 (DOC-14).
-    """
-    if when is None:
-        return time.time()
-    if isinstance(when, datetime):
-        if when.tzinfo is None:
-            raise BadRequest("a time without an offset is ambiguous: give an aware datetime")
-        try:
-            return check_instant(when, name=name).timestamp()
-        except ValueError as exc:
-            raise BadRequest(str(exc)) from None
-    if isinstance(when, str):
-        try:
-            return parse_time(when).timestamp()
-        except ValueError as exc:
-            raise BadRequest(f"{name}: {exc}") from None
-    return float(check_epoch(when, name=name))

@@ -10,22 +10,22 @@ from collections.abc import Container, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from awl.documents.checks import iter_pass_findings
 from awl.documents.errors import BadRequest, InvalidTransition, PassError
+from awl.documents.lifecycle import WORKING
 from awl.documents.limits import MAX_EPOCH, MIN_EPOCH, check_amounts, is_finite_number, show_value
-from awl.documents.models import Budget, WorkOrder, parse_time
+from awl.documents.models import Budget, WorkOrder, epoch_seconds, parse_time
 from awl.documents.patterns import overlap
-from awl.passes.common import DEFAULT_AUDIENCE, DEFAULT_ISSUER, MAX_CHAIN, PASS_SPEC, epoch
+from awl.passes.common import DEFAULT_AUDIENCE, DEFAULT_ISSUER, MAX_CHAIN, PASS_SPEC
 from awl.passes.keys import KeyStore, publish_keys
 from awl.passes.records import record_pass, remaining_budget
-from awl.passes.rules import iter_pass_findings
 from awl.passes.verify import VerifiedPass, unverified_claims, verify_pass
 from awl.store.protocol import Store
 
+__all__ = ["issue_pass", "issue_recorded_pass"]
+
 _COUNT_UNITS = frozenset({"tokens", "tool_calls"})
 
-
-# A pass is only worth having while its holder may work (SPEC DP-7).
-_ISSUING_STATES = frozenset({"accepted", "working"})
 
 
 def _default_budget(base: Mapping[str, float],
@@ -49,7 +49,7 @@ def _expiry(now: float, cap: float, expires_in: timedelta | float | None,
                              f"1 to 9999, not {show_value(seconds)}")
         return math.floor(now + seconds)
     if exp is not None:
-        return math.floor(epoch(exp, "exp"))
+        return math.floor(epoch_seconds(exp, "exp"))
     return math.floor(cap)
 
 
@@ -97,7 +97,7 @@ def issue_pass(
         BadRequest: for contradictory or malformed arguments (``now``, ``exp``, ``expires_in``
             or ``remaining`` that is not a time within years 1 to 9999 or a number).
     """
-    t = epoch(now)
+    t = epoch_seconds(now)
     remaining = check_amounts(remaining, name="remaining")
     parent: VerifiedPass | None = None
     if parent_token is None and subject != order.to:
@@ -179,12 +179,12 @@ def issue_recorded_pass(
         PassError: as :func:`issue_pass`.
     """
     record = store.load(order_id)
-    if record.state not in _ISSUING_STATES:
+    if record.state not in WORKING:
         raise InvalidTransition(f"order {order_id} is {record.state}; passes are issued while "
                                 "it is accepted or working", state=record.state,
                                 action="issue_pass")
     revoked = store.revoked()
-    t = epoch(now)
+    t = epoch_seconds(now)
     parent = None
     if parent_token is not None:
         aud = audience or unverified_claims(parent_token)[1].get("aud")

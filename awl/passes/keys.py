@@ -13,7 +13,7 @@ import secrets
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives import serialization
@@ -21,6 +21,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from awl.documents.errors import BadRequest, NotFound, PassError
 from awl.passes.common import ALGORITHM, PASS_TYPE, b64encode
+from awl.store.protocol import KeyDirectory
+
+__all__ = ["KeySet", "KeyStore"]
 
 _KID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
@@ -225,25 +228,6 @@ class KeySet:
         return jwks
 
 
-@runtime_checkable
-class KeyDirectory(Protocol):
-    """A store that keeps the desk's public key set, for verifiers on other hosts.
-
-    The desk publishes its JWKS there whenever it issues a pass (and ``awl pass rotate``
-    and ``retire`` publish it when given a store), so a gateway on another host verifies
-    passes with the public keys alone, never holding the desk's private keys. The
-    PostgreSQL store is one.
-    """
-
-    def publish_keys(self, jwks: Mapping[str, Any]) -> None:
-        """Replace the published public key set (durably)."""
-        ...
-
-    def published_keys(self) -> dict[str, Any] | None:
-        """The published public key set; None if none was ever published."""
-        ...
-
-
 def publish_keys(store: object, keys: KeyStore) -> None:
     """Publish the public key set of ``keys`` in ``store`` if it keeps one (else nothing)."""
     if isinstance(store, KeyDirectory):
@@ -251,7 +235,8 @@ def publish_keys(store: object, keys: KeyStore) -> None:
 
 
 class PublishedKeySet:
-    """The public key set a :class:`KeyDirectory` store keeps, for a running verifier.
+    """The public key set a :class:`~awl.store.protocol.KeyDirectory` store keeps, for a
+    running verifier.
 
     Calling it reads the set again, so a key rotated in or retired on the desk's host
     counts from the next request on (DP-13), as with :class:`KeySet`.

@@ -8,15 +8,15 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from awl.documents.errors import BadRequest
-from awl.documents.models import PassClaims, WorkOrder
-from awl.passes.common import epoch
+from awl.documents.models import PassClaims, WorkOrder, epoch_seconds, format_time
 from awl.passes.verify import VerifiedPass, unverified_claims
 from awl.store.protocol import PassRecord, Scope, Store, Usage
 
+__all__ = ["pass_scopes", "record_pass", "remaining_budget", "revoke_order_passes", "revoke_pass"]
+
 
 def _stamp(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z")
+    return format_time(datetime.fromtimestamp(t, UTC))
 
 
 def record_pass(store: Store, token: str) -> PassRecord:
@@ -38,7 +38,7 @@ def revoke_pass(store: Store, jti: str, reason: str, *,
     """Revoke one pass; every pass derived from it stops verifying too (idempotent)."""
     if not jti:
         raise BadRequest("name the pass to revoke by its jti")
-    store.revoke(jti, reason=reason or "revoked", at=_stamp(epoch(now)))
+    store.revoke(jti, reason=reason or "revoked", at=_stamp(epoch_seconds(now)))
 
 
 def revoke_order_passes(store: Store, order_id: str, *, reason: str = "order ended",
@@ -53,7 +53,7 @@ def revoke_order_passes(store: Store, order_id: str, *, reason: str = "order end
         return []
     done = store.revoked()
     fresh = [p.jti for p in issued if p.jti not in done]
-    at = _stamp(epoch(now))
+    at = _stamp(epoch_seconds(now))
     for jti in fresh:
         store.revoke(jti, reason=reason, at=at)
     return fresh

@@ -13,22 +13,27 @@ from typing import Any, cast
 import jwt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from awl.documents.checks import check_structure
+from awl.documents.checks import (
+    LEEWAY,
+    PassFacts,
+    check_structure,
+    issued_ahead,
+    pass_rule_findings,
+)
 from awl.documents.errors import DocumentError, PassError
-from awl.documents.models import Budget, PassClaims
+from awl.documents.models import Budget, PassClaims, epoch_seconds
 from awl.documents.patterns import matches_any
 from awl.passes.common import (
     ALGORITHM,
     DEFAULT_ISSUER,
-    LEEWAY,
     MAX_CHAIN,
     MAX_TOKEN_BYTES,
     PASS_TYPE,
     b64decode,
-    epoch,
     json_object,
 )
-from awl.passes.rules import OrderFacts, issued_ahead, rule_findings
+
+__all__ = ["REASONS", "VerifiedPass", "unverified_claims", "verify_pass"]
 
 _HEADER_FIELDS = frozenset({"alg", "typ", "kid", "parent"})
 
@@ -262,9 +267,9 @@ class _Check:
         if root.grant.staged is None:
             # Without the order's staged tools no one could tell what must stay held.
             raise _refuse("malformed", f"worker's pass {root.jti} does not state staged tools")
-        facts = OrderFacts.of_root(root)
+        facts = PassFacts.of_root(root)
         for parent, child in zip([None, *links[:-1]], links, strict=True):
-            for finding in rule_findings(child, facts, parent, None, None):
+            for finding in pass_rule_findings(child, facts, parent, None, None):
                 raise _refuse(_RULE_REASON[finding.rule],
                               f"pass {child.jti}: {finding.rule} {finding.path}: "
                               f"{finding.message}")
@@ -300,7 +305,7 @@ def verify_pass(
         PassError: with ``reason`` one of :data:`REASONS`.
         BadRequest: ``now`` is not a time within years 1 to 9999.
     """
-    check = _Check(_public_keys(jwks), revoked, audience, issuer, epoch(now), leeway)
+    check = _Check(_public_keys(jwks), revoked, audience, issuer, epoch_seconds(now), leeway)
     kid, links = check.chain(token)
     return VerifiedPass(token=token, kid=kid, claims=links[-1], chain=tuple(links))
 

@@ -5,9 +5,11 @@ between any two backends, a new one included: orders are created oldest first wi
 events, reports and reviews; each order's calls are numbered again in N order (a counted
 call reserved with the usd it counted, then finished or held; a refusal recorded as it was),
 so the target computes the same refs, totals and charges to the orders above; then come the
-effects (each restored as it stands: a copy replays no commit), the passes, the revocations
-and the tokens. Locks are not copied: a lock belongs to a committer running against the
-source, and leases run out on their own.
+effects (each restored as it stands: a copy replays no commit), the passes, the revocations,
+the tokens, and the desk's published public keys when both stores keep them
+(:class:`~awl.store.protocol.KeyDirectory`; a target that keeps none is said to, the keys
+staying in the desk's home folder). Locks are not copied: a lock belongs to a committer
+running against the source, and leases run out on their own.
 
 :func:`compare_stores` then reads both stores back, everything the protocol can read, and
 lists every difference; :func:`copy_store` raises when there is one.
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 
 from awl.documents.errors import AWLError, BadRequest
 from awl.documents.models import Event, Review, WorkReport
-from awl.store.protocol import OrderRecord, OverBudget, Store
+from awl.store.protocol import KeyDirectory, OrderRecord, OverBudget, Store
 from awl.store.rules import USD_TOLERANCE
 
 __all__ = ["CopyCounts", "CopyMismatch", "compare_stores", "copy_store"]
@@ -40,12 +42,19 @@ class CopyCounts:
     passes: int = 0
     revocations: int = 0
     tokens: int = 0
+    public_keys: str = "none"
+    """The source's published public key set: ``none``, ``copied``, or ``not kept`` (the
+    target keeps no key set)."""
 
     def line(self) -> str:
         """The counts as one line of text."""
+        keys = {"copied": ", the published public keys",
+                "not kept": " (not the published public keys: the target keeps none; they "
+                            "stay in the desk's home folder)"}.get(self.public_keys, "")
         return (f"{self.orders} orders ({self.events} events, {self.reports} reports, "
                 f"{self.reviews} reviews, {self.calls} calls, {self.effects} effects, "
-                f"{self.passes} passes), {self.revocations} revocations, {self.tokens} tokens")
+                f"{self.passes} passes), {self.revocations} revocations, {self.tokens} "
+                f"tokens{keys}")
 
 
 class CopyMismatch(AWLError):
@@ -79,6 +88,8 @@ def _empty_or_refuse(target: Store) -> None:
         held.append("revocations")
     if target.tokens():
         held.append("tokens")
+    if isinstance(target, KeyDirectory) and target.published_keys() is not None:
+        held.append("published keys")
     if held:
         raise BadRequest(f"the target store already holds {', '.join(held)}; copy into an "
                          "empty store (nothing was written)")
@@ -164,6 +175,12 @@ def copy_store(source: Store, target: Store) -> CopyCounts:
     tokens = source.tokens()
     for token in tokens:
         target.save_token(token.token_hash, token.principal, created_at=token.created_at)
+    keys = source.published_keys() if isinstance(source, KeyDirectory) else None
+    public_keys = "none"
+    if keys is not None:
+        public_keys = "copied" if isinstance(target, KeyDirectory) else "not kept"
+        if isinstance(target, KeyDirectory):
+            target.publish_keys(keys)
     differences = compare_stores(source, target)
     if differences:
         raise CopyMismatch(differences)
@@ -171,7 +188,8 @@ def copy_store(source: Store, target: Store) -> CopyCounts:
         orders=len(records), events=events,
         reports=sum(len(r.reports) for r in records),
         reviews=sum(len(r.reviews) for r in records), calls=calls, effects=effects,
-        passes=passes, revocations=len(revocations), tokens=len(tokens))
+        passes=passes, revocations=len(revocations), tokens=len(tokens),
+        public_keys=public_keys)
 
 
 def compare_stores(a: Store, b: Store) -> list[str]:
@@ -214,6 +232,9 @@ def _differences(a: Store, b: Store) -> Iterator[str]:
         yield "the revoked passes differ"
     if a.tokens() != b.tokens():
         yield "the desk tokens differ"
+    if (isinstance(a, KeyDirectory) and isinstance(b, KeyDirectory)
+            and a.published_keys() != b.published_keys()):
+        yield "the published public keys differ"
 
 
 def _same_usage(a: Store, b: Store, order_id: str, jtis: frozenset[str] | None) -> bool:

@@ -86,7 +86,6 @@ from awl.store.rules import (
     effect_doc,
     exceeded_above,
     exceeded_scope,
-    finished_call,
     held_call,
     json_text,
     lock_doc,
@@ -95,6 +94,7 @@ from awl.store.rules import (
     next_effect,
     order_exists_conflict,
     order_not_found,
+    outcome_conflict,
     pass_doc,
     read_effect,
     read_lock,
@@ -409,7 +409,7 @@ class PostgresStore:
                 name=f"awl-{'durable' if durable else 'fast'}",
                 kwargs={"options": f"{options} -c synchronous_commit="
                         f"{'on' if durable else 'off'}",
-                        "connect_timeout": CONNECT_TIMEOUT})
+                        "connect_timeout": CONNECT_TIMEOUT, "autocommit": True})
             for durable in (True, False)
         }
 
@@ -434,11 +434,23 @@ class PostgresStore:
         transaction is written then (or, for a connection lost during COMMIT, nothing is
         known to be).
         """
+        with self._errors(), self._pools[durable].connection() as conn, conn.transaction():
+            yield conn
+
+    @contextmanager
+    def _statement(self, *, durable: bool = False) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection for one statement, its own transaction: one round trip, where
+        BEGIN and COMMIT would add two (the gateway's per-call reads and outcomes)."""
+        with self._errors(), self._pools[durable].connection() as conn:
+            yield conn
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """A lost server, a deadlock or a row held past the timeout as one-line errors."""
         if self._closed:
             raise StoreUnavailable(f"the desk store at {self._where} is closed")
         try:
-            with self._pools[durable].connection() as conn, conn.transaction():
-                yield conn
+            yield
         except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure,
                 pg_errors.LockNotAvailable) as exc:
             raise Conflict(f"{self._where} was busy ({_last_line(str(exc))}); nothing was "
@@ -581,7 +593,7 @@ class PostgresStore:
         """Events with seq > ``after``, in order (at most ``limit``)."""
         # One statement, so one snapshot: the order's row joined to the events asked for
         # still gives one row, with no event, for an order with none of them.
-        with self._tx(durable=False) as conn:
+        with self._statement() as conn:
             rows = conn.execute(
                 "SELECT e.doc::text FROM orders AS o LEFT JOIN events AS e"
                 " ON e.order_id = o.id AND e.seq > %s WHERE o.id = %s ORDER BY e.seq LIMIT %s",
@@ -762,12 +774,25 @@ class PostgresStore:
     ) -> None:
         """Set the outcome of a reserved call."""
         check_ending(outcome, result, error, ended_at)
-        with self._tx(durable=False) as conn:
-            n, old = self._call_data(conn, order_id, ref, lock=True)
-            _, doc = finished_call(old, n, ref, outcome=outcome, result=result, error=error,
-                                   ended_at=ended_at)
-            conn.execute("UPDATE calls SET doc = %s::jsonb WHERE order_id = %s AND n = %s",
-                         (doc, order_id, n))
+        n, tool = call_number(order_id, ref)
+        # The stored record was valid when written and the new fields are checked above, so
+        # they are set in its document (unset ones removed), only while the call is still
+        # pending, in one statement: its own transaction, one round trip.
+        ending: dict[str, Any] = {"outcome": outcome, "ended_at": ended_at}
+        if result is not None:
+            ending["result"] = result
+        if error is not None:
+            ending["error"] = error
+        text = json_text(ending, "a call's ending")
+        with self._statement() as conn:
+            changed = conn.execute(
+                "UPDATE calls SET doc = (doc - 'result' - 'error') || %s::jsonb"
+                " WHERE order_id = %s AND n = %s AND doc->>'tool' = %s"
+                " AND doc->>'outcome' = 'pending'", (text, order_id, n, tool)).rowcount
+        if changed == 0:
+            with self._tx(durable=False) as conn:
+                _, old = self._call_data(conn, order_id, ref)  # NotFound if there is none
+            raise outcome_conflict(order_id, ref, old["outcome"])
 
     def calls(self, order_id: str, *, attempt: int | None = None) -> list[CallRecord]:
         """The order's call records by N."""
@@ -1032,7 +1057,7 @@ class PostgresStore:
 
     def revoked(self) -> dict[str, str]:
         """Every revoked jti with its reason."""
-        with self._tx(durable=False) as conn:
+        with self._statement() as conn:
             rows = conn.execute("SELECT jti, reason FROM revocations ORDER BY pos").fetchall()
         return {str(jti): str(reason) for jti, reason in rows}
 
@@ -1090,7 +1115,7 @@ class PostgresStore:
     # Public keys ----------------------------------------------------------------------------
     def publish_keys(self, jwks: Mapping[str, Any]) -> None:
         """Replace the desk's published public key set (durable), for verifiers on other
-        hosts (see :class:`awl.passes.keys.KeyDirectory`)."""
+        hosts (see :class:`~awl.store.protocol.KeyDirectory`)."""
         text = json_text(dict(jwks), "a public key set")
         with self._tx() as conn:
             conn.execute("INSERT INTO public_keys (id, doc) VALUES (1, %s::jsonb)"

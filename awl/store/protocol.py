@@ -6,7 +6,8 @@ worker), :class:`CallStore` (gateway call records and budgets), :class:`EffectSt
 calls on their way to running at most once), :class:`PassStore` (issued passes and their
 revocations), :class:`TokenStore` (desk access tokens) and :class:`LockStore` (the commit
 lock). :class:`Subscriptions` is optional: a backend that can push news of an order (the
-memory store, a PostgreSQL ``LISTEN``) implements it, and a desk polls any other.
+memory store, a PostgreSQL ``LISTEN``) implements it, and a desk polls any other; so is
+:class:`KeyDirectory`, a store that keeps the desk's public keys for other hosts.
 
 Implementations: :class:`awl.MemoryStore` (tests), :class:`awl.SQLiteStore` (the embedded
 default) and any other backend :func:`awl.open_store` finds by URL. The checks, refusals and
@@ -33,7 +34,7 @@ The memory store keeps nothing past its process; it promises atomicity only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -51,6 +52,16 @@ class OrderRecord:
     reports: tuple[WorkReport, ...] = ()
     reviews: tuple[Review, ...] = ()
     updated_at: str = ""
+
+    @property
+    def reworks(self) -> int:
+        """How many reviews sent the work back."""
+        return sum(1 for r in self.reviews if r.decision == "rework")
+
+    @property
+    def attempt(self) -> int:
+        """The attempt the next (or current) report belongs to: 1 + the reworks so far."""
+        return 1 + self.reworks
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +182,7 @@ class TrackRow:
             order_id=record.order.id, state=record.state, budget=record.order.budget.units(),
             cost=latest.cost.units() if latest is not None else None,
             status=latest.status if latest is not None else None,
-            reworks=sum(1 for r in record.reviews if r.decision == "rework"),
+            reworks=record.reworks,
             accepted_at=accept.at if accept is not None and accept.action == "accept" else None,
             approved_at=approvals[-1] if approvals else None,
         )
@@ -496,4 +507,21 @@ class Subscriptions(Protocol):
 
         May return early (False) on news that turns out not to be the order's, so a caller
         reads the order again either way. NotFound if the order is absent."""
+        ...
+
+
+@runtime_checkable
+class KeyDirectory(Protocol):
+    """A store that keeps the desk's public key set (its JWKS) for verifiers on other hosts.
+
+    Optional: a gateway on another host verifies passes with the keys published here,
+    never holding the desk's private keys (those stay in the desk's home folder).
+    """
+
+    def publish_keys(self, jwks: Mapping[str, Any]) -> None:
+        """Replace the published public key set. Atomic, durable."""
+        ...
+
+    def published_keys(self) -> dict[str, Any] | None:
+        """The published public key set; None if none was ever published."""
         ...

@@ -16,15 +16,15 @@ and what to write instead; nothing is created or written for a URL that is refus
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 from pathlib import Path
-from typing import cast
 from urllib.parse import unquote, urlsplit
 
 from awl.documents.errors import BadRequest, StoreUnavailable
+from awl.store.memory import MemoryStore
 from awl.store.protocol import Store
+from awl.store.sqlite import SQLiteStore
 
 __all__ = ["STORE_ENV", "USAGE", "open_store", "shown_url"]
 
@@ -87,8 +87,6 @@ def open_store(url: str | os.PathLike[str], *, create: bool = True) -> Store:
                              "write just memory:")
         if not create:
             raise BadRequest("memory: names a new, empty desk; name a store that exists")
-        from awl.store.memory import MemoryStore
-
         return MemoryStore()
     if scheme == "sqlite":
         return _sqlite(_sqlite_path(text, rest), create)
@@ -115,8 +113,6 @@ def _sqlite_path(text: str, rest: str) -> Path:
 
 
 def _sqlite(path: Path, create: bool) -> Store:
-    from awl.store.sqlite import SQLiteStore
-
     if not create and not path.is_file():
         raise StoreUnavailable(f"there is no desk file at {path}; check the path")
     return SQLiteStore(path)
@@ -125,14 +121,18 @@ def _sqlite(path: Path, create: bool) -> Store:
 def _postgres(text: str) -> Store:
     _check_port(text)  # the rest is libpq's to judge (a missing host is the local socket)
     try:
-        module = importlib.import_module("awl.store.postgres")
+        # Late: psycopg is the [postgres] extra, needed only for a postgresql:// URL.
+        from awl.store.postgres import (  # type: ignore[import-not-found, import-untyped, unused-ignore]
+            PostgresStore,
+        )
     except ModuleNotFoundError as exc:
         if exc.name == "awl.store.postgres":
             raise BadRequest("this installation of awl has no PostgreSQL store; upgrade "
                              "agent-work-layer, or use a SQLite desk") from None
         raise BadRequest(f"the PostgreSQL store needs {exc.name!r}, which is not installed; "
                          "pip install 'agent-work-layer[postgres]'") from None
-    return cast(Store, module.PostgresStore(text))
+    store: Store = PostgresStore(text)
+    return store
 
 
 def _check_port(text: str) -> None:

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from awl.mcp.transport import _LOOPBACK_NAMES
+from awl.mcp.transport import LOOPBACK_NAMES
 from awl.web._app import COOKIE, CSP, WebConfig, build_app
 from awl.web._sessions import Session, Sessions
 
@@ -17,4 +17,4 @@ __all__ = ["COOKIE", "CSP", "Session", "Sessions", "WebConfig", "build_app", "lo
 def loopback_hosts(host: str, port: int) -> frozenset[str]:
     """The ``Host`` header values a page listening on loopback ``host:port`` accepts."""
     shown = f"[{host}]" if ":" in host else host
-    return frozenset(f"{name}:{port}" for name in {*_LOOPBACK_NAMES, shown})
+    return frozenset(f"{name}:{port}" for name in {*LOOPBACK_NAMES, shown})

@@ -108,6 +108,7 @@ def test_pass_show_describes_hostile_claims(capsys: pytest.CaptureFixture[str], 
     assert code == 1 and json.loads(out)["valid"] is False
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.spec("DOC-14", "SEC-4", "BIND-4")
 async def test_issue_delegation_pass_refuses_before_signing(tmp_path: Path) -> None:
@@ -147,6 +148,7 @@ def test_the_public_pass_checks_refuse_a_bad_now_or_remaining(home: Path) -> Non
 
 # ----------------------------------------------------------------------------- items 5, 6
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.spec("DOC-12", "DOC-5", "BIND-4")
 async def test_integers_beyond_64_bits_never_reach_sqlite(tmp_path: Path) -> None:
@@ -190,6 +192,7 @@ def test_the_library_desk_refuses_out_of_range_integers(tmp_path: Path) -> None:
 
 # ----------------------------------------------------------------------------- item 7
 
+@pytest.mark.slow
 @pytest.mark.spec("DOC-13", "SEC-4")
 @pytest.mark.parametrize("argv", [
     (b"order", b"list", b"--worker", b"\xff"),
@@ -205,6 +208,7 @@ def test_non_utf8_arguments_are_one_clear_line(tmp_path: Path, argv: tuple[bytes
 
 # ----------------------------------------------------------------------------- item 8
 
+@pytest.mark.slow
 @pytest.mark.spec("DOC-12", "SEC-4")
 @pytest.mark.parametrize("budget", ["usd=1e400", "usd=inf", "usd=nan", "seconds=-inf",
                                     "tokens=99999999999999999999", "tool_calls=" + "9" * 5000])
@@ -216,6 +220,7 @@ def test_pass_issue_budget_beyond_the_number_range_is_one_line(home: Path, budge
 
 # ----------------------------------------------------------------------------- item 12
 
+@pytest.mark.slow
 @pytest.mark.spec("DOC-17", "BIND-1", "SEC-4")
 def test_every_cli_path_that_reads_a_file_refuses_a_fifo(tmp_path: Path) -> None:
     fifo = tmp_path / "f"
@@ -236,6 +241,7 @@ def test_every_cli_path_that_reads_a_file_refuses_a_fifo(tmp_path: Path) -> None
 
 # ----------------------------------------------------------------------------- broken pipe
 
+@pytest.mark.slow
 @pytest.mark.spec("SEC-4")
 def test_a_reader_that_goes_away_gets_no_traceback(tmp_path: Path) -> None:
     home = tmp_path / "home"

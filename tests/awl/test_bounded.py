@@ -92,6 +92,7 @@ def _exponential_refs(depth: int) -> dict[str, Any]:
     return {"$defs": defs, "$ref": "#/$defs/d0"}
 
 
+@pytest.mark.slow
 @pytest.mark.spec("DOC-16", "R11")
 def test_a_schema_whose_work_doubles_per_level_stops_at_its_bound(
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -113,6 +114,7 @@ def test_a_schema_whose_work_doubles_per_level_stops_at_its_bound(
     assert "too costly to apply" in found[0].message and "20,000 steps" in found[0].message
 
 
+@pytest.mark.slow
 @pytest.mark.spec("DOC-16", "R11")
 def test_unique_items_is_not_quadratic_and_keeps_json_equality() -> None:
     order = make_order(output_schema={"type": "array", "uniqueItems": True})
@@ -128,6 +130,7 @@ def test_unique_items_is_not_quadratic_and_keeps_json_equality() -> None:
     assert judged([1, True, "1", [1], {"1": 1}, None, False, 0]) == []
 
 
+@pytest.mark.slow
 @pytest.mark.spec("DOC-16", "GW-9")
 def test_a_held_calls_arguments_meet_the_upstream_schema_in_bounded_time() -> None:
     schema = {"type": "object", "properties": {"q": BACKTRACKS}}
@@ -148,6 +151,7 @@ def test_a_held_calls_arguments_meet_the_upstream_schema_in_bounded_time() -> No
 
 # ----------------------------------------------------------------------------- the CLI
 
+@pytest.mark.slow
 @pytest.mark.spec("DOC-16", "O4", "R11", "BIND-1")
 def test_awl_validate_and_order_create_judge_bad_patterns_quickly(tmp_path: Path) -> None:
     order_path = tmp_path / "order.json"
@@ -200,6 +204,7 @@ def _working_order(tmp_path: Path) -> tuple[Path, str]:
         store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.spec("DOC-16", "SEC-4", "O4", "R11")
 async def test_the_backtracking_report_never_freezes_awl_serve(tmp_path: Path) -> None:
@@ -237,6 +242,7 @@ async def test_the_backtracking_report_never_freezes_awl_serve(tmp_path: Path) -
             assert [f["rule"] for f in refused["findings"]] == ["O4"]
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.spec("DOC-16", "SEC-4", "R11", "GW-11")
 async def test_the_backtracking_report_never_stalls_the_gateway(tmp_path: Path) -> None:
@@ -269,6 +275,7 @@ async def test_the_backtracking_report_never_stalls_the_gateway(tmp_path: Path) 
         env.store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.spec("DOC-16", "R11", "SEC-4")
 def test_awl_work_report_refuses_the_backtracking_report_at_once(tmp_path: Path) -> None:
     home, order_id = _working_order(tmp_path)

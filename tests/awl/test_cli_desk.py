@@ -60,6 +60,7 @@ def test_writes_need_an_actor(home: Path, capsys: pytest.CaptureFixture[str]) ->
     assert "--as" in err and "AWL_ACTOR" in err
 
 
+@pytest.mark.slow
 def test_an_order_runs_its_course_from_the_command_line(
     home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -209,6 +210,7 @@ def test_home_flag_picks_the_desk(home: Path, capsys: pytest.CaptureFixture[str]
     assert len(run_json(capsys, "order", "list", "--home", str(other))) == 1
 
 
+@pytest.mark.slow
 def test_the_installed_command_runs_as_a_process(tmp_path: Path) -> None:
     """``python -m awl`` creates and lists an order in a real subprocess."""
     env = {**os.environ, "AWL_HOME": str(tmp_path / "home"), "AWL_ACTOR": MANAGER}

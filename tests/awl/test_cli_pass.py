@@ -155,6 +155,7 @@ def test_show_of_garbage_is_one_line(capsys: pytest.CaptureFixture[str], home: P
     assert code == 1 and err.count("\n") == 1 and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_the_installed_command_runs(home: Path) -> None:
     """The `awl` entry point exports the JWKS in a real process."""
     done = subprocess.run([sys.executable, "-m", "awl", "pass", "jwks", "--home", str(home)],
@@ -163,6 +164,7 @@ def test_the_installed_command_runs(home: Path) -> None:
     assert json.loads(done.stdout)["keys"][0]["kty"] == "OKP"
 
 
+@pytest.mark.slow
 @pytest.mark.spec("DP-12")
 def test_awl_pass_issue_never_signs_a_chain_longer_than_verifiers_accept(
         capsys: pytest.CaptureFixture[str], home: Path) -> None:

@@ -12,6 +12,8 @@ import pytest
 
 from tests.awl.test_checks import make_child, make_order, make_report
 
+pytestmark = pytest.mark.slow
+
 
 def awl(*args: str | Path, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "awl", *map(str, args)], input=None

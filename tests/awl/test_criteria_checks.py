@@ -85,6 +85,7 @@ def _started(repo: Path, store: Store | None = None, **check: Any) -> tuple[Desk
     return desk, view.id
 
 
+@pytest.mark.slow
 @pytest.mark.spec("LC-17")
 @pytest.mark.spec("LC-18")
 def test_passing_check_marks_the_criterion_met(workspace: Path) -> None:
@@ -105,6 +106,7 @@ def test_passing_check_marks_the_criterion_met(workspace: Path) -> None:
     assert result["check"]["snapshot"] == start.data["snapshot"]
 
 
+@pytest.mark.slow
 @pytest.mark.spec("LC-18")
 @pytest.mark.spec("R19")
 def test_failing_check_refuses_the_report_with_its_output_tail(workspace: Path) -> None:
@@ -121,6 +123,7 @@ def test_failing_check_refuses_the_report_with_its_output_tail(workspace: Path) 
     assert desk.events(order_id)[-1].action == "check"
 
 
+@pytest.mark.slow
 @pytest.mark.spec("LC-20")
 def test_same_failure_twice_blocks_the_order_with_a_question(repo: Path, tmp_path: Path) -> None:
     desk, order_id = _started(repo, SQLiteStore(tmp_path / "desk.sqlite3"))
@@ -139,6 +142,7 @@ def test_same_failure_twice_blocks_the_order_with_a_question(repo: Path, tmp_pat
     assert desk.get(order_id).state == "working"
 
 
+@pytest.mark.slow
 @pytest.mark.spec("LC-20")
 def test_a_different_failure_is_another_attempt(repo: Path) -> None:
     desk, order_id = _started(repo)
@@ -151,6 +155,7 @@ def test_a_different_failure_is_another_attempt(repo: Path) -> None:
     assert desk.get(order_id).state == "working"
 
 
+@pytest.mark.slow
 @pytest.mark.spec("LC-19")
 def test_a_new_skip_marker_passes_but_asks_the_manager(workspace: Path) -> None:
     repo = workspace
@@ -166,6 +171,7 @@ def test_a_new_skip_marker_passes_but_asks_the_manager(workspace: Path) -> None:
                for s in result["signals"])
 
 
+@pytest.mark.slow
 @pytest.mark.spec("LC-19")
 def test_deleting_the_test_file_is_a_question(workspace: Path) -> None:
     repo = workspace
@@ -190,6 +196,7 @@ def test_deleting_the_test_file_is_a_question(workspace: Path) -> None:
         item["check"]["signals"])
 
 
+@pytest.mark.slow
 @pytest.mark.spec("LC-19")
 def test_editing_how_checks_run_is_a_question(workspace: Path) -> None:
     repo = workspace
@@ -242,6 +249,7 @@ def test_no_shell_and_output_bounded(tmp_path: Path) -> None:
     assert run.tail[-1] == "line 199999"
 
 
+@pytest.mark.slow
 @pytest.mark.spec("SEC-12")
 def test_checks_come_only_from_the_order(repo: Path) -> None:
     desk, order_id = _started(repo)
@@ -297,6 +305,7 @@ def test_in_a_plain_folder_a_gitignore_hides_no_edit(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.spec("LC-19")
 def test_a_snapshot_that_cannot_be_read_is_a_question(workspace: Path, tmp_path: Path) -> None:
     repo = workspace
@@ -311,6 +320,7 @@ def test_a_snapshot_that_cannot_be_read_is_a_question(workspace: Path, tmp_path:
     assert "could not be compared with its start snapshot" in result["signals"][0]
 
 
+@pytest.mark.slow
 @pytest.mark.spec("LC-21")
 def test_the_manager_reruns_the_checks(repo: Path) -> None:
     desk, order_id = _started(repo)
@@ -341,6 +351,7 @@ def test_normalize_removes_what_differs_between_runs() -> None:
     assert normalize("1 failed") != normalize("1 error")
 
 
+@pytest.mark.slow
 @pytest.mark.spec("LC-19", "LC-21")
 def test_show_and_briefing_put_the_check_beside_its_criterion(repo: Path) -> None:
     desk, order_id = _started(repo)
@@ -353,6 +364,7 @@ def test_show_and_briefing_put_the_check_beside_its_criterion(repo: Path) -> Non
     assert "Is the pass to be trusted?" in page.split("## Open questions")[1]
 
 
+@pytest.mark.slow
 @pytest.mark.spec("LC-17", "LC-21")
 def test_cli_workspace_show_and_checks_run(repo: Path, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch,
@@ -381,6 +393,7 @@ def test_cli_workspace_show_and_checks_run(repo: Path, tmp_path: Path,
     assert "check " in shown and ": passed (exit 0" in shown
 
 
+@pytest.mark.slow
 @pytest.mark.spec("SEC-12")
 def test_the_whole_process_group_is_killed(tmp_path: Path) -> None:
     pid_file = tmp_path / "grandchild.pid"
@@ -422,6 +435,7 @@ def test_snapshots_run_git_without_the_desks_environment_or_a_monitor(
     assert seen.exists() and "AWL_SECRET_FOR_TEST" not in seen.read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.spec("LC-19")
 def test_editing_the_checks_test_to_pass_is_a_question(workspace: Path) -> None:
     repo = workspace
@@ -433,6 +447,7 @@ def test_editing_the_checks_test_to_pass_is_a_question(workspace: Path) -> None:
     assert result["signals"] == ["edited tests/test_calc.py, which the check's command names"]
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.spec("LC-17", "SEC-12")
 async def test_over_mcp_no_workspace_is_given_and_a_failing_check_refuses_the_report(

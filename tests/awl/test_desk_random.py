@@ -21,10 +21,12 @@ import pytest
 
 from awl import AWLError, Event, WorkReport
 from awl.desk import Desk, OrderView
-from awl.desk.views import format_time
 from awl.documents.lifecycle import DESK_ACTOR, TABLE, TERMINAL, fold
+from awl.documents.models import format_time
 from awl.store.protocol import Store
 from tests.awl.desk_support import Clock, effect, open_store, order_fields, report_fields
+
+pytestmark = pytest.mark.slow
 
 MANAGERS = ["human:m1", "human:m2"]
 WORKERS = ["agent:w1", "agent:w2"]

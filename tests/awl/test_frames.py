@@ -69,6 +69,7 @@ def _serve_env() -> dict[str, str]:
     return {"PYTHONPATH": str(ROOT), "PATH": os.environ.get("PATH", "")}
 
 
+@pytest.mark.slow
 @pytest.mark.spec("SEC-9", "SEC-4")
 async def test_awl_serve_over_stdio_answers_every_malformed_frame(tmp_path: Path) -> None:
     """Each malformed line gets its error on stdout; the desk still serves after them."""
@@ -91,6 +92,7 @@ async def test_awl_serve_over_stdio_answers_every_malformed_frame(tmp_path: Path
     no_traceback(errlog.read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.spec("SEC-9", "SEC-4")
 async def test_awl_serve_over_http_answers_every_malformed_frame_in_both_eras(
         tmp_path: Path) -> None:

@@ -56,6 +56,7 @@ def test_default_store_lives_in_the_home(tmp_path: Path) -> None:
         assert store.list_orders() == []
 
 
+@pytest.mark.slow
 @pytest.mark.spec("SEC-10", "DP-4")
 @pytest.mark.parametrize("folder_mode", [None, 0o777])
 def test_every_file_the_desk_makes_is_owner_only_under_a_permissive_umask(

@@ -134,6 +134,7 @@ time.sleep(120)
 
 
 @pytest.mark.spec("CM-10")
+@pytest.mark.slow
 def test_a_killed_holder_on_another_host_is_taken_over_at_once(pg_url: str) -> None:
     """kill -9 of a lock holder whose lease has an hour left: the next committer takes
     the lock at once, without waiting out the lease."""
@@ -262,3 +263,22 @@ def test_a_committer_taken_over_stops_before_its_next_send(pg_url: str) -> None:
         with pytest.raises(LockLost):
             lock.check()
         assert lock.lost and there.get_lock("commit:o1") == taker
+
+
+@pytest.mark.spec("DP-13")
+def test_pass_rotate_and_retire_with_a_store_publish_the_public_keys(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`awl pass rotate --store URL` and `retire --store URL` publish the key set there, so
+    gateways on other hosts trust exactly the desk's keys from their next request on."""
+    from awl.passes import KeyStore
+
+    keys = KeyStore(tmp_path)
+    first = keys.current_kid
+    assert main(["pass", "rotate", "--home", str(tmp_path), "--store", pg_url]) == 0
+    with PostgresStore(pg_url) as store:
+        published = store.published_keys()
+        assert published == keys.jwks() and len(published["keys"]) == 2
+        assert main(["pass", "retire", first, "--home", str(tmp_path), "--store", pg_url]) == 0
+        assert store.published_keys() == keys.jwks()
+        assert [k["kid"] for k in keys.jwks()["keys"]] == [keys.current_kid]
+    capsys.readouterr()

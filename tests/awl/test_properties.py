@@ -31,6 +31,8 @@ from tests.awl.test_checks import (
     make_review,
 )
 
+pytestmark = pytest.mark.slow
+
 FAST = settings(max_examples=120, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 

@@ -11,8 +11,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from awl.desk.views import format_time
-from awl.documents.models import CallRecord
+from awl.documents.models import CallRecord, format_time
 from awl.server import TOOL_NAMES, DeskServer
 from awl.store.memory import MemoryStore
 from awl.store.sqlite import SQLiteStore
@@ -25,6 +24,8 @@ from tests.awl.server_support import (
     order_fields,
     serve_as,
 )
+
+pytestmark = pytest.mark.slow
 
 # Every manager action, as a worker-bound connection would try it (SEC-1).
 MANAGER_CALLS: dict[str, dict[str, Any]] = {

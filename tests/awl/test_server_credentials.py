@@ -21,6 +21,7 @@ from tests.awl.test_server_http import _HEADERS, _INITIALIZE, desk_over_http
 from tests.awl.test_server_tools import _working, desks
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.spec("SEC-7")
 async def test_a_second_or_malformed_authorization_header_is_refused_by_the_desk(
@@ -54,6 +55,7 @@ async def test_a_second_or_malformed_authorization_header_is_refused_by_the_desk
     assert good.status_code == 200
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.spec("SEC-8")
 async def test_get_track_record_tells_nobody_about_orders_they_are_not_part_of() -> None:

@@ -70,6 +70,7 @@ async def connect(url: str, token: str, mode: str) -> AsyncIterator[Desk]:
             yield Desk(client)
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.spec("BIND-3", "SEC-1")
@@ -159,6 +160,7 @@ async def test_a_revoked_token_is_refused_from_the_next_request_on(tmp_path: Pat
         store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.spec("SEC-6")
 def test_awl_token_lists_and_revokes_tokens_by_id_token_or_principal(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -235,7 +237,7 @@ def test_served_connections_send_without_waiting_for_acks() -> None:
     """Each accepted connection has TCP_NODELAY, so a streamed answer never waits 40 ms."""
     import asyncio
 
-    from awl.mcp.transport import _listen
+    from awl.mcp.transport import listen
 
     async def accepted_nodelay() -> int:
         seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -246,7 +248,7 @@ def test_served_connections_send_without_waiting_for_acks() -> None:
                 seen.set_result(conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
                 transport.close()
 
-        sock = _listen("127.0.0.1", 0)
+        sock = listen("127.0.0.1", 0)
         server = await asyncio.get_running_loop().create_server(Probe, sock=sock)
         async with server:
             _, writer = await asyncio.open_connection(*sock.getsockname())
@@ -286,6 +288,7 @@ def test_the_desk_keeps_only_a_hash_of_each_token(tmp_path: Path,
     assert out == "" and err.count("\n") == 1 and "reserved" in err
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.spec("BIND-3")
 async def test_awl_serve_http_announces_its_address_and_serves_token_holders(

@@ -14,9 +14,9 @@ from mcp import Client
 
 from awl.desk import AsyncDesk
 from awl.documents.errors import Conflict
+from awl.mcp.errors import ERROR_META
 from awl.passes import KeyStore
 from awl.server import DeskServer
-from awl.server._server import ERROR_META
 from awl.store.memory import MemoryStore
 from awl.store.protocol import OrderRecord, Store
 from tests.awl.server_support import (
@@ -54,6 +54,7 @@ async def _working(m: Desk, w: Desk, **fields: Any) -> str:
     return oid
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.spec("BIND-3", "SEC-1")
 async def test_only_the_parties_of_an_order_and_of_its_parents_may_read_it() -> None:
@@ -78,6 +79,7 @@ async def test_only_the_parties_of_an_order_and_of_its_parents_may_read_it() -> 
             assert (await m.call("get_track_record", worker=WORKER))["orders"] == 1
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.spec("BIND-4")
 async def test_refusals_are_tool_errors_with_a_code_a_model_can_act_on() -> None:
@@ -122,6 +124,7 @@ async def test_refusals_are_tool_errors_with_a_code_a_model_can_act_on() -> None
             assert review["code"] == "BAD_REQUEST"
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.spec("LC-11", "DOC-5")
 async def test_progress_takes_a_whole_percent_from_0_to_100() -> None:
@@ -154,6 +157,7 @@ async def test_nobody_issues_an_order_to_review_or_answer_themselves() -> None:
                 assert error["code"] == "BAD_REQUEST", fields
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.spec("BIND-3")
 async def test_the_escalation_contact_answers_and_nobody_unbound_acts() -> None:
@@ -179,6 +183,7 @@ async def test_the_escalation_contact_answers_and_nobody_unbound_acts() -> None:
             assert (result.meta or {})[ERROR_META]["code"] == "FORBIDDEN"
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.spec("BIND-2")
 async def test_passes_go_to_the_worker_and_narrow_for_sub_agents(tmp_path: Path) -> None:
@@ -212,6 +217,7 @@ async def test_passes_go_to_the_worker_and_narrow_for_sub_agents(tmp_path: Path)
             assert keyless["code"] == "BAD_REQUEST"
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.spec("BIND-2")
 async def test_a_cancelled_order_drops_its_held_calls_and_revokes_its_passes(
@@ -255,6 +261,7 @@ class _Counting(MemoryStore):
         return super().load(order_id)
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.spec("BIND-2")
 async def test_a_long_poll_sleeps_between_reads_and_wakes_on_a_write() -> None:
@@ -298,6 +305,7 @@ class _Broken(MemoryStore):
         raise RuntimeError("disk on fire")
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.spec("BIND-4", "SEC-4")
 async def test_lost_races_and_failures_come_back_as_errors_not_crashes() -> None:

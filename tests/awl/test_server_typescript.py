@@ -22,6 +22,8 @@ from awl.store.sqlite import SQLiteStore
 from tests.awl.server_support import MANAGER, OUTSIDER, ROOT, WORKER, order_fields
 from tests.node_support import first_text, inspector, ts_calls
 
+pytestmark = pytest.mark.slow
+
 _SERVE = [sys.executable, "-m", "awl", "serve"]
 _ENV = {"PYTHONPATH": str(ROOT)}
 

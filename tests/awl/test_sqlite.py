@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -34,6 +35,7 @@ def _create(store: Store, order_id: str) -> None:
          "to": "offered"}))
 
 
+@pytest.mark.slow
 def test_a_reopened_desk_keeps_everything(tmp_path: Path) -> None:
     """Orders written before close are there after reopening, and the schema is not redone."""
     path = tmp_path / "desk.sqlite3"
@@ -324,3 +326,70 @@ def test_a_schema_4_desk_gets_its_sub_orders_charges_backfilled(tmp_path: Path) 
                                       pass_jti=None, usd=0.0, started_at=T0, scopes=[])
             assert (made.scope if isinstance(made, OverBudget) else made.record.ref) == expected
         assert store.usage(root.id).tool_calls == 5
+
+
+
+def _wal_frames(path: Path) -> int:
+    """How many frames the log file holds, from its size (a 32-byte header, then frames of
+    a 24-byte header and a page); reading it checkpoints nothing."""
+    wal = path.with_name(path.name + "-wal")
+    size = wal.stat().st_size if wal.exists() else 0
+    return max(size - 32, 0) // (4096 + 24)
+
+
+def _unsaved_pages(path: Path) -> int:
+    """Pages of the database that are only in the log so far (no checkpoint copied them)."""
+    conn = sqlite3.connect(path)
+    try:
+        pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
+        return pages - path.stat().st_size // 4096
+    finally:
+        conn.close()
+
+
+@pytest.mark.spec("GW-18")
+def test_with_a_background_checkpointer_no_commit_checkpoints(tmp_path: Path) -> None:
+    """SQLite checkpoints inside the commit that finds the log past 1000 pages, and the log
+    then starts over; a store with ``checkpoint_every`` leaves it growing for its thread."""
+    path = tmp_path / "desk.sqlite3"
+    with SQLiteStore(path, checkpoint_every=3600) as store:
+        made = 0
+        while _wal_frames(path) <= 1200:
+            _create(store, f"o{made}")
+            made += 1
+        assert _unsaved_pages(path) > 0
+        frames, copied = store.checkpoint()
+        assert frames == copied > 1200
+        assert _unsaved_pages(path) == 0
+    other = tmp_path / "auto.sqlite3"
+    with SQLiteStore(other) as store:  # the default: commits checkpoint
+        for i in range(made):
+            _create(store, f"o{i}")
+    assert _wal_frames(other) < 1100
+
+
+@pytest.mark.spec("GW-18")
+def test_the_background_checkpointer_runs_and_a_held_reader_delays_no_write(
+        tmp_path: Path) -> None:
+    path = tmp_path / "desk.sqlite3"
+    with SQLiteStore(path, checkpoint_every=0.05) as store:
+        _create(store, "o0")
+        reader = sqlite3.connect(path)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM orders").fetchone()  # holds its snapshot
+        try:
+            start = time.monotonic()
+            for i in range(1, 40):
+                _create(store, f"o{i}")
+            assert time.monotonic() - start < 20  # no write waited on the held reader
+            time.sleep(0.3)  # checkpoints ran meanwhile, and could not copy past the reader
+            assert _unsaved_pages(path) > 0
+        finally:
+            reader.rollback()
+            reader.close()
+        deadline = time.monotonic() + 10
+        while _unsaved_pages(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _unsaved_pages(path) == 0  # the thread copied the log once it could
+        assert [t.name for t in threading.enumerate()].count("awl-sqlite-checkpoint") == 1
+    assert "awl-sqlite-checkpoint" not in [t.name for t in threading.enumerate()]

@@ -15,6 +15,8 @@ import pytest
 from awl.documents.models import Event
 from awl.store.sqlite import SQLiteStore
 
+pytestmark = pytest.mark.slow
+
 # Walks orders through the lifecycle for ever (create, accept, start, report, then rework
 # and a second report every other order, approve), printing one line per committed write.
 CHILD = r"""

@@ -14,6 +14,8 @@ import pytest
 from awl.documents.models import Event, WorkOrder
 from awl.store.sqlite import SQLiteStore
 
+pytestmark = pytest.mark.slow
+
 T0 = "2030-01-01T00:00:00Z"
 PROCESSES = 3
 

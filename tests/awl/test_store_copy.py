@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,17 @@ import pytest
 
 from awl.cli import main
 from awl.desk.desk import Desk
+from awl.documents.errors import BadRequest
 from awl.store.copy import CopyMismatch, compare_stores, copy_store
 from awl.store.memory import MemoryStore
-from awl.store.protocol import LockInfo, PassRecord, Scope, Settlement, Store
+from awl.store.protocol import (
+    KeyDirectory,
+    LockInfo,
+    PassRecord,
+    Scope,
+    Settlement,
+    Store,
+)
 from awl.store.sqlite import SQLiteStore
 from tests.awl.desk_support import (
     MANAGER,
@@ -171,6 +180,46 @@ def test_a_store_that_holds_anything_is_not_copied_into(tmp_path: Path) -> None:
             copy_store(source, target)
         assert not isinstance(caught.value, CopyMismatch)
         assert (target.list_orders(limit=None), target.revocations(), target.tokens()) == before
+
+
+class KeyedMemoryStore(MemoryStore):
+    """A memory store that also keeps a published key set (as the PostgreSQL store does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.jwks: dict[str, Any] | None = None
+
+    def publish_keys(self, jwks: Mapping[str, Any]) -> None:
+        self.jwks = json.loads(json.dumps(jwks))
+
+    def published_keys(self) -> dict[str, Any] | None:
+        return self.jwks
+
+
+JWKS = {"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": "k1", "x": "abc"}]}
+
+
+@pytest.mark.spec("BIND-15")
+def test_published_keys_go_with_the_copy_where_the_target_keeps_them(tmp_path: Path) -> None:
+    """A key set published in the source is copied and compared; a target that keeps none
+    is said to, and a target that has one already is refused."""
+    source = KeyedMemoryStore()
+    fill(source)
+    source.publish_keys(JWKS)
+    assert isinstance(source, KeyDirectory)
+    keyed = KeyedMemoryStore()
+    assert copy_store(source, keyed).public_keys == "copied"
+    assert keyed.published_keys() == JWKS
+    keyed.publish_keys({"keys": []})
+    assert compare_stores(source, keyed)[-1] == "the published public keys differ"
+    with SQLiteStore(tmp_path / "copy.sqlite3") as plain:
+        counts = copy_store(source, plain)
+    assert counts.public_keys == "not kept" and "the target keeps none" in counts.line()
+    taken = KeyedMemoryStore()
+    taken.publish_keys(JWKS)
+    with pytest.raises(BadRequest, match="already holds published keys"):
+        copy_store(source, taken)
+    assert taken.list_orders() == []
 
 
 # -- through the command ----------------------------------------------------------------------

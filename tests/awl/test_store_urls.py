@@ -203,6 +203,18 @@ def test_every_command_that_opens_a_desk_takes_store(
         assert store.list_orders() == [] and store.tokens() == []
 
 
+@pytest.mark.spec("BIND-14")
+def test_the_library_s_desk_opens_the_store_awl_store_names(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Desk()`` with no store opens what AWL_STORE names, as the commands do."""
+    monkeypatch.setenv("AWL_STORE", f"sqlite:///{tmp_path / 'lib.sqlite3'}")
+    desk = awl.Desk()
+    order_id = desk.create(order_fields(), MANAGER).id
+    desk.store.close()
+    assert _ids(tmp_path / "lib.sqlite3") == [order_id]
+    assert not (tmp_path / "home").exists()
+
+
 def test_awl_store_in_a_process_names_the_desk(tmp_path: Path) -> None:
     """The real command in its own process, with AWL_STORE in its environment."""
     target = tmp_path / "env.sqlite3"

@@ -266,6 +266,7 @@ def test_the_cli_refuses_a_sub_order_with_a_staged_tool_or_more_than_is_left(
 
 # --------------------------------------------------------------------------- the MCP desk
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.spec("LC-13", "C6", "LC-14")
 async def test_the_mcp_desk_refuses_the_same_sub_orders() -> None:

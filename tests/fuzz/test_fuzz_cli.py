@@ -24,6 +24,8 @@ from tests.awl.desk_support import report_fields
 from tests.awl.server_support import MANAGER, WORKER, order_fields
 from tests.fuzz.generators import damage, dumps, mutate, rng, scale
 
+pytestmark = pytest.mark.slow
+
 # Each command and its options: None for a flag, else the kind of value it takes.
 COMMANDS: dict[tuple[str, ...], dict[str, str | None]] = {
     ("validate",): {"": "files", "--type": "word", "--order": "file", "--parent": "file",

@@ -34,6 +34,8 @@ CODES = {"NOT_FOUND", "FORBIDDEN", "INVALID_TRANSITION", "VALIDATION_FAILED", "C
          "BAD_REQUEST"}
 OUTPUTS = {t.name: Draft202012Validator(t.output_schema) for t in TOOLS}
 
+pytestmark = pytest.mark.slow
+
 # The second writer: its own process, the library desk on the same file, orders taken from
 # offer to approval; it prints each order's id and final state.
 SECOND_WRITER = """

@@ -27,6 +27,8 @@ from tests.awl.test_checks import (
 )
 from tests.fuzz.generators import damage, dumps, mutate, rng, scale, sharp, value
 
+pytestmark = pytest.mark.slow
+
 SEEDS: dict[str, Any] = {
     "order": make_order(), "report": make_report(), "call": make_call(),
     "event": make_event(), "review": make_review(), "pass": make_claims(),

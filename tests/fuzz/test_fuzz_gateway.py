@@ -23,6 +23,8 @@ from awl.documents.lifecycle import fold
 from tests.fuzz.generators import mutate, rng, scale, sharp, value
 from tests.gateway.gateway_support import connect, make_env, server_entry
 
+pytestmark = pytest.mark.slow
+
 EVIL = "a" * 40 + "!"
 
 

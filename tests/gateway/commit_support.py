@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from awl.desk import Desk
-from awl.desk.views import format_time
-from awl.documents.models import Event, WorkReport
+from awl.documents.models import Event, WorkReport, format_time
 from awl.store.protocol import EffectState, PassRecord, Store
 from awl.store.sqlite import SQLiteStore
 from tests.awl.desk_support import reserved
@@ -211,17 +210,27 @@ def make_setup(
     return Setup(home, store, desk, oid, refs, config, log, control, extra, store_url)
 
 
-def start_committer(setup: Setup, *, env: dict[str, str] | None = None,
+def start_committer(setup: Setup, *, pause: tuple[Path, str] | None = None,
                     lock_wait: float = 0.0) -> subprocess.Popen[str]:
-    """Run ``awl gateway --order ID --config FILE --commit`` in a child process."""
-    full = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    """Run ``awl gateway --order ID --config FILE --commit`` in a child process; with
+    ``pause`` (marker, ref), a committer that writes the ref to the marker right after its
+    ``dispatching`` mark is durable and then freezes (:mod:`tests.gateway.committer`)."""
+    if pause is None:
+        command = ["-m", "awl", "gateway", "--order", setup.order_id, "--config",
+                   str(setup.config), "--commit", "--home", str(setup.home),
+                   "--lock-wait", str(lock_wait)]
+    else:
+        if lock_wait:
+            raise ValueError("a pausing committer does not wait for the lock")
+        marker, ref = pause
+        command = ["-m", "tests.gateway.committer", setup.order_id, str(setup.config),
+                   str(setup.home), str(marker), ref]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if setup.store_url is not None:
-        full["AWL_STORE"] = setup.store_url
+        env["AWL_STORE"] = setup.store_url
     return subprocess.Popen(
-        [sys.executable, "-m", "awl", "gateway", "--order", setup.order_id,
-         "--config", str(setup.config), "--commit", "--home", str(setup.home),
-         "--lock-wait", str(lock_wait)],
-        cwd=str(ROOT), env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [sys.executable, *command], cwd=str(ROOT), env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def kill9(proc: subprocess.Popen[str]) -> None:

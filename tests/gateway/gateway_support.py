@@ -179,6 +179,12 @@ async def gateway_client(env: Env, *extra: str,
             yield client
 
 
+def final(result: types.CallToolResult | types.InputRequiredResult) -> types.CallToolResult:
+    """A call's final result (the tools of these tests never ask the worker for input)."""
+    assert isinstance(result, types.CallToolResult), result
+    return result
+
+
 def text(result: types.CallToolResult) -> str:
     """The first text block of a result."""
     block = result.content[0]

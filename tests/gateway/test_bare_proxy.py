@@ -10,7 +10,7 @@ from gateway._bare_proxy import build_bare_proxy
 from gateway._config import load_config
 from gateway._upstream import UpstreamPool
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 NOTES = Path(__file__).resolve().parents[1] / "servers" / "notes.py"
 

@@ -16,10 +16,9 @@ import anyio
 import pytest
 
 from awl.cli import main
-from awl.desk.views import format_time
 from awl.documents.checks import json_equal
 from awl.documents.errors import BadRequest, Conflict, Forbidden, InvalidTransition
-from awl.documents.models import parse_time
+from awl.documents.models import format_time, parse_time
 from awl.store.protocol import EffectState, LockInfo, PassRecord, Revocation
 from gateway._commit import (
     CommitSummary,
@@ -29,7 +28,6 @@ from gateway._commit import (
     fill_refs,
     list_effects,
     lock_name,
-    resolve_pointer,
     retry_sync,
     settle,
 )
@@ -84,20 +82,9 @@ def test_json_equal_tells_booleans_from_numbers() -> None:
     assert not json_equal("1", 1)
 
 
-def test_pointers_address_the_wire_form() -> None:
-    """A JSON pointer reads a result as the wire carries it, with RFC 6901 escapes."""
-    result = {"structuredContent": {"number": 7, "a/b": {"~x": [10, 20]}}, "isError": False}
-    assert resolve_pointer(result, "/structuredContent/number") == 7
-    assert resolve_pointer(result, "/structuredContent/a~1b/~0x/1") == 20
-    assert resolve_pointer(result, "") == result
-    for bad in ("/structured_content/number", "/structuredContent/a~1b/~0x/2",
-                "/structuredContent/a~1b/~0x/01", "structuredContent"):
-        with pytest.raises(KeyError):
-            resolve_pointer(result, bad)
-
-
 # --------------------------------------------------------------------------- commit
 
+@pytest.mark.slow
 @pytest.mark.spec("CM-1", "CM-7", "CM-9")
 def test_commit_runs_each_approved_effect_once_in_order_and_never_again(tmp_path: Path) -> None:
     """Every approved effect reaches the receiver once, in order, with its awl meta; later
@@ -120,6 +107,7 @@ def test_commit_runs_each_approved_effect_once_in_order_and_never_again(tmp_path
     assert setup.counts() == {r: 1 for r in setup.refs}
 
 
+@pytest.mark.slow
 @pytest.mark.spec("CM-1")
 def test_approved_effects_run_one_at_a_time_in_the_report_s_order(tmp_path: Path) -> None:
     """The approved effects run in the order the report lists them, whatever their numbers
@@ -193,6 +181,7 @@ def test_a_listed_effect_left_out_of_the_approval_is_checked_too(tmp_path: Path)
     assert {s.state for s in setup.states().values()} == {"held"}
 
 
+@pytest.mark.slow
 @pytest.mark.spec("CM-2", "CM-8")
 def test_a_commit_run_again_passes_the_check_and_sends_only_what_is_still_held(
         tmp_path: Path) -> None:
@@ -219,6 +208,7 @@ def test_a_commit_run_again_passes_the_check_and_sends_only_what_is_still_held(
     assert setup.counts() == {waiting: 1}
 
 
+@pytest.mark.slow
 @pytest.mark.spec("SEC-5")
 def test_the_commit_sends_the_held_arguments_never_the_reported_ones(tmp_path: Path) -> None:
     """A report whose arguments equal the held ones as JSON but are written differently
@@ -233,6 +223,7 @@ def test_the_commit_sends_the_held_arguments_never_the_reported_ones(tmp_path: P
     assert type(line["arguments"]["body"]["copies"]) is int
 
 
+@pytest.mark.slow
 @pytest.mark.spec("CM-4", "CM-1")
 def test_unapproved_unlisted_and_reworked_held_calls_are_dropped(tmp_path: Path) -> None:
     """Held calls not approved, not listed, or of a reworked attempt never run: the desk
@@ -275,6 +266,7 @@ def test_drop_attempt_drops_only_that_attempts_held_calls(tmp_path: Path) -> Non
     assert drops[0].data is not None and drops[0].data["attempt"] == 1
 
 
+@pytest.mark.slow
 @pytest.mark.spec("CM-5", "SEC-5")
 def test_ref_values_are_filled_and_dependents_of_uncommitted_effects_skipped(
         tmp_path: Path) -> None:
@@ -310,6 +302,7 @@ def _after_the_holds(setup: Setup) -> str:
     return format_time(latest + timedelta(milliseconds=1))
 
 
+@pytest.mark.slow
 @pytest.mark.spec("CM-3")
 def test_a_pass_revoked_before_the_hold_runs_nothing(tmp_path: Path) -> None:
     """Effects held under a pass, or under one derived from a pass, that was already revoked
@@ -330,6 +323,7 @@ def test_a_pass_revoked_before_the_hold_runs_nothing(tmp_path: Path) -> None:
     assert derived.counts() == {}
 
 
+@pytest.mark.slow
 @pytest.mark.spec("CM-3", "DP-8")
 def test_a_pass_revoked_after_the_hold_still_commits(tmp_path: Path) -> None:
     """The desk revokes the order's pass when it approves; the effects held under it still
@@ -343,6 +337,7 @@ def test_a_pass_revoked_after_the_hold_still_commits(tmp_path: Path) -> None:
     assert setup.counts() == {r: 1 for r in setup.refs}
 
 
+@pytest.mark.slow
 @pytest.mark.spec("CM-3")
 def test_a_retry_rechecks_the_pass_as_of_the_hold(tmp_path: Path) -> None:
     """A retry refuses a pass revoked before the hold and sends under one revoked after."""
@@ -380,6 +375,7 @@ def test_an_order_that_is_not_approved_is_not_committed(tmp_path: Path) -> None:
     assert setup.store.get_lock(lock_name(other.id)) is None
 
 
+@pytest.mark.slow
 @pytest.mark.spec("CM-7", "CM-8")
 def test_a_receiver_that_never_answers_makes_the_effect_unknown(tmp_path: Path) -> None:
     """No answer within the timeout leaves the effect unknown; a later commit skips it."""
@@ -393,6 +389,7 @@ def test_a_receiver_that_never_answers_makes_the_effect_unknown(tmp_path: Path) 
     assert setup.counts() == {setup.refs[0]: 1}
 
 
+@pytest.mark.slow
 @pytest.mark.spec("CM-7")
 def test_an_effect_answered_with_an_error_is_failed_with_that_error(tmp_path: Path) -> None:
     """An upstream's error answer makes the effect failed with the error kept, and a later
@@ -408,6 +405,7 @@ def test_an_effect_answered_with_an_error_is_failed_with_that_error(tmp_path: Pa
     assert setup.counts() == {setup.refs[0]: 1}
 
 
+@pytest.mark.slow
 @pytest.mark.spec("CM-7")
 def test_an_upstream_that_cannot_start_leaves_effects_held(tmp_path: Path) -> None:
     """When the receiver cannot even start, nothing is marked and a later commit runs it."""
@@ -469,6 +467,7 @@ def test_an_unsettled_unknown_effect_is_never_retried(tmp_path: Path) -> None:
     assert setup.counts().get(setup.refs[0]) is None
 
 
+@pytest.mark.slow
 @pytest.mark.spec("CM-9", "CM-11")
 def test_retry_sends_with_the_same_ref_and_needs_a_new_settlement_after(tmp_path: Path) -> None:
     """A did_not_happen effect is retried once with its awl/ref; the settlement is used up."""
@@ -491,6 +490,7 @@ def test_retry_sends_with_the_same_ref_and_needs_a_new_settlement_after(tmp_path
     assert setup.counts()[ref] == 1
 
 
+@pytest.mark.slow
 @pytest.mark.spec("CM-9")
 def test_a_retry_carries_the_same_awl_meta_as_the_first_send(tmp_path: Path) -> None:
     """The first send, whose answer was lost, and the retry carry identical awl/ref,
@@ -529,6 +529,7 @@ def test_a_retry_rechecks_that_the_order_allows_and_stages_the_tool(tmp_path: Pa
     assert setup.deliveries() == []
 
 
+@pytest.mark.slow
 @pytest.mark.spec("CM-8", "CM-11")
 def test_a_retry_that_ends_unknown_needs_settling_again(tmp_path: Path) -> None:
     """A settlement describes one dispatch: after a retry it no longer permits another."""
@@ -587,6 +588,7 @@ def test_a_lock_is_stale_when_its_process_is_gone_or_its_lease_ran_out() -> None
     assert is_stale(_lock(None, dead, far))
 
 
+@pytest.mark.slow
 @pytest.mark.spec("CM-10")
 @pytest.mark.anyio
 async def test_a_live_committer_holds_off_another_and_a_dead_one_is_taken_over(
@@ -626,6 +628,7 @@ async def test_a_lease_that_ran_out_is_taken_over_and_its_holder_stops(tmp_path:
 
 # --------------------------------------------------------------------------- CLI
 
+@pytest.mark.slow
 @pytest.mark.spec("CM-11")
 def test_the_effects_commands_list_settle_and_retry(tmp_path: Path,
                                                    capfd: pytest.CaptureFixture[str]) -> None:
@@ -657,6 +660,7 @@ def test_the_effects_commands_list_settle_and_retry(tmp_path: Path,
     assert setup.counts() == {ref: 1}
 
 
+@pytest.mark.slow
 @pytest.mark.spec("CM-12")
 def test_the_commit_command_prints_each_effect_s_state_and_fails_unless_all_committed(
         tmp_path: Path) -> None:
@@ -677,6 +681,7 @@ def test_the_commit_command_prints_each_effect_s_state_and_fails_unless_all_comm
 
 # --------------------------------------------------------------------------- end to end
 
+@pytest.mark.slow
 @pytest.mark.spec("CM-5", "SEC-5")
 @pytest.mark.anyio
 async def test_calls_held_by_the_gateway_commit_through_awl_gateway_commit(

@@ -19,6 +19,8 @@ from tests.gateway.commit_support import (
     wait_for,
 )
 
+pytestmark = pytest.mark.slow
+
 DELIVER = "receiver/deliver"
 
 
@@ -27,9 +29,8 @@ def two(tmp_path: Path) -> Setup:
                                  (DELIVER, {"to": "ceo", "body": "q3"})])
 
 
-def pause_env(tmp_path: Path, ref: str) -> tuple[dict[str, str], Path]:
-    marker = tmp_path / "dispatching.marker"
-    return {"AWL_TEST_PAUSE_AFTER_DISPATCHING": str(marker), "AWL_TEST_PAUSE_REF": ref}, marker
+def pause_at(tmp_path: Path, ref: str) -> tuple[Path, str]:
+    return tmp_path / "dispatching.marker", ref
 
 
 def recommit(setup: Setup) -> object:
@@ -41,8 +42,9 @@ def recommit(setup: Setup) -> object:
 def test_killed_after_the_dispatching_mark_is_unknown_and_never_sent(tmp_path: Path) -> None:
     """kill -9 right after the durable mark, before the send: unknown, count 0, forever."""
     setup = two(tmp_path)
-    env, marker = pause_env(tmp_path, setup.refs[1])
-    proc = start_committer(setup, env=env)
+    pause = pause_at(tmp_path, setup.refs[1])
+    marker = pause[0]
+    proc = start_committer(setup, pause=pause)
     wait_for(marker.exists, what="the dispatching marker")
     assert marker.read_text() == setup.refs[1]
     assert setup.states()[setup.refs[1]].state == "dispatching"
@@ -116,8 +118,9 @@ def test_repeated_and_concurrent_commits_deliver_each_effect_once(tmp_path: Path
 def test_settle_and_retry_a_killed_dispatch_with_the_same_ref(tmp_path: Path) -> None:
     """After a kill before sending, the manager settles did_not_happen and retries once."""
     setup = two(tmp_path)
-    env, marker = pause_env(tmp_path, setup.refs[0])
-    proc = start_committer(setup, env=env)
+    pause = pause_at(tmp_path, setup.refs[0])
+    marker = pause[0]
+    proc = start_committer(setup, pause=pause)
     wait_for(marker.exists, what="the dispatching marker")
     kill9(proc)
     recommit(setup)

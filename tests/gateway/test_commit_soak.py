@@ -27,6 +27,8 @@ from gateway._commit import commit_sync
 from gateway._config import load_config
 from tests.gateway.commit_support import Setup, kill9, make_setup, start_committer, wait_for
 
+pytestmark = pytest.mark.slow
+
 DELIVER = "receiver/deliver"
 RUNS = int(os.environ.get("AWL_SOAK_RUNS", "5"))
 SEED = int(os.environ.get("AWL_SOAK_SEED", "20261130"))
@@ -37,14 +39,12 @@ def _kill_somewhere(setup: Setup, rng: random.Random, folder: Path, figures: Cou
     """Start a committer and kill it at a moment chosen by ``rng`` (if it still runs)."""
     mode = rng.choice(["mark", "receipt", "random", "random"])
     victim = rng.choice(setup.refs)
-    env: dict[str, str] = {}
     marker = folder / f"marker-{time.monotonic_ns()}"
-    if mode == "mark":
-        env = {"AWL_TEST_PAUSE_AFTER_DISPATCHING": str(marker), "AWL_TEST_PAUSE_REF": victim}
+    pause = (marker, victim) if mode == "mark" else None
     setup.control_receiver(hang_after=[victim] if mode == "receipt" else [],
                            delay=rng.choice([0, 0.002, 0.01]))
     before = sum(setup.counts().values())
-    proc = start_committer(setup, env=env)
+    proc = start_committer(setup, pause=pause)
     if mode == "mark":
         wait_for(lambda: marker.exists() or proc.poll() is not None, timeout=60,
                  what="the dispatching marker")

@@ -22,7 +22,7 @@ from gateway._serve import open_gateway
 from gateway._worker_tools import MAX_CALL_LIMIT, WORKER_TOOL_NAMES
 from tests.gateway.gateway_support import WORKER, connect, make_env, text, time_entry
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 @pytest.mark.spec("GW-3")

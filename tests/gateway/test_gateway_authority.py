@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
-import mcp_types as types
 import pytest
 
 from awl.documents.errors import PassError
@@ -16,11 +15,12 @@ from tests.gateway.gateway_support import (
     Clock,
     Env,
     connect,
+    final,
     make_env,
     text,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SUB = "agent:helper"
 
@@ -30,12 +30,6 @@ def _pass(env: Env, clock: Clock, *, parent: str | None = None, subject: str = W
     return issue_recorded_pass(env.store, env.order_id, keys=KeyStore(env.home),
                                subject=subject, parent_token=parent, now=clock.now,
                                **grant)  # type: ignore[arg-type]
-
-
-def _answer(result: types.CallToolResult | types.InputRequiredResult) -> types.CallToolResult:
-    """A call's final result (these tools never ask the worker for input)."""
-    assert isinstance(result, types.CallToolResult), result
-    return result
 
 
 @pytest.mark.spec("GW-4")
@@ -120,9 +114,9 @@ async def test_a_revoked_or_expired_pass_stops_working_at_once(tmp_path: Path) -
             listed = {t.name for t in (await client.list_tools()).tools}
             desk = await client.call_tool("awl_get_order", {})
             # The other pass still works until it expires.
-            fine = _answer(await gw.call("receiver__echo", {"text": "3"}, token=other))
+            fine = final(await gw.call("receiver__echo", {"text": "3"}, token=other))
             clock.advance(seconds=700)
-            expired = _answer(await gw.call("receiver__echo", {"text": "4"}, token=other))
+            expired = final(await gw.call("receiver__echo", {"text": "4"}, token=other))
     assert not before.is_error
     assert after.is_error and text(after).startswith("AWL_PASS_INVALID: ")
     assert "revoked" in text(after)
@@ -144,9 +138,9 @@ async def test_a_derived_pass_spends_its_parents_budget(tmp_path: Path) -> None:
                   budget={"tool_calls": 2, "usd": 1})
     with anyio.fail_after(60):
         async with connect(env, clock=clock, pass_token=parent) as (gw, _client):
-            sub = [_answer(await gw.call("receiver__echo", {"text": str(i)}, token=child))
+            sub = [final(await gw.call("receiver__echo", {"text": str(i)}, token=child))
                    for i in range(3)]
-            mine = [_answer(await gw.call("receiver__echo", {"text": str(i)}))
+            mine = [final(await gw.call("receiver__echo", {"text": str(i)}))
                     for i in range(2)]
     assert [r.is_error for r in sub] == [False, False, True]
     assert [r.is_error for r in mine] == [False, True]

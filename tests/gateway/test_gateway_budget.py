@@ -19,7 +19,7 @@ from tests.gateway.gateway_support import (
     text,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 @pytest.mark.spec("GW-5")

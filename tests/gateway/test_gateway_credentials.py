@@ -103,6 +103,7 @@ ATTACKS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.spec("SEC-7", "BIND-7")
 async def test_a_second_or_malformed_authorization_header_never_lifts_a_pass_to_the_worker(
         tmp_path: Path) -> None:
@@ -137,6 +138,7 @@ async def test_a_second_or_malformed_authorization_header_never_lifts_a_pass_to_
     assert calls == []
 
 
+@pytest.mark.slow
 @pytest.mark.spec("SEC-7", "BIND-7")
 async def test_the_sub_agents_own_pass_alone_still_sees_only_its_grant(tmp_path: Path) -> None:
     """The control for the attacks above: one well-formed Bearer header with the sub-agent's
@@ -166,6 +168,7 @@ def _message(body: str) -> dict[str, Any]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.spec("BIND-7")
 async def test_an_http_request_without_a_verified_pass_never_runs_as_the_worker(
         tmp_path: Path) -> None:
@@ -202,6 +205,7 @@ async def test_an_http_request_without_a_verified_pass_never_runs_as_the_worker(
     assert env.calls() == []
 
 
+@pytest.mark.slow
 @pytest.mark.spec("DP-11")
 def test_a_padded_pass_is_refused_by_awl_gateway_pass(tmp_path: Path) -> None:
     """``awl gateway --pass "$T=="`` (the same bytes, padded) refuses to start, in one line
@@ -221,6 +225,7 @@ def test_a_padded_pass_is_refused_by_awl_gateway_pass(tmp_path: Path) -> None:
     assert runs["as issued"].returncode == 0, runs["as issued"].stderr
 
 
+@pytest.mark.slow
 @pytest.mark.spec("DP-13")
 async def test_a_running_gateway_trusts_rotated_keys_and_drops_retired_ones(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -281,6 +286,7 @@ def _command_lines() -> list[str]:
     return lines
 
 
+@pytest.mark.slow
 @pytest.mark.spec("SEC-11")
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc")
 @pytest.mark.parametrize("way", ["--pass-file", "AWL_PASS"])
@@ -324,6 +330,7 @@ def test_a_missing_or_empty_pass_file_is_one_line(
     assert code != 0 and err.count("\n") == 1 and problem in err
 
 
+@pytest.mark.slow
 @pytest.mark.spec("DP-14", "P9")
 async def test_a_pass_for_another_issuer_or_dated_ahead_gets_401(tmp_path: Path) -> None:
     """Signed with the desk's own key but naming another issuer, or dated a minute ahead of

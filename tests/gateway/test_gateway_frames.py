@@ -28,7 +28,7 @@ from tests.awl.frames_support import (
 from tests.awl.server_support import MODES
 from tests.gateway.gateway_support import ROOT, WORKER, connect, make_env, text
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 TOOL = "receiver__echo"
 

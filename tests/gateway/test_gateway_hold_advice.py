@@ -12,7 +12,7 @@ import pytest
 
 from tests.gateway.gateway_support import connect, make_env, server_entry
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 _NEVER = "never run"
 _LIST_IT = "List it in your report's effects"

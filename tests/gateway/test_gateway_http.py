@@ -15,13 +15,13 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from awl.cli import main
 from awl.documents.errors import BadRequest
 from awl.passes import KeyStore, issue_recorded_pass, revoke_pass
 from gateway._serve import is_loopback, open_gateway, parse_address, serve_http
+from gateway._upstream import http_client
 from tests.gateway.gateway_support import ROOT, WORKER, make_env, text
 
 pytestmark = pytest.mark.anyio
@@ -59,11 +59,12 @@ def _forge(token: str) -> str:
 @asynccontextmanager
 async def _client(url: str, token: str) -> AsyncIterator[Client]:
     # The transport does not close an HTTP client it is given; this block does.
-    async with (create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http,
+    async with (http_client({"Authorization": f"Bearer {token}"}) as http,
                 Client(streamable_http_client(url, http_client=http)) as client):
         yield client
 
 
+@pytest.mark.slow
 @pytest.mark.spec("BIND-6")
 async def test_the_gateway_serves_http_to_workers_with_a_pass(tmp_path: Path) -> None:
     """Over HTTP a worker with a valid pass is served; no pass, a bad or revoked pass get 401."""

@@ -22,7 +22,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from tests.gateway.gateway_support import Env, gateway_params, make_env, server_entry, text
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 ERAS = ("legacy", "2026-07-28")
 """The worker's side: the handshake era, and the 2026-07-28 (stateless) era."""

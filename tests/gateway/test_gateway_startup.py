@@ -4,9 +4,12 @@ cannot start answers its tools with the reason and is tried again after a short 
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ import pytest
 from mcp import Client, stdio_client
 
 from gateway._gateway import UNRESOLVED_TOOL
+from gateway._serve import open_gateway
 from gateway._upstream import RETRY_FIRST
 from tests.awl.server_support import MODES
 from tests.gateway.gateway_support import (
@@ -29,7 +33,7 @@ from tests.gateway.gateway_support import (
     text,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 HANGING = {"command": "sh", "args": ["-c", "cat > /dev/null"]}
 """Starts, reads its stdin, and never answers the handshake."""
@@ -133,3 +137,48 @@ async def test_a_server_that_cannot_start_answers_with_its_reason_and_is_retried
     assert records[0].error == text(first)
     assert len([line for line in log.read_text().splitlines() if line]) == 1
     assert os.path.exists(script)
+
+
+def _rpc(proc: Any, message: dict[str, Any]) -> None:
+    proc.stdin.write((json.dumps(message) + "\n").encode())
+    proc.stdin.flush()
+
+
+@pytest.mark.spec("GW-17")
+def test_the_gateway_exits_by_itself_with_code_0_once_its_stdin_closes(tmp_path: Path) -> None:
+    """The MCP SDK's client closes the server's stdin and sends SIGTERM 2 s later: the gateway
+    ends on its own before that, so its exit handlers run. (Its upstream here ends at once on
+    stdin EOF; a slower upstream's own exit adds to the gateway's, up to the SDK's 2 s.)"""
+    env = make_env(tmp_path, servers={"hang": HANGING}, gateway={"startup_wait": 0.5})
+    params = gateway_params(env)
+    proc = subprocess.Popen([params.command, *params.args], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=params.env, cwd=params.cwd)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        _rpc(proc, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}})
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        _rpc(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        _rpc(proc, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+        assert json.loads(proc.stdout.readline())["id"] == 2
+        proc.stdin.close()
+        assert proc.wait(timeout=10) == 0  # neither signalled (< 0) nor failed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+
+
+@pytest.mark.spec("GW-18")
+async def test_the_gateways_own_store_checkpoints_from_a_thread_of_its_own(
+        tmp_path: Path) -> None:
+    env = make_env(tmp_path, servers={"hang": HANGING}, gateway={"startup_wait": 0.1})
+    env.store.close()
+    with open(os.devnull, "w") as quiet:
+        async with open_gateway(env.order_id, env.config, home=env.home, errlog=quiet):
+            names = [t.name for t in threading.enumerate()]
+            assert names.count("awl-sqlite-checkpoint") == 1
+    assert "awl-sqlite-checkpoint" not in [t.name for t in threading.enumerate()]

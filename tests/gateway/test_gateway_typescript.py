@@ -27,7 +27,7 @@ from tests.gateway.gateway_support import (
 )
 from tests.node_support import first_text, inspector, node, node_tool, ts_calls
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 _MB = 1_000_000
 

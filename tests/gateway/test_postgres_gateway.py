@@ -30,6 +30,8 @@ from tests.gateway.gateway_support import WORKER, gateway_client, make_env, text
 
 DELIVER = "receiver/deliver"
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def pg_store(pg_url: str) -> Iterator[PostgresStore]:
@@ -102,8 +104,7 @@ def test_a_committer_killed_after_its_dispatching_mark_is_taken_over_at_once(
     setup = _setup(tmp_path, pg_url, 2)
     try:
         marker = tmp_path / "dispatching.marker"
-        proc = start_committer(setup, env={"AWL_TEST_PAUSE_AFTER_DISPATCHING": str(marker),
-                                           "AWL_TEST_PAUSE_REF": setup.refs[1]})
+        proc = start_committer(setup, pause=(marker, setup.refs[1]))
         wait_for(marker.exists, timeout=60, what="the dispatching marker")
         assert setup.states()[setup.refs[1]].state == "dispatching"
         held = setup.store.get_lock(lock_name(setup.order_id))

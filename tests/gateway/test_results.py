@@ -12,7 +12,7 @@ import mcp_types as types
 import pytest
 
 from awl.documents.limits import MAX_CONTENT_BLOCKS
-from awl.server._server import ERROR_META
+from awl.mcp.errors import ERROR_META
 from gateway._results import (
     AWL_UPSTREAM_BAD_RESULT,
     TRUNCATED_META_KEY,
@@ -21,7 +21,7 @@ from gateway._results import (
 )
 from tests.gateway.gateway_support import connect, make_env, server_entry, text
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 def _shapes(tmp: Path, **extra: Any) -> Any:

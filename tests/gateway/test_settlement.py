@@ -12,15 +12,18 @@ import pytest
 from mcp import Client
 
 from awl.cli import main
-from awl.desk.effects import list_effects, record_event, settle
+from awl.desk.effects import list_effects, record_event
+from awl.desk.settlement import settle
 from awl.documents.errors import InvalidTransition
+from awl.mcp.errors import ERROR_META
 from awl.server import DeskServer
-from awl.server._server import ERROR_META
 from gateway._commit import commit_sync, lock_name, retry_sync
 from gateway._config import load_config
 from gateway._lock import EXIT_LOCKED, OrderLock
 from tests.gateway.commit_support import MANAGER, Setup, make_setup
 from tests.gateway.gateway_support import server_entry
+
+pytestmark = pytest.mark.slow
 
 
 def _delivered_but_unknown(tmp_path: Path) -> tuple[Setup, str]:

@@ -24,10 +24,9 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
-from awl.desk.effects import settle
-from awl.desk.views import format_time
+from awl.desk.settlement import settle
 from awl.documents.errors import InvalidTransition, ValidationFailed
-from awl.documents.models import Event, WorkOrder
+from awl.documents.models import Event, WorkOrder, format_time
 from gateway._commit import commit, retry
 from gateway._config import load_config
 from tests.gateway.commit_support import hold
@@ -43,7 +42,7 @@ from tests.gateway.gateway_support import (
     text,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SUB = "agent:sub"
 SUB2 = "agent:sub2"

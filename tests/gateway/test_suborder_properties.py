@@ -36,9 +36,8 @@ from hypothesis import strategies as st
 
 from awl.desk import Desk
 from awl.desk.lineage import ancestors, remaining_of
-from awl.desk.views import format_time
 from awl.documents.errors import AWLError
-from awl.documents.models import WorkOrder
+from awl.documents.models import WorkOrder, format_time
 from awl.documents.patterns import covered_by_any, matches_any, overlap
 from awl.passes import KeyStore, issue_recorded_pass
 from awl.store.memory import MemoryStore
@@ -46,6 +45,8 @@ from gateway._commit import commit
 from gateway._config import load_config
 from gateway._gateway import Gateway
 from gateway._upstream import UpstreamPool
+
+pytestmark = pytest.mark.slow
 
 MANAGER = "human:m"
 PEOPLE = ("human:m", "agent:a", "agent:b", "agent:c", "agent:d")

@@ -17,11 +17,12 @@ import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters, stdio_client
+from mcp_types import RequestParamsMeta
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -40,6 +41,7 @@ from tests.gateway.gateway_support import (
     WORKER,
     Env,
     connect,
+    final,
     server_entry,
 )
 from tests.gateway.gateway_support import make_env as _make_env
@@ -127,7 +129,8 @@ def _sum(reader: InMemoryMetricReader, name: str, **attributes: Any) -> float:
     total = 0.0
     for point in _points(reader, name):
         if all(point.attributes.get(k) == v for k, v in attributes.items()):
-            total += getattr(point, "value", None) or getattr(point, "count", 0)
+            value = getattr(point, "value", None)  # a sum's point; a histogram's has count
+            total += float(value if value is not None else getattr(point, "count", 0))
     return total
 
 
@@ -158,6 +161,7 @@ def test_only_the_standard_variables_turn_telemetry_on() -> None:
 
 # --------------------------------------------------------------------------- traces
 
+@pytest.mark.slow
 @pytest.mark.spec("OBS-2", "OBS-3")
 async def test_one_trace_runs_from_the_worker_through_the_gateway_to_the_upstream(
         tmp_path: Path, otel: tuple[_Capture, InMemoryMetricReader]) -> None:
@@ -178,11 +182,11 @@ async def test_one_trace_runs_from_the_worker_through_the_gateway_to_the_upstrea
                 refused = await client.call_tool("receiver__nope", {})
                 failed = await client.call_tool("receiver__reject", {"reason": "full"})
             # In-process, straight from a worker's _meta.
-            direct = await gw.call("receiver__deliver", {"to": "it"}, meta={
-                "traceparent": _traceparent(OTHER_TRACE, SPAN), "tracestate": "worker=2"})
+            direct = final(await gw.call("receiver__deliver", {"to": "it"}, meta={
+                "traceparent": _traceparent(OTHER_TRACE, SPAN), "tracestate": "worker=2"}))
             # Trace context that is not one: the call runs in a trace of its own.
-            odd = await gw.call("receiver__deliver", {"to": "odd"}, meta={
-                "traceparent": 12345, "tracestate": ["x"]})
+            odd = final(await gw.call("receiver__deliver", {"to": "odd"}, meta={
+                "traceparent": 12345, "tracestate": ["x"]}))
             with pytest.raises(DocumentError):  # not recorded, not forwarded (GW-7)
                 await gw.call("receiver__echo", {"text": float("nan")})
     assert not delivered.is_error and not direct.is_error and not held.is_error
@@ -263,6 +267,7 @@ def _approve(env: Env, effects: list[tuple[str, str, dict[str, Any]]]) -> None:
     env.desk.review(env.order_id, MANAGER, "approve")
 
 
+@pytest.mark.slow
 @pytest.mark.spec("OBS-4", "OBS-5")
 async def test_a_committed_effect_has_its_span_and_the_metrics_count(
         tmp_path: Path, otel: tuple[_Capture, InMemoryMetricReader]) -> None:
@@ -355,8 +360,8 @@ async def _run(env: Env, params: StdioServerParameters, err: Path) -> None:
     with err.open("w") as errlog:
         async with Client(stdio_client(params, errlog=errlog)) as client:
             with trace.use_span(_worker_span()):
-                result = await client.call_tool("receiver__deliver", {"to": "ops"}, meta={
-                    "traceparent": _traceparent(TRACE, SPAN)})
+                meta = cast(RequestParamsMeta, {"traceparent": _traceparent(TRACE, SPAN)})
+                result = await client.call_tool("receiver__deliver", {"to": "ops"}, meta=meta)
             assert not result.is_error, result
 
 
@@ -366,6 +371,7 @@ def _modules(out: Path) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.spec("OBS-1")
 async def test_a_gateway_without_otel_settings_imports_no_opentelemetry_sdk(
         tmp_path: Path) -> None:
@@ -373,7 +379,7 @@ async def test_a_gateway_without_otel_settings_imports_no_opentelemetry_sdk(
     never imports the SDK, an exporter, or its own OpenTelemetry module; the worker's
     trace context still reaches the upstream as it was sent."""
     env = make_env(tmp_path)
-    settings = ({}, {"OTEL_SDK_DISABLED": "true",
+    settings: tuple[dict[str, str], ...] = ({}, {"OTEL_SDK_DISABLED": "true",
                      "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})
     with anyio.fail_after(60):
         async with anyio.create_task_group() as tg:  # two gateway processes side by side
@@ -386,6 +392,7 @@ async def test_a_gateway_without_otel_settings_imports_no_opentelemetry_sdk(
     assert [_ids(d["traceparent"])[0] for d in env.deliveries()] == [TRACE, TRACE]
 
 
+@pytest.mark.slow
 @pytest.mark.spec("OBS-1")
 async def test_otel_settings_without_the_extra_say_so_once_and_the_gateway_serves(
         tmp_path: Path) -> None:
@@ -405,6 +412,7 @@ async def test_otel_settings_without_the_extra_say_so_once_and_the_gateway_serve
     assert [d["ref"] for d in env.deliveries()] == ["receiver/deliver#1"]
 
 
+@pytest.mark.slow
 @pytest.mark.spec("OBS-1", "OBS-2")
 async def test_otel_traces_exporter_console_turns_tracing_on_in_a_gateway_process(
         tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from gateway._upstream import (
     clean_meta,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SERVERS = Path(__file__).resolve().parents[1] / "servers"
 

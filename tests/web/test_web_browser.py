@@ -42,6 +42,8 @@ from playwright.sync_api import (  # noqa: E402
     sync_playwright,
 )
 
+pytestmark = pytest.mark.slow
+
 TIMEOUT_MS = 10_000
 TWO = [("receiver/deliver", {"to": "a@example.com", "body": "first"}),
        ("receiver/deliver", {"to": "b@example.com", "body": "second"})]

@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from awl import ValidationFailed
 from awl.desk.tokens import issue_token
-from awl.desk.views import format_time
+from awl.documents.models import format_time
 from awl.web import CSP, Sessions, WebConfig, build_app, loopback_hosts
 from tests.web.web_support import MANAGER, WORKER, csrf_of, make_desk, signed_in, submit_order
 
@@ -298,6 +298,7 @@ def test_a_worker_inbox_lists_its_work_and_offers_no_decisions(tmp_path: Path) -
     assert "/review" not in inbox
 
 
+@pytest.mark.slow
 @pytest.mark.spec("LC-21")
 def test_the_order_page_shows_each_check_result_beside_its_criterion(tmp_path: Path) -> None:
     hostile = "<script>alert(1)</script>"

@@ -12,7 +12,7 @@ from starlette.testclient import TestClient
 
 from awl.desk import Desk
 from awl.desk.tokens import issue_token
-from awl.desk.views import format_time
+from awl.documents.models import format_time
 from awl.store.sqlite import SQLiteStore
 from awl.web import Sessions, WebConfig, build_app
 from tests.gateway.commit_support import MANAGER, WORKER, hold, report_doc, write_config

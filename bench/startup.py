@@ -1,0 +1,174 @@
+"""Start and stop: from spawn to the first ``tools/list`` answer, and from stdin closed to exit.
+
+``python -m bench.startup [--quick] [--runs N]``
+
+The gateway (``awl gateway`` for a working order) and the bare proxy
+(``gateway._bare_proxy``) are spawned in turn, each in front of the example outbox server,
+and a client writes ``initialize`` and ``tools/list`` down the pipe at once. It times the
+``initialize`` answer, the ``tools/list`` answer, and, after closing the process's stdin, how
+long the process takes to exit by itself (the MCP SDK's client gives it 2 s before SIGTERM).
+The ratio line compares the gateway's median time to ``tools/list`` with the bare proxy's
+(target: within 1.3x), both measured in the same run, taking turns.
+
+The bare proxy shares the gateway's package, so it imports what the gateway imports; the
+import line shows what that costs against the floor, a process importing the MCP SDK's
+server and client alone: the wall time of ``python -c "import ..."`` for each, and how many
+modules each loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.gateway import OUTBOX_SERVER, ROOT, _working_order
+
+TARGET_RATIO = 1.3
+_INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {},
+    "clientInfo": {"name": "bench", "version": "1"}}}
+_LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+
+
+@dataclass
+class Timings:
+    """What one target measured, one sample per run (seconds)."""
+
+    name: str
+    initialize: list[float] = field(default_factory=list)
+    tools_list: list[float] = field(default_factory=list)
+    stop: list[float] = field(default_factory=list)
+    signalled: int = 0
+
+
+def _answer(out: object, want: int) -> None:
+    assert hasattr(out, "readline")
+    while True:
+        line = out.readline()
+        if not line:
+            raise RuntimeError("the server closed stdout before answering")
+        if json.loads(line).get("id") == want:
+            return
+
+
+def once(argv: list[str], timings: Timings, *, cwd: Path) -> None:
+    """Spawn ``argv``, time its first answers and its stop, add them to ``timings``."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, cwd=cwd, env={"PYTHONPATH": str(ROOT)})
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write((json.dumps(_INIT) + "\n").encode())
+        proc.stdin.flush()
+        _answer(proc.stdout, 1)
+        timings.initialize.append(time.perf_counter() - start)
+        proc.stdin.write((json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})
+                          + "\n" + json.dumps(_LIST) + "\n").encode())
+        proc.stdin.flush()
+        _answer(proc.stdout, 2)
+        timings.tools_list.append(time.perf_counter() - start)
+        closed = time.perf_counter()
+        proc.stdin.close()
+        code = proc.wait(timeout=30)
+        timings.stop.append(time.perf_counter() - closed)
+        timings.signalled += code < 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def run(runs: int) -> list[Timings]:
+    """Spawn each target ``runs`` times, taking turns, in a fresh temporary folder."""
+    with tempfile.TemporaryDirectory(prefix="awl-bench-") as tmp:
+        folder = Path(tmp)
+        home = folder / "home"
+        home.mkdir()
+        config = folder / "upstream.json"
+        config.write_text(json.dumps({"mcpServers": {"notes": {
+            "command": sys.executable, "args": [str(OUTBOX_SERVER)],
+            "env": {"OUTBOX_PATH": str(folder / "outbox.jsonl")}}}}))
+        order_id = _working_order(home, 10)
+        targets = [
+            (Timings("bare proxy"), [sys.executable, "-m", "gateway._bare_proxy",
+                                     "--config", str(config)]),
+            (Timings("gateway"), [sys.executable, "-m", "awl", "gateway", "--order", order_id,
+                                  "--config", str(config), "--home", str(home)]),
+        ]
+        for i in range(runs):
+            for timings, argv in targets[i % 2:] + targets[:i % 2]:
+                once(argv, timings, cwd=ROOT)
+        return [timings for timings, _ in targets]
+
+
+_IMPORTS = {
+    "MCP SDK only": "import mcp.server, mcp.client, mcp.server.stdio",
+    "awl gateway": "import awl.cli, gateway._serve",
+}
+
+
+def imports(runs: int) -> dict[str, tuple[float, int]]:
+    """Median seconds to start Python and import each set, and how many modules it loads."""
+    out: dict[str, tuple[float, int]] = {}
+    samples: dict[str, list[float]] = {name: [] for name in _IMPORTS}
+    counts: dict[str, int] = {}
+    for _ in range(runs):
+        for name, code in _IMPORTS.items():
+            start = time.perf_counter()
+            done = subprocess.run([sys.executable, "-c", f"{code}; import sys; "
+                                   "print(len(sys.modules))"], capture_output=True,
+                                  text=True, check=True, cwd=ROOT,
+                                  env={"PYTHONPATH": str(ROOT)})
+            samples[name].append(time.perf_counter() - start)
+            counts[name] = int(done.stdout.strip())
+    for name, times in samples.items():
+        out[name] = (statistics.median(times), counts[name])
+    return out
+
+
+def report_imports(found: dict[str, tuple[float, int]]) -> str:
+    """One line: each import set's time and module count, and the ratio to the SDK's."""
+    (floor, floor_n), (mine, mine_n) = found["MCP SDK only"], found["awl gateway"]
+    return (f"imports: MCP SDK only {floor * 1000:.0f} ms ({floor_n} modules), awl gateway "
+            f"{mine * 1000:.0f} ms ({mine_n} modules): {mine / floor:.2f}x")
+
+
+def report(results: list[Timings]) -> str:
+    """The table of medians, and the gateway's ratio to the bare proxy."""
+    lines = ["| target | initialize ms | tools/list ms | stop after stdin EOF ms | "
+             "killed |", "|---|---:|---:|---:|---:|"]
+    for t in results:
+        lines.append(f"| {t.name} | {statistics.median(t.initialize) * 1000:.0f} | "
+                     f"{statistics.median(t.tools_list) * 1000:.0f} | "
+                     f"{statistics.median(t.stop) * 1000:.0f} | {t.signalled} |")
+    by_name = {t.name: t for t in results}
+    bare, gateway = by_name["bare proxy"], by_name["gateway"]
+    ratio = statistics.median(gateway.tools_list) / statistics.median(bare.tools_list)
+    verdict = "within" if ratio <= TARGET_RATIO else "OVER"
+    lines += ["", f"spawn to tools/list, gateway / bare proxy: {ratio:.2f}x "
+              f"({verdict} the {TARGET_RATIO}x target; medians of {len(gateway.tools_list)} "
+              "spawns each)"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print its table."""
+    parser = argparse.ArgumentParser(prog="python -m bench.startup", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer spawns, for a smoke run")
+    parser.add_argument("--runs", type=int, help="spawns per target (default 7; quick 2)")
+    args = parser.parse_args(argv)
+    runs = args.runs or (2 if args.quick else 7)
+    print(report(run(runs)), flush=True)
+    print(report_imports(imports(runs)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -15,12 +15,13 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from awl.integrations import gateway_command
+from awl.store.protocol import Store
 from awl.store.sqlite import SQLiteStore
 from tests.gateway.commit_support import make_setup
 from tests.gateway.gateway_support import ROOT, gateway_client, make_env, text
 
 
-def _move_desk(home: Path, store: SQLiteStore, to: Path) -> str:
+def _move_desk(home: Path, store: Store, to: Path) -> str:
     """Close the home's desk and move it out of the home; its URL."""
     store.close()
     shutil.move(home / "desk.sqlite3", to)

@@ -136,6 +136,7 @@ time.sleep(120)
 
 
 @pytest.mark.spec("CM-10")
+@pytest.mark.slow
 def test_a_killed_holder_on_another_host_is_taken_over_at_once(pg_url: str) -> None:
     """kill -9 of a lock holder whose lease has an hour left: the next committer takes
     the lock at once, without waiting out the lease."""

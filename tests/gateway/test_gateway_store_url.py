@@ -22,7 +22,8 @@ from tests.gateway.gateway_support import ROOT, gateway_client, make_env, text
 
 
 def _move_desk(home: Path, store: Store, to: Path) -> str:
-    """Close the home's desk and move it out of the home; its URL."""
+    """Close the home's SQLite desk and move it out of the home; its URL."""
+    assert isinstance(store, SQLiteStore)
     store.close()
     shutil.move(home / "desk.sqlite3", to)
     assert not (home / "desk.sqlite3-wal").exists()

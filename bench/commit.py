@@ -1,6 +1,6 @@
 """Commit overhead: 1,000 approved effects committed, against the same calls sent directly.
 
-``python -m bench.commit [--quick] [--effects N]``
+``python -m bench.commit [--quick] [--effects N] [--store sqlite,postgres] [--postgres-url URL]``
 
 Both sides call the receiver fixture server (``tests/servers/receiver.py``, stdio, one
 fsynced log line per delivery) with the same arguments and the same ``_meta``:
@@ -10,6 +10,10 @@ fsynced log line per delivery) with the same arguments and the same ``_meta``:
   call also pays the write-ahead ``dispatching`` mark and the recorded outcome (two fsynced
   SQLite transactions) plus the lock and the pre-check;
 - **commit again**: the same commit once more, which sends nothing and only reports.
+
+With ``--store sqlite,postgres`` the commit runs once on each store (a fresh PostgreSQL
+schema, see :mod:`bench.stores`, where the two marks are durable commits on the server),
+each rated against the same direct calls.
 
 Per-call figures are the time from one call's start to the next (so the commit side
 includes its bookkeeping between calls). Startup (spawning the receiver) is excluded.
@@ -30,6 +34,8 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp import Client, StdioServerParameters
+
+from bench.stores import Stores, add_options
 
 ROOT = Path(__file__).resolve().parents[1]
 RECEIVER = ROOT / "tests" / "servers" / "receiver.py"
@@ -93,15 +99,17 @@ class _Timed:
         return result
 
 
-async def committed(folder: Path, n: int) -> tuple[Figures, Figures, str]:
-    """Commit an approved order of ``n`` held calls, then commit it again."""
+async def committed(folder: Path, n: int, store_url: str | None = None,
+                    name: str = "commit") -> tuple[Figures, Figures, str]:
+    """Commit an approved order of ``n`` held calls, then commit it again (on the
+    PostgreSQL store ``store_url`` names, else on a SQLite desk in ``folder``)."""
     from gateway._commit import commit
     from gateway._config import load_config
     from gateway._upstream import UpstreamPool
     from tests.gateway.commit_support import make_setup
 
     setup = make_setup(folder, [("receiver/deliver", {"to": f"person{i}", "body": "x" * 64})
-                                for i in range(n)])
+                                for i in range(n)], store_url=store_url)
     async with UpstreamPool(load_config(setup.config)) as pool:
         timed = _Timed(pool)
         start = time.perf_counter()
@@ -109,28 +117,42 @@ async def committed(folder: Path, n: int) -> tuple[Figures, Figures, str]:
         end = time.perf_counter()
         if not summary.ok or len(timed.starts) != n:
             raise RuntimeError("the benchmark commit did not commit every effect")
-        first = _figures("commit", timed.starts, end)
+        first = _figures(name, timed.starts, end)
         first = Figures(first.name, n, end - start, first.median_ms, first.p99_ms)
         again_start = time.perf_counter()
         summary = await commit(setup.order_id, store=setup.store, pool_or_config=timed)
         again_end = time.perf_counter()
     if len(timed.starts) != n or max(setup.counts().values()) != 1:
         raise RuntimeError("the second commit sent something")
-    again = Figures("commit again (sends nothing)", 0, again_end - again_start,
+    again = Figures(f"{name} again (sends nothing)", 0, again_end - again_start,
                     (again_end - again_start) / n * 1000, 0.0)
     order_id = setup.order_id
     setup.store.close()
     return first, again, order_id
 
 
-async def run(n: int) -> list[Figures]:
-    """Measure both sides one after the other."""
+def commit_name(store: str, stores: tuple[str, ...]) -> str:
+    """The commit side's name: ``commit`` alone on SQLite, else ``commit (STORE)``."""
+    return "commit" if stores == ("sqlite",) else f"commit ({store})"
+
+
+async def run(n: int, stores: Stores | None = None) -> list[Figures]:
+    """Measure the direct calls and the commit on each store, one after the other."""
+    stores = stores or Stores(("sqlite",))
     with tempfile.TemporaryDirectory(prefix="awl-bench-commit-") as tmp:
         folder = Path(tmp)
-        first, again, order_id = await committed(folder / "commit", n)
+        sides: list[Figures] = []
+        order_id = ""
+        for store in stores.names:
+            where = folder / f"commit-{store}"
+            with stores.fresh(store, where, "commit") as url:
+                first, again, order_id = await committed(
+                    where, n, None if store == "sqlite" else url,
+                    commit_name(store, stores.names))
+            sides += [first, again]
         arguments = [{"to": f"person{i}", "body": "x" * 64} for i in range(n)]
         bare = await direct(folder / "direct.jsonl", arguments, order_id)
-        return [bare, first, again]
+        return [bare, *sides]
 
 
 def report(figures: list[Figures]) -> str:
@@ -139,13 +161,14 @@ def report(figures: list[Figures]) -> str:
              "|---|---:|---:|---:|---:|"]
     lines += [f"| {f.name} | {f.calls} | {f.total_s:.2f} | {f.median_ms:.2f} | {f.p99_ms:.2f} |"
               for f in figures]
-    bare, first = figures[0], figures[1]
+    bare = figures[0]
     if bare.median_ms > 0 and bare.total_s > 0:
         lines.append("")
-        lines.append(f"commit / direct: median {first.median_ms / bare.median_ms:.2f}x, "
-                     f"total {first.total_s / bare.total_s:.2f}x "
-                     f"(+{first.median_ms - bare.median_ms:.2f} ms per effect for the "
-                     "write-ahead mark and the recorded outcome)")
+        lines += [f"{first.name} / direct: median {first.median_ms / bare.median_ms:.2f}x, "
+                  f"total {first.total_s / bare.total_s:.2f}x "
+                  f"({first.median_ms - bare.median_ms:+.2f} ms per effect for the "
+                  "write-ahead mark and the recorded outcome)"
+                  for first in figures[1:] if first.calls and first.name != bare.name]
     return "\n".join(lines)
 
 
@@ -154,9 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.commit", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="100 effects, for a smoke run")
     parser.add_argument("--effects", type=int, help="how many effects (default 1000)")
+    add_options(parser)
     args = parser.parse_args(argv)
+    stores = Stores.of(parser, args)
     n = args.effects or (100 if args.quick else 1000)
-    figures: list[Figures] = anyio.run(run, n)
+    figures: list[Figures] = anyio.run(run, n, stores)
     print(report(figures))
     return 0
 

@@ -1,6 +1,7 @@
 """Gateway overhead: one small tool call, direct, through a bare proxy, through the gateway.
 
-``python -m bench.gateway [--quick] [--calls N] [--callers C] [--per-caller K] [--repeat R]``
+``python -m bench.gateway [--quick] [--calls N] [--callers C] [--per-caller K] [--repeat R]
+[--store sqlite,postgres] [--postgres-url URL]``
 
 Four MCP servers are started as subprocesses over stdio, each in front of (or being) the
 example outbox server, and a client calls its read-only ``get_note`` tool:
@@ -9,6 +10,9 @@ example outbox server, and a client calls its read-only ``get_note`` tool:
 - **bare proxy**: ``gateway._bare_proxy``, forwarding every call unchecked;
 - **gateway**: ``awl gateway`` for a working order in a fresh SQLite home, so every call
   is checked against the order, reserved against the budget, recorded, and forwarded;
+  with ``--store sqlite,postgres`` one gateway per store, **gateway (sqlite)** and
+  **gateway (postgres)** (a fresh PostgreSQL schema, see :mod:`bench.stores`), each rated
+  against the same bare proxy;
 - **bare proxy (control)**: a second, identical bare proxy.
 
 For each it measures the median and p99 latency of sequential calls, then calls per
@@ -33,7 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, ExitStack, closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -41,6 +45,8 @@ from typing import TextIO
 
 import anyio
 from mcp import Client, StdioServerParameters, stdio_client
+
+from bench.stores import Stores, add_options
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTBOX_SERVER = ROOT / "examples" / "outbox_server.py"
@@ -133,14 +139,19 @@ async def measure(targets: list[tuple[str, StdioServerParameters, str]], *, call
         return [target.figures() for target in running]
 
 
-def _working_order(home: Path, calls: int, tools: tuple[str, ...] = ("notes/*",)) -> str:
-    """A fresh SQLite desk with one working order allowed to call ``tools`` (the outbox
-    server's)."""
-    from awl.desk import Desk
-    from awl.store.sqlite import SQLiteStore
+def gateway_name(store: str, stores: tuple[str, ...]) -> str:
+    """The gateway target's name: ``gateway`` alone on SQLite, else ``gateway (STORE)``."""
+    return "gateway" if stores == ("sqlite",) else f"gateway ({store})"
 
-    store = SQLiteStore(home / "desk.sqlite3")
-    try:
+
+def _working_order(home: Path, calls: int, tools: tuple[str, ...] = ("notes/*",),
+                   url: str | None = None) -> str:
+    """A fresh desk (the store ``url`` names, else the home's SQLite desk) with one working
+    order allowed to call ``tools`` (the outbox server's)."""
+    from awl.desk import Desk
+    from awl.store.urls import open_store
+
+    with closing(open_store(url or home / "desk.sqlite3")) as store:
         desk = Desk(store)
         deadline = datetime.now(UTC) + timedelta(hours=1)
         view = desk.create({
@@ -154,15 +165,13 @@ def _working_order(home: Path, calls: int, tools: tuple[str, ...] = ("notes/*",)
         desk.accept(view.id, "agent:bench")
         desk.start(view.id, "agent:bench")
         return view.id
-    finally:
-        close = getattr(store, "close", None)
-        if callable(close):
-            close()
 
 
-async def run(calls: int, callers: int, per_caller: int) -> list[Figures]:
-    """Measure the four targets in a fresh temporary folder."""
-    with tempfile.TemporaryDirectory(prefix="awl-bench-") as tmp:
+async def run(calls: int, callers: int, per_caller: int,
+              stores: Stores | None = None) -> list[Figures]:
+    """Measure the targets (one gateway per store) in a fresh temporary folder."""
+    stores = stores or Stores(("sqlite",))
+    with tempfile.TemporaryDirectory(prefix="awl-bench-") as tmp, ExitStack() as fresh:
         folder = Path(tmp)
         home = folder / "home"
         home.mkdir()
@@ -171,7 +180,15 @@ async def run(calls: int, callers: int, per_caller: int) -> list[Figures]:
         config.write_text(json.dumps({"mcpServers": {"notes": {
             "command": sys.executable, "args": [str(OUTBOX_SERVER)], "env": outbox_env}}}))
         env = {"PYTHONPATH": str(ROOT)}
-        order_id = _working_order(home, calls + callers * per_caller)
+        gateways: list[tuple[str, StdioServerParameters, str]] = []
+        for store in stores.names:
+            url = fresh.enter_context(stores.fresh(store, home, "desk"))  # home/desk.sqlite3
+            order_id = _working_order(home, calls + callers * per_caller, url=url)
+            gateways.append((gateway_name(store, stores.names), StdioServerParameters(
+                command=sys.executable,
+                args=["-m", "awl", "gateway", "--order", order_id, "--config", str(config),
+                      "--home", str(home), *(["--store", url] if store != "sqlite" else [])],
+                env=env, cwd=ROOT), "notes__get_note"))
         bare = StdioServerParameters(
             command=sys.executable, args=["-m", "gateway._bare_proxy", "--config", str(config)],
             env=env, cwd=ROOT)
@@ -179,11 +196,7 @@ async def run(calls: int, callers: int, per_caller: int) -> list[Figures]:
             ("direct", StdioServerParameters(command=sys.executable, args=[str(OUTBOX_SERVER)],
                                              env=outbox_env), "get_note"),
             (BARE, bare, "notes__get_note"),
-            ("gateway", StdioServerParameters(
-                command=sys.executable,
-                args=["-m", "awl", "gateway", "--order", order_id, "--config", str(config),
-                      "--home", str(home)],
-                env=env, cwd=ROOT), "notes__get_note"),
+            *gateways,
             (CONTROL, bare, "notes__get_note"),
         ]
         with anyio.fail_after(300):
@@ -232,12 +245,18 @@ def _median(runs: list[Ratios]) -> Ratios:
                   statistics.median(r.under_load for r in runs))
 
 
-def summary(runs: list[Ratios], controls: list[Ratios] | None = None) -> str:
-    """The median of several runs' ratios and every run's ratio under load; the same for
-    the control when given."""
+def gateways(figures: list[Figures]) -> list[str]:
+    """The names of the gateway targets in one run (one per store)."""
+    return [f.name for f in figures if f.name.startswith("gateway")]
+
+
+def summary(runs: list[Ratios], controls: list[Ratios] | None = None,
+            what: str = "gateway") -> str:
+    """The median of several runs' ratios of gateway ``what`` and every run's ratio under
+    load; the same for the control when given."""
     each = ", ".join(f"{r.under_load:.2f}x" for r in runs)
     over = sum(1 for r in runs if not r.within)
-    lines = [_median(runs).line(f"median of {len(runs)} runs, gateway / bare proxy"),
+    lines = [_median(runs).line(f"median of {len(runs)} runs, {what} / bare proxy"),
              f"under load, run by run: {each} ({over} of {len(runs)} over the target)"]
     if controls:
         lines.append(_median(controls).line(f"median of {len(controls)} runs, control / bare "
@@ -255,12 +274,13 @@ def report(figures: list[Figures], *, callers: int) -> str:
     ]
     lines += [f"| {f.name} | {f.median_ms:.2f} | {f.p99_ms:.2f} | {f.calls_per_s:.0f} |"
               for f in figures]
-    ratios = Ratios.of(figures)
+    ratios = {name: Ratios.of(figures, name) for name in gateways(figures)}
     control = Ratios.of(figures, CONTROL)
-    if ratios is not None or control is not None:
+    if any(r is not None for r in ratios.values()) or control is not None:
         lines.append("")
-    if ratios is not None:
-        lines.append(ratios.line("gateway / bare proxy"))
+    for name, each in ratios.items():
+        if each is not None:
+            lines.append(each.line(f"{name} / bare proxy"))
     if control is not None:
         lines.append(control.line("control / bare proxy (two identical proxies: this run's "
                                   "noise)", verdict=False))
@@ -287,25 +307,30 @@ def main(argv: list[str] | None = None) -> int:
     call_options(parser)
     parser.add_argument("--repeat", type=int, default=1,
                         help="measure this many times, fresh processes each time (1)")
+    add_options(parser)
     args = parser.parse_args(argv)
+    stores = Stores.of(parser, args)
     if args.repeat < 1:
         parser.error("--repeat needs a count of 1 or more")
     calls, per_caller = call_sizes(args)
-    runs: list[Ratios] = []
+    runs: dict[str, list[Ratios]] = {}
     controls: list[Ratios] = []
     for i in range(args.repeat):
-        figures: list[Figures] = anyio.run(run, calls, args.callers, per_caller)
+        figures: list[Figures] = anyio.run(run, calls, args.callers, per_caller, stores)
         if args.repeat > 1:
             print(f"run {i + 1} of {args.repeat}")
         print(report(figures, callers=args.callers), flush=True)
-        ratios, control = Ratios.of(figures), Ratios.of(figures, CONTROL)
-        if ratios is not None:
-            runs.append(ratios)
+        for name in gateways(figures):
+            ratios = Ratios.of(figures, name)
+            if ratios is not None:
+                runs.setdefault(name, []).append(ratios)
+        control = Ratios.of(figures, CONTROL)
         if control is not None:
             controls.append(control)
     if args.repeat > 1 and runs:
         print()
-        print(summary(runs, controls))
+        print("\n".join(summary(each, controls if k == 0 else None, name)
+                        for k, (name, each) in enumerate(runs.items())))
     return 0
 
 

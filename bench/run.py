@@ -1,7 +1,9 @@
-"""Run every benchmark and print its table: ``python -m bench.run [--quick]``.
+"""Run every benchmark and print its table: ``python -m bench.run [--quick]
+[--store sqlite,postgres] [--postgres-url URL]``.
 
 Each benchmark module has ``main(argv) -> int`` and prints its own table with medians and
-ratios; this runner only sequences them and notes the machine they ran on.
+ratios; this runner only sequences them and notes the machine they ran on. ``--store``
+and ``--postgres-url`` (see :mod:`bench.stores`) go to the benchmarks that use a store.
 """
 
 from __future__ import annotations
@@ -13,22 +15,36 @@ import platform
 import sys
 import time
 
+from bench.stores import Stores, add_options, pass_through
+
 BENCHMARKS = ("validation", "desk", "gateway", "startup", "memory", "telemetry", "commit",
               "notify")
+WITH_STORES = ("desk", "gateway", "commit")
+"""The benchmarks that take ``--store``."""
+
+
+def arguments(name: str, args: argparse.Namespace) -> list[str]:
+    """The arguments benchmark ``name`` is run with."""
+    out = ["--quick"] if args.quick else []
+    if name in WITH_STORES:
+        out += pass_through(args)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     parser.add_argument("only", nargs="*", help=f"some of: {', '.join(BENCHMARKS)}")
+    add_options(parser)
     args = parser.parse_args(argv)
+    Stores.of(parser, args)  # a bad --store fails here, before anything runs
     print(f"# {time.strftime('%Y-%m-%d')} · {platform.python_implementation()} "
           f"{platform.python_version()} · {platform.machine()} · {os.cpu_count()} cores")
     failed = 0
     for name in args.only or BENCHMARKS:
         module = importlib.import_module(f"bench.{name}")
         print(f"\n## {name}\n", flush=True)
-        code = module.main(["--quick"] if args.quick else [])
+        code = module.main(arguments(name, args))
         failed += code != 0
     return 1 if failed else 0
 

@@ -88,7 +88,7 @@ import copy
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import partial
 from typing import Any, Protocol
 
@@ -125,10 +125,13 @@ from awl.documents import (
     matches_any,
     parse_ref,
     parse_time,
+    resolve_pointer,
+    utc_now,
 )
 from awl.store import EffectState, OrderRecord, Revocation, Store
 from gateway._config import GatewayConfig, load_config
 from gateway._lock import DEFAULT_LEASE, LockLost, OrderLock
+from gateway._names import split_canonical
 from gateway._policy import allowed
 from gateway._staging import Placeholder, placeholders
 from gateway._telemetry import current as current_telemetry
@@ -291,10 +294,6 @@ class CommitSummary:
 
 # --------------------------------------------------------------------------- helpers
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 def _stamp(clock: Clock) -> str:
     return format_time(clock())
 
@@ -302,35 +301,6 @@ def _stamp(clock: Clock) -> str:
 def lock_name(order_id: str) -> str:
     """The name of the store lock one committer of ``order_id`` holds."""
     return f"commit:{order_id}"
-
-
-def resolve_pointer(document: Any, pointer: str) -> Any:
-    """The value a JSON pointer (RFC 6901) names in ``document``.
-
-    Raises:
-        KeyError: The pointer is malformed or names nothing.
-    """
-    if pointer == "":
-        return document
-    if not pointer.startswith("/"):
-        raise KeyError(pointer)
-    here = document
-    for raw in pointer[1:].split("/"):
-        token = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(here, dict):
-            if token not in here:
-                raise KeyError(pointer)
-            here = here[token]
-        elif isinstance(here, list):
-            if not token.isdigit() or (len(token) > 1 and token[0] == "0"):
-                raise KeyError(pointer)
-            index = int(token)
-            if index >= len(here):
-                raise KeyError(pointer)
-            here = here[index]
-        else:
-            raise KeyError(pointer)
-    return here
 
 
 def _put(document: Any, path: Sequence[str | int], value: Any) -> Any:
@@ -387,9 +357,7 @@ def _error_text(result: types.CallToolResult, limit: int = 300) -> str:
 
 
 def _report_attempt(record: OrderRecord, report: WorkReport) -> int:
-    if report.attempt is not None:
-        return report.attempt
-    return 1 + sum(1 for r in record.reviews if r.decision == "rework")
+    return report.attempt if report.attempt is not None else record.attempt
 
 
 # --------------------------------------------------------------------------- upstreams
@@ -668,7 +636,7 @@ class _Committer:
                 self.after_dispatching(ref)
 
         pool = await self.upstreams.get()
-        server, tool = call.tool.split("/", 1)
+        server, tool = split_canonical(call.tool)
         meta = {"awl/ref": ref, "awl/order": self.order_id, "awl/attempt": call.attempt}
         back_to = "held" if "held" in expect else "unknown"
         try:
@@ -803,7 +771,7 @@ async def commit(
         InvalidTransition: The order is not approved.
         Conflict: Another live process is committing the order.
     """
-    clock = now or _utc_now
+    clock = now or utc_now
     desk = desk or Desk(store, clock=clock, conflict_retries=5)
     store.load(order_id)  # NotFound before taking any lock
     lock = OrderLock(store, lock_name(order_id), lease=lease, wait=lock_wait,
@@ -861,7 +829,7 @@ def drop_attempt(order_id: str, attempt: int, *, store: Store, desk: Desk | None
     ``drop`` event lists them. Calls already past ``held`` are left alone. Returns the refs
     dropped.
     """
-    clock = now or _utc_now
+    clock = now or utc_now
     desk = desk or Desk(store, clock=clock, conflict_retries=5)
     why = reason or f"attempt {attempt} was sent back for rework"
     calls = held_calls(store, order_id, attempts={attempt})
@@ -900,7 +868,7 @@ async def retry(
             happened, or the order no longer gives the authority to send it.
         Conflict: Another live process is committing the order.
     """
-    clock = now or _utc_now
+    clock = now or utc_now
     desk = desk or Desk(store, clock=clock, conflict_retries=5)
     record = store.load(order_id)
     manager_only(record.order, by, "retry")

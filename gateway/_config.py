@@ -55,6 +55,7 @@ from awl.documents import (
     check_json_value,
     is_finite_number,
     loads,
+    pointer,
     read_regular_file,
     show_value,
 )
@@ -218,16 +219,12 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> GatewayCo
     return _parse(document, base=path.resolve().parent, origin=str(path))
 
 
-def _pointer(*parts: str) -> str:
-    return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
-
-
 class _Parser:
     def __init__(self, origin: str | None) -> None:
         self.prefix = f"{origin}: " if origin else ""
 
     def fail(self, where: tuple[str, ...], message: str) -> ConfigError:
-        loc = _pointer(*where)
+        loc = pointer(*where)
         return ConfigError(f"{self.prefix}{loc or '/'}: {message}", location=loc)
 
     def obj(self, value: Any, where: tuple[str, ...]) -> Mapping[str, Any]:
@@ -242,7 +239,7 @@ class _Parser:
         if not extra:
             return []
         word = "key" if len(extra) == 1 else "keys"
-        loc = _pointer(*where)
+        loc = pointer(*where)
         return [(loc, f"{loc or '/'}: unknown {word} {', '.join(show_value(k) for k in extra)}; "
                       f"allowed here: {', '.join(sorted(allowed))}{hint}")]
 

@@ -43,7 +43,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 import anyio
@@ -56,7 +56,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
-from awl.desk import Desk, ancestors, staging_ancestor
+from awl.desk import Desk, acting_as, ancestors, staging_ancestor
 from awl.documents import (
     TERMINAL,
     CallRecord,
@@ -68,9 +68,10 @@ from awl.documents import (
     format_time,
     matches_any,
     parse_ref,
+    utc_now,
 )
-from awl.mcp import identity_of
-from awl.passes import DEFAULT_AUDIENCE, VerifiedPass, verify_pass
+from awl.mcp import identity_of, text_result
+from awl.passes import DEFAULT_AUDIENCE, VerifiedPass, pass_scopes, verify_pass
 from awl.store import OrderRecord, OverBudget, Scope, Store, stale_order
 from gateway._authority import Authority
 from gateway._config import GatewayConfig
@@ -137,10 +138,6 @@ Clock = Callable[[], datetime]
 _T = TypeVar("_T")
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 class _Server(Server[Any]):
     """The MCP server, declaring that it announces changes of its tool list."""
 
@@ -152,12 +149,6 @@ class _Server(Server[Any]):
         return super().create_initialization_options(
             notification_options or NotificationOptions(tools_changed=True),
             experimental_capabilities, extensions)
-
-
-def _text_result(text: str, *, error: bool = False,
-                 structured: Any = None) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                structured_content=structured, is_error=error)
 
 
 def _wire(result: types.CallToolResult | types.InputRequiredResult) -> dict[str, Any]:
@@ -189,11 +180,6 @@ def held_note(tool: str, order: WorkOrder) -> str:
             "hold list) but the order does not stage it, so no report may list its calls as "
             "effects (rule R13) and no approval runs them. Leave them out of your report's "
             "effects; if the work needs this tool, say so in your report.")
-
-
-def attempt_of(record: OrderRecord) -> int:
-    """The report attempt in progress: 1 + the reworks so far."""
-    return 1 + sum(1 for r in record.reviews if r.decision == "rework")
 
 
 def _answered(decision: Decision) -> str:
@@ -265,7 +251,7 @@ class Gateway:
         self.audience = audience
         self._pass_token = pass_token
         self._jwks = jwks
-        self._clock: Clock = clock or _utc_now
+        self._clock: Clock = clock or utc_now
         self._tools: Mapping[str, types.Tool] = {}
         self._known_facts: dict[str, tuple[float, bool, bool | None]] = {}
         self._schemas = OutputSchemas()
@@ -456,10 +442,9 @@ class Gateway:
         return Authority(token, verified)
 
     def actor(self, authority: Authority) -> str:
-        """Who the desk tools act as: the pass holder, or the order's worker."""
-        if authority.verified is not None:
-            return authority.verified.subject
-        return self.order.to
+        """Who the desk tools act as (:func:`awl.desk.access.acting_as`)."""
+        verified = authority.verified
+        return acting_as(self.order, verified.subject if verified is not None else None)
 
     # ------------------------------------------------------------------ tools/list
 
@@ -627,8 +612,8 @@ class Gateway:
             if isinstance(answer, types.CallToolResult):
                 answer = self._schemas.conform(canonical, self._tools.get(canonical), answer)
         except UpstreamError as exc:
-            error = f"AWL_{exc.code}: {exc.message}"
-            answer = _text_result(error, error=True)
+            error = exc.refusal
+            answer = text_result(error, error=True)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 await self._finish(record, "error", None,
@@ -639,7 +624,7 @@ class Gateway:
         except Exception as exc:  # the gateway must outlive any upstream surprise
             log.exception("call %s failed unexpectedly", record.ref)
             error = f"{AWL_UPSTREAM_ERROR}: the call to {canonical} failed: {exc}"[:1000]
-            answer = _text_result(error, error=True)
+            answer = text_result(error, error=True)
         await self._finish(record, outcome, result, error)
         span.done(tool=canonical, ref=record.ref, attempt=record.attempt, outcome=outcome,
                   code=error.split(":", 1)[0] if error else None)
@@ -717,37 +702,18 @@ class Gateway:
             "arguments": arguments, "outcome": "refused", "error": decision.text,
             "started_at": started, "ended_at": format_time(self.now()),
         })
-        return _Admission(decision, record, _text_result(decision.text, error=True))
+        return _Admission(decision, record, text_result(decision.text, error=True))
 
     def _scopes(self, verified: VerifiedPass | None) -> list[Scope]:
-        """The budget scopes of a call: the order's, then each pass link's that sets limits.
-
-        A link's spending is every call made under it or under a pass derived from it (as
-        far as the store's pass records and the caller's own chain tell)."""
+        """The budget scopes of a call: the order's, then one per link of its pass chain
+        (:func:`awl.passes.pass_scopes`)."""
         if self._order_scope is None:
             budget = self.order.budget
             self._order_scope = Scope(None, max_calls=budget.tool_calls, max_usd=budget.usd,
                                       name="order")
-        scopes = [self._order_scope]
         if verified is None:
-            return scopes
-        children: dict[str, list[str]] = {}
-        for saved in self.store.passes(self.order_id):
-            if saved.parent_jti is not None:
-                children.setdefault(saved.parent_jti, []).append(saved.jti)
-        for i, link in enumerate(verified.chain):
-            found: set[str] = set(verified.jtis[i:])
-            todo, seen = [link.jti], set()
-            while todo:
-                current = todo.pop()
-                if current not in seen:
-                    seen.add(current)
-                    found.add(current)
-                    todo.extend(children.get(current, ()))
-            units = link.grant.budget
-            scopes.append(Scope(frozenset(found), max_calls=units.tool_calls, max_usd=units.usd,
-                                name=f"pass {link.jti}"))
-        return scopes
+            return [self._order_scope]
+        return [self._order_scope, *pass_scopes(self.store, verified)]
 
     def _admit(self, name: str, canonical: str | None, arguments: dict[str, Any],
                token: str | None, unavailable: str | None = None) -> _Admission:
@@ -781,7 +747,7 @@ class Gateway:
                 started: str, unavailable: str | None = None) -> _Admission:
         """:meth:`_admit` on the order as of ``record`` at ``now`` (written as ``started``);
         Conflict if it is stale."""
-        attempt = attempt_of(record)
+        attempt = record.attempt
         authority = self.verify(token)
         verified = authority.verified
         # A pass that did not verify names no one: its claims are not recorded.
@@ -841,7 +807,7 @@ class Gateway:
             self.store.finish_call(self.order_id, record.ref, outcome="error", result=None,
                                    error=text, ended_at=ended)
             # The call was made and counts, so it is answered with its ref like any other.
-            answer = _text_result(text, error=True)
+            answer = text_result(text, error=True)
             answer.meta = {META_REF: record.ref}
             return _Admission(refuse(AWL_INVALID_ARGUMENTS, text), record, answer)
         if matches_any(self.order.staged, record.tool):

@@ -32,6 +32,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
+from typing import TypeVar
 
 from awl.documents import TOOL_NAME_RE, NotFound
 
@@ -41,6 +42,7 @@ EXPOSED_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 SEPARATOR = "__"
 """Between server and tool in an exposed name; every exposed upstream name contains it."""
 
+_V = TypeVar("_V")
 _MAX = 64
 _HASH_HEX = 10
 _HASHED_TAIL_RE = re.compile(rf"_[0-9a-f]{{{_HASH_HEX}}}$")
@@ -153,10 +155,7 @@ class NameTable:
         Raises:
             NotFound: ``exposed`` is not exactly a name in the table.
         """
-        try:
-            return self._by_exposed[exposed]
-        except (KeyError, TypeError):
-            raise NotFound(f"no tool is exposed as {exposed!r}") from None
+        return _exact(self._by_exposed, exposed)
 
     def resolve(self, exposed: str) -> tuple[str, str]:
         """``(server, tool)`` behind the exposed name ``exposed``; exact match only.
@@ -164,10 +163,7 @@ class NameTable:
         Raises:
             NotFound: ``exposed`` is not exactly a name in the table.
         """
-        try:
-            return self._parts[exposed]
-        except (KeyError, TypeError):
-            raise NotFound(f"no tool is exposed as {exposed!r}") from None
+        return _exact(self._parts, exposed)
 
     def __contains__(self, exposed: object) -> bool:
         return isinstance(exposed, str) and exposed in self._by_exposed
@@ -182,3 +178,11 @@ class NameTable:
     def items(self) -> Iterator[tuple[str, str]]:
         """``(canonical, exposed)`` pairs, sorted by canonical name."""
         return iter(self._by_canonical.items())
+
+
+def _exact(table: Mapping[str, _V], exposed: str) -> _V:
+    """``table[exposed]``; NotFound when ``exposed`` is not exactly one of its names."""
+    try:
+        return table[exposed]
+    except (KeyError, TypeError):
+        raise NotFound(f"no tool is exposed as {exposed!r}") from None

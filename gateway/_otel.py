@@ -36,6 +36,7 @@ from opentelemetry.trace import Span, SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from awl.documents import CallRecord
+from gateway._names import split_canonical
 from gateway._spans import CallSpan, EffectSpan, Signals, Telemetry, Watched
 
 SCOPE = "awl.gateway"
@@ -185,7 +186,7 @@ class OTelTelemetry(Telemetry):
 
     @contextmanager
     def effect(self, order_id: str, call: CallRecord) -> Iterator[EffectSpan]:
-        _server, tool = call.tool.split("/", 1)
+        _server, tool = split_canonical(call.tool)
         with self._tracer.start_as_current_span(
                 f"tools/call {tool}", kind=SpanKind.CLIENT, record_exception=False,
                 set_status_on_exception=False, attributes={

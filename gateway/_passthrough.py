@@ -130,12 +130,12 @@ class Passthrough:
             return await self._gw.pool.request(server, request, result_type, what=what)
         except UpstreamRejected as exc:
             if exc.rpc_code is None or exc.rpc_message is None:
-                raise _refuse(f"AWL_{exc.code}: {exc.message}", types.INTERNAL_ERROR) from None
+                raise _refuse(exc.refusal, types.INTERNAL_ERROR) from None
             # The upstream's own error (resource not found, bad arguments) is its answer.
             raise MCPError(code=exc.rpc_code, message=exc.rpc_message,
                            data=exc.rpc_data) from None
         except UpstreamError as exc:
-            raise _refuse(f"AWL_{exc.code}: {exc.message}", types.INTERNAL_ERROR) from None
+            raise _refuse(exc.refusal, types.INTERNAL_ERROR) from None
 
     async def _collect(
         self, servers: list[str],

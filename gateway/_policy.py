@@ -15,8 +15,8 @@ from datetime import datetime
 from typing import Literal
 
 from awl.desk import staging_ancestor
-from awl.documents import Grant, WorkOrder, is_tool_name, matches_any, parse_time
-from awl.store import Scope, Usage
+from awl.documents import WORKING, Grant, WorkOrder, is_tool_name, matches_any, parse_time
+from awl.store import Scope, Usage, over_limit
 
 AWL_FORBIDDEN = "AWL_FORBIDDEN"
 """The tool is not exposed, or neither the order nor the pass allows it."""
@@ -42,7 +42,6 @@ REFUSAL_CODES = (
 )
 """Every code :func:`decide` can refuse with."""
 
-ACTIVE_STATES = frozenset({"accepted", "working"})
 """States in which the worker's tool calls run."""
 
 
@@ -113,11 +112,11 @@ def _budget_problem(
     now: datetime,
     usd: float,
 ) -> str | None:
-    calls = limits.get("tool_calls")
-    if calls is not None and usage.tool_calls + 1 > calls:
+    calls, money = limits.get("tool_calls"), limits.get("usd")
+    over = over_limit(usage.tool_calls, usage.usd, usd, max_calls=calls, max_usd=money)
+    if over == "tool_calls":
         return f"{who} has used {usage.tool_calls} of {calls:g} tool_calls"
-    money = limits.get("usd")
-    if money is not None and usage.usd + usd > money + 1e-9:
+    if over == "usd":
         return (f"{who} has spent {usage.usd:g} of {money:g} usd and this call costs {usd:g}")
     seconds = limits.get("seconds")
     if seconds is not None:
@@ -230,7 +229,7 @@ def inactive_refusal(order: WorkOrder, state: str, now: datetime, *,
     """The refusal for anything done under an order that is not active, has an order above
     it that ended (``ended_above``: its id and state, LC-16), or is past its deadline at
     ``now``; None while it is accepted or working in time."""
-    if state not in ACTIVE_STATES:
+    if state not in WORKING:
         return refuse(AWL_NOT_ACTIVE,
                       f"order {order.id} is {state}; tools run only while it is accepted or "
                       "working")

@@ -27,7 +27,7 @@ from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
 from jsonschema.validators import validator_for  # type: ignore[import-untyped]
 
-from awl.documents import MAX_CONTENT_BLOCKS
+from awl.documents import MAX_CONTENT_BLOCKS, pointer
 
 __all__ = [
     "AWL_UPSTREAM_BAD_RESULT",
@@ -302,6 +302,6 @@ def _mismatch(validator: Any, value: Any) -> str | None:
         return f"the schema cannot be applied: {type(exc).__name__}"
     if error is None:
         return None
-    where = "/".join(str(p) for p in error.absolute_path) or "top level"
+    where = pointer(*error.absolute_path) or "top level"
     return f"at {where}: {error.message}"[:300]
 

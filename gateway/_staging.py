@@ -29,6 +29,7 @@ from awl.documents import (
     bounded_validator,
     meta_errors,
     parse_ref,
+    pointer,
 )
 
 REF_KEY = "$ref"
@@ -58,18 +59,18 @@ def placeholders(arguments: Any, path: Path = ()) -> Iterator[Placeholder | str]
     """Every placeholder in ``arguments``, or a problem text for a malformed one."""
     if _is_placeholder_shape(arguments):
         assert isinstance(arguments, dict)
-        where = "/" + "/".join(str(p) for p in path)
+        where = pointer(*path) or "/"
         extra = sorted(set(arguments) - {REF_KEY, POINTER_KEY})
         ref = arguments.get(REF_KEY)
-        pointer = arguments.get(POINTER_KEY, "")
+        into = arguments.get(POINTER_KEY, "")
         if extra:
             yield f"the $ref value at {where} has unknown keys {extra}; use only $ref and pointer"
         elif not isinstance(ref, str) or parse_ref(ref) is None:
             yield f"the $ref at {where} must be a call ref like server/tool#3"
-        elif not isinstance(pointer, str) or (pointer and not pointer.startswith("/")):
+        elif not isinstance(into, str) or (into and not into.startswith("/")):
             yield f"the pointer at {where} must be a JSON pointer such as /structuredContent/id"
         else:
-            yield Placeholder(path, str(parse_ref(ref)), pointer)
+            yield Placeholder(path, str(parse_ref(ref)), into)
         return
     if isinstance(arguments, dict):
         for key, value in arguments.items():
@@ -95,7 +96,7 @@ def _counts(error: ValidationError, roots: list[Path]) -> bool:
 
 
 def _where(error: ValidationError) -> str:
-    return "/" + "/".join(str(p) for p in error.absolute_path)
+    return pointer(*error.absolute_path) or "/"
 
 
 def check_arguments(

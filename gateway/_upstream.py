@@ -132,6 +132,11 @@ class UpstreamError(AWLError):
         super().__init__(message)
         self.server = server
 
+    @property
+    def refusal(self) -> str:
+        """The error as the gateway says it to the worker: ``AWL_<code>: message``."""
+        return f"AWL_{self.code}: {self.message}"
+
 
 class UpstreamUnavailable(UpstreamError):
     """The server cannot be reached, or the connection was lost during the call.

@@ -29,7 +29,7 @@ from awl.documents import (
     check_integer,
     matches_any,
 )
-from awl.mcp import tool_error
+from awl.mcp import text_result, tool_error
 from awl.store import Store
 from gateway._authority import Authority
 
@@ -189,8 +189,7 @@ def _cut(text: str) -> str:
 
 
 def _ok(data: Any, text: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                structured_content=data)
+    return text_result(text, structured=data)
 
 
 class DeskSide(Protocol):

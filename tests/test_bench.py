@@ -1,8 +1,16 @@
-"""The gateway benchmark's arithmetic: ratios per run and the median over repeated runs."""
+"""The benchmarks' arithmetic: ratios per run, the median over repeated runs, and the
+``--store`` option that puts SQLite and PostgreSQL side by side."""
 
 from __future__ import annotations
 
+import argparse
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
 from bench.gateway import CONTROL, Figures, Ratios, report, summary
+from bench.stores import Stores, add_options
 
 
 def _run(bare_ms: float, gateway_ms: float, bare_rate: float, gateway_rate: float) -> list[Figures]:
@@ -111,3 +119,147 @@ def test_memory_is_judged_by_the_peak_against_each_target() -> None:
     assert lines[2] == "| python + the MCP SDK only | 60 | 61 |  |"
     assert lines[3] == "| gateway, 3 upstreams | 70 | 80 | 80 (within) |"
     assert lines[4] == "| desk server, 100,000 orders | 150 | 180 | 100 (OVER by 80) |"
+
+
+# --------------------------------------------------------------------------- --store
+
+def test_store_names_are_read_in_order_each_once() -> None:
+    from bench.stores import parse_stores
+
+    assert parse_stores("sqlite") == ["sqlite"]
+    assert parse_stores("postgres, SQLite,postgresql") == ["postgres", "sqlite"]
+    with pytest.raises(ValueError, match="unknown store 'mysql': give sqlite or postgres"):
+        parse_stores("sqlite,mysql")
+    with pytest.raises(ValueError, match="names no store"):
+        parse_stores(" , ")
+
+
+def _parsed(argv: list[str], env: dict[str, str]) -> Stores:
+    parser = argparse.ArgumentParser()
+    add_options(parser)
+    return Stores.of(parser, parser.parse_args(argv), env)
+
+
+def test_postgres_takes_its_server_from_the_option_else_the_environment(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    env = {"AWL_TEST_POSTGRES": "postgresql://a@h/db"}
+    assert _parsed([], {}) == Stores(("sqlite",), None)
+    assert _parsed(["--store", "sqlite,postgres"], env) == Stores(("sqlite", "postgres"),
+                                                                  "postgresql://a@h/db")
+    assert _parsed(["--store", "postgres", "--postgres-url", "postgresql://b@h/db"],
+                   env).server == "postgresql://b@h/db"
+    with pytest.raises(SystemExit):
+        _parsed(["--store", "postgres"], {})
+    assert "--store postgres needs a server: give --postgres-url URL or set " \
+           "AWL_TEST_POSTGRES" in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_a_schema_goes_on_the_search_path_after_the_urls_own_query() -> None:
+    from bench.stores import in_schema
+
+    assert in_schema("postgresql://u:p@h:5/db", "s1") == (
+        "postgresql://u:p@h:5/db?options=-csearch_path%3Ds1")
+    assert in_schema("postgresql://u@h/db?sslmode=require", "s1") == (
+        "postgresql://u@h/db?sslmode=require&options=-csearch_path%3Ds1")
+
+
+def test_the_runner_passes_the_stores_to_the_benchmarks_that_use_one() -> None:
+    from bench.run import arguments
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    add_options(parser)
+    args = parser.parse_args(["--quick", "--store", "sqlite,postgres",
+                              "--postgres-url", "postgresql://u@h/db"])
+    store = ["--store", "sqlite,postgres", "--postgres-url", "postgresql://u@h/db"]
+    assert arguments("desk", args) == ["--quick", *store]
+    assert arguments("gateway", args) == ["--quick", *store]
+    assert arguments("commit", args) == ["--quick", *store]
+    assert arguments("validation", args) == ["--quick"]
+    assert arguments("telemetry", args) == ["--quick"]
+
+
+def test_each_stores_gateway_is_rated_against_the_same_bare_proxy() -> None:
+    from bench.gateway import gateway_name, gateways
+
+    assert gateway_name("sqlite", ("sqlite",)) == "gateway"
+    assert gateway_name("sqlite", ("sqlite", "postgres")) == "gateway (sqlite)"
+    figures = [Figures("direct", 1.0, 2.0, 900.0), Figures("bare proxy", 8.0, 16.0, 300.0),
+               Figures("gateway (sqlite)", 9.0, 18.0, 290.0),
+               Figures("gateway (postgres)", 16.0, 24.0, 150.0)]
+    assert gateways(figures) == ["gateway (sqlite)", "gateway (postgres)"]
+    lines = report(figures, callers=16).splitlines()
+    assert lines[-2] == ("gateway (sqlite) / bare proxy: median 1.12x, p99 1.12x, time per "
+                         "call under load 1.03x (within the 1.25x target)")
+    assert lines[-1] == ("gateway (postgres) / bare proxy: median 2.00x, p99 1.50x, time per "
+                         "call under load 2.00x (OVER the 1.25x target)")
+    assert summary([Ratios(2.0, 1.5, 2.0)], what="gateway (postgres)").startswith(
+        "median of 1 runs, gateway (postgres) / bare proxy: median 2.00x")
+
+
+def test_each_stores_commit_is_rated_against_the_same_direct_calls() -> None:
+    from bench.commit import Figures as Side
+    from bench.commit import commit_name
+    from bench.commit import report as commit_report
+
+    assert commit_name("sqlite", ("sqlite",)) == "commit"
+    assert commit_name("postgres", ("sqlite", "postgres")) == "commit (postgres)"
+    sides = [Side("direct", 100, 1.0, 10.0, 20.0), Side("commit (sqlite)", 100, 1.5, 12.0, 30.0),
+             Side("commit (sqlite) again (sends nothing)", 0, 0.1, 1.0, 0.0),
+             Side("commit (postgres)", 100, 3.0, 9.5, 60.0),
+             Side("commit (postgres) again (sends nothing)", 0, 0.2, 2.0, 0.0)]
+    assert commit_report(sides).splitlines()[-2:] == [
+        "commit (sqlite) / direct: median 1.20x, total 1.50x (+2.00 ms per effect for the "
+        "write-ahead mark and the recorded outcome)",
+        "commit (postgres) / direct: median 0.95x, total 3.00x (-0.50 ms per effect for the "
+        "write-ahead mark and the recorded outcome)"]
+
+
+def test_the_desk_table_puts_the_stores_side_by_side_against_the_memory_floor() -> None:
+    from bench.desk import STEPS, Column, over_target, table
+
+    steps = dict.fromkeys(STEPS, 1.0)
+    reads = [("track record, busiest worker (20 orders)", 25.0), ("list newest 50", 3.0),
+             ("get one order", 40.0)]
+    columns = {"sqlite": Column(50.0, steps, 1.0, reads),
+               "postgres": Column(20.0, steps, 2.0, [(n, ms / 10) for n, ms in reads])}
+    text = table(columns, (100.0, dict.fromkeys(STEPS, 0.5)), count=10, orders=1000)
+    lines = text.splitlines()
+    assert lines[0] == "memory store (the floor): 100.0 cycles/s"
+    ratios = next(line for line in lines if "/ memory store (the floor)" in line).split()
+    assert ratios[-2:] == ["2.00x", "5.00x"]
+    assert lines[-2] == ("sqlite: list pages and track records OVER the 20 ms target: "
+                         "track record, busiest worker (20 orders)")
+    assert lines[-1] == "postgres: list pages and track records within the 20 ms target"
+    assert over_target(reads) == ["track record, busiest worker (20 orders)"]
+
+
+def test_the_bulk_rows_spread_the_orders_as_the_desk_wrote_them() -> None:
+    from bench.desk import MIX, bulk_rows
+
+    batches = list(bulk_rows(100, batch=50))
+    assert len(batches) > 1
+    orders = [row for rows in batches for row in rows["orders"]]
+    events = [row for rows in batches for row in rows["events"]]
+    assert len(orders) == 100 and len({row[0] for row in orders}) == 100
+    assert sum(1 for row in orders if row[4] == "agent:busy") == 20
+    assert sum(row[3] for row in orders) == len(events)  # each order's seq is its events
+    approved = sum(share for kind, share in MIX if kind in ("approved", "reworked"))
+    assert sum(1 for row in orders if row[2] == "approved") == 100 * approved // 20
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_a_bulk_filled_desk_reads_like_one_the_desk_wrote(
+        store: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    from awl import Desk, open_store
+    from bench.desk import build
+
+    url = str(tmp_path / "large.sqlite3") if store == "sqlite" else request.getfixturevalue(
+        "pg_url")
+    build(url, 100, store)
+    with closing(open_store(url)) as opened:
+        desk = Desk(opened)
+        assert desk.track("agent:busy").orders == 20
+        assert [v.id for v in desk.list(limit=2)] == ["wo_bench0000099", "wo_bench0000098"]
+        assert len(desk.list(state="approved", limit=None)) == 65  # 13 in 20 end approved
+        assert desk.get("wo_bench0000007").order.to == "agent:w07"

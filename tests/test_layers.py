@@ -40,8 +40,8 @@ LATE_IMPORTS: dict[tuple[str, str], str] = {
     ("awl.cli._web", "gateway"): "`awl web --config` only: the gateway config reader",
     ("awl.cli._web", "uvicorn"): "`awl web` only: the HTTP server",
     ("gateway._telemetry", "gateway._otel"): "the [otel] extra, only when OTEL_* asks for it",
-    ("awl.store.urls", "awl.store"): "awl.store.postgres, the [postgres] extra (psycopg), "
-                                     "only for a postgresql:// store URL",
+    ("awl.store.urls", "awl.store.postgres"): "the [postgres] extra (psycopg), only for a "
+                                              "postgresql:// store URL",
     ("gateway._otel", "opentelemetry"): "the exporter OTEL_* names (grpc is not in [otel])",
 }
 

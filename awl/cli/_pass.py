@@ -10,13 +10,13 @@ import re
 import sys
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 from awl.cli._common import CLIError, add_store_option
 from awl.desk.home import default_store, home_dir
 from awl.documents.errors import BadRequest, PassError
 from awl.documents.limits import INT64_MAX, check_epoch, show_value
+from awl.documents.models import format_epoch
 from awl.passes import (
     DEFAULT_AUDIENCE,
     KeyStore,
@@ -194,7 +194,7 @@ def _when(value: Any) -> str:
     epoch = _epoch(value)
     if epoch is None:
         return f"{show_value(value)} (not a time)"
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_epoch(epoch)
 
 
 def _names(value: Any) -> str:

@@ -8,7 +8,9 @@ gets), ``core`` (the write path), ``queries``, ``waiting``, ``desk`` (the comman
 The interface the gateway uses, and the only names it imports from here:
 
 - :class:`Desk` (and its :data:`Clock` type), through which the gateway's desk tools act as
-  the worker or pass holder, so the desk alone decides what they may do;
+  the worker or pass holder (:func:`acting_as`), so the desk alone decides what they may do:
+  who may do what is decided in :mod:`~awl.desk.access` only, which the desk, the MCP desk
+  server, the approval page and the gateway's worker tools all ask;
 - the effects of held calls (:mod:`~awl.desk.effects`): which calls are still held, dropping
   them, finding a call, listing effects, logging a ``retry`` (:func:`record_event`), the
   manager-only rule, and reading settlements back; :func:`settle` records one;
@@ -16,6 +18,7 @@ The interface the gateway uses, and the only names it imports from here:
 - the desk's home folder and default store, for ``awl gateway`` run without a store.
 """
 
+from awl.desk.access import acting_as
 from awl.desk.asyncdesk import AsyncDesk
 from awl.desk.core import Clock
 from awl.desk.desk import Desk
@@ -45,6 +48,7 @@ __all__ = [
     "OrderView",
     "Question",
     "Subscription",
+    "acting_as",
     "ancestors",
     "default_store",
     "drop_held",

@@ -36,6 +36,8 @@ class _Record(Protocol):
     def reports(self) -> tuple[WorkReport, ...]: ...
     @property
     def reviews(self) -> tuple[Review, ...]: ...
+    @property
+    def attempt(self) -> int: ...
 
 
 def _one_line(text: str, limit: int = 100) -> str:
@@ -70,7 +72,7 @@ def briefing(record: _Record, events: Sequence[Event] = ()) -> str:
     order = record.order
     reports = record.reports
     latest = reports[-1] if reports else None
-    attempt = 1 + sum(1 for r in record.reviews if r.decision == "rework")
+    attempt = record.attempt
     sources = [r.handoff for r in reversed(reports) if r.handoff is not None]
     if order.handoff is not None:
         sources.append(order.handoff)

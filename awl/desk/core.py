@@ -7,15 +7,29 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from awl.desk.access import ACTION_ROLE, check_action
 from awl.desk.effects import drop_held, held_calls
 from awl.desk.home import default_store
 from awl.desk.views import OrderView
-from awl.documents.errors import AWLError, BadRequest, Conflict, Forbidden, InvalidTransition
-from awl.documents.lifecycle import ACTIVE, DESK_ACTOR, NOTE_ACTIONS, TABLE, TERMINAL, Role, targets
-from awl.documents.models import Event, Review, WorkOrder, WorkReport, format_time, parse_time
+from awl.documents.errors import (
+    AWLError,
+    BadRequest,
+    Conflict,
+    InvalidTransition,
+)
+from awl.documents.lifecycle import ACTIVE, DESK_ACTOR, NOTE_ACTIONS, TABLE, TERMINAL, targets
+from awl.documents.models import (
+    Event,
+    Review,
+    WorkOrder,
+    WorkReport,
+    format_time,
+    parse_time,
+    utc_now,
+)
 from awl.passes import revoke_order_passes
 from awl.store.protocol import OrderRecord, Store
 
@@ -25,21 +39,11 @@ log = logging.getLogger("awl.desk")
 
 Clock = Callable[[], datetime]
 
-# Whose action each action is, whatever the state (the table gives one role per action).
-_ACTION_ROLE: dict[str, Role] = {action: role for (_f, action, _t), role in TABLE.items()}
 # The states each action is allowed in, for error messages.
 _ALLOWED_IN: dict[str, tuple[str, ...]] = {
     action: tuple(sorted({str(f) for (f, a, _t) in TABLE if a == action and f is not None}))
-    for action in _ACTION_ROLE
+    for action in ACTION_ROLE
 }
-_ROLE_NAMES: dict[Role, str] = {
-    "worker": "worker", "manager": "manager",
-    "answerer": "manager or escalation contact", "desk": "desk",
-}
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +72,7 @@ class DeskCore:
         if store is None:
             store = default_store()
         self.store: Store = store
-        self._clock: Clock = clock or _utc_now
+        self._clock: Clock = clock or utc_now
         self._retries = max(0, conflict_retries)
         self._poll = poll_interval
         self._max_poll = max(poll_interval, max_poll_interval)
@@ -137,31 +141,13 @@ class DeskCore:
             fields["data"] = dict(data)
         return Event.model_validate(fields, by_alias=True, by_name=False)
 
-    def _check_actor(self, order: WorkOrder, action: str, actor: str) -> None:
-        role = _ACTION_ROLE[action]
-        allowed: tuple[str, ...]
-        if role == "worker":
-            allowed = (order.to,)
-        elif role == "manager":
-            allowed = (order.manager,)
-        elif role == "answerer":
-            allowed = order.answerers
-        else:
-            if actor.startswith("awl:"):
-                return
-            allowed = (DESK_ACTOR,)
-        if actor not in allowed:
-            raise Forbidden(
-                f"{actor} may not {action} order {order.id!r}: only its {_ROLE_NAMES[role]} "
-                f"({', '.join(allowed)}) may", actor=actor, action=action)
-
     def _run(self, order_id: str, action: str, actor: str,
              plan: Callable[[OrderRecord, datetime], Write], *,
              expire_stale: bool = True) -> OrderView:
         """Read, check actor and state, decide, append; decide again after a lost race."""
         for round_ in range(self._retries + 1):
             record = self.store.load(order_id)
-            self._check_actor(record.order, action, actor)
+            check_action(record.order, action, actor)
             now = self.now()
             stale = record.state in ACTIVE and parse_time(record.order.deadline) < now
             if stale and (expire_stale or record.state != "working"):

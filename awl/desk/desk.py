@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
+from awl.desk.access import check_action, check_author, check_manager, check_splitter
 from awl.desk.core import Write
 from awl.desk.criteria import CheckRun, latest_checks, run_checks, take_snapshot, workspace_root
 from awl.desk.lineage import ancestors, remaining_of, self_review_problem
@@ -52,13 +53,12 @@ from awl.documents.checks import (
 )
 from awl.documents.errors import (
     BadRequest,
-    Forbidden,
     InvalidTransition,
     NotFound,
     ValidationFailed,
 )
 from awl.documents.findings import Finding
-from awl.documents.lifecycle import ACTIVE, DESK_ACTOR, TERMINAL, targets
+from awl.documents.lifecycle import ACTIVE, DESK_ACTOR, TERMINAL, is_desk_principal, targets
 from awl.documents.models import (
     Event,
     Handoff,
@@ -185,12 +185,10 @@ class Desk(DeskWaiting):
         doc.setdefault("id", new_order_id())
         doc.setdefault("created_at", format_time(now))
         doc.setdefault("from", actor)
-        if doc["from"] != actor:
-            raise Forbidden(f"{actor} may not create an order from {doc['from']}; an order is "
-                            "created by its manager", actor=actor, action="create")
+        check_author(doc["from"], actor)
         for field in ("from", "to", "escalate_to"):
             value = doc.get(field)
-            if isinstance(value, str) and value.startswith("awl:"):
+            if isinstance(value, str) and is_desk_principal(value):
                 raise BadRequest(f"{field} {value!r} is reserved for the desk; name an agent "
                                  "or a human")
         continues = doc.get("continues")
@@ -253,10 +251,7 @@ class Desk(DeskWaiting):
             parent = self.get(parent_id)
         except NotFound:
             raise NotFound(f"parent order {parent_id!r} does not exist") from None
-        if actor not in (parent.order.to, parent.order.manager):
-            raise Forbidden(f"{actor} may not split order {parent_id!r}: only its worker "
-                            f"{parent.order.to} or manager {parent.order.manager} may",
-                            actor=actor, action="create sub-order")
+        check_splitter(parent.order, actor)
         if parent.state not in ACTIVE:
             raise InvalidTransition(
                 f"parent order {parent_id!r} is {parent.state}; sub-orders are split from "
@@ -281,7 +276,7 @@ class Desk(DeskWaiting):
         if workspace is None:
             return self._simple(order_id, "start", actor)
         record = self.store.load(order_id)
-        self._check_actor(record.order, "start", actor)
+        check_action(record.order, "start", actor)
         if not targets(record.state, "start"):
             raise self._wrong_state(record.order, record.state, "start")
 
@@ -307,9 +302,7 @@ class Desk(DeskWaiting):
         """
         record = self.store.load(order_id)
         order = record.order
-        if actor != order.manager:
-            raise Forbidden(f"{actor} may not run the checks of order {order_id!r}: only its "
-                            f"manager {order.manager} may", actor=actor, action="check")
+        check_manager(order, actor, "check", "run the checks")
         if not _checked(order):
             raise BadRequest(f"order {order_id!r} has no criteria with checks")
         state = self._fresh(record).state
@@ -334,7 +327,7 @@ class Desk(DeskWaiting):
         late = parse_time(record.order.deadline) < self.now()
         if doc.get("status") != "done" or not _checked(record.order) or late:
             return []  # a late report is kept and the order expired, as without checks
-        self._check_actor(record.order, "report", actor)
+        check_action(record.order, "report", actor)
         if record.state != "working":
             raise self._wrong_state(record.order, record.state, "report")
         runs = self._run_criteria_checks(record.order)

@@ -28,7 +28,8 @@ from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from awl.documents.errors import Conflict, Forbidden, InvalidTransition, NotFound
+from awl.desk.access import check_manager
+from awl.documents.errors import Conflict, InvalidTransition, NotFound
 from awl.documents.models import CallRecord, Event, WorkOrder
 from awl.documents.patterns import canonical_ref
 from awl.store.protocol import EffectState, Settlement, Store
@@ -265,6 +266,4 @@ def manager_only(order: WorkOrder, by: str, action: str) -> None:
     Raises:
         Forbidden: ``by`` is not the order's manager.
     """
-    if by != order.manager:
-        raise Forbidden(f"{by} may not {action} effects of order {order.id!r}: only its "
-                        f"manager ({order.manager}) may", actor=by, action=action)
+    check_manager(order, by, action, f"{action} effects")

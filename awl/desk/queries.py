@@ -7,9 +7,11 @@ import builtins
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from awl.desk.access import check_reader
 from awl.desk.briefing import briefing
 from awl.desk.core import DeskCore
 from awl.desk.criteria import latest_checks
+from awl.desk.lineage import ancestors
 from awl.desk.track import TrackRecord, track_record
 from awl.desk.views import OrderView, Question
 from awl.documents.errors import BadRequest
@@ -27,15 +29,22 @@ class DeskQueries(DeskCore):
     first, so no reader ever sees a stale active state.
     """
 
-    def get(self, order_id: str) -> OrderView:
-        """The order with its reports and reviews.
+    def get(self, order_id: str, *, viewer: str | None = None) -> OrderView:
+        """The order with its reports and reviews, as ``viewer`` may see it.
 
         An active order past its deadline is expired first, so the view is never stale.
+        ``viewer`` None is the desk's operator, who holds the whole store anyway; any other
+        viewer must be part of the order or of one it was split from
+        (:func:`awl.desk.access.check_reader`).
 
         Raises:
             NotFound: no such order.
+            Forbidden: ``viewer`` is not part of the order nor of any order above it.
         """
-        return self._fresh(self.store.load(order_id))
+        view = self._fresh(self.store.load(order_id))
+        if viewer is not None:
+            check_reader(view.order, viewer, lambda: ancestors(self.store, view.order))
+        return view
 
     def list(self, *, state: str | Sequence[str] | None = None, worker: str | None = None,
              manager: str | None = None, parent_id: str | None = None,

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from datetime import UTC, datetime
-from functools import partial
+from datetime import datetime
 
 from awl.desk.desk import Desk
 from awl.desk.effects import (
@@ -27,7 +26,7 @@ from awl.desk.effects import (
     valid_settlement,
 )
 from awl.documents.errors import BadRequest, Conflict, InvalidTransition
-from awl.documents.models import format_time
+from awl.documents.models import format_time, utc_now
 from awl.store.protocol import EffectState, Settlement, Store
 
 __all__ = ["settle"]
@@ -59,7 +58,7 @@ def settle(order_id: str, ref: str, verdict: Verdict, evidence: str, by: str, *,
         raise BadRequest(f"verdict must be happened or did_not_happen, not {verdict!r}")
     if not evidence.strip():
         raise BadRequest("a settlement says what it rests on; give --evidence")
-    clock = now or partial(datetime.now, UTC)
+    clock = now or utc_now
     desk = desk or Desk(store, clock=clock, conflict_retries=5)
     record = store.load(order_id)
     manager_only(record.order, by, "settle")

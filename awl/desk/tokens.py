@@ -17,6 +17,7 @@ import secrets
 from datetime import UTC, datetime
 
 from awl.documents.errors import BadRequest, NotFound
+from awl.documents.lifecycle import is_desk_principal
 from awl.store.protocol import Store, TokenRecord
 
 __all__ = ["TOKEN_PREFIX", "check_principal", "issue_token", "principal_for_token",
@@ -44,7 +45,7 @@ def check_principal(principal: str) -> str:
     if not principal or len(principal) > 512 or principal != principal.strip():
         raise BadRequest(f"{principal!r} is not a principal: write 1 to 512 characters, no "
                          "surrounding spaces, such as agent:researcher or human:ana")
-    if principal.startswith("awl:"):
+    if is_desk_principal(principal):
         raise BadRequest(f"{principal} is reserved for the desk itself; act as an agent or a "
                          "human, such as agent:researcher or human:ana")
     return principal

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from awl.documents.errors import Forbidden
+from awl.desk.access import check_track_viewer
 from awl.documents.models import parse_time
 from awl.store.protocol import OrderRecord, Store, TrackRow
 
@@ -134,10 +134,7 @@ def track_record(store: Store, worker: str, *, viewer: str | None = None) -> Tra
     if viewer is None or viewer == worker:
         return summarize(worker, rows)
     issued = {r.order.id for r in store.list_orders(worker=worker, manager=viewer, limit=None)}
-    if not issued:
-        raise Forbidden(f"{viewer} may not read the track record of {worker}: only the worker "
-                        "itself, and the managers of its orders (for those orders), may",
-                        actor=viewer, action="track")
+    check_track_viewer(worker, viewer, bool(issued))
     return summarize(worker, [row for row in rows if row.order_id in issued])
 
 

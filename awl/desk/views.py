@@ -45,11 +45,6 @@ class OrderView(OrderRecord):
         return self.state in ACTIVE
 
     @property
-    def attempt(self) -> int:
-        """The attempt the next (or current) report belongs to: 1 + the reworks so far."""
-        return 1 + sum(1 for r in self.reviews if r.decision == "rework")
-
-    @property
     def latest_report(self) -> WorkReport | None:
         """The most recent report, if any."""
         return self.reports[-1] if self.reports else None

@@ -8,7 +8,8 @@ the errors it raises and maps to tool results, the models of orders, reports and
 records (and RFC 3339 time reading and writing), tool-name patterns and refs, the bounds on
 untrusted input (:mod:`~awl.documents.limits`), the bounded JSON Schema validation it checks
 upstream arguments and results with (:mod:`~awl.documents.bounded`), the terminal order
-states, and ``json_equal`` (JSON's equality, which the commit's report check needs).
+states and those work happens in, ``json_equal`` (JSON's equality, which the commit's report
+check needs), and JSON pointers (naming where a problem is; reading a ``$ref``'s value).
 """
 
 from awl.documents.bounded import (
@@ -28,7 +29,7 @@ from awl.documents.errors import (
     NotFound,
     PassError,
 )
-from awl.documents.lifecycle import TERMINAL
+from awl.documents.lifecycle import TERMINAL, WORKING
 from awl.documents.limits import (
     INT64_MAX,
     MAX_CONTENT_BLOCKS,
@@ -47,6 +48,7 @@ from awl.documents.models import (
     WorkReport,
     format_time,
     parse_time,
+    utc_now,
 )
 from awl.documents.patterns import (
     TOOL_NAME_RE,
@@ -56,12 +58,14 @@ from awl.documents.patterns import (
     matches_any,
     parse_ref,
 )
+from awl.documents.pointers import pointer, resolve_pointer
 
 __all__ = [
     "INT64_MAX",
     "MAX_CONTENT_BLOCKS",
     "TERMINAL",
     "TOOL_NAME_RE",
+    "WORKING",
     "AWLError",
     "BadRequest",
     "CallOutcome",
@@ -91,6 +95,9 @@ __all__ = [
     "meta_errors",
     "parse_ref",
     "parse_time",
+    "pointer",
     "read_regular_file",
+    "resolve_pointer",
     "show_value",
+    "utc_now",
 ]

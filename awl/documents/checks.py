@@ -35,7 +35,7 @@ from awl.documents.bounded import (
     meta_errors,
 )
 from awl.documents.errors import BadRequest, DocumentError, ValidationFailed
-from awl.documents.findings import Finding, pointer
+from awl.documents.findings import Finding
 from awl.documents.lifecycle import is_row
 from awl.documents.limits import (
     MAX_DEPTH,
@@ -57,6 +57,7 @@ from awl.documents.models import (
     parse_time,
 )
 from awl.documents.patterns import covered_by_any, matches_any, overlap, parse_ref
+from awl.documents.pointers import pointer
 from awl.documents.schemas import schema_findings
 
 __all__ = [

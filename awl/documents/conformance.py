@@ -29,6 +29,7 @@ from awl.documents.checks import (
 )
 from awl.documents.errors import AWLError, BadRequest, DocumentError
 from awl.documents.findings import Finding
+from awl.documents.pointers import pointer
 from awl.documents.schemas import conformance_dir
 
 __all__ = ["ConformanceResult", "ConformanceRun", "run_conformance", "run_test"]
@@ -174,7 +175,7 @@ def _run_file(file: Path, name: str,
     if case_format is not None:
         error = next(iter(case_format.iter_errors(groups)), None)
         if error is not None:
-            where = "/".join(str(p) for p in error.absolute_path) or "(file)"
+            where = pointer(*error.absolute_path) or "(file)"
             yield ConformanceResult(name, name, "failed",
                                     f"not a valid case file at {where}: {error.message[:200]}")
             return

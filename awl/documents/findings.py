@@ -25,10 +25,3 @@ class Finding:
         """The finding as the JSON object the conformance suite compares."""
         return {"rule": self.rule, "kind": self.kind, "path": self.path, "message": self.message}
 
-
-def pointer(*parts: str | int) -> str:
-    """Build a JSON pointer (RFC 6901) from path parts."""
-    out = []
-    for part in parts:
-        out.append("/" + str(part).replace("~", "~0").replace("/", "~1"))
-    return "".join(out)

@@ -47,8 +47,10 @@ __all__ = [
     "STATES",
     "TABLE",
     "TERMINAL",
+    "WORKING",
     "Role",
     "fold",
+    "is_desk_principal",
     "is_row",
     "role_of",
     "targets",
@@ -66,9 +68,19 @@ TERMINAL: frozenset[str] = frozenset({"approved", "declined", "expired", "cancel
 
 STATES: frozenset[str] = ACTIVE | TERMINAL
 
+WORKING: frozenset[str] = frozenset({"accepted", "working"})
+"""States in which the work happens: tools run under the order (GW-4) and Delegation Passes
+are issued for it (DP-7)."""
+
 DESK_ACTOR = "awl:desk"
 """The actor of events the desk writes itself (expiry). Principals under ``awl:`` are the
 desk's own; no order may name one as manager, worker or escalation contact."""
+
+
+def is_desk_principal(name: str) -> bool:
+    """Whether ``name`` is one of the desk's own principals (``awl:...``), which no person or
+    agent may act as or be named as."""
+    return name.startswith("awl:")
 
 NOTE_ACTIONS: frozenset[str] = frozenset({"progress", "settle", "retry", "drop"})
 """Actions that record something without changing the state (``from == to``)."""

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from awl.documents.errors import BadRequest, DocumentError
+from awl.documents.pointers import pointer
 
 __all__ = [
     "INT64_MAX",
@@ -181,10 +182,6 @@ def check_json_value(value: Any, *, where: str = "document", max_depth: int = MA
     return _Walker(where, max_depth, max_bytes).copy(value, 1, ())
 
 
-def _pointer(path: tuple[str | int, ...]) -> str:
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
-
-
 class _Walker:
     """Copies JSON-like data while counting depth and approximate size."""
 
@@ -201,7 +198,7 @@ class _Walker:
                                 "split it or raise the limit")
 
     def _refuse(self, what: str, path: tuple[str | int, ...]) -> DocumentError:
-        at = _show(_pointer(path), 80) if path else "the top"
+        at = _show(pointer(*path), 80) if path else "the top"
         return DocumentError(f"{self.where} is not valid JSON data: {what} at {at}")
 
     def copy(self, value: Any, depth: int, path: tuple[str | int, ...]) -> Any:

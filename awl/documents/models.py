@@ -55,8 +55,10 @@ __all__ = [
     "WorkOrder",
     "WorkReport",
     "epoch_seconds",
+    "format_epoch",
     "format_time",
     "parse_time",
+    "utc_now",
 ]
 
 _V = TypeVar("_V")
@@ -86,8 +88,20 @@ def _parse_time(text: str) -> datetime:
 
 
 def format_time(moment: datetime) -> str:
-    """An aware datetime as the RFC 3339 UTC text the desk writes (milliseconds, ``Z``)."""
+    """An aware datetime as the RFC 3339 UTC text the desk writes (milliseconds, ``Z``);
+    :func:`parse_time` reads it back."""
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def format_epoch(seconds: float) -> str:
+    """Seconds since the epoch (a pass's ``iat`` or ``exp``) as RFC 3339 UTC text, to the
+    second (``2027-01-15T08:00:00Z``)."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def utc_now() -> datetime:
+    """The clock's time, aware, in UTC: the default clock of the desk and the gateway."""
+    return datetime.now(UTC)
 
 
 def epoch_seconds(when: datetime | str | float | None, name: str = "now") -> float:

@@ -20,8 +20,9 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from awl.documents.errors import AWLError
-from awl.documents.findings import Finding, pointer
+from awl.documents.findings import Finding
 from awl.documents.models import parse_time
+from awl.documents.pointers import pointer
 
 __all__ = [
     "SCHEMA_NAMES",

@@ -3,11 +3,12 @@ refusals as tool errors.
 
 It knows documents (errors and limits) and nothing of stores or desks. The gateway imports
 the names re-exported here: the stdio frame guard, the streamable HTTP transport with its
-Bearer check and address rules, and :func:`tool_error` (so a refusal reads the same from the
-gateway's desk tools as from the desk server).
+Bearer check and address rules, :func:`tool_error` (so a refusal reads the same from the
+gateway's desk tools as from the desk server) and :func:`text_result` (every other answer of
+one text block).
 """
 
-from awl.mcp.errors import tool_error
+from awl.mcp.errors import text_result, tool_error
 from awl.mcp.frames import stdio_frames
 from awl.mcp.transport import Unauthorized, identity_of, is_loopback, parse_address, serve_http
 
@@ -18,5 +19,6 @@ __all__ = [
     "parse_address",
     "serve_http",
     "stdio_frames",
+    "text_result",
     "tool_error",
 ]

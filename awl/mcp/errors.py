@@ -13,7 +13,7 @@ import mcp_types as types
 
 from awl.documents.errors import AWLError, InvalidTransition, PassError, ValidationFailed
 
-__all__ = ["ERROR_META", "error_result", "tool_error"]
+__all__ = ["ERROR_META", "error_result", "text_result", "tool_error"]
 
 ERROR_META = "awl/error"
 """The ``_meta`` member of a tool error that carries its code and details (BIND-8)."""
@@ -44,5 +44,11 @@ def tool_error(exc: AWLError) -> types.CallToolResult:
 
 def error_result(text: str, data: dict[str, Any]) -> types.CallToolResult:
     """A tool error with ``text`` for the model and ``data`` under :data:`ERROR_META`."""
+    return text_result(text, error=True, meta={ERROR_META: data})
+
+
+def text_result(text: str, *, error: bool = False, structured: Any = None,
+                meta: dict[str, Any] | None = None) -> types.CallToolResult:
+    """A result of one text block; ``structured`` content for a success only (BIND-8)."""
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                is_error=True, _meta={ERROR_META: data})
+                                structured_content=structured, is_error=error, _meta=meta)

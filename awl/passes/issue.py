@@ -12,6 +12,7 @@ from typing import Any
 
 from awl.documents.checks import iter_pass_findings
 from awl.documents.errors import BadRequest, InvalidTransition, PassError
+from awl.documents.lifecycle import WORKING
 from awl.documents.limits import MAX_EPOCH, MIN_EPOCH, check_amounts, is_finite_number, show_value
 from awl.documents.models import Budget, WorkOrder, epoch_seconds, parse_time
 from awl.documents.patterns import overlap
@@ -25,9 +26,6 @@ __all__ = ["issue_pass", "issue_recorded_pass"]
 
 _COUNT_UNITS = frozenset({"tokens", "tool_calls"})
 
-
-# A pass is only worth having while its holder may work (SPEC DP-7).
-_ISSUING_STATES = frozenset({"accepted", "working"})
 
 
 def _default_budget(base: Mapping[str, float],
@@ -181,7 +179,7 @@ def issue_recorded_pass(
         PassError: as :func:`issue_pass`.
     """
     record = store.load(order_id)
-    if record.state not in _ISSUING_STATES:
+    if record.state not in WORKING:
         raise InvalidTransition(f"order {order_id} is {record.state}; passes are issued while "
                                 "it is accepted or working", state=record.state,
                                 action="issue_pass")

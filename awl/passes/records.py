@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from awl.documents.errors import BadRequest
-from awl.documents.models import PassClaims, WorkOrder, epoch_seconds
+from awl.documents.models import PassClaims, WorkOrder, epoch_seconds, format_time
 from awl.passes.verify import VerifiedPass, unverified_claims
 from awl.store.protocol import PassRecord, Scope, Store, Usage
 
@@ -16,8 +16,7 @@ __all__ = ["pass_scopes", "record_pass", "remaining_budget", "revoke_order_passe
 
 
 def _stamp(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z")
+    return format_time(datetime.fromtimestamp(t, UTC))
 
 
 def record_pass(store: Store, token: str) -> PassRecord:

@@ -20,6 +20,7 @@ from awl.desk.tokens import (
     token_hash,
     token_id,
 )
+from awl.mcp.errors import tool_error
 from awl.mcp.transport import (
     MCP_PATH,
     Authenticate,
@@ -36,7 +37,6 @@ from awl.server._server import (
     DeskServer,
     serve_desk_http,
     serve_stdio,
-    tool_error,
 )
 from awl.server._tools import INSTRUCTIONS, TOOL_NAMES, TOOLS, ToolSpec
 

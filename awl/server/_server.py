@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
@@ -39,6 +38,8 @@ from mcp.server.context import ServerRequestContext
 
 from awl import __version__
 from awl.desk import AsyncDesk, Desk, OrderView
+from awl.desk.access import check_pass_deriver, check_pass_issuer
+from awl.desk.access import roles as roles_of
 from awl.desk.effects import list_effects
 from awl.desk.settlement import settle
 from awl.desk.tokens import check_principal, principal_for_token
@@ -46,12 +47,12 @@ from awl.documents.errors import (
     AWLError,
     BadRequest,
     Forbidden,
-    NotFound,
 )
 from awl.documents.lifecycle import TABLE, TERMINAL
 from awl.documents.limits import INT64_MAX, check_integer, check_json_value
-from awl.documents.models import Event, WorkOrder, parse_time
-from awl.mcp.errors import ERROR_META, error_result, tool_error
+from awl.documents.models import Event, format_epoch, parse_time
+from awl.documents.pointers import pointer
+from awl.mcp.errors import ERROR_META, error_result, text_result, tool_error
 from awl.mcp.frames import stdio_frames
 from awl.mcp.transport import Unauthorized, identity_of, serve_http
 from awl.passes import KeyStore, issue_recorded_pass, unverified_claims
@@ -82,7 +83,6 @@ HEARD_SLICE = 1.0
 """The longest one such wait lasts before reading the order again, in seconds (so a wait
 given up leaves its thread within this)."""
 
-_MAX_ANCESTORS = 16
 
 Data = dict[str, Any]
 Handler = Callable[[str, Data], Awaitable[tuple[Data, str]]]
@@ -104,7 +104,7 @@ def _check_arguments(name: str, arguments: Mapping[str, Any]) -> None:
     errors = sorted(_validator(name).iter_errors(dict(arguments)),
                     key=lambda e: [str(p) for p in e.absolute_path])
     if errors:
-        parts = [f"{'/'.join(str(p) for p in e.absolute_path) or 'arguments'}: {e.message}"
+        parts = [f"{pointer(*e.absolute_path) or 'arguments'}: {e.message}"
                  for e in errors[:5]]
         raise BadRequest(f"bad arguments for {name}: {'; '.join(parts)}; see the tool's "
                          "input schema")
@@ -128,17 +128,6 @@ def _whole_numbers(name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _roles(order: WorkOrder, principal: str) -> list[str]:
-    roles = []
-    if principal == order.manager:
-        roles.append("manager")
-    if principal == order.to:
-        roles.append("worker")
-    if principal in order.answerers:
-        roles.append("answerer")
-    return roles
-
-
 def _next_tools(state: str, roles: Sequence[str]) -> list[str]:
     out: list[str] = []
     for (from_, action, _to), role in TABLE.items():
@@ -149,7 +138,7 @@ def _next_tools(state: str, roles: Sequence[str]) -> list[str]:
 
 
 def _view(view: OrderView, principal: str) -> Data:
-    roles = _roles(view.order, principal)
+    roles = roles_of(view.order, principal)
     data = view.to_json()
     data.update(open_questions=list(view.open_questions), your_roles=roles,
                 next_tools=_next_tools(view.state, roles))
@@ -158,16 +147,12 @@ def _view(view: OrderView, principal: str) -> Data:
 
 def _summary(view: OrderView, principal: str) -> Data:
     order = view.order
-    roles = _roles(order, principal)
+    roles = roles_of(order, principal)
     return {"id": order.id, "goal": order.goal, "from": order.manager, "to": order.to,
             "state": view.state, "seq": view.seq, "attempt": view.attempt,
             "deadline": order.deadline, "updated_at": view.updated_at,
             "open_questions": list(view.open_questions), "your_roles": roles,
             "next_tools": _next_tools(view.state, roles)}
-
-
-def _stamp(epoch: int) -> str:
-    return datetime.fromtimestamp(epoch, UTC).isoformat().replace("+00:00", "Z")
 
 
 class DeskServer:
@@ -276,28 +261,13 @@ class DeskServer:
             # wakes the waiters; a needless wake-up costs one store read.
             self._notify()
         text = f"{summary}\n{json.dumps(data, ensure_ascii=False)}"
-        return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                    structured_content=data)
+        return text_result(text, structured=data)
 
     # ------------------------------------------------------------------ helpers
 
     async def _visible(self, order_id: str, actor: str) -> OrderView:
         """The order, if ``actor`` is part of it or of an order it was split from."""
-        view = await self.desk.get(order_id)
-        current: OrderView | None = view
-        for _ in range(_MAX_ANCESTORS):
-            if current is None:
-                break
-            if _roles(current.order, actor):
-                return view
-            parent = current.order.parent_id
-            try:
-                current = await self.desk.get(parent) if parent else None
-            except NotFound:
-                current = None
-        raise Forbidden(f"{actor} is not part of order {order_id!r}: only its manager, worker "
-                        "and escalation contact (and those of the orders it was split from) "
-                        "may read it", actor=actor, action="read")
+        return await self.desk.get(order_id, viewer=actor)
 
     async def _written(self, view: OrderView, actor: str, *,
                        ended_attempt: bool = False) -> tuple[Data, str]:
@@ -451,16 +421,10 @@ class DeskServer:
         parent = args.get("parent_token")
         subject = args.get("subject")
         if parent is None:
-            if actor not in (order.to, order.manager):
-                raise Forbidden(f"{actor} may not issue the worker's pass of order {order.id!r}: "
-                                f"only its worker {order.to} or manager {order.manager} may",
-                                actor=actor, action="issue_pass")
+            check_pass_issuer(order, actor)
             subject = subject or order.to
         else:
-            holder = unverified_claims(parent)[1].get("sub")
-            if holder != actor:
-                raise Forbidden(f"{actor} may derive passes only from a pass it holds; this "
-                                f"one is held by {holder}", actor=actor, action="issue_pass")
+            check_pass_deriver(actor, unverified_claims(parent)[1].get("sub"))
             if subject is None:
                 raise BadRequest("name the sub-agent who will hold the derived pass (subject)")
         keys = self.keys
@@ -474,7 +438,7 @@ class DeskServer:
         data: Data = {
             "token": token, "jti": claims["jti"], "order_id": grant["order_id"],
             "subject": claims["sub"], "audience": claims["aud"], "issued_at": claims["iat"],
-            "expires_at": claims["exp"], "expires": _stamp(claims["exp"]),
+            "expires_at": claims["exp"], "expires": format_epoch(claims["exp"]),
             "tools": list(grant["tools"]), "budget": dict(grant["budget"]),
         }
         if grant.get("parent_jti"):

@@ -23,7 +23,7 @@ from awl.store.protocol import (
     Store,
     Usage,
 )
-from awl.store.rules import stale_order
+from awl.store.rules import over_limit, stale_order
 
 __all__ = [
     "EffectState",
@@ -35,5 +35,6 @@ __all__ = [
     "Scope",
     "Store",
     "Usage",
+    "over_limit",
     "stale_order",
 ]

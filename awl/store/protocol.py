@@ -68,6 +68,16 @@ class OrderRecord:
     reviews: tuple[Review, ...] = ()
     updated_at: str = ""
 
+    @property
+    def reworks(self) -> int:
+        """How many reviews sent the work back."""
+        return sum(1 for r in self.reviews if r.decision == "rework")
+
+    @property
+    def attempt(self) -> int:
+        """The attempt the next (or current) report belongs to: 1 + the reworks so far."""
+        return 1 + self.reworks
+
 
 @dataclass(frozen=True, slots=True)
 class Scope:
@@ -187,7 +197,7 @@ class TrackRow:
             order_id=record.order.id, state=record.state, budget=record.order.budget.units(),
             cost=latest.cost.units() if latest is not None else None,
             status=latest.status if latest is not None else None,
-            reworks=sum(1 for r in record.reviews if r.decision == "rework"),
+            reworks=record.reworks,
             accepted_at=accept.at if accept is not None and accept.action == "accept" else None,
             approved_at=approvals[-1] if approvals else None,
         )

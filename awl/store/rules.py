@@ -13,7 +13,7 @@ import secrets
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, replace
-from typing import Any, cast, get_args
+from typing import Any, Literal, cast, get_args
 
 from pydantic import ValidationError
 
@@ -29,6 +29,7 @@ from awl.documents.models import (
     parse_time,
 )
 from awl.documents.patterns import make_ref, parse_ref
+from awl.documents.pointers import pointer
 from awl.store.protocol import (
     DeliveryAttempt,
     EffectState,
@@ -46,8 +47,21 @@ from awl.store.protocol import (
 
 EFFECT_STATES: frozenset[str] = frozenset(STATES)
 
-# A float sum of per-call prices may land a hair above an exact limit (0.1 * 3 > 0.3).
 USD_TOLERANCE = 1e-9
+"""How far a float sum of per-call prices may land above an exact usd limit and still be
+within it (0.1 * 3 > 0.3)."""
+
+
+def over_limit(calls: int, used: float, usd: float, *, max_calls: float | None,
+               max_usd: float | None) -> Literal["tool_calls", "usd"] | None:
+    """The limit one more call costing ``usd`` would pass, after ``calls`` counted calls
+    that spent ``used`` usd; None when it fits (or no limit is set). Calls are checked first.
+    """
+    if max_calls is not None and calls + 1 > max_calls:
+        return "tool_calls"
+    if max_usd is not None and used + usd > max_usd + USD_TOLERANCE:
+        return "usd"
+    return None
 
 
 def check_effect_state(state: str) -> EffectStateName:
@@ -132,9 +146,7 @@ def exceeded_scope(
         if scope.max_calls is None and scope.max_usd is None:
             continue
         calls, used = spent(scope.jtis)
-        if scope.max_calls is not None and calls + 1 > scope.max_calls:
-            return scope.name
-        if scope.max_usd is not None and used + usd > scope.max_usd + USD_TOLERANCE:
+        if over_limit(calls, used, usd, max_calls=scope.max_calls, max_usd=scope.max_usd):
             return scope.name
     return None
 
@@ -158,9 +170,7 @@ def exceeded_above(
     order's own counted calls plus those of every sub-order below it.
     """
     for order_id, max_calls, max_usd, calls, used in above:
-        if max_calls is not None and calls + 1 > max_calls:
-            return above_scope(order_id)
-        if max_usd is not None and used + usd > max_usd + USD_TOLERANCE:
+        if over_limit(calls, used, usd, max_calls=max_calls, max_usd=max_usd):
             return above_scope(order_id)
     return None
 
@@ -344,7 +354,7 @@ def read_call(text: str) -> CallRecord:
 def _invalid(what: str, exc: ValidationError) -> BadRequest:
     """The BadRequest naming the first problem pydantic found in a ``what``."""
     first = exc.errors()[0]
-    where = "/".join(str(p) for p in first["loc"])
+    where = pointer(*first["loc"])
     return BadRequest(f"not a valid {what}: {where}: {first['msg']}")
 
 

@@ -122,17 +122,14 @@ def _postgres(text: str) -> Store:
     _check_port(text)  # the rest is libpq's to judge (a missing host is the local socket)
     try:
         # Late: psycopg is the [postgres] extra, needed only for a postgresql:// URL.
-        from awl.store.postgres import (  # type: ignore[import-not-found, import-untyped, unused-ignore]
-            PostgresStore,
-        )
+        from awl.store.postgres import PostgresStore
     except ModuleNotFoundError as exc:
         if exc.name == "awl.store.postgres":
             raise BadRequest("this installation of awl has no PostgreSQL store; upgrade "
                              "agent-work-layer, or use a SQLite desk") from None
         raise BadRequest(f"the PostgreSQL store needs {exc.name!r}, which is not installed; "
                          "pip install 'agent-work-layer[postgres]'") from None
-    store: Store = PostgresStore(text)
-    return store
+    return PostgresStore(text)
 
 
 def _check_port(text: str) -> None:

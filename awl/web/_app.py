@@ -38,13 +38,15 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from awl.desk import Desk, OrderView
+from awl.desk.access import check_party
 from awl.desk.criteria import check_question
 from awl.desk.effects import find_call, list_effects, manager_only
 from awl.desk.settlement import settle
 from awl.desk.tokens import principal_for_token, token_hash
 from awl.documents.checks import iter_report_findings
-from awl.documents.errors import AWLError, BadRequest, Forbidden
+from awl.documents.errors import AWLError, BadRequest
 from awl.documents.models import parse_time
+from awl.documents.pointers import pointer
 from awl.store.protocol import Store
 from awl.store.urls import shown_url
 from awl.web._sessions import Session, Sessions
@@ -127,17 +129,17 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
-def _placeholders(value: Any, path: str = "") -> Iterator[tuple[str, str, str]]:
+def _placeholders(value: Any, path: tuple[str | int, ...] = ()) -> Iterator[tuple[str, str, str]]:
     """Each ``$ref`` placeholder in held arguments: (where, ref, pointer)."""
     if isinstance(value, dict):
         if isinstance(value.get("$ref"), str):
-            yield path or "/", value["$ref"], str(value.get("pointer", ""))
+            yield pointer(*path) or "/", value["$ref"], str(value.get("pointer", ""))
             return
         for key, item in value.items():
-            yield from _placeholders(item, f"{path}/{key}")
+            yield from _placeholders(item, (*path, key))
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            yield from _placeholders(item, f"{path}/{i}")
+            yield from _placeholders(item, (*path, i))
 
 
 def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None, *,
@@ -250,15 +252,9 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         data = await anyio.to_thread.run_sync(inbox_data, session.principal)
         return page("inbox.html", session, watch="", **data)
 
-    def party(view: OrderView, me: str) -> None:
-        order = view.order
-        if me not in (order.manager, order.to, *order.answerers):
-            raise Forbidden(f"{me} is not a party to order {order.id!r}; only its manager, "
-                            "worker and answerers see it", actor=me, action="read")
-
     def order_data(order_id: str, me: str) -> dict[str, Any]:
         view = desk.get(order_id)
-        party(view, me)
+        check_party(view.order, me)
         order = view.order
         calls = store.calls(order_id)
         effects = list_effects(order_id, store=store)
@@ -306,7 +302,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
 
         def load() -> dict[str, Any]:
             view = desk.get(oid)
-            party(view, session.principal)
+            check_party(view.order, session.principal)
             return {"view": view, "call": find_call(store, oid, ref)}
 
         data = await anyio.to_thread.run_sync(load)
@@ -417,7 +413,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
     def fingerprint(me: str, order_id: str) -> str:
         if order_id:
             view = desk.get(order_id)
-            party(view, me)
+            check_party(view.order, me)
             states = [(e.ref, e.state) for e in list_effects(order_id, store=store)]
             return json.dumps([view.seq, states, order_id in committing,
                                finished.get(order_id, 0)])

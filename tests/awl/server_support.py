@@ -16,7 +16,7 @@ from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from mcp import Client, StdioServerParameters, stdio_client
 
 from awl.documents.models import CallRecord, format_time
-from awl.server._server import ERROR_META
+from awl.mcp.errors import ERROR_META
 from awl.store.protocol import Store
 from tests.awl.desk_support import reserved
 

@@ -1015,6 +1015,22 @@ async def test_an_async_wait_polls_gently_instead_of_spinning(store: Store,
 
 
 @pytest.mark.anyio
+async def test_both_desks_follow_with_the_same_timeout_rule(store: Store, clock: Clock) -> None:
+    """Desk.follow and AsyncDesk.follow refuse a timeout that is not a number of seconds and
+    stop when a short timeout runs out on an order that goes on."""
+    desk = Desk(store, clock=clock)
+    adesk = AsyncDesk.of(desk)
+    view = working(desk)
+    for bad in (float("nan"), True):
+        with pytest.raises(BadRequest, match="timeout must be a number of seconds"):
+            list(desk.follow(view.id, timeout=bad))
+        with pytest.raises(BadRequest, match="timeout must be a number of seconds"):
+            [e async for e in adesk.follow(view.id, timeout=bad)]
+    assert [e.seq for e in desk.follow(view.id, 1, timeout=0.05)] == [2, 3]
+    assert [e.seq async for e in adesk.follow(view.id, 2, timeout=0.05)] == [3]
+
+
+@pytest.mark.anyio
 async def test_async_errors_are_the_desk_s_errors(store: Store, clock: Clock) -> None:
     """Refusals cross the thread boundary unchanged."""
     adesk = AsyncDesk(store, clock=clock)

@@ -91,10 +91,10 @@ async def test_a_review_from_another_process_ends_the_wait_without_busy_polling(
     reads = 0
     get = env.desk.get
 
-    def counting(order_id: str) -> Any:
+    def counting(order_id: str, *, viewer: str | None = None) -> Any:
         nonlocal reads
         reads += 1
-        return get(order_id)
+        return get(order_id, viewer=viewer)
 
     env.desk.get = counting  # type: ignore[method-assign]
     began = time.monotonic()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from awl.documents.limits import (
     loads,
     read_regular_file,
 )
-from awl.documents.models import parse_time
+from awl.documents.models import format_epoch, format_time, parse_time
 from tests.awl.test_checks import make_order
 
 
@@ -112,6 +113,16 @@ def test_text_must_be_valid_unicode() -> None:
 def test_dates_outside_years_1_to_9999_in_utc_are_refused(text: str) -> None:
     with pytest.raises(ValueError, match=r"years 1 to 9999|does not exist|exists"):
         parse_time(text)
+
+
+def test_times_are_written_in_utc_to_the_millisecond_and_read_back() -> None:
+    """format_time writes what parse_time reads: UTC, milliseconds, ``Z``; a pass's epoch
+    times are shown to the second, a fraction cut off rather than rounded up."""
+    moment = datetime(2027, 1, 15, 10, 0, 0, 123456, tzinfo=timezone(timedelta(hours=2)))
+    assert format_time(moment) == "2027-01-15T08:00:00.123Z"
+    assert parse_time(format_time(moment)) == moment.replace(microsecond=123000)
+    assert format_epoch(1800000000) == "2027-01-15T08:00:00Z"
+    assert format_epoch(1800000000.999) == "2027-01-15T08:00:00Z"
 
 
 @pytest.mark.spec("DOC-14", "O1")

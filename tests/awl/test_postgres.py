@@ -70,6 +70,7 @@ def test_stores_opening_a_new_database_at_once_migrate_it_once(fresh_pg_url: str
         (v,) for v in range(1, SCHEMA_VERSION + 1)]
 
 
+@pytest.mark.spec("BIND-16")
 def test_a_database_from_a_newer_version_is_refused_with_nothing_written(
         fresh_pg_url: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -102,6 +103,7 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.spec("BIND-16")
 def test_unreachable_server_and_wrong_credentials_are_one_line_each(
         pg_url: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -134,6 +136,7 @@ time.sleep(120)
 
 
 @pytest.mark.spec("CM-10")
+@pytest.mark.slow
 def test_a_killed_holder_on_another_host_is_taken_over_at_once(pg_url: str) -> None:
     """kill -9 of a lock holder whose lease has an hour left: the next committer takes
     the lock at once, without waiting out the lease."""

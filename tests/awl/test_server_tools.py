@@ -14,9 +14,9 @@ from mcp import Client
 
 from awl.desk import AsyncDesk
 from awl.documents.errors import Conflict
+from awl.mcp.errors import ERROR_META
 from awl.passes import KeyStore
 from awl.server import DeskServer
-from awl.server._server import ERROR_META
 from awl.store.memory import MemoryStore
 from awl.store.protocol import OrderRecord, Store
 from tests.awl.server_support import (

@@ -304,3 +304,20 @@ def test_awl_store_copy_moves_a_sqlite_desk_to_postgresql_and_back(
         assert moved.usage(ids["a"]).tool_calls == 6
     assert main(["store", "copy", "--from", str(desk_file), "--to", pg_url]) == 1
     assert "already holds orders" in capsys.readouterr().err
+
+
+@pytest.mark.spec("BIND-15")
+def test_postgresql_to_postgresql_carries_the_published_keys(
+        pg_url: str, fresh_pg_url: str, tmp_path: Path) -> None:
+    """Between two PostgreSQL stores the published key set goes too, and is compared; into
+    SQLite, which keeps none, the copy says it did not carry them."""
+    from awl.store.postgres import PostgresStore
+
+    with PostgresStore(pg_url) as source, PostgresStore(fresh_pg_url) as target:
+        fill(source)
+        source.publish_keys(JWKS)
+        assert copy_store(source, target).public_keys == "copied"
+        assert target.published_keys() == JWKS
+        assert compare_stores(source, target) == []
+        with SQLiteStore(tmp_path / "plain.sqlite3") as plain:
+            assert copy_store(target, plain).public_keys == "not kept"

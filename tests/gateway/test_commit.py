@@ -28,7 +28,6 @@ from gateway._commit import (
     fill_refs,
     list_effects,
     lock_name,
-    resolve_pointer,
     retry_sync,
     settle,
 )
@@ -81,18 +80,6 @@ def test_json_equal_tells_booleans_from_numbers() -> None:
     assert not json_equal({"a": [1, 2]}, {"a": [2, 1]})
     assert not json_equal({"a": 1}, {"a": 1, "b": 1})
     assert not json_equal("1", 1)
-
-
-def test_pointers_address_the_wire_form() -> None:
-    """A JSON pointer reads a result as the wire carries it, with RFC 6901 escapes."""
-    result = {"structuredContent": {"number": 7, "a/b": {"~x": [10, 20]}}, "isError": False}
-    assert resolve_pointer(result, "/structuredContent/number") == 7
-    assert resolve_pointer(result, "/structuredContent/a~1b/~0x/1") == 20
-    assert resolve_pointer(result, "") == result
-    for bad in ("/structured_content/number", "/structuredContent/a~1b/~0x/2",
-                "/structuredContent/a~1b/~0x/01", "structuredContent"):
-        with pytest.raises(KeyError):
-            resolve_pointer(result, bad)
 
 
 # --------------------------------------------------------------------------- commit

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from awl.documents.models import Budget, CallRecord, Grant, WorkOrder
-from awl.store.protocol import Usage
+from awl.store.protocol import Scope, Usage
+from awl.store.rules import exceeded_scope
 from gateway._policy import (
     AWL_BUDGET_EXHAUSTED,
     AWL_EXPIRED,
@@ -105,6 +106,22 @@ def test_budget_allows_up_to_the_limit() -> None:
     assert _decide(usage=Usage(first_call_at="2026-11-01T11:51:00Z")).action == "forward"
 
 
+@pytest.mark.spec("GW-5")
+def test_the_gateway_and_the_store_share_one_usd_tolerance() -> None:
+    """A float sum a hair above the limit (0.1 + 0.1 + 0.1 > 0.3) fits in both the gateway's
+    decision and the store's reservation; a real overrun is refused by both."""
+    order = _order(budget={"usd": 0.3})
+    for used, usd, fits in [(0.1 + 0.1, 0.1, True), (0.3, 1e-10, True), (0.3, 1e-8, False),
+                            (0.2, 0.2, False)]:
+
+        def spent(_jtis: frozenset[str] | None, used: float = used) -> tuple[int, float]:
+            return 0, used
+
+        decided = _decide(order=order, usage=Usage(usd=used), usd=usd).action
+        reserved = exceeded_scope([Scope(None, max_usd=0.3)], spent, usd)
+        assert (decided == "forward", reserved is None) == (fits, fits), (used, usd)
+
+
 @pytest.mark.spec("GW-4")
 def test_a_pass_narrows_tools_and_budget() -> None:
     """A pass grant refuses tools outside it and spends its own smaller budget."""
@@ -185,3 +202,12 @@ def test_placeholders_are_found_anywhere() -> None:
     found = [p for p in placeholders(args) if not isinstance(p, str)]
     assert [(p.path, p.ref, p.pointer) for p in found] == [
         (("a", 0), "s/t#1", ""), (("a", 1, "b"), "s/t#2", "/x")]
+
+
+def test_a_bad_placeholder_is_named_by_its_escaped_pointer() -> None:
+    """The place of a malformed placeholder is an RFC 6901 pointer: ``/`` in a key is ``~1``,
+    ``~`` is ``~0``; the top of the arguments is ``/``."""
+    assert list(placeholders({"a/b": {"~c": {"$ref": "nope"}}})) == [
+        "the $ref at /a~1b/~0c must be a call ref like server/tool#3"]
+    assert list(placeholders({"$ref": "nope"})) == [
+        "the $ref at / must be a call ref like server/tool#3"]

@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import pytest
 
-from awl.server._server import ERROR_META
+from awl.mcp.errors import ERROR_META
 from tests.gateway.gateway_support import connect, make_env, text
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

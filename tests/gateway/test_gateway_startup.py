@@ -154,6 +154,7 @@ def test_the_gateway_exits_by_itself_with_code_0_once_its_stdin_closes(tmp_path:
     proc = subprocess.Popen([params.command, *params.args], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             env=params.env, cwd=params.cwd)
+    assert proc.stdin is not None and proc.stdout is not None
     try:
         _rpc(proc, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {},

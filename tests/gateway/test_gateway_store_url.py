@@ -15,13 +15,15 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from awl.integrations import gateway_command
+from awl.store.protocol import Store
 from awl.store.sqlite import SQLiteStore
 from tests.gateway.commit_support import make_setup
 from tests.gateway.gateway_support import ROOT, gateway_client, make_env, text
 
 
-def _move_desk(home: Path, store: SQLiteStore, to: Path) -> str:
-    """Close the home's desk and move it out of the home; its URL."""
+def _move_desk(home: Path, store: Store, to: Path) -> str:
+    """Close the home's SQLite desk and move it out of the home; its URL."""
+    assert isinstance(store, SQLiteStore)
     store.close()
     shutil.move(home / "desk.sqlite3", to)
     assert not (home / "desk.sqlite3-wal").exists()

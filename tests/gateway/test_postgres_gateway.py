@@ -30,6 +30,8 @@ from tests.gateway.gateway_support import WORKER, gateway_client, make_env, text
 
 DELIVER = "receiver/deliver"
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def pg_store(pg_url: str) -> Iterator[PostgresStore]:

@@ -12,7 +12,7 @@ import mcp_types as types
 import pytest
 
 from awl.documents.limits import MAX_CONTENT_BLOCKS
-from awl.server._server import ERROR_META
+from awl.mcp.errors import ERROR_META
 from gateway._results import (
     AWL_UPSTREAM_BAD_RESULT,
     TRUNCATED_META_KEY,

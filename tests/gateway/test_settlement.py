@@ -15,8 +15,8 @@ from awl.cli import main
 from awl.desk.effects import list_effects, record_event
 from awl.desk.settlement import settle
 from awl.documents.errors import InvalidTransition
+from awl.mcp.errors import ERROR_META
 from awl.server import DeskServer
-from awl.server._server import ERROR_META
 from gateway._commit import commit_sync, lock_name, retry_sync
 from gateway._config import load_config
 from gateway._lock import EXIT_LOCKED, OrderLock

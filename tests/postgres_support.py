@@ -134,6 +134,16 @@ def pg_url() -> Iterator[str]:
             _clean.append(schema)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest) -> str | None:
+    """Each backend a desk can live in, for tests that must hold on both: None for the home's
+    SQLite file, else the URL of an empty PostgreSQL schema (see :func:`pg_url`)."""
+    if request.param == "sqlite":
+        return None
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
 @pytest.fixture
 def fresh_pg_url() -> Iterator[str]:
     """A store URL naming a brand-new schema with no tables, dropped after the test."""

@@ -68,7 +68,7 @@ def _kill_somewhere(setup: Setup, rng: random.Random, folder: Path, figures: Cou
 
 @pytest.mark.spec("CM-6", "CM-8")
 def test_random_kills_never_deliver_twice_and_leave_unknowns_visible(
-        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, capfd: pytest.CaptureFixture[str], store_url: str | None) -> None:
     """Across seeded random kills, counts stay at most 1 and unrecorded outcomes are unknown."""
     rng = random.Random(SEED)
     figures: Counter[str] = Counter()
@@ -76,7 +76,7 @@ def test_random_kills_never_deliver_twice_and_leave_unknowns_visible(
     for n in range(RUNS):
         folder = tmp_path / f"run{n}"
         setup = make_setup(folder, [(DELIVER, {"to": f"person{i}", "body": f"message {i}"})
-                                    for i in range(20)])
+                                    for i in range(20)], store_url=store_url)
         _kill_somewhere(setup, rng, folder, figures)
         if rng.random() < 0.3:  # the recovering committer dies too
             _kill_somewhere(setup, rng, folder, figures)
@@ -100,6 +100,7 @@ def test_random_kills_never_deliver_twice_and_leave_unknowns_visible(
         setup.store.close()
     figures["seconds"] = round(time.monotonic() - started)
     with capfd.disabled():
-        print(f"\ncommit soak (seed {SEED}): " + ", ".join(
+        print(f"\ncommit soak ({'SQLite' if store_url is None else 'PostgreSQL'}, seed {SEED}): "
+              + ", ".join(
             f"{k}={v}" for k, v in sorted(figures.items())))
     assert figures["runs"] == RUNS

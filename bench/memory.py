@@ -24,7 +24,7 @@ from typing import Any
 
 from bench.desk import build
 from bench.gateway import OUTBOX_SERVER, ROOT, _working_order
-from bench.startup import _INIT
+from bench.startup import INITIALIZE_PARAMS
 
 GATEWAY_TARGET_MB = 80
 DESK_TARGET_MB = 100
@@ -79,7 +79,7 @@ class _Peer:
                 return answer
 
     def start(self) -> None:
-        self.request("initialize", _INIT["params"])
+        self.request("initialize", INITIALIZE_PARAMS)
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
     def call(self, tool: str, arguments: dict[str, Any]) -> None:

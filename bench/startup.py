@@ -27,13 +27,16 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench.gateway import OUTBOX_SERVER, ROOT, _working_order
 
 TARGET_RATIO = 1.3
-_INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+INITIALIZE_PARAMS: dict[str, Any] = {
     "protocolVersion": "2025-06-18", "capabilities": {},
-    "clientInfo": {"name": "bench", "version": "1"}}}
+    "clientInfo": {"name": "bench", "version": "1"}}
+"""What a bench client says in its ``initialize`` request."""
+_INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE_PARAMS}
 _LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
 
 

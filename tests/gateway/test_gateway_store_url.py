@@ -20,6 +20,8 @@ from awl.store.sqlite import SQLiteStore
 from tests.gateway.commit_support import make_setup
 from tests.gateway.gateway_support import ROOT, gateway_client, make_env, text
 
+pytestmark = pytest.mark.slow  # each test starts gateway or committer processes
+
 
 def _move_desk(home: Path, store: Store, to: Path) -> str:
     """Close the home's SQLite desk and move it out of the home; its URL."""

@@ -197,6 +197,9 @@ async def serve_http(server: Server[Any], port: int) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
+    # Listen before announcing the URL: a client that connects between bind and uvicorn's own
+    # listen would otherwise be refused.
+    sock.listen(128)
     app = server.streamable_http_app(host="127.0.0.1")
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
     http = uvicorn.Server(config)

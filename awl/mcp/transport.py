@@ -189,6 +189,9 @@ def listen(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
+        # Listen now, before anyone is told the address: a client that connects between the
+        # bind and the server's own listen would be refused.
+        sock.listen(2048)
     except OSError as exc:
         sock.close()
         raise BadRequest(f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick "

@@ -46,7 +46,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
@@ -58,8 +58,10 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from awl.documents.errors import Conflict, StoreUnavailable
+from awl.documents.lifecycle import ACTIVE
 from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
 from awl.store.protocol import (
+    BlockedRow,
     EffectState,
     LockInfo,
     OrderRecord,
@@ -71,6 +73,7 @@ from awl.store.protocol import (
     Scope,
     Settlement,
     TokenRecord,
+    TrackRecord,
     TrackRow,
     Usage,
 )
@@ -86,6 +89,7 @@ from awl.store.rules import (
     effect_doc,
     exceeded_above,
     exceeded_scope,
+    first_track_row,
     held_call,
     json_text,
     lock_doc,
@@ -96,6 +100,7 @@ from awl.store.rules import (
     order_not_found,
     outcome_conflict,
     pass_doc,
+    read_blocked_row,
     read_effect,
     read_lock,
     read_pass,
@@ -110,12 +115,14 @@ from awl.store.rules import (
     stored_lock,
     timestamp,
 )
+from awl.store.tally import filled, may_change, read_sql, write_sql
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
 # Each entry moves the schema up one version; entries are never edited once released, a
-# change is a new entry. They run inside the migrating transaction.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
+# change is a new entry. They run inside the migrating transaction; a function is a step
+# that needs Python.
+MIGRATIONS: tuple[tuple[str | Callable[[psycopg.Connection[Any]], None], ...], ...] = (
     (
         # An order, with the running totals of its calls: `last_n` the highest N, `calls`
         # and `usd` its counted calls, `first_*` its earliest call by (started, N), counted
@@ -226,6 +233,41 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             doc JSONB NOT NULL
         )""",
     ),
+    (
+        # Track records as running tallies, per worker (manager '') and per worker and
+        # manager, written in the transaction of every write that changes them; the values
+        # medians are read from, in value order (see awl.store.tally).
+        """CREATE TABLE track_tally (
+            worker TEXT NOT NULL,
+            manager TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            key TEXT NOT NULL,
+            orders INTEGER NOT NULL,
+            spent DOUBLE PRECISION NOT NULL,
+            budget DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (worker, manager, kind, key)
+        )""",
+        """CREATE TABLE track_values (
+            order_id TEXT NOT NULL REFERENCES orders (id),
+            kind TEXT NOT NULL,
+            key TEXT NOT NULL,
+            worker TEXT NOT NULL,
+            manager TEXT NOT NULL,
+            value DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (order_id, kind, key)
+        )""",
+        "CREATE INDEX track_values_by_worker ON track_values (worker, kind, key, value)",
+        "CREATE INDEX track_values_by_manager"
+        " ON track_values (worker, manager, kind, key, value)",
+        # The question queue: blocked orders by escalate_to (by manager, the index below).
+        "CREATE INDEX orders_blocked_by_escalation ON orders ((doc->>'escalate_to'), pos)"
+        " WHERE state = 'blocked'",
+        # Listing by worker or manager and state.
+        "CREATE INDEX orders_by_worker_state ON orders (worker, state, pos)",
+        "CREATE INDEX orders_by_manager_state ON orders (manager, state, pos)",
+        # The orders already there.
+        lambda conn: fill_tallies(conn),
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -252,6 +294,49 @@ _CHAIN = """
             WHERE o.parent_id IS NOT NULL AND up.depth < %s
     )
     SELECT id FROM up ORDER BY depth"""
+
+# What a track row is made of (read_track_row's fields), picked from the documents of
+# the orders `o`.
+_TRACK_FIELDS = """o.id, o.state, (o.doc->'budget')::text,
+    (SELECT jsonb_build_array(r.doc->'cost', r.doc->'status')::text FROM reports r
+        WHERE r.order_id = o.id ORDER BY r.idx DESC LIMIT 1),
+    (SELECT COUNT(*) FROM reviews v WHERE v.order_id = o.id
+        AND v.doc->>'decision' = 'rework'),
+    (SELECT e.doc->>'at' FROM events e WHERE e.order_id = o.id
+        AND e.seq = 2 AND e.doc->>'action' = 'accept'),
+    (SELECT v.doc->>'at' FROM reviews v WHERE v.order_id = o.id
+        AND v.doc->>'decision' = 'approve' ORDER BY v.idx DESC LIMIT 1)"""
+
+# The active orders below each of the orders %(ids)s, reached through active orders only,
+# each counted once (a damaged store's cycle ends at depth %(depth)s).
+_ACTIVE_BELOW = """
+    WITH RECURSIVE below (root, id, depth) AS (
+        SELECT c.parent_id, c.id, 1 FROM orders AS c
+            WHERE c.parent_id = ANY(%(ids)s) AND c.state = ANY(%(active)s)
+        UNION
+        SELECT b.root, c.id, b.depth + 1 FROM below AS b JOIN orders AS c
+            ON c.parent_id = b.id WHERE c.state = ANY(%(active)s) AND b.depth < %(depth)s
+    )
+    SELECT root, COUNT(DISTINCT id) FROM below WHERE id != root GROUP BY root"""
+
+
+def fill_tallies(conn: psycopg.Connection[Any]) -> None:
+    """Fill the track tallies afresh from the orders stored, oldest first: a migration step,
+    and what a benchmark that bulk-inserts orders runs after (:func:`awl.store.tally.filled`
+    does the arithmetic, as the memory store's)."""
+    rows, values = filled((worker, manager, read_track_row(*fields)) for worker, manager, *fields
+                          in conn.execute(f"SELECT o.worker, o.manager, {_TRACK_FIELDS}"
+                                          " FROM orders o ORDER BY o.pos"))
+    conn.execute("DELETE FROM track_tally")
+    conn.execute("DELETE FROM track_values")
+    with conn.cursor() as cur:
+        for table, columns, items in (
+                ("track_tally", "worker, manager, kind, key, orders, spent, budget", rows),
+                ("track_values", "order_id, kind, key, worker, manager, value", values)):
+            with cur.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+                for item in items:
+                    copy.write_row(item)
+
 
 _LOCK_ABOVE = """
     SELECT id, (doc->'budget'->>'tool_calls')::float8, (doc->'budget'->>'usd')::float8,
@@ -473,7 +558,10 @@ class PostgresStore:
                     f"this awl ({SCHEMA_VERSION}); upgrade agent-work-layer to open it")
             for number in range(version, SCHEMA_VERSION):
                 for statement in MIGRATIONS[number]:
-                    conn.execute(statement)
+                    if callable(statement):
+                        statement(conn)
+                    else:
+                        conn.execute(statement)
                 conn.execute("INSERT INTO awl_schema (version) VALUES (%s)", (number + 1,))
         conn.commit()
 
@@ -525,6 +613,8 @@ class PostgresStore:
                 raise order_exists_conflict(order.id, self._seq(conn, order.id))
             conn.execute("INSERT INTO events (order_id, seq, doc) VALUES (%s, 1, %s::jsonb)",
                          (order.id, dump_json(event.to_json())))
+            self._tally(conn, order.to, order.manager, order.id, None, first_track_row(
+                order, event))
             self._announce(conn, order.id, 1)
 
     def _announce(self, conn: psycopg.Connection[Any], order_id: str, seq: int) -> None:
@@ -571,12 +661,14 @@ class PostgresStore:
     ) -> None:
         """Append ``event`` if its seq follows the stored one, else Conflict."""
         with self._tx() as conn:
-            row = conn.execute("SELECT seq FROM orders WHERE id = %s FOR NO KEY UPDATE",
+            row = conn.execute("SELECT seq, state FROM orders WHERE id = %s FOR NO KEY UPDATE",
                                (order_id,)).fetchone()
             if row is None:
                 raise order_not_found(order_id)
             if event.seq != row[0] + 1:
                 raise seq_conflict(order_id, event, int(row[0]))
+            tracked = may_change(row[1], state, report, review)
+            old = self._track_row(conn, order_id) if tracked else None
             conn.execute("INSERT INTO events (order_id, seq, doc) VALUES (%s, %s, %s::jsonb)",
                          (order_id, event.seq, dump_json(event.to_json())))
             conn.execute("UPDATE orders SET seq = %s, state = %s, updated_at = %s WHERE id = %s",
@@ -587,6 +679,10 @@ class PostgresStore:
                         f"INSERT INTO {table} (order_id, idx, doc) VALUES (%s, (SELECT"
                         f" COUNT(*) FROM {table} WHERE order_id = %s), %s::jsonb)",
                         (order_id, order_id, dump_json(doc.to_json())))
+            if old is not None:
+                worker, manager, before = old
+                self._tally(conn, worker, manager, order_id, before,
+                            self._track_row(conn, order_id)[2])
             self._announce(conn, order_id, event.seq)
 
     def events(self, order_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
@@ -608,19 +704,58 @@ class PostgresStore:
     def track_rows(self, worker: str) -> list[TrackRow]:
         """One track row per order addressed to ``worker``, newest first, in one query."""
         with self._tx(durable=False) as conn:
-            rows = conn.execute(
-                "SELECT o.id, o.state, (o.doc->'budget')::text,"
-                " (SELECT jsonb_build_array(r.doc->'cost', r.doc->'status')::text FROM reports r"
-                "   WHERE r.order_id = o.id ORDER BY r.idx DESC LIMIT 1),"
-                " (SELECT COUNT(*) FROM reviews v WHERE v.order_id = o.id"
-                "   AND v.doc->>'decision' = 'rework'),"
-                " (SELECT e.doc->>'at' FROM events e WHERE e.order_id = o.id"
-                "   AND e.seq = 2 AND e.doc->>'action' = 'accept'),"
-                " (SELECT v.doc->>'at' FROM reviews v WHERE v.order_id = o.id"
-                "   AND v.doc->>'decision' = 'approve' ORDER BY v.idx DESC LIMIT 1)"
-                " FROM orders o WHERE o.worker = %s ORDER BY o.pos DESC", (worker,),
-            ).fetchall()
+            rows = conn.execute(f"SELECT {_TRACK_FIELDS} FROM orders o WHERE o.worker = %s"
+                                " ORDER BY o.pos DESC", (worker,)).fetchall()
         return [read_track_row(*row) for row in rows]
+
+    def track_record(self, worker: str, *, manager: str | None = None) -> TrackRecord:
+        """The worker's track record (only ``manager``'s orders, if given), from its tallies
+        (:func:`awl.store.tally.read_sql`), in one read transaction."""
+        with self._tx(durable=False) as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            return read_sql(worker, manager, lambda sql, params: conn.execute(sql, params),
+                            "%s")
+
+    @staticmethod
+    def _track_row(conn: psycopg.Connection[Any], order_id: str) -> tuple[str, str, TrackRow]:
+        """The order's worker, manager and track row, as they stand in this transaction."""
+        found = conn.execute(
+            f"SELECT o.worker, o.manager, {_TRACK_FIELDS} FROM orders o WHERE o.id = %s",
+            (order_id,)).fetchone()
+        assert found is not None, "called on an order locked in this transaction"
+        worker, manager, *fields = found
+        return worker, manager, read_track_row(*fields)
+
+    @staticmethod
+    def _tally(conn: psycopg.Connection[Any], worker: str, manager: str, order_id: str,
+               old: TrackRow | None, new: TrackRow) -> None:
+        """Apply a write that turned the order's row ``old`` into ``new`` to the tallies."""
+        with conn.cursor() as cur:
+            write_sql(cur.executemany, "%s", worker, manager, order_id, old, new)
+
+    def blocked_orders(self, answerer: str | None = None) -> list[BlockedRow]:
+        """One row per blocked order ``answerer`` may answer, newest first: the orders found
+        by index (by state, or by manager and state and by escalate_to), the few fields
+        picked from their documents, and their active sub-orders counted in one query."""
+        found = ("SELECT pos FROM orders WHERE state = 'blocked'" if answerer is None else
+                 "SELECT pos FROM orders WHERE manager = %(a)s AND state = 'blocked' UNION"
+                 " SELECT pos FROM orders WHERE doc->>'escalate_to' = %(a)s"
+                 " AND state = 'blocked'")
+        with self._tx(durable=False) as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            rows = conn.execute(
+                "SELECT o.id, o.doc->>'goal', o.worker, o.manager, o.doc->>'escalate_to',"
+                " o.doc->>'deadline', o.seq, o.updated_at,"
+                " (SELECT jsonb_build_array(r.doc->'attempt', r.doc->'questions')::text"
+                "   FROM reports r WHERE r.order_id = o.id ORDER BY r.idx DESC LIMIT 1),"
+                " (SELECT COUNT(*) FROM reviews v WHERE v.order_id = o.id"
+                "   AND v.doc->>'decision' = 'rework')"
+                f" FROM orders o WHERE o.pos IN ({found}) ORDER BY o.pos DESC",
+                {"a": answerer}).fetchall()
+            below = dict(conn.execute(_ACTIVE_BELOW, {
+                "ids": [row[0] for row in rows], "active": sorted(ACTIVE),
+                "depth": MAX_CHAIN}).fetchall()) if rows else {}
+        return [read_blocked_row(*row, below=below.get(row[0], 0)) for row in rows]
 
     def list_orders(
         self,

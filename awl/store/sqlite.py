@@ -47,9 +47,11 @@ from types import TracebackType
 from typing import Any
 
 from awl.documents.errors import AWLError, Conflict, StoreUnavailable
+from awl.documents.lifecycle import ACTIVE
 from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
 from awl.store.files import create_private, make_private
 from awl.store.protocol import (
+    BlockedRow,
     DeliveryAttempt,
     EffectState,
     LockInfo,
@@ -63,6 +65,7 @@ from awl.store.protocol import (
     Scope,
     Settlement,
     TokenRecord,
+    TrackRecord,
     TrackRow,
     Usage,
     Webhook,
@@ -83,6 +86,7 @@ from awl.store.rules import (
     effect_event_kind,
     exceeded_above,
     exceeded_scope,
+    first_track_row,
     held_call,
     json_text,
     lock_doc,
@@ -98,6 +102,7 @@ from awl.store.rules import (
     orphaned,
     outcome_conflict,
     pass_doc,
+    read_blocked_row,
     read_effect,
     read_lock,
     read_pass,
@@ -112,13 +117,14 @@ from awl.store.rules import (
     timestamp,
     webhook_conflict,
 )
+from awl.store.tally import adding_sql, filled, may_change, read_sql, value_sql, write_sql
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
 # Each entry moves the schema up one version; entries are never edited once released, a
 # change is a new entry. Statements run one by one inside the migrating transaction
-# (executescript would commit on its own).
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
+# (executescript would commit on its own); a function is a step that needs Python.
+MIGRATIONS: tuple[tuple[str | Callable[[sqlite3.Connection], None], ...], ...] = (
     (
         """CREATE TABLE orders (
             pos INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -330,6 +336,43 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX outbox_due ON outbox (state, next_at)",
         "CREATE INDEX outbox_by_order ON outbox (order_id, pos)",
     ),
+    (
+        # Track records as running tallies, per worker (manager '') and per worker and
+        # manager, written in the transaction of every write that changes them; the values
+        # medians are read from, in value order (see awl.store.tally).
+        """CREATE TABLE track_tally (
+            worker TEXT NOT NULL,
+            manager TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            key TEXT NOT NULL,
+            orders INTEGER NOT NULL,
+            spent REAL NOT NULL,
+            budget REAL NOT NULL,
+            PRIMARY KEY (worker, manager, kind, key)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE track_values (
+            order_id TEXT NOT NULL REFERENCES orders (id),
+            kind TEXT NOT NULL,
+            key TEXT NOT NULL,
+            worker TEXT NOT NULL,
+            manager TEXT NOT NULL,
+            value REAL NOT NULL,
+            PRIMARY KEY (order_id, kind, key)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX track_values_by_worker ON track_values (worker, kind, key, value)",
+        "CREATE INDEX track_values_by_manager"
+        " ON track_values (worker, manager, kind, key, value)",
+        # The question queue: blocked orders by escalate_to (by manager, the index below).
+        "CREATE INDEX orders_blocked_by_escalation ON orders"
+        " (json_extract(doc, '$.escalate_to'), pos) WHERE state = 'blocked'",
+        # Listing by worker or manager and state, and a deep page: a page's positions are
+        # found in a narrow index before any document is read.
+        "CREATE INDEX orders_by_worker_state ON orders (worker, state, pos)",
+        "CREATE INDEX orders_by_manager_state ON orders (manager, state, pos)",
+        "CREATE INDEX orders_by_pos ON orders (pos)",
+        # The orders already there.
+        lambda conn: fill_tallies(conn),
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -351,6 +394,47 @@ def _jti_filter(jtis: frozenset[str]) -> tuple[str, list[str]]:
     if not jtis:
         return " AND 0", []
     return f" AND jti IN ({','.join('?' * len(jtis))})", sorted(jtis)
+
+
+# What a track row is made of (read_track_row's fields), picked from the documents of
+# the orders `o`.
+_TRACK_FIELDS = """o.id, o.state, json_extract(o.doc, '$.budget'),
+    (SELECT json_array(json_extract(r.doc, '$.cost'), json_extract(r.doc, '$.status'))
+        FROM reports r WHERE r.order_id = o.id ORDER BY r.idx DESC LIMIT 1),
+    (SELECT COUNT(*) FROM reviews v WHERE v.order_id = o.id
+        AND json_extract(v.doc, '$.decision') = 'rework'),
+    (SELECT json_extract(e.doc, '$.at') FROM events e WHERE e.order_id = o.id
+        AND e.seq = 2 AND json_extract(e.doc, '$.action') = 'accept'),
+    (SELECT json_extract(v.doc, '$.at') FROM reviews v WHERE v.order_id = o.id
+        AND json_extract(v.doc, '$.decision') = 'approve' ORDER BY v.idx DESC LIMIT 1)"""
+
+# The active orders below each of the orders in the JSON array ?1, reached through orders
+# in the states of the JSON array ?3 only, each counted once (a damaged store's cycle ends
+# at depth ?2).
+_ACTIVE_BELOW = """
+    WITH RECURSIVE below (root, id, depth) AS (
+        SELECT c.parent_id, c.id, 1 FROM orders AS c
+            WHERE c.parent_id IN (SELECT value FROM json_each(?1))
+                AND c.state IN (SELECT value FROM json_each(?3))
+        UNION
+        SELECT b.root, c.id, b.depth + 1 FROM below AS b JOIN orders AS c
+            ON c.parent_id = b.id WHERE c.state IN (SELECT value FROM json_each(?3))
+            AND b.depth < ?2
+    )
+    SELECT root, COUNT(DISTINCT id) FROM below WHERE id != root GROUP BY root"""
+
+
+def fill_tallies(conn: sqlite3.Connection) -> None:
+    """Fill the track tallies afresh from the orders stored, oldest first: a migration step,
+    and what a benchmark that bulk-inserts orders runs after (:func:`awl.store.tally.filled`
+    does the arithmetic, as the memory store's)."""
+    rows, values = filled((worker, manager, read_track_row(*fields)) for worker, manager, *fields
+                          in conn.execute(f"SELECT o.worker, o.manager, {_TRACK_FIELDS}"
+                                          " FROM orders o ORDER BY o.pos"))
+    conn.execute("DELETE FROM track_tally")
+    conn.execute("DELETE FROM track_values")
+    conn.executemany(adding_sql("?"), rows)
+    conn.executemany(value_sql("?"), values)
 
 
 # One call added to a pass's running totals (see migration 3). In an upsert's SET every
@@ -632,7 +716,10 @@ class SQLiteStore:
                 )
             for number in range(version, SCHEMA_VERSION):
                 for statement in MIGRATIONS[number]:
-                    conn.execute(statement)
+                    if callable(statement):
+                        statement(conn)
+                    else:
+                        conn.execute(statement)
                 conn.execute("INSERT INTO awl_schema (version) VALUES (?)", (number + 1,))
         except BaseException:
             conn.execute("ROLLBACK")
@@ -687,6 +774,8 @@ class SQLiteStore:
                 "INSERT INTO events (order_id, seq, doc) VALUES (?, 1, ?)",
                 (order.id, dump_json(event.to_json())),
             )
+            self._tally(conn, order.to, order.manager, order.id, None, first_track_row(
+                order, event))
 
     def load(self, order_id: str) -> OrderRecord:
         """The order and all it carries. NotFound if absent."""
@@ -728,9 +817,15 @@ class SQLiteStore:
     ) -> None:
         """Append ``event`` if its seq follows the stored one, else Conflict."""
         with self._write() as conn:
-            seq = self._seq(conn, order_id)
+            found = conn.execute("SELECT seq, state FROM orders WHERE id = ?",
+                                 (order_id,)).fetchone()
+            if found is None:
+                raise order_not_found(order_id)
+            seq, old_state = found
             if event.seq != seq + 1:
                 raise seq_conflict(order_id, event, seq)
+            tracked = may_change(old_state, state, report, review)
+            old = self._track_row(conn, order_id) if tracked else None
             conn.execute(
                 "INSERT INTO events (order_id, seq, doc) VALUES (?, ?, ?)",
                 (order_id, event.seq, dump_json(event.to_json())),
@@ -746,6 +841,10 @@ class SQLiteStore:
                         f" COUNT(*) FROM {table} WHERE order_id = ?), ?)",
                         (order_id, order_id, dump_json(doc.to_json())),
                     )
+            if old is not None:
+                worker, manager, before = old
+                self._tally(conn, worker, manager, order_id, before,
+                            self._track_row(conn, order_id)[2])
             self._notify(conn, order_event_kind(event), order_id, event.at,
                          lambda kind, order, counts: notification_payload(
                              kind, order, state, event.at, counts, event=event))
@@ -774,21 +873,55 @@ class SQLiteStore:
         model; the worker index finds the orders and each subquery reads by primary key.
         """
         with self._read() as conn:
+            rows = conn.execute(f"SELECT {_TRACK_FIELDS} FROM orders o WHERE o.worker = ?"
+                                " ORDER BY o.pos DESC", (worker,)).fetchall()
+        return [read_track_row(*row) for row in rows]
+
+    def track_record(self, worker: str, *, manager: str | None = None) -> TrackRecord:
+        """The worker's track record (only ``manager``'s orders, if given), from its tallies
+        (:func:`awl.store.tally.read_sql`), in one read transaction."""
+        with self._read() as conn:
+            return read_sql(worker, manager, lambda sql, params: conn.execute(sql, params),
+                            "?")
+
+    @staticmethod
+    def _track_row(conn: sqlite3.Connection, order_id: str) -> tuple[str, str, TrackRow]:
+        """The order's worker, manager and track row, as they stand in this transaction."""
+        worker, manager, *fields = conn.execute(
+            f"SELECT o.worker, o.manager, {_TRACK_FIELDS} FROM orders o WHERE o.id = ?",
+            (order_id,)).fetchone()
+        return worker, manager, read_track_row(*fields)
+
+    @staticmethod
+    def _tally(conn: sqlite3.Connection, worker: str, manager: str, order_id: str,
+               old: TrackRow | None, new: TrackRow) -> None:
+        """Apply a write that turned the order's row ``old`` into ``new`` to the tallies."""
+        write_sql(conn.executemany, "?", worker, manager, order_id, old, new)
+
+    def blocked_orders(self, answerer: str | None = None) -> list[BlockedRow]:
+        """One row per blocked order ``answerer`` may answer, newest first: the orders found
+        by index (by state, or by manager and state and by escalate_to), the few fields
+        picked from their documents, and their active sub-orders counted in one query."""
+        found = ("SELECT pos FROM orders WHERE state = 'blocked'" if answerer is None else
+                 "SELECT pos FROM orders WHERE manager = ?1 AND state = 'blocked' UNION"
+                 " SELECT pos FROM orders WHERE json_extract(doc, '$.escalate_to') = ?1"
+                 " AND state = 'blocked'")
+        with self._read() as conn:
             rows = conn.execute(
-                "SELECT o.id, o.state, json_extract(o.doc, '$.budget'),"
-                " (SELECT json_array(json_extract(r.doc, '$.cost'),"
-                "   json_extract(r.doc, '$.status')) FROM reports r"
+                "SELECT o.id, json_extract(o.doc, '$.goal'), o.worker, o.manager,"
+                " json_extract(o.doc, '$.escalate_to'), json_extract(o.doc, '$.deadline'),"
+                " o.seq, o.updated_at,"
+                " (SELECT json_array(json_extract(r.doc, '$.attempt'),"
+                "   json_extract(r.doc, '$.questions')) FROM reports r"
                 "   WHERE r.order_id = o.id ORDER BY r.idx DESC LIMIT 1),"
                 " (SELECT COUNT(*) FROM reviews v WHERE v.order_id = o.id"
-                "   AND json_extract(v.doc, '$.decision') = 'rework'),"
-                " (SELECT json_extract(e.doc, '$.at') FROM events e WHERE e.order_id = o.id"
-                "   AND e.seq = 2 AND json_extract(e.doc, '$.action') = 'accept'),"
-                " (SELECT json_extract(v.doc, '$.at') FROM reviews v WHERE v.order_id = o.id"
-                "   AND json_extract(v.doc, '$.decision') = 'approve'"
-                "   ORDER BY v.idx DESC LIMIT 1)"
-                " FROM orders o WHERE o.worker = ? ORDER BY o.pos DESC", (worker,),
-            ).fetchall()
-        return [read_track_row(*row) for row in rows]
+                "   AND json_extract(v.doc, '$.decision') = 'rework')"
+                f" FROM orders o WHERE o.pos IN ({found}) ORDER BY o.pos DESC",
+                () if answerer is None else (answerer,)).fetchall()
+            below = dict(conn.execute(_ACTIVE_BELOW, (
+                json.dumps([row[0] for row in rows]), MAX_CHAIN, json.dumps(sorted(ACTIVE)),
+            )).fetchall()) if rows else {}
+        return [read_blocked_row(*row, below=below.get(row[0], 0)) for row in rows]
 
     def list_orders(
         self,

@@ -35,6 +35,7 @@ from typing import Any
 
 from awl import Desk, Event, MemoryStore, Review, WorkOrder, WorkReport, open_store
 from awl.store.protocol import Store
+from awl.store.sqlite import fill_derived as fill_sqlite_derived
 from bench.stores import Stores, add_options, ratio
 from bench.stores import columns as columns_text
 
@@ -64,6 +65,7 @@ REPORT: dict[str, Any] = {
 # Outcomes of the bulk orders, with their share (out of 20).
 MIX = (("approved", 11), ("reworked", 2), ("working", 2), ("blocked", 1), ("cancelled", 2),
        ("declined", 1), ("expired", 1))
+MIX_KINDS = [kind for kind, share in MIX for _ in range(share)]
 
 
 class _Clock:
@@ -151,6 +153,11 @@ def _worker(i: int) -> str:
     return "agent:busy" if i % 5 == 0 else f"agent:w{i % 49:02d}"
 
 
+def _manager(i: int) -> str:
+    # Ten managers, each with a tenth of every outcome (the blocked orders included).
+    return f"human:m{i // len(MIX_KINDS) % 10}"
+
+
 _COLUMNS = {
     "orders": ("id", "doc", "state", "seq", "worker", "manager", "parent_id", "created_at",
                "updated_at"),
@@ -166,12 +173,12 @@ Rows = dict[str, list[tuple[Any, ...]]]
 def bulk_rows(orders: int, batch: int = 50_000) -> Iterator[Rows]:
     """The rows of ``orders`` orders, table by table, in batches of about ``batch`` events."""
     templates = _templates()
-    kinds = [kind for kind, share in MIX for _ in range(share)]
+    kinds = MIX_KINDS
     rows: Rows = {table: [] for table in _COLUMNS}
     for i in range(orders):
         (state, tid, order_doc), events, reports, reviews = templates[kinds[i % len(kinds)]]
         oid = f"wo_bench{i:07d}"
-        worker, manager = _worker(i), f"human:m{i % 10}"
+        worker, manager = _worker(i), _manager(i)
 
         def swap(doc: str, tid: str = tid, oid: str = oid, worker: str = worker,
                  manager: str = manager) -> str:
@@ -197,8 +204,9 @@ def build(url: str | Path, orders: int, store: str = "sqlite") -> float:
 
     The store is opened once through :func:`awl.open_store` (which makes its schema), then
     its tables are filled directly, bypassing the desk: ``executemany`` in one unsynced
-    transaction for SQLite, ``COPY`` for PostgreSQL. A benchmark fixture only, rebuilt on
-    every run; the desk's own writes are what the cycles measure.
+    transaction for SQLite, ``COPY`` for PostgreSQL, and the track tallies and question
+    queue filled from them as a migration fills them on an older desk. A benchmark fixture
+    only, rebuilt on every run; the desk's own writes are what the cycles measure.
     """
     began = time.perf_counter()
     open_store(url).close()  # makes (or migrates) the schema
@@ -217,6 +225,7 @@ def _fill_sqlite(path: str, orders: int) -> None:
         for table, columns in _COLUMNS.items():
             conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
                              f"({', '.join('?' for _ in columns)})", rows[table])
+    fill_sqlite_derived(conn)
     conn.execute("COMMIT")
     conn.execute("ANALYZE")
     conn.close()
@@ -224,6 +233,8 @@ def _fill_sqlite(path: str, orders: int) -> None:
 
 def _fill_postgres(url: str, orders: int) -> None:
     import psycopg
+
+    from awl.store.postgres import fill_derived as fill_postgres_derived
 
     with psycopg.connect(url) as conn:
         conn.execute("SET synchronous_commit = off")
@@ -233,6 +244,7 @@ def _fill_postgres(url: str, orders: int) -> None:
                     with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
                         for row in rows[table]:
                             copy.write_row(row)
+        fill_postgres_derived(conn)
         conn.commit()
         conn.autocommit = True
         conn.execute("VACUUM ANALYZE")

@@ -115,9 +115,20 @@ from awl.store.rules import (
     stored_lock,
     timestamp,
 )
-from awl.store.tally import filled, may_change, read_sql, write_sql
+from awl.store.tally import filled, may_change, queued, read_sql, write_sql
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
+
+# What the question queue keeps of the blocked orders `o` (`latest`: the JSON array
+# [attempt, questions] of the latest report).
+_QUEUED = """
+    SELECT o.pos, o.id, o.doc->>'goal', o.worker, o.manager, o.doc->>'escalate_to',
+        o.doc->>'deadline', o.seq, o.updated_at,
+        (SELECT jsonb_build_array(r.doc->'attempt', r.doc->'questions')::text
+            FROM reports r WHERE r.order_id = o.id ORDER BY r.idx DESC LIMIT 1),
+        (SELECT COUNT(*) FROM reviews v WHERE v.order_id = o.id
+            AND v.doc->>'decision' = 'rework')
+    FROM orders o WHERE o.state = 'blocked'"""
 
 # Each entry moves the schema up one version; entries are never edited once released, a
 # change is a new entry. They run inside the migrating transaction; a function is a step
@@ -259,14 +270,28 @@ MIGRATIONS: tuple[tuple[str | Callable[[psycopg.Connection[Any]], None], ...], .
         "CREATE INDEX track_values_by_worker ON track_values (worker, kind, key, value)",
         "CREATE INDEX track_values_by_manager"
         " ON track_values (worker, manager, kind, key, value)",
-        # The question queue: blocked orders by escalate_to (by manager, the index below).
-        "CREATE INDEX orders_blocked_by_escalation ON orders ((doc->>'escalate_to'), pos)"
-        " WHERE state = 'blocked'",
+        # The question queue: what it shows of each blocked order, written in the
+        # transaction of each event that blocks or unblocks it.
+        """CREATE TABLE question_queue (
+            pos BIGINT PRIMARY KEY,
+            order_id TEXT NOT NULL UNIQUE REFERENCES orders (id),
+            goal TEXT NOT NULL,
+            worker TEXT NOT NULL,
+            manager TEXT NOT NULL,
+            escalate_to TEXT,
+            deadline TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            asked_at TEXT NOT NULL,
+            latest TEXT,
+            reworks INTEGER NOT NULL
+        )""",
+        "CREATE INDEX question_queue_by_manager ON question_queue (manager, pos)",
+        "CREATE INDEX question_queue_by_escalation ON question_queue (escalate_to, pos)",
         # Listing by worker or manager and state.
         "CREATE INDEX orders_by_worker_state ON orders (worker, state, pos)",
         "CREATE INDEX orders_by_manager_state ON orders (manager, state, pos)",
-        # The orders already there.
-        lambda conn: fill_tallies(conn),
+        # The orders already there (the question queue too).
+        lambda conn: fill_derived(conn),
     ),
 )
 
@@ -320,13 +345,16 @@ _ACTIVE_BELOW = """
     SELECT root, COUNT(DISTINCT id) FROM below WHERE id != root GROUP BY root"""
 
 
-def fill_tallies(conn: psycopg.Connection[Any]) -> None:
-    """Fill the track tallies afresh from the orders stored, oldest first: a migration step,
-    and what a benchmark that bulk-inserts orders runs after (:func:`awl.store.tally.filled`
+def fill_derived(conn: psycopg.Connection[Any]) -> None:
+    """Fill the track tallies and the question queue afresh from the orders stored (the
+    tallies oldest first): a migration step, and what a benchmark that bulk-inserts orders
+    runs after (:func:`awl.store.tally.filled`
     does the arithmetic, as the memory store's)."""
     rows, values = filled((worker, manager, read_track_row(*fields)) for worker, manager, *fields
                           in conn.execute(f"SELECT o.worker, o.manager, {_TRACK_FIELDS}"
                                           " FROM orders o ORDER BY o.pos"))
+    conn.execute("DELETE FROM question_queue")
+    conn.execute(f"INSERT INTO question_queue {_QUEUED}")
     conn.execute("DELETE FROM track_tally")
     conn.execute("DELETE FROM track_values")
     with conn.cursor() as cur:
@@ -615,6 +643,7 @@ class PostgresStore:
                          (order.id, dump_json(event.to_json())))
             self._tally(conn, order.to, order.manager, order.id, None, first_track_row(
                 order, event))
+            self._queue(conn, order.id, None, event.to)
             self._announce(conn, order.id, 1)
 
     def _announce(self, conn: psycopg.Connection[Any], order_id: str, seq: int) -> None:
@@ -683,6 +712,7 @@ class PostgresStore:
                 worker, manager, before = old
                 self._tally(conn, worker, manager, order_id, before,
                             self._track_row(conn, order_id)[2])
+            self._queue(conn, order_id, row[1], state)
             self._announce(conn, order_id, event.seq)
 
     def events(self, order_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
@@ -734,28 +764,29 @@ class PostgresStore:
             write_sql(cur.executemany, "%s", worker, manager, order_id, old, new)
 
     def blocked_orders(self, answerer: str | None = None) -> list[BlockedRow]:
-        """One row per blocked order ``answerer`` may answer, newest first: the orders found
-        by index (by state, or by manager and state and by escalate_to), the few fields
-        picked from their documents, and their active sub-orders counted in one query."""
-        found = ("SELECT pos FROM orders WHERE state = 'blocked'" if answerer is None else
-                 "SELECT pos FROM orders WHERE manager = %(a)s AND state = 'blocked' UNION"
-                 " SELECT pos FROM orders WHERE doc->>'escalate_to' = %(a)s"
-                 " AND state = 'blocked'")
+        """One row per blocked order ``answerer`` may answer, newest first, from the question
+        queue (by its indexes by manager and by escalate_to), and their active sub-orders
+        counted in one query."""
+        mine = "" if answerer is None else " WHERE manager = %(a)s OR escalate_to = %(a)s"
         with self._tx(durable=False) as conn:
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             rows = conn.execute(
-                "SELECT o.id, o.doc->>'goal', o.worker, o.manager, o.doc->>'escalate_to',"
-                " o.doc->>'deadline', o.seq, o.updated_at,"
-                " (SELECT jsonb_build_array(r.doc->'attempt', r.doc->'questions')::text"
-                "   FROM reports r WHERE r.order_id = o.id ORDER BY r.idx DESC LIMIT 1),"
-                " (SELECT COUNT(*) FROM reviews v WHERE v.order_id = o.id"
-                "   AND v.doc->>'decision' = 'rework')"
-                f" FROM orders o WHERE o.pos IN ({found}) ORDER BY o.pos DESC",
+                "SELECT order_id, goal, worker, manager, escalate_to, deadline, seq, asked_at,"
+                f" latest, reworks FROM question_queue{mine} ORDER BY pos DESC",
                 {"a": answerer}).fetchall()
             below = dict(conn.execute(_ACTIVE_BELOW, {
                 "ids": [row[0] for row in rows], "active": sorted(ACTIVE),
                 "depth": MAX_CHAIN}).fetchall()) if rows else {}
         return [read_blocked_row(*row, below=below.get(row[0], 0)) for row in rows]
+
+    @staticmethod
+    def _queue(conn: psycopg.Connection[Any], order_id: str, old_state: str | None,
+               state: str) -> None:
+        """Keep the order's row of the question queue as the write leaves it."""
+        if queued(old_state):
+            conn.execute("DELETE FROM question_queue WHERE order_id = %s", (order_id,))
+        if queued(state):
+            conn.execute(f"INSERT INTO question_queue {_QUEUED} AND o.id = %s", (order_id,))
 
     def list_orders(
         self,
@@ -767,7 +798,8 @@ class PostgresStore:
         limit: int | None = 100,
         offset: int = 0,
     ) -> list[OrderRecord]:
-        """Orders matching every filter given, most recently created first."""
+        """Orders matching every filter given, most recently created first; a page costs
+        what it returns, however deep."""
         clauses: list[str] = []
         params: list[Any] = []
         states = state_names(state)
@@ -782,7 +814,11 @@ class PostgresStore:
                 clauses.append(f"{column} = %s")
                 params.append(value)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        return self._records(where, params, limit, offset)
+        # The page's positions first, by an index-only scan of a narrow index (the primary
+        # key, or by state, worker, manager, parent, worker or manager and state): a deep
+        # offset walks index entries, never documents.
+        page = f"SELECT pos FROM orders {where} ORDER BY pos DESC LIMIT %s OFFSET %s"
+        return self._records(f"WHERE pos IN ({page})", [*params, limit, offset], None, 0)
 
     # Gateway call records --------------------------------------------------------------
     @staticmethod

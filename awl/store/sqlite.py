@@ -117,9 +117,29 @@ from awl.store.rules import (
     timestamp,
     webhook_conflict,
 )
-from awl.store.tally import adding_sql, filled, may_change, read_sql, value_sql, write_sql
+from awl.store.tally import (
+    adding_sql,
+    filled,
+    may_change,
+    queued,
+    read_sql,
+    value_sql,
+    write_sql,
+)
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+
+# What the question queue keeps of the blocked orders `o` (`latest`: the JSON array
+# [attempt, questions] of the latest report).
+_QUEUED = """
+    SELECT o.pos, o.id, json_extract(o.doc, '$.goal'), o.worker, o.manager,
+        json_extract(o.doc, '$.escalate_to'), json_extract(o.doc, '$.deadline'), o.seq,
+        o.updated_at,
+        (SELECT json_array(json_extract(r.doc, '$.attempt'), json_extract(r.doc, '$.questions'))
+            FROM reports r WHERE r.order_id = o.id ORDER BY r.idx DESC LIMIT 1),
+        (SELECT COUNT(*) FROM reviews v WHERE v.order_id = o.id
+            AND json_extract(v.doc, '$.decision') = 'rework')
+    FROM orders o WHERE o.state = 'blocked'"""
 
 # Each entry moves the schema up one version; entries are never edited once released, a
 # change is a new entry. Statements run one by one inside the migrating transaction
@@ -362,16 +382,30 @@ MIGRATIONS: tuple[tuple[str | Callable[[sqlite3.Connection], None], ...], ...] =
         "CREATE INDEX track_values_by_worker ON track_values (worker, kind, key, value)",
         "CREATE INDEX track_values_by_manager"
         " ON track_values (worker, manager, kind, key, value)",
-        # The question queue: blocked orders by escalate_to (by manager, the index below).
-        "CREATE INDEX orders_blocked_by_escalation ON orders"
-        " (json_extract(doc, '$.escalate_to'), pos) WHERE state = 'blocked'",
+        # The question queue: what it shows of each blocked order, written in the
+        # transaction of each event that blocks or unblocks it.
+        """CREATE TABLE question_queue (
+            pos INTEGER PRIMARY KEY,
+            order_id TEXT NOT NULL UNIQUE REFERENCES orders (id),
+            goal TEXT NOT NULL,
+            worker TEXT NOT NULL,
+            manager TEXT NOT NULL,
+            escalate_to TEXT,
+            deadline TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            asked_at TEXT NOT NULL,
+            latest TEXT,
+            reworks INTEGER NOT NULL
+        )""",
+        "CREATE INDEX question_queue_by_manager ON question_queue (manager, pos)",
+        "CREATE INDEX question_queue_by_escalation ON question_queue (escalate_to, pos)",
         # Listing by worker or manager and state, and a deep page: a page's positions are
         # found in a narrow index before any document is read.
         "CREATE INDEX orders_by_worker_state ON orders (worker, state, pos)",
         "CREATE INDEX orders_by_manager_state ON orders (manager, state, pos)",
         "CREATE INDEX orders_by_pos ON orders (pos)",
-        # The orders already there.
-        lambda conn: fill_tallies(conn),
+        # The orders already there (the question queue too).
+        lambda conn: fill_derived(conn),
     ),
 )
 
@@ -410,27 +444,31 @@ _TRACK_FIELDS = """o.id, o.state, json_extract(o.doc, '$.budget'),
 
 # The active orders below each of the orders in the JSON array ?1, reached through orders
 # in the states of the JSON array ?3 only, each counted once (a damaged store's cycle ends
-# at depth ?2).
+# at depth ?2). Each step looks children up by the parent index, which the planner would
+# pass over on a desk where most orders have no parent.
 _ACTIVE_BELOW = """
     WITH RECURSIVE below (root, id, depth) AS (
-        SELECT c.parent_id, c.id, 1 FROM orders AS c
-            WHERE c.parent_id IN (SELECT value FROM json_each(?1))
-                AND c.state IN (SELECT value FROM json_each(?3))
+        SELECT j.value, c.id, 1 FROM json_each(?1) AS j
+            CROSS JOIN orders AS c INDEXED BY orders_by_parent ON c.parent_id = j.value
+            WHERE c.state IN (SELECT value FROM json_each(?3))
         UNION
-        SELECT b.root, c.id, b.depth + 1 FROM below AS b JOIN orders AS c
-            ON c.parent_id = b.id WHERE c.state IN (SELECT value FROM json_each(?3))
-            AND b.depth < ?2
+        SELECT b.root, c.id, b.depth + 1 FROM below AS b
+            CROSS JOIN orders AS c INDEXED BY orders_by_parent ON c.parent_id = b.id
+            WHERE c.state IN (SELECT value FROM json_each(?3)) AND b.depth < ?2
     )
     SELECT root, COUNT(DISTINCT id) FROM below WHERE id != root GROUP BY root"""
 
 
-def fill_tallies(conn: sqlite3.Connection) -> None:
-    """Fill the track tallies afresh from the orders stored, oldest first: a migration step,
-    and what a benchmark that bulk-inserts orders runs after (:func:`awl.store.tally.filled`
+def fill_derived(conn: sqlite3.Connection) -> None:
+    """Fill the track tallies and the question queue afresh from the orders stored (the
+    tallies oldest first): a migration step, and what a benchmark that bulk-inserts orders
+    runs after (:func:`awl.store.tally.filled`
     does the arithmetic, as the memory store's)."""
     rows, values = filled((worker, manager, read_track_row(*fields)) for worker, manager, *fields
                           in conn.execute(f"SELECT o.worker, o.manager, {_TRACK_FIELDS}"
                                           " FROM orders o ORDER BY o.pos"))
+    conn.execute("DELETE FROM question_queue")
+    conn.execute(f"INSERT INTO question_queue {_QUEUED}")
     conn.execute("DELETE FROM track_tally")
     conn.execute("DELETE FROM track_values")
     conn.executemany(adding_sql("?"), rows)
@@ -776,6 +814,7 @@ class SQLiteStore:
             )
             self._tally(conn, order.to, order.manager, order.id, None, first_track_row(
                 order, event))
+            self._queue(conn, order.id, None, event.to)
 
     def load(self, order_id: str) -> OrderRecord:
         """The order and all it carries. NotFound if absent."""
@@ -845,6 +884,7 @@ class SQLiteStore:
                 worker, manager, before = old
                 self._tally(conn, worker, manager, order_id, before,
                             self._track_row(conn, order_id)[2])
+            self._queue(conn, order_id, old_state, state)
             self._notify(conn, order_event_kind(event), order_id, event.at,
                          lambda kind, order, counts: notification_payload(
                              kind, order, state, event.at, counts, event=event))
@@ -899,29 +939,28 @@ class SQLiteStore:
         write_sql(conn.executemany, "?", worker, manager, order_id, old, new)
 
     def blocked_orders(self, answerer: str | None = None) -> list[BlockedRow]:
-        """One row per blocked order ``answerer`` may answer, newest first: the orders found
-        by index (by state, or by manager and state and by escalate_to), the few fields
-        picked from their documents, and their active sub-orders counted in one query."""
-        found = ("SELECT pos FROM orders WHERE state = 'blocked'" if answerer is None else
-                 "SELECT pos FROM orders WHERE manager = ?1 AND state = 'blocked' UNION"
-                 " SELECT pos FROM orders WHERE json_extract(doc, '$.escalate_to') = ?1"
-                 " AND state = 'blocked'")
+        """One row per blocked order ``answerer`` may answer, newest first, from the question
+        queue (by its indexes by manager and by escalate_to), and their active sub-orders
+        counted in one query."""
+        mine = "" if answerer is None else " WHERE manager = ?1 OR escalate_to = ?1"
         with self._read() as conn:
             rows = conn.execute(
-                "SELECT o.id, json_extract(o.doc, '$.goal'), o.worker, o.manager,"
-                " json_extract(o.doc, '$.escalate_to'), json_extract(o.doc, '$.deadline'),"
-                " o.seq, o.updated_at,"
-                " (SELECT json_array(json_extract(r.doc, '$.attempt'),"
-                "   json_extract(r.doc, '$.questions')) FROM reports r"
-                "   WHERE r.order_id = o.id ORDER BY r.idx DESC LIMIT 1),"
-                " (SELECT COUNT(*) FROM reviews v WHERE v.order_id = o.id"
-                "   AND json_extract(v.doc, '$.decision') = 'rework')"
-                f" FROM orders o WHERE o.pos IN ({found}) ORDER BY o.pos DESC",
+                "SELECT order_id, goal, worker, manager, escalate_to, deadline, seq, asked_at,"
+                f" latest, reworks FROM question_queue{mine} ORDER BY pos DESC",
                 () if answerer is None else (answerer,)).fetchall()
             below = dict(conn.execute(_ACTIVE_BELOW, (
                 json.dumps([row[0] for row in rows]), MAX_CHAIN, json.dumps(sorted(ACTIVE)),
             )).fetchall()) if rows else {}
         return [read_blocked_row(*row, below=below.get(row[0], 0)) for row in rows]
+
+    @staticmethod
+    def _queue(conn: sqlite3.Connection, order_id: str, old_state: str | None,
+               state: str) -> None:
+        """Keep the order's row of the question queue as the write leaves it."""
+        if queued(old_state):
+            conn.execute("DELETE FROM question_queue WHERE order_id = ?", (order_id,))
+        if queued(state):
+            conn.execute(f"INSERT INTO question_queue {_QUEUED} AND o.id = ?", (order_id,))
 
     def list_orders(
         self,
@@ -933,7 +972,8 @@ class SQLiteStore:
         limit: int | None = 100,
         offset: int = 0,
     ) -> list[OrderRecord]:
-        """Orders matching every filter given, most recently created first."""
+        """Orders matching every filter given, most recently created first; a page costs
+        what it returns, however deep."""
         clauses: list[str] = []
         params: list[Any] = []
         states = state_names(state)
@@ -944,7 +984,12 @@ class SQLiteStore:
             params.extend(states)
         where = _where(clauses, params, (("worker", worker), ("manager", manager),
                                          ("parent_id", parent_id)))
-        return self._records(where, params, limit, offset)
+        # The page's positions first, from a narrow index (by state, worker, manager, parent,
+        # worker or manager and state, or position alone): a deep offset walks index entries,
+        # never documents.
+        page = f"SELECT pos FROM orders {where} ORDER BY pos DESC LIMIT ? OFFSET ?"
+        return self._records(f"WHERE pos IN ({page})",
+                             [*params, -1 if limit is None else limit, offset], None, 0)
 
     # Gateway call records --------------------------------------------------------------
     @staticmethod

@@ -25,16 +25,15 @@ sum over the worker's orders up to float rounding.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from awl.documents.lifecycle import ACTIVE
 from awl.documents.models import Review, WorkReport, parse_time
 from awl.store.protocol import OrderRecord, TrackRecord, TrackRow, UnitSpend
 
 __all__ = ["ALL", "OUTCOMES", "Change", "Tally", "filled", "may_change", "median_of", "middle",
-           "outcome_of", "read_sql", "record_from", "scopes", "tally_changes", "track_values",
-           "write_sql"]
+           "outcome_of", "queued", "read_sql", "record_from", "scopes", "tally_changes",
+           "track_values", "write_sql"]
 
 OUTCOMES = ("approved_first_time", "approved_after_rework", "failed", "expired",
             "cancelled", "declined", "active")
@@ -56,8 +55,7 @@ def outcome_of(row: TrackRow | OrderRecord) -> str:
     return "active"
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
+class Change(NamedTuple):
     """One change to a tally row: add ``orders``, ``spent`` and ``budget`` to it."""
 
     kind: str
@@ -92,7 +90,7 @@ def track_values(row: TrackRow) -> list[tuple[str, str, float]]:
     return out
 
 
-def _contributions(row: TrackRow) -> list[Change]:
+def _contributions(row: TrackRow, values: list[tuple[str, str, float]]) -> list[Change]:
     outcome = outcome_of(row)
     out = [Change("outcome", outcome, 1)]
     if outcome == "approved_after_rework":
@@ -101,7 +99,7 @@ def _contributions(row: TrackRow) -> list[Change]:
         limit = row.budget.get(unit)
         if limit is not None:
             out.append(Change("spend", unit, 1, value, limit))
-    out += [Change(kind, key, 1) for kind, key, _ in track_values(row)]
+    out += [Change(kind, key, 1) for kind, key, _ in values]
     return out
 
 
@@ -109,12 +107,11 @@ def tally_changes(old: TrackRow | None, new: TrackRow | None) -> list[Change]:
     """What a write that turns the order's row ``old`` into ``new`` (None: no order) changes
     in its worker's tallies, in the order every backend applies them: nothing when the
     contributions are equal."""
-    before = _contributions(old) if old is not None else []
-    after = _contributions(new) if new is not None else []
+    before = _contributions(old, track_values(old)) if old is not None else []
+    after = _contributions(new, track_values(new)) if new is not None else []
     if before == after:
         return []
-    return [replace(c, orders=-c.orders, spent=-c.spent, budget=-c.budget)
-            for c in before] + after
+    return [Change(c.kind, c.key, -c.orders, -c.spent, -c.budget) for c in before] + after
 
 
 def may_change(old_state: str, state: str, report: WorkReport | None,
@@ -124,6 +121,12 @@ def may_change(old_state: str, state: str, report: WorkReport | None,
     if report is not None or review is not None:
         return True
     return not (old_state == state or (old_state in ACTIVE and state in ACTIVE))
+
+
+def queued(state: str | None) -> bool:
+    """Whether an order in ``state`` (None: no order yet) has a row in the question queue a
+    SQL backend keeps (only blocked orders have questions)."""
+    return state == "blocked"
 
 
 def middle(count: int) -> tuple[int, int]:

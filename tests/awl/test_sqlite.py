@@ -63,9 +63,8 @@ def _back_to(path: Path, version: int, *undo: str) -> None:
     conn = sqlite3.connect(path, isolation_level=None)
     if version < 8:  # the track tallies and the indexes migration 8 makes again
         undo = (*undo, "DROP TABLE track_tally", "DROP TABLE track_values",
-                *(f"DROP INDEX {name}" for name in (
-                    "orders_blocked_by_escalation", "orders_by_worker_state",
-                    "orders_by_manager_state", "orders_by_pos")))
+                "DROP TABLE question_queue", *(f"DROP INDEX {name}" for name in (
+                    "orders_by_worker_state", "orders_by_manager_state", "orders_by_pos")))
     if version < 7:  # the webhook tables, which migration 7 makes again
         undo = (*undo, "DROP TABLE webhooks", "DROP TABLE outbox")
     for statement in undo:

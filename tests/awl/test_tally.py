@@ -23,21 +23,13 @@ from tests.awl.desk_support import (
     MANAGER,
     WORKER,
     Clock,
-    open_store,
     order_fields,
     report_fields,
     working,
 )
+from tests.awl.test_store import _open
 
 OTHER = "agent:other"
-
-
-def _open(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:
-    if kind == "postgres":
-        from awl.store.postgres import PostgresStore
-
-        return PostgresStore(request.getfixturevalue("pg_url"))
-    return open_store(kind, tmp_path)
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])

@@ -288,9 +288,12 @@ MIGRATIONS: tuple[tuple[str | Callable[[psycopg.Connection[Any]], None], ...], .
         )""",
         "CREATE INDEX question_queue_by_manager ON question_queue (manager, pos)",
         "CREATE INDEX question_queue_by_escalation ON question_queue (escalate_to, pos)",
-        # Listing by worker or manager and state.
+        # Listing by worker, manager or parent and state, and a deep page or one of several
+        # states: a page's positions are found in a narrow index before any document is read.
         "CREATE INDEX orders_by_worker_state ON orders (worker, state, pos)",
         "CREATE INDEX orders_by_manager_state ON orders (manager, state, pos)",
+        "CREATE INDEX orders_by_parent_state ON orders (parent_id, state, pos)",
+        "CREATE INDEX orders_by_pos_state ON orders (pos, state)",
         # The orders already there (the question queue too).
         lambda conn: fill_derived(conn),
     ),
@@ -702,9 +705,9 @@ class PostgresStore(SQLStore):
                 clauses.append(f"{column} = %s")
                 params.append(value)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        # The page's positions first, by an index-only scan of a narrow index (the primary
-        # key, or by state, worker, manager, parent, worker or manager and state): a deep
-        # offset walks index entries, never documents.
+        # The page's positions first, by an index-only scan of a narrow index (by state; by
+        # worker, manager or parent, with a state or not; or by position, with states or
+        # not): a deep offset walks index entries, never documents.
         page = f"SELECT pos FROM orders {where} ORDER BY pos DESC LIMIT %s OFFSET %s"
         return self._records(f"WHERE pos IN ({page})", [*params, limit, offset], None, 0)
 

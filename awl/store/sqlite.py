@@ -358,11 +358,12 @@ MIGRATIONS: tuple[tuple[str | Callable[[sqlite3.Connection], None], ...], ...] =
         )""",
         "CREATE INDEX question_queue_by_manager ON question_queue (manager, pos)",
         "CREATE INDEX question_queue_by_escalation ON question_queue (escalate_to, pos)",
-        # Listing by worker or manager and state, and a deep page: a page's positions are
-        # found in a narrow index before any document is read.
+        # Listing by worker, manager or parent and state, and a deep page or one of several
+        # states: a page's positions are found in a narrow index before any document is read.
         "CREATE INDEX orders_by_worker_state ON orders (worker, state, pos)",
         "CREATE INDEX orders_by_manager_state ON orders (manager, state, pos)",
-        "CREATE INDEX orders_by_pos ON orders (pos)",
+        "CREATE INDEX orders_by_parent_state ON orders (parent_id, state, pos)",
+        "CREATE INDEX orders_by_pos_state ON orders (pos, state)",
         # The orders already there (the question queue too).
         lambda conn: fill_derived(conn),
     ),
@@ -791,9 +792,9 @@ class SQLiteStore(SQLStore):
             params.extend(states)
         where = _where(clauses, params, (("worker", worker), ("manager", manager),
                                          ("parent_id", parent_id)))
-        # The page's positions first, from a narrow index (by state, worker, manager, parent,
-        # worker or manager and state, or position alone): a deep offset walks index entries,
-        # never documents.
+        # The page's positions first, from a narrow index (by state; by worker, manager or
+        # parent, with a state or not; or by position, with states or not): a deep offset
+        # walks index entries, never documents.
         page = f"SELECT pos FROM orders {where} ORDER BY pos DESC LIMIT ? OFFSET ?"
         return self._records(f"WHERE pos IN ({page})",
                              [*params, -1 if limit is None else limit, offset], None, 0)

@@ -266,12 +266,17 @@ class MemoryStore:
         parent_id: str | None = None,
         limit: int | None = 100,
         offset: int = 0,
+        before: str | None = None,
     ) -> list[OrderRecord]:
         """Orders matching every filter given, most recently created first."""
         states = state_names(state)
         with self._lock:
+            newest = list(reversed(self._orders.values()))
+            if before is not None:
+                self._get(before)
+                newest = newest[[o.order.id for o in newest].index(before) + 1:]
             found = [
-                o.record() for o in reversed(self._orders.values())
+                o.record() for o in newest
                 if (states is None or o.state in states)
                 and (worker is None or o.order.to == worker)
                 and (manager is None or o.order.manager == manager)

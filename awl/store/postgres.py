@@ -688,6 +688,7 @@ class PostgresStore(SQLStore):
         parent_id: str | None = None,
         limit: int | None = 100,
         offset: int = 0,
+        before: str | None = None,
     ) -> list[OrderRecord]:
         """Orders matching every filter given, most recently created first; a page costs
         what it returns, however deep."""
@@ -699,6 +700,9 @@ class PostgresStore(SQLStore):
                 return []
             clauses.append("state = ANY(%s)")
             params.append(states)
+        if before is not None:
+            clauses.append("pos < %s")
+            params.append(self._position(before))
         for column, value in (("worker", worker), ("manager", manager),
                               ("parent_id", parent_id)):
             if value is not None:

@@ -417,12 +417,15 @@ class OrderStore(Protocol):
         parent_id: str | None = None,
         limit: int | None = 100,
         offset: int = 0,
+        before: str | None = None,
     ) -> list[OrderRecord]:
         """Orders matching every filter given, most recently created first.
 
-        ``limit=None`` returns every match (for bulk reads). A page costs what it returns,
-        however deep its ``offset`` and whichever filters are given (indexes find the page's
-        orders before any document is read)."""
+        ``limit=None`` returns every match (for bulk reads). ``before`` (an order's id, the
+        last of the page before) keeps only the orders created before that one: the next
+        page, found by position, so it costs the same however deep (NotFound if there is no
+        such order). An ``offset`` walks index entries to its page, never documents
+        (BIND-17)."""
         ...
 
     def blocked_orders(self, answerer: str | None = None) -> list[BlockedRow]:

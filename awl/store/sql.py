@@ -284,6 +284,16 @@ class SQLStore(ABC):
             self._queue(conn, order.id, None, event.to)
             self._announce(conn, order.id, 1)
 
+    def _position(self, order_id: str) -> int:
+        """The order's position (the newest has the highest); NotFound if absent: where a
+        listing page ``before`` it starts."""
+        with self._read() as conn:
+            row = conn.execute(self.dialect.sql("SELECT pos FROM orders WHERE id = ?"),
+                               (order_id,)).fetchone()
+        if row is None:
+            raise order_not_found(order_id)
+        return int(row[0])
+
     # Track records and the question queue, kept in the writes above (awl.store.tally) ------
     def _track_row(self, conn: Connection, order_id: str) -> tuple[str, str, TrackRow]:
         """The order's worker, manager and track row, as they stand in this write."""

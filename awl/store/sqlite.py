@@ -779,6 +779,7 @@ class SQLiteStore(SQLStore):
         parent_id: str | None = None,
         limit: int | None = 100,
         offset: int = 0,
+        before: str | None = None,
     ) -> list[OrderRecord]:
         """Orders matching every filter given, most recently created first; a page costs
         what it returns, however deep."""
@@ -790,6 +791,9 @@ class SQLiteStore(SQLStore):
                 return []
             clauses.append(f"state IN ({','.join('?' * len(states))})")
             params.extend(states)
+        if before is not None:
+            clauses.append("pos < ?")
+            params.append(self._position(before))
         where = _where(clauses, params, (("worker", worker), ("manager", manager),
                                          ("parent_id", parent_id)))
         # The page's positions first, from a narrow index (by state; by worker, manager or

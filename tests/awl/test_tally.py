@@ -297,3 +297,28 @@ def test_a_deep_sqlite_page_finds_its_orders_in_an_index(
         assert reads[1:] and all("COVERING INDEX" in step for step in reads[1:]), plan
     finally:
         store.close()
+
+
+@pytest.mark.spec("BIND-17")
+def test_pages_after_a_cursor_are_the_pages_at_an_offset(store: Store) -> None:
+    """Listing ``before`` the last order of a page gives the next page, with any filter, as
+    an offset does; a cursor naming no order is NotFound."""
+    from awl.documents.errors import NotFound
+
+    desk = Desk(store, clock=Clock())
+    for i in range(7):
+        view = working(desk, manager=(MANAGER, HELPER)[i % 2])
+        if i % 3 == 0:
+            desk.cancel(view.id, view.order.manager, "not needed")
+    for filters in ({}, {"manager": MANAGER}, {"state": "working"},
+                    {"worker": WORKER, "state": ["working", "cancelled"]}):
+        by_offset = [[v.id for v in desk.list(**filters, limit=2, offset=n)]
+                     for n in range(0, 8, 2)]
+        by_cursor: list[list[str]] = []
+        page = [v.id for v in desk.list(**filters, limit=2)]
+        while page:
+            by_cursor.append(page)
+            page = [v.id for v in desk.list(**filters, limit=2, before=page[-1])]
+        assert by_cursor == [p for p in by_offset if p], filters
+    with pytest.raises(NotFound):
+        desk.list(before="wo_nosuchorder")

@@ -22,8 +22,15 @@ What holds across hosts, and how:
   loses none of them (the server has them); a crash of the server itself may lose those
   of its last few hundred milliseconds, and the next durable commit (a ``held`` or
   ``dispatching`` mark above all) flushes every earlier one with it.
-- Effects (``dispatching`` above all), order events, locks, passes, revocations and tokens
-  are durable before the call returns.
+- Effects (``dispatching`` above all), order events, locks, passes, revocations, tokens,
+  webhooks and delivery attempts are durable before the call returns.
+- Webhooks (HOOK-1 to HOOK-6): the outbox row of a notification is written in the
+  transaction of the event or effect write that causes it, so both commit or neither does
+  (a writer killed between the two leaves neither). Deliverers on several hosts claim at
+  once: a claim locks the due rows it takes with ``FOR UPDATE SKIP LOCKED``, so two never
+  take the same one, and makes them due again only when the lease ends. A write that
+  notifies holds the webhooks it read (``FOR KEY SHARE``), so a removal running meanwhile
+  waits for it and then kills the notifications it wrote.
 - The commit lock is a row and a session advisory lock held on a connection of its own:
   when the holder dies its connection closes and the server lets the lock go at once, so
   the next committer takes it without waiting out a lease. A takeover of a live holder
@@ -37,7 +44,11 @@ What holds across hosts, and how:
   several processes opening a new database at once migrate it once; a database made by a
   newer version is refused before anything is written.
 
-The checks every backend shares live in :mod:`awl.store.rules`; this module calls them.
+The checks every backend shares live in :mod:`awl.store.rules`; the statements the SQL
+backends share (orders' logs, effects, passes, tokens, webhooks and the outbox) live in
+:class:`awl.store.sql.SQLStore`, spelled for PostgreSQL by :data:`DIALECT`. This module keeps
+what is its own: connections and pools, migrations, the call path, listings, the commit lock,
+published keys and ``LISTEN``.
 """
 
 from __future__ import annotations

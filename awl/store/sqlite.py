@@ -25,6 +25,11 @@ leave nothing behind).
 Documents are kept as JSON text exactly as their models dump them; the columns beside them
 exist only to filter, order and check.
 
+The statements this store shares with PostgreSQL's (orders' logs, effects, passes, tokens,
+webhooks and the outbox) live in :class:`awl.store.sql.SQLStore`, spelled for SQLite by
+:data:`DIALECT`; this module keeps its connections, migrations, the call path, listings and
+the commit lock.
+
 By default SQLite checkpoints the write-ahead log itself, inside whichever commit finds the
 log long (copying pages into the desk file and syncing it: tens of milliseconds added to one
 unlucky write). With ``checkpoint_every`` (the gateway sets it, STO-14) this store's

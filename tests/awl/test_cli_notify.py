@@ -75,7 +75,7 @@ def awl(*args: str) -> Iterator[subprocess.Popen[bytes]]:
         assert b"Traceback" not in err, err.decode()
 
 
-@pytest.mark.spec("HOOK-1")
+@pytest.mark.spec("HOOK-1", "BIND-14")
 def test_add_list_remove_and_log(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                  store_url: str | None) -> None:
     """`add --json` prints the secret once; `list` never does; `log` shows the outbox; a bad

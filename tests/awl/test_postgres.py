@@ -382,6 +382,7 @@ print("appended", flush=True)
 
 
 @pytest.mark.spec("HOOK-3")
+@pytest.mark.slow
 def test_a_writer_killed_between_an_event_and_its_notification_leaves_neither(
         pg_url: str) -> None:
     """kill -9 of a process whose append has written the event and is writing its

@@ -436,12 +436,6 @@ class PostgresStore(SQLStore):
             for durable in (True, False)
         }
 
-    def __enter__(self) -> PostgresStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # Connections and transactions -------------------------------------------------------
     def _connect(self, *, autocommit: bool) -> psycopg.Connection[Any]:
         """A connection of its own (outside the pools)."""
@@ -506,24 +500,8 @@ class PostgresStore(SQLStore):
             # Held to the end of this transaction: a second process opening a new database
             # waits here, then finds it migrated.
             conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_key(f"awl:{self.schema}"),))
-            conn.execute("CREATE TABLE IF NOT EXISTS awl_schema (version INTEGER NOT NULL)")
-            row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
-            version = int(row[0] or 0) if row is not None else 0
-            if version > SCHEMA_VERSION:
-                raise StoreUnavailable(
-                    f"the desk at {self._where} has schema version {version}, newer than "
-                    f"this awl ({SCHEMA_VERSION}); upgrade agent-work-layer to open it")
-            for number in range(version, SCHEMA_VERSION):
-                for statement in MIGRATIONS[number]:
-                    conn.execute(statement)
-                conn.execute("INSERT INTO awl_schema (version) VALUES (%s)", (number + 1,))
+            self._upgrade(conn, MIGRATIONS, f"the desk at {self._where}")
         conn.commit()
-
-    def schema_version(self) -> int:
-        """The schema version of the open database."""
-        with self._tx(durable=False) as conn:
-            row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
-        return int(row[0]) if row is not None else 0
 
     def close(self) -> None:
         """Close every connection (which lets go of every lock held); calls after this

@@ -29,8 +29,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, Self
 
+from awl.documents.errors import StoreUnavailable
 from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
 from awl.store.protocol import (
     DeliveryAttempt,
@@ -206,6 +207,42 @@ class SQLStore(ABC):
     def _announce(self, conn: Connection, order_id: str, seq: int) -> None:
         """Tell whoever listens, when this transaction commits, that the order's log is at
         ``seq`` (a backend that cannot push news does nothing: its waiters poll)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close every connection; calls after this raise."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # The schema -----------------------------------------------------------------------------
+    @classmethod
+    def _upgrade(cls, conn: Connection, migrations: Sequence[Sequence[str]], desk: str) -> None:
+        """Run the ``migrations`` the schema has not had yet, in the caller's transaction
+        (which the backend makes exclusive: one process migrates a new desk, the others
+        wait and find it done); ``desk`` names the desk in the refusal of one whose schema
+        is newer than this code (nothing is written then)."""
+        conn.execute("CREATE TABLE IF NOT EXISTS awl_schema (version INTEGER NOT NULL)")
+        row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
+        version = int(row[0] or 0) if row is not None else 0
+        if version > len(migrations):
+            raise StoreUnavailable(
+                f"{desk} has schema version {version}, newer than this awl "
+                f"({len(migrations)}); upgrade agent-work-layer to open it")
+        for number in range(version, len(migrations)):
+            for statement in migrations[number]:
+                conn.execute(statement)
+            conn.execute(cls.dialect.sql("INSERT INTO awl_schema (version) VALUES (?)"),
+                         (number + 1,))
+
+    def schema_version(self) -> int:
+        """The schema version of the open desk."""
+        with self._read() as conn:
+            row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
+        return int(row[0]) if row is not None and row[0] is not None else 0
 
     # Reads shared by the writes -------------------------------------------------------------
     @classmethod

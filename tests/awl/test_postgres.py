@@ -424,3 +424,36 @@ def _backend_in(url: str, name: str, wait_event: str, query: str) -> int:
             return int(str(found[0][0]))
         assert time.monotonic() < deadline, f"no connection of {name} reached {query}"
         time.sleep(0.02)
+
+
+@pytest.mark.spec("HOOK-6")
+def test_a_webhook_removed_while_an_event_notifies_it_leaves_nothing_pending(
+        pg_url: str) -> None:
+    """Another host removes a webhook while an append that notifies it is between reading
+    the webhooks and writing the notification: the removal waits for the append, then kills
+    that notification, so none is left pending for a webhook that is gone."""
+    from tests.awl.test_store_outbox import T1, T2, hook, working
+
+    name = f"awl_race_{os.getpid()}_{time.monotonic_ns()}"
+    with PostgresStore(f"{pg_url}&application_name={name}") as writer, \
+            PostgresStore(pg_url) as other:
+        writer.add_webhook(hook())
+        working(writer)
+        errors: list[BaseException] = []
+
+        def append() -> None:
+            try:
+                writer.append("o1", ev(4, "report", "working", "submitted"), state="submitted")
+            except BaseException as exc:
+                errors.append(exc)
+
+        with _outbox_trigger(pg_url, "PERFORM pg_sleep(1)"):
+            thread = threading.Thread(target=append)
+            thread.start()
+            _backend_in(pg_url, name, "PgSleep", "INSERT INTO outbox")
+            assert other.remove_webhook("wh_1", at=T1) is True
+            thread.join(30)
+        assert errors == []
+        [note] = other.notifications()
+        assert (note.state, note.error) == ("dead", "its webhook was removed")
+        assert other.claim_notifications(now=T2, lease_until=T2, limit=5) == []

@@ -157,7 +157,7 @@ class Dialect:
         return f"WHERE {' AND '.join(clauses)}" if clauses else ""
 
 
-def webhook_from(doc: str) -> Webhook:
+def _webhook_from(doc: str) -> Webhook:
     """A webhook from its stored JSON text."""
     data = json.loads(doc)
     orders = data.pop("orders")
@@ -165,7 +165,7 @@ def webhook_from(doc: str) -> Webhook:
                    orders=None if orders is None else tuple(orders))
 
 
-def notification_from(doc: str) -> Notification:
+def _notification_from(doc: str) -> Notification:
     """A notification from its stored JSON text."""
     data = json.loads(doc)
     attempts = tuple(DeliveryAttempt(**a) for a in data.pop("attempts"))
@@ -551,7 +551,7 @@ class SQLStore(ABC):
         q = cls.dialect.sql
         # The webhooks stay until this write ends: a removal waits for it, and then finds
         # the notifications it wrote (and kills them with the webhook).
-        hooks = [webhook_from(doc) for (doc,) in conn.execute(
+        hooks = [_webhook_from(doc) for (doc,) in conn.execute(
             q("SELECT doc{text} FROM webhooks ORDER BY pos{share}")).fetchall()]
 
         def body(kind: str) -> dict[str, Any]:
@@ -582,7 +582,7 @@ class SQLStore(ABC):
         with self._read() as conn:
             rows = conn.execute(self.dialect.sql(
                 "SELECT doc{text} FROM webhooks ORDER BY pos")).fetchall()
-        return [webhook_from(doc) for (doc,) in rows]
+        return [_webhook_from(doc) for (doc,) in rows]
 
     def remove_webhook(self, webhook_id: str, *, at: str) -> bool:
         """Forget a webhook; its pending notifications become dead, in one durable
@@ -595,7 +595,7 @@ class SQLStore(ABC):
             for (doc,) in conn.execute(q(
                     "SELECT doc{text} FROM outbox WHERE webhook_id = ? AND state = 'pending'"
                     " ORDER BY pos{lock}"), (webhook_id,)).fetchall():
-                self._put_notification(conn, orphaned(notification_from(doc), at))
+                self._put_notification(conn, orphaned(_notification_from(doc), at))
             return True
 
     @classmethod
@@ -626,11 +626,11 @@ class SQLStore(ABC):
                 (moment, max(limit, 0))).fetchall()
             if not rows:
                 return []
-            hooks = {w.id: w for w in (webhook_from(d) for (d,) in conn.execute(
+            hooks = {w.id: w for w in (_webhook_from(d) for (d,) in conn.execute(
                 q("SELECT doc{text} FROM webhooks")).fetchall())}
             claimed = []
             for (doc,) in rows:
-                note = replace(notification_from(doc), next_at=lease_until)
+                note = replace(_notification_from(doc), next_at=lease_until)
                 self._put_notification(conn, note)
                 claimed.append((note, hooks[note.webhook_id]))  # removal kills its notes
             return claimed
@@ -644,7 +644,7 @@ class SQLStore(ABC):
                                (notification_id,)).fetchone()
             if row is None:
                 raise notification_not_found(notification_id)
-            new = after_attempt(notification_from(row[0]), attempt, state=state,
+            new = after_attempt(_notification_from(row[0]), attempt, state=state,
                                 next_at=next_at, error=error)
             self._put_notification(conn, new)
             return new
@@ -660,4 +660,4 @@ class SQLStore(ABC):
             rows = conn.execute(
                 f"{q('SELECT doc{text} FROM outbox')} {where} {q('ORDER BY pos DESC LIMIT ?')}",
                 (*params, self.dialect.no_limit if limit is None else limit)).fetchall()
-        return [notification_from(doc) for (doc,) in rows]
+        return [_notification_from(doc) for (doc,) in rows]

@@ -22,8 +22,15 @@ What holds across hosts, and how:
   loses none of them (the server has them); a crash of the server itself may lose those
   of its last few hundred milliseconds, and the next durable commit (a ``held`` or
   ``dispatching`` mark above all) flushes every earlier one with it.
-- Effects (``dispatching`` above all), order events, locks, passes, revocations and tokens
-  are durable before the call returns.
+- Effects (``dispatching`` above all), order events, locks, passes, revocations, tokens,
+  webhooks and delivery attempts are durable before the call returns.
+- Webhooks (HOOK-1 to HOOK-6): the outbox row of a notification is written in the
+  transaction of the event or effect write that causes it, so both commit or neither does
+  (a writer killed between the two leaves neither). Deliverers on several hosts claim at
+  once: a claim locks the due rows it takes with ``FOR UPDATE SKIP LOCKED``, so two never
+  take the same one, and makes them due again only when the lease ends. A write that
+  notifies holds the webhooks it read (``FOR KEY SHARE``), so a removal running meanwhile
+  waits for it and then kills the notifications it wrote.
 - The commit lock is a row and a session advisory lock held on a connection of its own:
   when the holder dies its connection closes and the server lets the lock go at once, so
   the next committer takes it without waiting out a lease. A takeover of a live holder
@@ -37,7 +44,11 @@ What holds across hosts, and how:
   several processes opening a new database at once migrate it once; a database made by a
   newer version is refused before anything is written.
 
-The checks every backend shares live in :mod:`awl.store.rules`; this module calls them.
+The checks every backend shares live in :mod:`awl.store.rules`; the statements the SQL
+backends share (orders' logs, effects, passes, tokens, webhooks and the outbox) live in
+:class:`awl.store.sql.SQLStore`, spelled for PostgreSQL by :data:`DIALECT`. This module keeps
+what is its own: connections and pools, migrations, the call path, listings, the commit lock,
+published keys and ``LISTEN``.
 """
 
 from __future__ import annotations
@@ -541,12 +552,6 @@ class PostgresStore(SQLStore):
             for durable in (True, False)
         }
 
-    def __enter__(self) -> PostgresStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # Connections and transactions -------------------------------------------------------
     def _connect(self, *, autocommit: bool) -> psycopg.Connection[Any]:
         """A connection of its own (outside the pools)."""
@@ -611,27 +616,8 @@ class PostgresStore(SQLStore):
             # Held to the end of this transaction: a second process opening a new database
             # waits here, then finds it migrated.
             conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_key(f"awl:{self.schema}"),))
-            conn.execute("CREATE TABLE IF NOT EXISTS awl_schema (version INTEGER NOT NULL)")
-            row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
-            version = int(row[0] or 0) if row is not None else 0
-            if version > SCHEMA_VERSION:
-                raise StoreUnavailable(
-                    f"the desk at {self._where} has schema version {version}, newer than "
-                    f"this awl ({SCHEMA_VERSION}); upgrade agent-work-layer to open it")
-            for number in range(version, SCHEMA_VERSION):
-                for statement in MIGRATIONS[number]:
-                    if callable(statement):
-                        statement(conn)
-                    else:
-                        conn.execute(statement)
-                conn.execute("INSERT INTO awl_schema (version) VALUES (%s)", (number + 1,))
+            self._upgrade(conn, MIGRATIONS, f"the desk at {self._where}")
         conn.commit()
-
-    def schema_version(self) -> int:
-        """The schema version of the open database."""
-        with self._tx(durable=False) as conn:
-            row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
-        return int(row[0]) if row is not None else 0
 
     def close(self) -> None:
         """Close every connection (which lets go of every lock held); calls after this

@@ -29,8 +29,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, Self
 
+from awl.documents.errors import StoreUnavailable
 from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
 from awl.store.protocol import (
     DeliveryAttempt,
@@ -161,7 +162,7 @@ class Dialect:
         return f"WHERE {' AND '.join(clauses)}" if clauses else ""
 
 
-def webhook_from(doc: str) -> Webhook:
+def _webhook_from(doc: str) -> Webhook:
     """A webhook from its stored JSON text."""
     data = json.loads(doc)
     orders = data.pop("orders")
@@ -169,7 +170,7 @@ def webhook_from(doc: str) -> Webhook:
                    orders=None if orders is None else tuple(orders))
 
 
-def notification_from(doc: str) -> Notification:
+def _notification_from(doc: str) -> Notification:
     """A notification from its stored JSON text."""
     data = json.loads(doc)
     attempts = tuple(DeliveryAttempt(**a) for a in data.pop("attempts"))
@@ -224,6 +225,47 @@ class SQLStore(ABC):
     def _announce(self, conn: Connection, order_id: str, seq: int) -> None:
         """Tell whoever listens, when this transaction commits, that the order's log is at
         ``seq`` (a backend that cannot push news does nothing: its waiters poll)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close every connection; calls after this raise."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # The schema -----------------------------------------------------------------------------
+    @classmethod
+    def _upgrade(cls, conn: Connection, migrations: Sequence[Sequence[str | Callable[[Any], None]]],
+                 desk: str) -> None:
+        """Run the ``migrations`` the schema has not had yet, in the caller's transaction
+        (which the backend makes exclusive: one process migrates a new desk, the others
+        wait and find it done); ``desk`` names the desk in the refusal of one whose schema
+        is newer than this code (nothing is written then)."""
+        conn.execute("CREATE TABLE IF NOT EXISTS awl_schema (version INTEGER NOT NULL)")
+        row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
+        version = int(row[0] or 0) if row is not None else 0
+        if version > len(migrations):
+            raise StoreUnavailable(
+                f"{desk} has schema version {version}, newer than this awl "
+                f"({len(migrations)}); upgrade agent-work-layer to open it")
+        for number in range(version, len(migrations)):
+            for statement in migrations[number]:
+                # A step may be a function of the connection (a backfill computed in Python).
+                if callable(statement):
+                    statement(conn)
+                else:
+                    conn.execute(statement)
+            conn.execute(cls.dialect.sql("INSERT INTO awl_schema (version) VALUES (?)"),
+                         (number + 1,))
+
+    def schema_version(self) -> int:
+        """The schema version of the open desk."""
+        with self._read() as conn:
+            row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
+        return int(row[0]) if row is not None and row[0] is not None else 0
 
     # Reads shared by the writes -------------------------------------------------------------
     @classmethod
@@ -593,7 +635,7 @@ class SQLStore(ABC):
         q = cls.dialect.sql
         # The webhooks stay until this write ends: a removal waits for it, and then finds
         # the notifications it wrote (and kills them with the webhook).
-        hooks = [webhook_from(doc) for (doc,) in conn.execute(
+        hooks = [_webhook_from(doc) for (doc,) in conn.execute(
             q("SELECT doc{text} FROM webhooks ORDER BY pos{share}")).fetchall()]
 
         def body(kind: str) -> dict[str, Any]:
@@ -624,7 +666,7 @@ class SQLStore(ABC):
         with self._read() as conn:
             rows = conn.execute(self.dialect.sql(
                 "SELECT doc{text} FROM webhooks ORDER BY pos")).fetchall()
-        return [webhook_from(doc) for (doc,) in rows]
+        return [_webhook_from(doc) for (doc,) in rows]
 
     def remove_webhook(self, webhook_id: str, *, at: str) -> bool:
         """Forget a webhook; its pending notifications become dead, in one durable
@@ -637,7 +679,7 @@ class SQLStore(ABC):
             for (doc,) in conn.execute(q(
                     "SELECT doc{text} FROM outbox WHERE webhook_id = ? AND state = 'pending'"
                     " ORDER BY pos{lock}"), (webhook_id,)).fetchall():
-                self._put_notification(conn, orphaned(notification_from(doc), at))
+                self._put_notification(conn, orphaned(_notification_from(doc), at))
             return True
 
     @classmethod
@@ -668,11 +710,11 @@ class SQLStore(ABC):
                 (moment, max(limit, 0))).fetchall()
             if not rows:
                 return []
-            hooks = {w.id: w for w in (webhook_from(d) for (d,) in conn.execute(
+            hooks = {w.id: w for w in (_webhook_from(d) for (d,) in conn.execute(
                 q("SELECT doc{text} FROM webhooks")).fetchall())}
             claimed = []
             for (doc,) in rows:
-                note = replace(notification_from(doc), next_at=lease_until)
+                note = replace(_notification_from(doc), next_at=lease_until)
                 self._put_notification(conn, note)
                 claimed.append((note, hooks[note.webhook_id]))  # removal kills its notes
             return claimed
@@ -686,7 +728,7 @@ class SQLStore(ABC):
                                (notification_id,)).fetchone()
             if row is None:
                 raise notification_not_found(notification_id)
-            new = after_attempt(notification_from(row[0]), attempt, state=state,
+            new = after_attempt(_notification_from(row[0]), attempt, state=state,
                                 next_at=next_at, error=error)
             self._put_notification(conn, new)
             return new
@@ -702,4 +744,4 @@ class SQLStore(ABC):
             rows = conn.execute(
                 f"{q('SELECT doc{text} FROM outbox')} {where} {q('ORDER BY pos DESC LIMIT ?')}",
                 (*params, self.dialect.no_limit if limit is None else limit)).fetchall()
-        return [notification_from(doc) for (doc,) in rows]
+        return [_notification_from(doc) for (doc,) in rows]

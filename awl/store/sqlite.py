@@ -25,6 +25,11 @@ leave nothing behind).
 Documents are kept as JSON text exactly as their models dump them; the columns beside them
 exist only to filter, order and check.
 
+The statements this store shares with PostgreSQL's (orders' logs, effects, passes, tokens,
+webhooks and the outbox) live in :class:`awl.store.sql.SQLStore`, spelled for SQLite by
+:data:`DIALECT`; this module keeps its connections, migrations, the call path, listings and
+the commit lock.
+
 By default SQLite checkpoints the write-ahead log itself, inside whichever commit finds the
 log long (copying pages into the desk file and syncing it: tens of milliseconds added to one
 unlucky write). With ``checkpoint_every`` (the gateway sets it, STO-14) this store's
@@ -594,12 +599,6 @@ class SQLiteStore(SQLStore):
         if self._checkpointer is not None:
             self._checkpointer.start()
 
-    def __enter__(self) -> SQLiteStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def _private_files(self) -> None:
         """Make the desk file, and so its journals, owner-only (SEC-10).
 
@@ -703,32 +702,15 @@ class SQLiteStore(SQLStore):
                     conn.execute("COMMIT")
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
+        """Bring the schema up to :data:`SCHEMA_VERSION` under the write lock, so a second
+        process opening a new desk file waits, then finds it migrated."""
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.execute("CREATE TABLE IF NOT EXISTS awl_schema (version INTEGER NOT NULL)")
-            row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
-            version = row[0] or 0
-            if version > SCHEMA_VERSION:
-                raise StoreUnavailable(
-                    f"the desk {self.path} has schema version {version}, newer than this "
-                    f"awl ({SCHEMA_VERSION}); upgrade agent-work-layer to open it"
-                )
-            for number in range(version, SCHEMA_VERSION):
-                for statement in MIGRATIONS[number]:
-                    if callable(statement):
-                        statement(conn)
-                    else:
-                        conn.execute(statement)
-                conn.execute("INSERT INTO awl_schema (version) VALUES (?)", (number + 1,))
+            self._upgrade(conn, MIGRATIONS, f"the desk {self.path}")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
-
-    def schema_version(self) -> int:
-        """The schema version of the open desk file."""
-        with self._read() as conn:
-            return int(conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()[0])
 
     def close(self) -> None:
         """Close every connection; calls after this raise."""

@@ -205,6 +205,7 @@ def test_a_schema_2_desk_gets_its_call_totals_backfilled(tmp_path: Path) -> None
     conn.execute("CREATE TABLE awl_schema (version INTEGER NOT NULL)")
     for number, statements in enumerate(MIGRATIONS[:2], start=1):
         for statement in statements:
+            assert isinstance(statement, str)
             conn.execute(statement)
         conn.execute("INSERT INTO awl_schema (version) VALUES (?)", (number,))
     conn.execute(

@@ -217,11 +217,13 @@ class Gateway:
         audience: The audience passes must name.
         safe: Safe mode (hold every tool not marked read-only); default the config's.
         clock: Returns the current time, timezone-aware (tests pass a fake one).
-        offload_store: Run the per-call store work in worker threads. Off by default: the
-            work is a few short SQLite transactions (well under a millisecond), and each
-            hand-off to a thread and back costs about as much again, so the gateway runs it
-            on its event loop and only waits there when another process holds the write
-            lock. Turn it on for a store whose calls can take long (a remote database).
+        offload_store: Run the per-call store work in worker threads. None (the default)
+            decides by the store: a store whose class says ``in_process = True`` (memory,
+            SQLite: a few short local transactions, well under a millisecond, where each
+            hand-off to a thread and back costs about as much again) runs on the event loop,
+            which waits there only while another process holds the write lock; any other
+            store (PostgreSQL: each call waits for round trips to a server) runs in worker
+            threads, so the loop serves other calls meanwhile (GW-19).
         relay: Where what the upstreams send besides answers goes; the pool's connections
             must use its :meth:`~gateway._relay.Relay.handlers` (``open_gateway`` does so).
     """
@@ -237,12 +239,13 @@ class Gateway:
         audience: str = DEFAULT_AUDIENCE,
         safe: bool | None = None,
         clock: Clock | None = None,
-        offload_store: bool = False,
+        offload_store: bool | None = None,
         relay: Relay | None = None,
     ) -> None:
         self.order_id = order_id
         self.relay = relay if relay is not None else Relay()
-        self.offload_store = offload_store
+        self.offload_store = (not getattr(store, "in_process", False)
+                              if offload_store is None else offload_store)
         self._record: OrderRecord | None = None
         self.store = store
         self.pool = pool
@@ -523,10 +526,11 @@ class Gateway:
         if params.name in WORKER_TOOL_NAMES:
             authority = await anyio.to_thread.run_sync(self.verify, token)
             return await self._worker.call(params.name, arguments, authority)
-        return await self.call(params.name, arguments, token=token,
-                               meta=dict(params.meta or {}), ctx=ctx,
-                               input_responses=params.input_responses,
-                               request_state=params.request_state)
+        meta = dict(params.meta or {})
+        with self._telemetry.tool_call(params.name, self.order_id, meta, served=True) as span:
+            # The arguments were checked above: not again.
+            return await self._call(span, params.name, arguments, token, meta, ctx,
+                                    params.input_responses, params.request_state)
 
     async def _on_set_logging_level(self, ctx: ServerRequestContext[Any],
                                     params: types.SetLevelRequestParams) -> types.EmptyResult:
@@ -563,15 +567,16 @@ class Gateway:
                 nothing was recorded or forwarded.
         """
         with self._telemetry.tool_call(name, self.order_id, meta, served=ctx is not None) as span:
-            return await self._call(span, name, arguments, token, meta, ctx, input_responses,
+            args = check_json_value(dict(arguments), where="the arguments")
+            return await self._call(span, name, args, token, meta, ctx, input_responses,
                                     request_state)
 
-    async def _call(self, span: CallSpan, name: str, arguments: Mapping[str, Any],
+    async def _call(self, span: CallSpan, name: str, args: dict[str, Any],
                     token: str | None, meta: Mapping[str, Any] | None,
                     ctx: ServerRequestContext[Any] | None,
                     input_responses: Mapping[str, Any] | None, request_state: str | None,
                     ) -> types.CallToolResult | types.InputRequiredResult:
-        args = check_json_value(dict(arguments), where="the arguments")
+        """:meth:`call` with ``args`` already checked (JSON values only, a copy of its own)."""
         table = await self._catalog()
         server = tool = canonical = unavailable = None
         meant = server_of(name, self.config.servers) if name not in table else None

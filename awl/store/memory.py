@@ -123,6 +123,9 @@ class MemoryStore:
         []
     """
 
+    in_process = True
+    """Its calls are quick and local: a gateway runs them on its event loop (GW-19)."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._news = threading.Condition(self._lock)  # an order's log grew

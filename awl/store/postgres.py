@@ -3,9 +3,9 @@
 Chosen by a ``postgresql://USER:PASSWORD@HOST:PORT/DATABASE`` URL (libpq's own form, so
 ``?sslmode=require`` and the other libpq parameters work too; ``options=-csearch_path=S``
 puts the desk in schema ``S``, so one database can hold several desks). It runs on psycopg 3
-with two :mod:`psycopg_pool` pools: durable connections (``synchronous_commit=on``: a commit
-returns once the server has flushed it to disk) and fast ones (``synchronous_commit=off``,
-for finishing and refusing calls and for reads).
+with two :mod:`psycopg_pool` pools, one for writes and one for reads, every connection set to
+``synchronous_commit=on`` (whatever the server's default): a commit returns once the server
+has flushed it to disk.
 
 What holds across hosts, and how:
 
@@ -16,12 +16,11 @@ What holds across hosts, and how:
   locks the orders above it one by one, parent first (every transaction locks a chain from
   the bottom up, so two of them never wait on each other in a circle), checks and charges
   them in the same transaction.
-- Call records (reservations, refusals, outcomes) commit with ``synchronous_commit=off``,
-  as the SQLite store writes them with ``synchronous=NORMAL``: a gateway writes two per
-  forwarded call, and a flush to disk costs milliseconds. A crash of any client process
-  loses none of them (the server has them); a crash of the server itself may lose those
-  of its last few hundred milliseconds, and the next durable commit (a ``held`` or
-  ``dispatching`` mark above all) flushes every earlier one with it.
+- Call records (reservations, refusals, outcomes) are durable like every other write, so
+  not even a crash of the server loses a count (GW-19). They stay cheap: a reservation is
+  two round trips (the locks and reads, then the writes and the commit, each group sent at
+  once in pipeline mode), an outcome one; and concurrent commits, from this process or any
+  other, share the server's flushes to disk (PostgreSQL's own group commit).
 - Effects (``dispatching`` above all), order events, locks, passes, revocations and tokens
   are durable before the call returns.
 - The commit lock is a row and a session advisory lock held on a connection of its own:
@@ -253,6 +252,11 @@ _CHAIN = """
     )
     SELECT id FROM up ORDER BY depth"""
 
+# What the counted calls under some passes have spent (read with the order's row locked).
+_PASS_SPENT = """
+    SELECT COALESCE(SUM(calls), 0), COALESCE(SUM(usd), 0) FROM pass_totals
+    WHERE order_id = %s AND jti = ANY(%s)"""
+
 _LOCK_ABOVE = """
     SELECT id, (doc->'budget'->>'tool_calls')::float8, (doc->'budget'->>'usd')::float8,
         calls + sub_calls, usd + sub_usd
@@ -377,6 +381,9 @@ class PostgresStore:
             database was made by a newer version of this library (nothing is written then).
     """
 
+    in_process = False
+    """Its calls wait for a server: a gateway runs them in worker threads (GW-19)."""
+
     def __init__(self, url: str, *, pool_size: int = 8, timeout: float = 30.0) -> None:
         self.url = url
         self._timeout = timeout
@@ -406,9 +413,8 @@ class PostgresStore:
         self._pools = {
             durable: ConnectionPool(
                 url, min_size=1, max_size=pool_size, timeout=timeout, open=True,
-                name=f"awl-{'durable' if durable else 'fast'}",
-                kwargs={"options": f"{options} -c synchronous_commit="
-                        f"{'on' if durable else 'off'}",
+                name=f"awl-{'write' if durable else 'read'}",
+                kwargs={"options": f"{options} -c synchronous_commit=on",
                         "connect_timeout": CONNECT_TIMEOUT, "autocommit": True})
             for durable in (True, False)
         }
@@ -429,7 +435,8 @@ class PostgresStore:
     def _tx(self, *, durable: bool = True) -> Iterator[psycopg.Connection[Any]]:
         """One transaction on a pooled connection: COMMIT on success, ROLLBACK on error.
 
-        ``durable=False`` commits with ``synchronous_commit=off``. A lost server, a
+        ``durable=False`` takes a connection of the read pool (its commits are synchronous
+        too: nothing the store writes ever commits asynchronously). A lost server, a
         deadlock or a row held past the timeout become one-line errors; nothing of the
         transaction is written then (or, for a connection lost during COMMIT, nothing is
         known to be).
@@ -695,18 +702,15 @@ class PostgresStore:
     ) -> Reservation:
         """Atomically number and record a call that counts, or name the scope it exceeds.
 
-        Commits with ``synchronous_commit=off``, as call records are written (see the
-        module's description)."""
-        with self._tx(durable=False) as conn:
+        Durable (``synchronous_commit=on``): a count is never lost, not even to a crash of
+        the server."""
+        with self._tx() as conn:
             row = self._lock_order(conn, order_id, seq)
 
             def spent(jtis: frozenset[str] | None) -> tuple[int, float]:
                 if jtis is None:
                     return row.calls + row.sub_calls, row.usd + row.sub_usd
-                got = conn.execute(
-                    "SELECT COALESCE(SUM(calls), 0), COALESCE(SUM(usd), 0) FROM pass_totals"
-                    " WHERE order_id = %s AND jti = ANY(%s)", (order_id, sorted(jtis)),
-                ).fetchone()
+                got = conn.execute(_PASS_SPENT, (order_id, sorted(jtis))).fetchone()
                 return (0, 0.0) if got is None else (int(got[0]), float(got[1]))
 
             over = exceeded_scope(scopes, spent, usd)
@@ -743,9 +747,9 @@ class PostgresStore:
                                    "ids": list(above)})
 
     def record_call(self, record_fields: dict[str, Any]) -> CallRecord:
-        """Number and store a call that does not count (a refusal)."""
+        """Number and store a call that does not count (a refusal). Durable."""
         order_id = record_order_id(record_fields)
-        with self._tx(durable=False) as conn:
+        with self._tx() as conn:
             row = self._lock_order(conn, order_id)
             record, doc = stored_call(record_fields, row.last_n + 1)
             above = [] if row.parent_id is None else self._lock_above(conn, order_id)
@@ -772,19 +776,19 @@ class PostgresStore:
         self, order_id: str, ref: str, *, outcome: str, result: dict[str, Any] | None,
         error: str | None, ended_at: str,
     ) -> None:
-        """Set the outcome of a reserved call."""
+        """Set the outcome of a reserved call. Durable."""
         check_ending(outcome, result, error, ended_at)
         n, tool = call_number(order_id, ref)
         # The stored record was valid when written and the new fields are checked above, so
         # they are set in its document (unset ones removed), only while the call is still
-        # pending, in one statement: its own transaction, one round trip.
+        # pending, in one statement: its own transaction, one round trip (and one flush).
         ending: dict[str, Any] = {"outcome": outcome, "ended_at": ended_at}
         if result is not None:
             ending["result"] = result
         if error is not None:
             ending["error"] = error
         text = json_text(ending, "a call's ending")
-        with self._statement() as conn:
+        with self._statement(durable=True) as conn:
             changed = conn.execute(
                 "UPDATE calls SET doc = (doc - 'result' - 'error') || %s::jsonb"
                 " WHERE order_id = %s AND n = %s AND doc->>'tool' = %s"

@@ -497,6 +497,10 @@ class SQLiteStore:
         []
     """
 
+    in_process = True
+    """Its calls are short local transactions: a gateway runs them on its event loop
+    (GW-19)."""
+
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0,
                  checkpoint_every: float | None = None) -> None:
         self.path = Path(path)

@@ -17,10 +17,9 @@ What holds across hosts, and how:
   the bottom up, so two of them never wait on each other in a circle), checks and charges
   them in the same transaction.
 - Call records (reservations, refusals, outcomes) are durable like every other write, so
-  not even a crash of the server loses a count (GW-19). They stay cheap: a reservation is
-  two round trips (the locks and reads, then the writes and the commit, each group sent at
-  once in pipeline mode), an outcome one; and concurrent commits, from this process or any
-  other, share the server's flushes to disk (PostgreSQL's own group commit).
+  not even a crash of the server loses a count (GW-19). Concurrent commits, from this
+  process or any other, share the server's flushes to disk (PostgreSQL's own group
+  commit), and an outcome is one statement: one round trip, one flush.
 - Effects (``dispatching`` above all), order events, locks, passes, revocations and tokens
   are durable before the call returns.
 - The commit lock is a row and a session advisory lock held on a connection of its own:

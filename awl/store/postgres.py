@@ -74,6 +74,7 @@ from awl.store.protocol import (
 )
 from awl.store.rules import (
     MAX_CHAIN,
+    USD_TOLERANCE,
     call_not_found,
     call_number,
     check_ending,
@@ -93,6 +94,7 @@ from awl.store.rules import (
     order_exists_conflict,
     order_not_found,
     outcome_conflict,
+    over_limit,
     pass_doc,
     read_effect,
     read_lock,
@@ -261,9 +263,8 @@ _LOCK_ABOVE = """
         calls + sub_calls, usd + sub_usd
     FROM orders WHERE id = %s FOR NO KEY UPDATE"""
 
-_ADD_TO_PASS_TOTALS = """
-    INSERT INTO pass_totals AS t (order_id, jti, calls, usd, first_started, first_n, first_at)
-    VALUES (%s, %s, %s, %s, %s, %s, %s)
+# How a call adds to its pass's running totals (after VALUES or a SELECT of those columns).
+_PASS_TOTALS_UPSERT = """
     ON CONFLICT (order_id, jti) DO UPDATE SET
         calls = t.calls + excluded.calls,
         usd = t.usd + excluded.usd,
@@ -273,6 +274,10 @@ _ADD_TO_PASS_TOTALS = """
         first_at = CASE WHEN excluded.first_started < t.first_started
             THEN excluded.first_at ELSE t.first_at END"""
 
+_ADD_TO_PASS_TOTALS = """
+    INSERT INTO pass_totals AS t (order_id, jti, calls, usd, first_started, first_n, first_at)
+    VALUES (%s, %s, %s, %s, %s, %s, %s)""" + _PASS_TOTALS_UPSERT
+
 _CHARGE = """
     UPDATE orders SET sub_calls = sub_calls + %(calls)s, sub_usd = sub_usd + %(usd)s,
         sub_at = CASE WHEN sub_started IS NULL OR %(started)s < sub_started
@@ -280,12 +285,8 @@ _CHARGE = """
         sub_started = LEAST(sub_started, %(started)s)
     WHERE id = ANY(%(ids)s)"""
 
-_INSERT_CALL = """
-    WITH added AS (
-        INSERT INTO calls (order_id, n, pass_jti, attempt, counted, usd, started, doc)
-        VALUES (%(order_id)s, %(n)s, %(jti)s, %(attempt)s, %(counted)s, %(usd)s,
-            %(started)s, %(doc)s::jsonb)
-    )
+# How a new call numbered %(n)s moves its order's running totals.
+_COUNT_CALL = """
     UPDATE orders SET last_n = %(n)s, calls = calls + %(adds)s, usd = usd + %(usd)s,
         first_n = CASE WHEN first_started IS NULL OR %(started)s < first_started
             THEN %(n)s ELSE first_n END,
@@ -293,6 +294,48 @@ _INSERT_CALL = """
             THEN %(at)s ELSE first_at END,
         first_started = LEAST(first_started, %(started)s)
     WHERE id = %(order_id)s"""
+
+_INSERT_CALL = """
+    WITH added AS (
+        INSERT INTO calls (order_id, n, pass_jti, attempt, counted, usd, started, doc)
+        VALUES (%(order_id)s, %(n)s, %(jti)s, %(attempt)s, %(counted)s, %(usd)s,
+            %(started)s, %(doc)s::jsonb)
+    )""" + _COUNT_CALL
+
+# A whole reservation in one statement (its own transaction: one round trip, one flush),
+# for the usual case: an order with no order above it, whose own scope is the only one with
+# limits, numbered as guessed (%(n)s). It locks the order's row and writes the call only if
+# all of that holds and the call fits (the same test as rules.over_limit, whose verdict
+# decides when it does not), and returns the row as locked with whether it wrote.
+_RESERVE = """
+    WITH o AS (
+        SELECT seq, last_n, calls + sub_calls AS spent_calls, usd + sub_usd AS spent_usd,
+            parent_id
+        FROM orders WHERE id = %(order_id)s FOR NO KEY UPDATE
+    ), fits AS (
+        SELECT 1 FROM o WHERE o.last_n + 1 = %(n)s AND o.parent_id IS NULL
+            AND (%(seq)s::bigint IS NULL OR o.seq = %(seq)s::bigint)
+            AND (%(max_calls)s::float8 IS NULL OR o.spent_calls + 1 <= %(max_calls)s::float8)
+            AND (%(max_usd)s::float8 IS NULL
+                OR o.spent_usd + %(usd)s::float8 <= %(max_usd)s::float8 + %(tolerance)s::float8)
+    ), added AS (
+        INSERT INTO calls (order_id, n, pass_jti, attempt, counted, usd, started, doc)
+        SELECT %(order_id)s, %(n)s, %(jti)s, %(attempt)s, true, %(usd)s, %(started)s,
+            %(doc)s::jsonb FROM fits
+    ), to_pass AS (
+        INSERT INTO pass_totals AS t (order_id, jti, calls, usd, first_started, first_n,
+            first_at)
+        SELECT %(order_id)s, %(jti)s, 1, %(usd)s, %(started)s, %(n)s, %(at)s
+        FROM fits WHERE %(jti)s::text IS NOT NULL""" + _PASS_TOTALS_UPSERT + """
+    ), counted AS (""" + _COUNT_CALL + """ AND EXISTS (SELECT 1 FROM fits)
+    )
+    SELECT o.seq, o.last_n, o.spent_calls, o.spent_usd, o.parent_id,
+        EXISTS (SELECT 1 FROM fits) FROM o"""
+
+_FAST_TRIES = 3
+"""How many one-statement tries a reservation makes, each numbering the call after the last
+one the previous try saw, before it takes the general path (other gateways numbering calls
+of the same order in between)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,6 +436,8 @@ class PostgresStore:
         """A connection that tried for a lock and did not get it, for the next try."""
         self._closed = False
         self._listener: _Listener | None = None
+        self._next_n: dict[str, int] = {}
+        """Per order, the N its next call is likely to get (see :meth:`reserve_call`)."""
         try:
             with self._connect(autocommit=False) as conn:
                 schema = conn.execute("SELECT current_schema()").fetchone()
@@ -702,7 +747,19 @@ class PostgresStore:
         """Atomically number and record a call that counts, or name the scope it exceeds.
 
         Durable (``synchronous_commit=on``): a count is never lost, not even to a crash of
-        the server."""
+        the server. Usually one statement (see ``_RESERVE``), numbering the call after the
+        last one this store numbered for the order; else (the first call, a sub-order, pass
+        budgets, or other gateways numbering calls in between) one transaction that locks
+        and reads, then writes."""
+        limited = [sc for sc in scopes if sc.max_calls is not None or sc.max_usd is not None]
+        guess = self._next_n.get(order_id)
+        if guess is not None and len(limited) <= 1 and all(sc.jtis is None for sc in limited):
+            done = self._reserve_at_once(
+                order_id, guess, limited[0] if limited else None, attempt=attempt, tool=tool,
+                arguments=arguments, pass_jti=pass_jti, usd=usd, started_at=started_at,
+                seq=seq)
+            if done is not None:
+                return done
         with self._tx() as conn:
             row = self._lock_order(conn, order_id, seq)
 
@@ -723,7 +780,52 @@ class PostgresStore:
             )
             self._insert_call(conn, record, doc, row.last_n + 1, counted=True, usd=usd,
                               above=[a[0] for a in above])
-            return Reserved(record)
+        self._numbered(order_id, row.last_n + 1, row.parent_id)
+        return Reserved(record)
+
+    def _numbered(self, order_id: str, n: int, parent_id: str | None) -> None:
+        """Remember that call ``n`` is the order's last, to number the next one at once;
+        a sub-order's reservations always take the general path."""
+        if parent_id is None:
+            self._next_n[order_id] = n + 1
+        else:
+            self._next_n.pop(order_id, None)
+
+    def _reserve_at_once(self, order_id: str, n: int, scope: Scope | None, *, attempt: int,
+                         tool: str, arguments: dict[str, Any], pass_jti: str | None,
+                         usd: float, started_at: str, seq: int | None) -> Reservation | None:
+        """:meth:`reserve_call` in one statement, numbering the call ``n``; None when it
+        takes the general path after all (a sub-order, or the number taken each try)."""
+        started = timestamp(started_at)
+        for _ in range(_FAST_TRIES):
+            record, doc = new_call(order_id, n, attempt=attempt, tool=tool,
+                                   arguments=arguments, pass_jti=pass_jti,
+                                   started_at=started_at)
+            with self._statement(durable=True) as conn:
+                got = conn.execute(_RESERVE, {
+                    "order_id": order_id, "n": n, "seq": seq, "jti": pass_jti,
+                    "attempt": attempt, "usd": usd, "adds": 1, "started": started,
+                    "at": started_at, "doc": doc, "tolerance": USD_TOLERANCE,
+                    "max_calls": None if scope is None else scope.max_calls,
+                    "max_usd": None if scope is None else scope.max_usd}).fetchone()
+            if got is None:
+                raise order_not_found(order_id)
+            actual, last_n, calls, used, parent_id, wrote = got
+            if wrote:
+                self._numbered(order_id, n, None)
+                return Reserved(record)
+            if seq is not None and actual != seq:
+                raise stale_order(order_id, seq, actual)
+            if parent_id is not None:
+                self._numbered(order_id, n, parent_id)
+                return None
+            if last_n + 1 == n:  # it did not fit: the shared rule names the scope
+                assert scope is not None
+                over = over_limit(int(calls), float(used), usd, max_calls=scope.max_calls,
+                                  max_usd=scope.max_usd)
+                return None if over is None else OverBudget(scope.name)
+            n = last_n + 1
+        return None
 
     @staticmethod
     def _insert_call(conn: psycopg.Connection[Any], record: CallRecord, doc: str, n: int, *,
@@ -754,7 +856,8 @@ class PostgresStore:
             above = [] if row.parent_id is None else self._lock_above(conn, order_id)
             self._insert_call(conn, record, doc, row.last_n + 1, counted=False, usd=0.0,
                               above=[a[0] for a in above])
-            return record
+        self._numbered(order_id, row.last_n + 1, row.parent_id)
+        return record
 
     @staticmethod
     def _call_data(conn: psycopg.Connection[Any], order_id: str, ref: str, *,

@@ -244,7 +244,7 @@ class Gateway:
             hand-off to a thread and back costs about as much again) runs on the event loop,
             which waits there only while another process holds the write lock; any other
             store (PostgreSQL: each call waits for round trips to a server) runs in worker
-            threads, so the loop serves other calls meanwhile (GW-19).
+            threads, so the loop serves other calls meanwhile (GW-20).
         relay: Where what the upstreams send besides answers goes; the pool's connections
             must use its :meth:`~gateway._relay.Relay.handlers` (``open_gateway`` does so).
     """

@@ -59,7 +59,7 @@ async def test_a_hundred_concurrent_calls_spend_exactly_ten(tmp_path: Path,
     assert all(text(r).startswith("AWL_BUDGET_EXHAUSTED: ") for r in results if r.is_error)
 
 
-@pytest.mark.spec("GW-5", "GW-19")
+@pytest.mark.spec("GW-5", "GW-20")
 async def test_four_gateway_processes_forward_exactly_the_budget(
         tmp_path: Path, store_url: str | None) -> None:
     """100 concurrent calls from 4 ``awl gateway`` processes (distinct hosts' worth) on one

@@ -55,7 +55,7 @@ async def _wait_for_line(path: Path, timeout: float) -> dict[str, Any]:
     return dict(json.loads(path.read_text().splitlines()[0]))
 
 
-@pytest.mark.spec("GW-7", "GW-5", "GW-19")
+@pytest.mark.spec("GW-7", "GW-5", "GW-20")
 async def test_a_gateway_killed_between_forwarding_and_answering_leaves_the_call_counted(
         tmp_path: Path, store_url: str | None) -> None:
     """kill -9 of ``awl gateway`` while the upstream holds a call it received: the call is
@@ -89,7 +89,7 @@ async def test_a_gateway_killed_between_forwarding_and_answering_leaves_the_call
         store.close()
 
 
-@pytest.mark.spec("GW-19")
+@pytest.mark.spec("GW-20")
 def test_postgres_commits_every_write_synchronously_whatever_the_url_says(
         pg_url: str) -> None:
     """Every pooled connection of the PostgreSQL store (the writes' and the reads') commits
@@ -105,7 +105,7 @@ def test_postgres_commits_every_write_synchronously_whatever_the_url_says(
                 assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
 
 
-@pytest.mark.spec("GW-19")
+@pytest.mark.spec("GW-20")
 async def test_a_call_waiting_for_postgres_does_not_block_the_gateways_loop(
         tmp_path: Path, pg_url: str, pg_store: PostgresStore) -> None:
     """While another connection holds the order's row, a call waits for it in a worker

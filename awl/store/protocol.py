@@ -27,8 +27,13 @@ Durability. Each write says what it promises once it returns:
 - *durable*: on stable storage (SQLite ``synchronous=FULL``, PostgreSQL
   ``synchronous_commit=on``); it survives a power cut.
 - *crash-safe*: survives the crash of any process, but a power cut may lose it until the next
-  durable write of the same store, which makes it durable too. Only call records are
-  written this way: a gateway writes two per forwarded call.
+  durable write of the same store, which makes it durable too. A store may write call
+  records this way (a gateway writes two per forwarded call): the SQLite store does; the
+  PostgreSQL store makes them durable (GW-20).
+
+A store whose call methods are short local work (memory, SQLite) says so with the class
+attribute ``in_process = True``; a gateway runs those on its event loop, and the call work of
+any other store (one that waits for a server) in worker threads (GW-20).
 
 The memory store keeps nothing past its process; it promises atomicity only.
 
@@ -496,7 +501,7 @@ class CallStore(Protocol):
         order's log is checked in the same transaction: if it has moved past ``seq``,
         nothing is written and :func:`~awl.store.rules.stale_order` is raised (a Conflict),
         so a caller that decided on the order as of ``seq`` never reserves on a stale
-        decision. Atomic, crash-safe.
+        decision. Atomic, at least crash-safe (durable on PostgreSQL, GW-20).
         """
         ...
 
@@ -508,7 +513,7 @@ class CallStore(Protocol):
 
         ``record_fields`` are the CallRecord fields except ``ref``, which the store makes
         from the next N. BadRequest if they do not form a valid record; NotFound if the
-        order is absent. Atomic, crash-safe."""
+        order is absent. Atomic, at least crash-safe (durable on PostgreSQL, GW-20)."""
         ...
 
     def finish_call(
@@ -522,7 +527,7 @@ class CallStore(Protocol):
         is stored); NotFound if there is no such call; Conflict if its outcome is already
         set. Returns nothing: the gateway calls this on every forwarded call, and reading
         the finished record back would cost as much again (:meth:`calls` reads it).
-        Atomic, crash-safe."""
+        Atomic, at least crash-safe (durable on PostgreSQL, GW-20)."""
         ...
 
     def calls(self, order_id: str, *, attempt: int | None = None) -> list[CallRecord]:

@@ -568,6 +568,10 @@ class SQLiteStore(SQLStore):
         []
     """
 
+    in_process = True
+    """Its calls are short local transactions: a gateway runs them on its event loop
+    (GW-20)."""
+
     dialect = DIALECT
     track_fields = _TRACK_FIELDS
     queued_rows = _QUEUED

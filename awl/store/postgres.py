@@ -46,7 +46,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +60,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from awl.documents.errors import Conflict, StoreUnavailable
 from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
 from awl.store.protocol import (
+    DeskOrder,
     EffectState,
     LockInfo,
     OrderRecord,
@@ -81,6 +82,7 @@ from awl.store.rules import (
     check_ending,
     check_first_event,
     check_hold,
+    check_restored_ref,
     check_takeover,
     dump_json,
     effect_doc,
@@ -92,6 +94,7 @@ from awl.store.rules import (
     may_take,
     new_call,
     next_effect,
+    not_empty,
     order_exists_conflict,
     order_not_found,
     outcome_conflict,
@@ -103,6 +106,9 @@ from awl.store.rules import (
     read_track_row,
     record_order_id,
     restored_effect,
+    restored_effects,
+    restored_orders,
+    restored_rows,
     seq_conflict,
     stale_order,
     state_names,
@@ -290,6 +296,13 @@ _INSERT_CALL = """
             THEN %(at)s ELSE first_at END,
         first_started = LEAST(first_started, %(started)s)
     WHERE id = %(order_id)s"""
+
+
+# An order's usage (its own calls and its sub-orders'), from its row.
+_ORDER_USAGE = """
+    calls + sub_calls, usd + sub_usd, CASE WHEN sub_started IS NOT NULL
+        AND (first_started IS NULL OR sub_started < first_started) THEN sub_at
+        ELSE first_at END"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -817,11 +830,8 @@ class PostgresStore:
     def usage(self, order_id: str, jtis: frozenset[str] | None = None) -> Usage:
         """Counted calls and USD so far (for the calls under ``jtis`` if given)."""
         with self._tx(durable=False) as conn:
-            row = conn.execute(
-                "SELECT calls + sub_calls, usd + sub_usd, CASE WHEN sub_started IS NOT NULL"
-                " AND (first_started IS NULL OR sub_started < first_started) THEN sub_at"
-                " ELSE first_at END FROM orders WHERE id = %s", (order_id,),
-            ).fetchone()
+            row = conn.execute(f"SELECT {_ORDER_USAGE} FROM orders WHERE id = %s",
+                               (order_id,)).fetchone()
             if row is None:
                 raise order_not_found(order_id)
             if jtis is None:
@@ -1151,6 +1161,111 @@ class PostgresStore:
             return True
         return listener.wait(order_id, after, timeout)
 
+
+    # Copying a desk (BulkRead, Restore) ------------------------------------------------
+    def desk_orders(self, records: Sequence[OrderRecord]) -> list[DeskOrder]:
+        """Each record with everything its order carries, read in one snapshot."""
+        ids = [record.order.id for record in records]
+        parts: dict[str, dict[str, list[Any]]] = {
+            oid: {"events": [], "calls": [], "charges": [], "effects": [], "passes": []}
+            for oid in ids}
+        with self._tx(durable=False) as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            missing = conn.execute(
+                "SELECT x FROM unnest(%s::text[]) AS x WHERE NOT EXISTS"
+                " (SELECT 1 FROM orders WHERE id = x) LIMIT 1", (ids,)).fetchone()
+            if missing is not None:
+                raise order_not_found(str(missing[0]))
+            for oid, doc in conn.execute(
+                    "SELECT order_id, doc::text FROM events WHERE order_id = ANY(%s)"
+                    " ORDER BY order_id, seq", (ids,)):
+                parts[oid]["events"].append(Event.model_validate_json(doc))
+            for oid, counted, usd, doc in conn.execute(
+                    "SELECT order_id, counted, usd, doc::text FROM calls"
+                    " WHERE order_id = ANY(%s) ORDER BY order_id, n", (ids,)):
+                parts[oid]["calls"].append(CallRecord.model_validate_json(doc))
+                parts[oid]["charges"].append(float(usd) if counted else None)
+            for oid, doc in conn.execute(
+                    "SELECT order_id, doc::text FROM effects WHERE order_id = ANY(%s)"
+                    " ORDER BY order_id, n", (ids,)):
+                parts[oid]["effects"].append(read_effect(doc))
+            for oid, doc in conn.execute(
+                    "SELECT order_id, doc::text FROM passes WHERE order_id = ANY(%s)"
+                    " ORDER BY pos", (ids,)):
+                parts[oid]["passes"].append(read_pass(doc))
+        return [DeskOrder(record, **{k: tuple(v) for k, v in parts[record.order.id].items()})
+                for record in records]
+
+    def usages(self, order_ids: Sequence[str]) -> list[Usage]:
+        """Each order's usage, in one statement."""
+        ids = list(order_ids)
+        with self._statement() as conn:
+            rows = {row[0]: row[1:] for row in conn.execute(
+                f"SELECT id, {_ORDER_USAGE} FROM orders WHERE id = ANY(%s)", (ids,))}
+        missing = [oid for oid in ids if oid not in rows]
+        if missing:
+            raise order_not_found(missing[0])
+        return [Usage(tool_calls=int(rows[oid][0]), usd=float(rows[oid][1]),
+                      first_call_at=rows[oid][2]) for oid in ids]
+
+    def restore(self, orders: Iterable[Sequence[DeskOrder]], *,
+                revocations: Mapping[str, Revocation], tokens: Sequence[TokenRecord],
+                keys: Mapping[str, Any] | None = None) -> None:
+        """Load a whole desk into this empty database in one transaction (see
+        :class:`~awl.store.protocol.Restore`), its statements pipelined. The tables it
+        checks are locked against other writers until it commits; a restore that stops
+        half way (an error, a ``kill -9`` closing its connection) writes nothing."""
+        text = None if keys is None else json_text(dict(keys), "a public key set")
+        with self._tx() as conn, conn.pipeline():
+            conn.execute("LOCK TABLE orders, revocations, tokens, public_keys"
+                         " IN SHARE ROW EXCLUSIVE MODE")
+            found = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM orders), EXISTS (SELECT 1 FROM revocations),"
+                " EXISTS (SELECT 1 FROM tokens), EXISTS (SELECT 1 FROM public_keys)"
+            ).fetchone()
+            assert found is not None
+            refusal = not_empty([name for name, held in zip(
+                ("orders", "revocations", "tokens", "published keys"), found, strict=True)
+                if held])
+            if refusal is not None:
+                raise refusal
+            with conn.cursor() as cur:
+                for batch in orders:
+                    self._restore_orders(conn, cur, batch)
+                cur.executemany("INSERT INTO revocations (jti, reason, at) VALUES (%s, %s, %s)",
+                                [(jti, r.reason, r.at) for jti, r in revocations.items()])
+                cur.executemany(
+                    "INSERT INTO tokens (token_hash, principal, created_at)"
+                    " VALUES (%s, %s, %s)", [(t.token_hash, t.principal, t.created_at)
+                                             for t in tokens])
+            if text is not None:
+                conn.execute("INSERT INTO public_keys (id, doc) VALUES (1, %s::jsonb)", (text,))
+
+    def _restore_orders(self, conn: psycopg.Connection[Any], cur: psycopg.Cursor[Any],
+                        batch: Sequence[DeskOrder]) -> None:
+        """Write a batch of orders with their logs; their calls through the store's own call
+        writes (so every running total and charge is kept as a reservation keeps it)."""
+        cur.executemany(
+            "INSERT INTO orders (id, doc, state, seq, worker, manager, parent_id, created_at,"
+            " updated_at) VALUES (%s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s)",
+            restored_orders(batch))
+        for table, rows in restored_rows(batch).items():
+            key = "seq" if table == "events" else "idx"
+            cur.executemany(f"INSERT INTO {table} (order_id, {key}, doc)"
+                            " VALUES (%s, %s, %s::jsonb)", rows)
+        for d in batch:
+            oid = d.record.order.id
+            above: list[str] = []
+            if d.calls and d.record.order.parent_id is not None:
+                above = [a[0] for a in self._lock_above(conn, oid)]
+            for n, (record, usd) in enumerate(zip(d.calls, d.charges, strict=True), start=1):
+                check_restored_ref(record, n)
+                self._insert_call(conn, record, dump_json(record.to_json()), n,
+                                  counted=usd is not None, usd=usd or 0.0, above=above)
+        cur.executemany("INSERT INTO effects (order_id, n, doc) VALUES (%s, %s, %s::jsonb)",
+                        [row for d in batch for row in restored_effects(d)])
+        cur.executemany("INSERT INTO passes (jti, order_id, doc) VALUES (%s, %s, %s::jsonb)",
+                        [(p.jti, p.order_id, pass_doc(p)) for d in batch for p in d.passes])
 
 class _Listener:
     """A thread on a connection of its own that ``LISTEN``s to a store's channel and wakes

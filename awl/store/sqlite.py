@@ -39,18 +39,19 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, astuple, dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from awl.documents.errors import AWLError, Conflict, StoreUnavailable
+from awl.documents.errors import AWLError, BadRequest, Conflict, StoreUnavailable
 from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
 from awl.store.files import create_private, make_private
 from awl.store.protocol import (
     DeliveryAttempt,
+    DeskOrder,
     EffectState,
     LockInfo,
     Notification,
@@ -76,6 +77,7 @@ from awl.store.rules import (
     check_first_event,
     check_hold,
     check_notification_state,
+    check_restored_ref,
     check_takeover,
     dump_json,
     effect_counts,
@@ -90,6 +92,7 @@ from awl.store.rules import (
     new_call,
     new_notifications,
     next_effect,
+    not_empty,
     notification_not_found,
     notification_payload,
     order_event_kind,
@@ -105,6 +108,9 @@ from awl.store.rules import (
     read_track_row,
     record_order_id,
     restored_effect,
+    restored_effects,
+    restored_orders,
+    restored_rows,
     seq_conflict,
     stale_order,
     state_names,
@@ -426,6 +432,15 @@ class _Totals:
     charged_usd: float = 0.0
     charged_first: tuple[float, str] | None = None
     """Their earliest call: its start, as a number and as written."""
+
+    def usage(self) -> Usage:
+        """What is charged to the order: its own calls and its sub-orders'."""
+        first_at = self.first_at
+        if self.charged_first is not None and (self.first_started is None
+                                               or self.charged_first[0] < self.first_started):
+            first_at = self.charged_first[1]
+        return Usage(tool_calls=self.calls + self.charged_calls,
+                     usd=self.usd + self.charged_usd, first_call_at=first_at)
 
 
 def _passive_checkpoint(conn: sqlite3.Connection) -> tuple[int, int]:
@@ -1006,14 +1021,7 @@ class SQLiteStore:
     def usage(self, order_id: str, jtis: frozenset[str] | None = None) -> Usage:
         """Counted calls and USD so far (for the calls under ``jtis`` if given)."""
         with self._read() as conn:
-            totals = self._totals(conn, order_id)
-            calls = totals.calls + totals.charged_calls
-            usd = totals.usd + totals.charged_usd
-            first_at = totals.first_at
-            sub_first = totals.charged_first
-            if sub_first is not None and (totals.first_started is None
-                                          or sub_first[0] < totals.first_started):
-                first_at = sub_first[1]
+            calls, usd, first_at = astuple(self._totals(conn, order_id).usage())
             if jtis is not None:
                 calls, usd = self._pass_spent(conn, order_id, jtis)
                 clause, params = _jti_filter(jtis)
@@ -1303,6 +1311,92 @@ class SQLiteStore:
                                 (*params, -1 if limit is None else limit)).fetchall()
         return [_notification_from(doc) for (doc,) in rows]
 
+
+    # Copying a desk (BulkRead, Restore) ------------------------------------------------
+    def desk_orders(self, records: Sequence[OrderRecord]) -> list[DeskOrder]:
+        """Each record with everything its order carries, read in one snapshot."""
+        ids = [record.order.id for record in records]
+        wanted = json.dumps(ids)
+        among = "WHERE order_id IN (SELECT value FROM json_each(?))"
+        parts: dict[str, dict[str, list[Any]]] = {
+            oid: {"events": [], "calls": [], "charges": [], "effects": [], "passes": []}
+            for oid in ids}
+        with self._read() as conn:
+            missing = conn.execute("SELECT value FROM json_each(?) WHERE value NOT IN"
+                                   " (SELECT id FROM orders) LIMIT 1", (wanted,)).fetchone()
+            if missing is not None:
+                raise order_not_found(str(missing[0]))
+            for oid, doc in conn.execute(
+                    f"SELECT order_id, doc FROM events {among} ORDER BY order_id, seq",
+                    (wanted,)):
+                parts[oid]["events"].append(Event.model_validate_json(doc))
+            for oid, counted, usd, doc in conn.execute(
+                    f"SELECT order_id, counted, usd, doc FROM calls {among}"
+                    " ORDER BY order_id, n", (wanted,)):
+                parts[oid]["calls"].append(CallRecord.model_validate_json(doc))
+                parts[oid]["charges"].append(float(usd) if counted else None)
+            for oid, doc in conn.execute(
+                    f"SELECT order_id, doc FROM effects {among} ORDER BY order_id, n",
+                    (wanted,)):
+                parts[oid]["effects"].append(read_effect(doc))
+            for oid, doc in conn.execute(
+                    f"SELECT order_id, doc FROM passes {among} ORDER BY pos", (wanted,)):
+                parts[oid]["passes"].append(read_pass(doc))
+        return [DeskOrder(record, **{k: tuple(v) for k, v in parts[record.order.id].items()})
+                for record in records]
+
+    def usages(self, order_ids: Sequence[str]) -> list[Usage]:
+        """Each order's usage, in one snapshot."""
+        with self._read() as conn:
+            return [self._totals(conn, oid).usage() for oid in order_ids]
+
+    def restore(self, orders: Iterable[Sequence[DeskOrder]], *,
+                revocations: Mapping[str, Revocation], tokens: Sequence[TokenRecord],
+                keys: Mapping[str, Any] | None = None) -> None:
+        """Load a whole desk into this empty file in one transaction (see
+        :class:`~awl.store.protocol.Restore`): it holds the write lock throughout, and a
+        restore that stops half way (an error, a ``kill -9``) leaves the file as it was."""
+        if keys is not None:
+            raise BadRequest(f"the desk {self.path} keeps no published public keys (they stay "
+                             "in the desk's home folder)")
+        with self._write() as conn:
+            refusal = not_empty([
+                table for table in ("orders", "revocations", "tokens")
+                if conn.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0]])
+            if refusal is not None:
+                raise refusal
+            for batch in orders:
+                self._restore_orders(conn, batch)
+            conn.executemany("INSERT INTO revocations (jti, reason, at) VALUES (?, ?, ?)",
+                             [(jti, r.reason, r.at) for jti, r in revocations.items()])
+            conn.executemany(
+                "INSERT INTO tokens (token_hash, principal, created_at) VALUES (?, ?, ?)",
+                [(t.token_hash, t.principal, t.created_at) for t in tokens])
+
+    def _restore_orders(self, conn: sqlite3.Connection, batch: Sequence[DeskOrder]) -> None:
+        """Write a batch of orders with their logs; their calls through the store's own call
+        writes (so every running total and charge is kept as a reservation keeps it)."""
+        conn.executemany(
+            "INSERT INTO orders (id, doc, state, seq, worker, manager, parent_id, created_at,"
+            " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            restored_orders(batch))
+        for table, rows in restored_rows(batch).items():
+            key = "seq" if table == "events" else "idx"
+            conn.executemany(f"INSERT INTO {table} (order_id, {key}, doc) VALUES (?, ?, ?)",
+                             rows)
+        for d in batch:
+            oid = d.record.order.id
+            for record, usd in zip(d.calls, d.charges, strict=True):
+                totals = self._totals(conn, oid)
+                check_restored_ref(record, totals.last_n + 1)
+                above = [] if totals.parent_id is None else self._above(conn, oid)
+                self._insert_call(conn, record, dump_json(record.to_json()), totals,
+                                  counted=usd is not None, usd=usd or 0.0,
+                                  above=[a[0] for a in above])
+        conn.executemany("INSERT INTO effects (order_id, n, doc) VALUES (?, ?, ?)",
+                         [row for d in batch for row in restored_effects(d)])
+        conn.executemany("INSERT INTO passes (jti, order_id, doc) VALUES (?, ?, ?)",
+                         [(p.jti, p.order_id, pass_doc(p)) for d in batch for p in d.passes])
 
 class _WriteTransaction:
     """``BEGIN IMMEDIATE`` on a pooled connection; COMMIT on success, ROLLBACK on error.

@@ -406,6 +406,8 @@ class PostgresStore(SQLStore):
         self._guard = threading.Lock()
         self._held: dict[str, _HeldLock] = {}
         self._spare: psycopg.Connection[Any] | None = None
+        self._freed: dict[str, tuple[str, LockInfo]] = {}
+        """By lock name: the holder that took it and the dead holder's record it found."""
         """A connection that tried for a lock and did not get it, for the next try."""
         self._closed = False
         self._listener: _Listener | None = None
@@ -765,10 +767,14 @@ class PostgresStore(SQLStore):
         except psycopg.OperationalError as exc:
             raise _unavailable(self.url, exc) from None
         try:
-            taken = self._take(conn, mine, replace)
+            taken, freed = self._take(conn, mine, replace)
         except BaseException:
             conn.close()
             raise
+        with self._guard:
+            self._freed.pop(info.name, None)
+            if freed is not None:
+                self._freed[info.name] = (mine.holder, freed)
         if not taken:
             # Kept for the next attempt: a committer waiting for a busy lock asks ten
             # times a second, and a new connection costs a login each time.
@@ -786,14 +792,23 @@ class PostgresStore(SQLStore):
         return True
 
     def _take(self, conn: psycopg.Connection[Any], mine: LockInfo,
-              replace: LockInfo | None) -> bool:
-        """Take the advisory lock on ``conn`` and write the record; whether it was taken."""
+              replace: LockInfo | None) -> tuple[bool, LockInfo | None]:
+        """Take the advisory lock on ``conn`` and write the record: whether it was taken,
+        and the record of a holder whose lock the server had freed (see :meth:`freed_lock`)."""
         space, key = self._lock_keys(mine.name)
         got = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (space, key)).fetchone()
-        if not (got and got[0]):
+        freed = None
+        if got and got[0]:
+            # A record left beside a free advisory lock is a holder that never let go (a
+            # release deletes it first): its connection ended with its process.
+            row = conn.execute("SELECT doc::text FROM locks WHERE name = %s",
+                               (mine.name,)).fetchone()
+            left = None if row is None else read_lock(row[0])
+            freed = left if left is not None and left.holder != mine.holder else None
+        else:
             current = self._live_lock(conn, mine.name)
             if current is None or not may_take(current[0], replace):
-                return False
+                return False, None
             # A takeover: end the holder's lock connection, then wait for its lock.
             self._drop_local(mine.name, current[1])
             conn.execute("SELECT pg_terminate_backend(%s)", (current[1],))
@@ -804,7 +819,7 @@ class PostgresStore(SQLStore):
                 if got and got[0]:
                     break
                 if time.monotonic() > deadline:
-                    return False
+                    return False, None
                 time.sleep(0.01)
             # Between its end and our lock, someone else may have taken it and let go.
             with conn.transaction():
@@ -812,12 +827,19 @@ class PostgresStore(SQLStore):
                                    (mine.name,)).fetchone()
                 if row is not None and read_lock(row[0]) != current[0]:
                     conn.execute("SELECT pg_advisory_unlock(%s, %s)", (space, key))
-                    return False
+                    return False, None
         conn.execute(
             "INSERT INTO locks (name, doc, backend) VALUES (%s, %s::jsonb, pg_backend_pid())"
             " ON CONFLICT (name) DO UPDATE SET doc = excluded.doc, backend = excluded.backend",
             (mine.name, lock_doc(mine)))
-        return True
+        return True, freed
+
+    def freed_lock(self, name: str, holder: str) -> LockInfo | None:
+        """The record of the holder whose lock the server freed (its connection ended
+        without releasing it) when ``holder`` took the named lock through this store."""
+        with self._guard:
+            found = self._freed.get(name)
+        return found[1] if found is not None and found[0] == holder else None
 
     def _drop_local(self, name: str, backend: int) -> None:
         """Forget a lock this store held on ``backend`` (it is being taken over)."""

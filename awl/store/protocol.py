@@ -495,6 +495,21 @@ class LockStore(Protocol):
         ...
 
 
+@runtime_checkable
+class FreedLocks(Protocol):
+    """A lock store that frees a dead holder's lock itself (PostgreSQL lets a session's
+    advisory lock go with its connection) and still names that holder to the next taker.
+
+    Optional: in a store without it a dead holder's record stays until it is taken over
+    (:meth:`LockStore.acquire_lock` with ``replace``), which names it already."""
+
+    def freed_lock(self, name: str, holder: str) -> LockInfo | None:
+        """The record of the holder that died holding the named lock, when ``holder`` took
+        it just after through this store object; None if the lock was free, or ``holder``
+        did not take it here."""
+        ...
+
+
 class PassStore(Protocol):
     """The Delegation Passes a desk issued, and their revocations."""
 

@@ -29,6 +29,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import zip_longest
 
 from awl.documents.errors import AWLError
 from awl.documents.models import Event, Review, WorkReport
@@ -251,15 +252,31 @@ def compare_stores(a: Store, b: Store) -> list[str]:
     return list(_differences(a, b))
 
 
+def _pages(store: Store) -> Iterator[list[OrderRecord]]:
+    """The store's orders, newest first, :data:`BATCH` at a time (so a large desk is never
+    held whole)."""
+    offset = 0
+    while page := store.list_orders(limit=BATCH, offset=offset):
+        yield page
+        offset += len(page)
+
+
 def _differences(a: Store, b: Store) -> Iterator[str]:
-    mine, theirs = a.list_orders(limit=None), b.list_orders(limit=None)
-    if [r.order.id for r in mine] != [r.order.id for r in theirs]:
-        yield (f"the orders differ: {len(mine)} in the source, {len(theirs)} in the copy "
-               "(or listed in another order)")
-        return
     workers: set[str] = set()
-    for i in range(0, len(mine), BATCH):
-        left, right = _desk_orders(a, mine[i:i + BATCH]), _desk_orders(b, theirs[i:i + BATCH])
+    counted = [0, 0]
+    pages: Iterator[tuple[list[OrderRecord], list[OrderRecord]]] = zip_longest(
+        _pages(a), _pages(b), fillvalue=[])
+    for mine, theirs in pages:
+        counted[0] += len(mine)
+        counted[1] += len(theirs)
+        if [r.order.id for r in mine] != [r.order.id for r in theirs]:
+            for rest_a, rest_b in pages:
+                counted[0] += len(rest_a)
+                counted[1] += len(rest_b)
+            yield (f"the orders differ: {counted[0]} in the source, {counted[1]} in the copy "
+                   "(or listed in another order)")
+            return
+        left, right = _desk_orders(a, mine), _desk_orders(b, theirs)
         for order, other in zip(left, right, strict=True):
             oid = order.record.order.id
             workers.add(order.record.order.to)

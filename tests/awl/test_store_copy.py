@@ -165,6 +165,23 @@ def test_the_comparison_finds_every_kind_of_difference(tmp_path: Path) -> None:
 
 
 @pytest.mark.spec("BIND-15")
+def test_a_copy_and_its_comparison_go_page_by_page(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With pages of two orders the copy and the comparison still see every order (five:
+    three pages), and an order too many in the copy is found with both counts."""
+    monkeypatch.setattr("awl.store.copy.BATCH", 2)
+    source = MemoryStore()
+    fill(source)
+    with SQLiteStore(tmp_path / "copy.sqlite3") as copied:
+        assert copy_store(source, copied).orders == 5
+        assert compare_stores(source, copied) == []
+        desk = Desk(copied, clock=Clock())
+        desk.create(order_fields(), MANAGER)
+        assert compare_stores(source, copied) == [
+            "the orders differ: 5 in the source, 6 in the copy (or listed in another order)"]
+
+
+@pytest.mark.spec("BIND-15")
 def test_a_store_that_holds_anything_is_not_copied_into(tmp_path: Path) -> None:
     """A target with orders, revocations or tokens is refused and left as it was."""
     source = MemoryStore()

@@ -7,10 +7,10 @@ A desk of ``--orders`` orders (default 100,000; 10,000 with ``--quick``) is buil
 order in twenty, at most 1,000 of them, gets two calls (one counted and finished, one
 refused) through the store, so the copy carries call records and their running totals
 too. It is then copied with :func:`awl.store.copy.copy_store`, the function ``awl store
-copy`` runs, from the first store named to the last and back (``--store sqlite,postgres``: SQLite to PostgreSQL, then
-PostgreSQL to a new SQLite file; one store: into a second desk of the same kind). Each line
-is the wall time of one copy, its verification (reading both stores back and comparing
-them) included, and the CPU time this process spent in it.
+copy`` runs, from the first store named to the last and back (``--store sqlite,postgres``:
+SQLite to PostgreSQL, then PostgreSQL to a new SQLite file; one store: into a second desk of
+the same kind). Each line is the wall time of one copy, its verification (reading both
+stores back and comparing them) included, and the CPU time this process spent in it.
 """
 
 from __future__ import annotations

@@ -977,6 +977,9 @@ class PostgresStore(SQLStore):
             conn.execute("LOCK TABLE " + ", ".join(t for _, t in self._DESK_TABLES)
                          + " IN SHARE ROW EXCLUSIVE MODE")
             yield conn
+            # The planner's statistics, so the first reads of a large new desk (a track
+            # record above all) are planned for its size rather than for empty tables.
+            conn.execute("ANALYZE")
 
     def _restore_keys(self, conn: Connection, keys: Mapping[str, Any]) -> None:
         conn.execute("INSERT INTO public_keys (id, doc) VALUES (1, %s::jsonb)",

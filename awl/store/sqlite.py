@@ -901,9 +901,13 @@ class SQLiteStore(SQLStore):
         assert isinstance(conn, sqlite3.Connection)
         conn.executemany(sql, rows)
 
-    def _restoring(self) -> AbstractContextManager[sqlite3.Connection]:
-        # The file's one write lock, held from BEGIN IMMEDIATE to the commit.
-        return self._write()
+    @contextmanager
+    def _restoring(self) -> Iterator[sqlite3.Connection]:
+        # The file's one write lock, held from BEGIN IMMEDIATE to the commit; then the
+        # planner's statistics, for the first reads of a large new desk.
+        with self._write() as conn:
+            yield conn
+            conn.execute("ANALYZE")
 
     def _restore_calls(self, conn: Connection, order: DeskOrder) -> None:
         assert isinstance(conn, sqlite3.Connection)

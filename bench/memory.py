@@ -4,10 +4,11 @@
 
 Each server is spawned over stdio, used (``tools/list``, then a few calls), and its resident
 set read from ``/proc/PID/status`` (the process alone, not its upstreams): ``VmRSS`` now and
-``VmHWM``, the peak. The floors measured in the same run: the bare proxy in front of the
-same three upstreams, and a Python process that has imported the MCP SDK's server and
-client and nothing else. Targets: the gateway under 80 MB, the desk server under 100 MB with
-100,000 orders (Linux only: it reads ``/proc``).
+``VmHWM``, the peak. The floors measured in the same run: the bare proxy
+(:mod:`bench.bare_proxy`, on the MCP SDK alone) in front of the same three upstreams, and a
+Python process that has imported the MCP SDK's server and client and nothing else. Targets:
+the gateway under 80 MB, the desk server under 100 MB with 100,000 orders (Linux only: it
+reads ``/proc``).
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def gateways(folder: Path) -> list[Resident]:
     order_id = _working_order(home, 100, ("notes1/*", "notes2/*", "notes3/*"))
     out = []
     for name, argv in (
-            ("bare proxy, 3 upstreams", [sys.executable, "-m", "gateway._bare_proxy",
+            ("bare proxy, 3 upstreams", [sys.executable, "-m", "bench.bare_proxy",
                                           "--config", str(config)]),
             ("gateway, 3 upstreams", [sys.executable, "-m", "awl", "gateway",
                                       "--order", order_id, "--config", str(config),

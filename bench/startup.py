@@ -2,18 +2,17 @@
 
 ``python -m bench.startup [--quick] [--runs N]``
 
-The gateway (``awl gateway`` for a working order) and the bare proxy
-(``gateway._bare_proxy``) are spawned in turn, each in front of the example outbox server,
-and a client writes ``initialize`` and ``tools/list`` down the pipe at once. It times the
+The gateway (``awl gateway`` for a working order) and the bare proxy (:mod:`bench.bare_proxy`,
+on the MCP SDK alone) are spawned in turn, each in front of the example outbox server, and a
+client writes ``initialize`` and ``tools/list`` down the pipe at once. It times the
 ``initialize`` answer, the ``tools/list`` answer, and, after closing the process's stdin, how
 long the process takes to exit by itself (the MCP SDK's client gives it 2 s before SIGTERM).
 The ratio line compares the gateway's median time to ``tools/list`` with the bare proxy's
 (target: within 1.3x), both measured in the same run, taking turns.
 
-The bare proxy shares the gateway's package, so it imports what the gateway imports; the
-import line shows what that costs against the floor, a process importing the MCP SDK's
-server and client alone: the wall time of ``python -c "import ..."`` for each, and how many
-modules each loads.
+The import line shows where the difference comes from: the wall time of ``python -c
+"import ..."`` for the MCP SDK's server and client alone (what the bare proxy imports) and
+for what ``awl gateway`` imports before it serves, and how many modules each loads.
 """
 
 from __future__ import annotations
@@ -100,7 +99,7 @@ def run(runs: int) -> list[Timings]:
             "env": {"OUTBOX_PATH": str(folder / "outbox.jsonl")}}}}))
         order_id = _working_order(home, 10)
         targets = [
-            (Timings("bare proxy"), [sys.executable, "-m", "gateway._bare_proxy",
+            (Timings("bare proxy"), [sys.executable, "-m", "bench.bare_proxy",
                                      "--config", str(config)]),
             (Timings("gateway"), [sys.executable, "-m", "awl", "gateway", "--order", order_id,
                                   "--config", str(config), "--home", str(home)]),

@@ -61,7 +61,7 @@ import anyio
 import anyio.abc
 import httpx2
 import mcp_types as types
-from mcp import Client, StdioServerParameters, stdio_client
+from mcp import Client
 from mcp.client.session import ElicitationFnT, ListRootsFnT, LoggingFnT, SamplingFnT
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
@@ -72,6 +72,7 @@ from pydantic import TypeAdapter, ValidationError
 from awl.documents import AWLError, NotFound, is_tool_name
 from gateway._config import GatewayConfig, HttpTransport, ServerConfig
 from gateway._results import bound_result
+from gateway._stdio import stdio_transport
 
 logger = logging.getLogger("awl.gateway.upstream")
 
@@ -390,13 +391,7 @@ class _Upstream:
                     self.transport_open = True
                     yield _WatchedReadStream(r, conn.end, self.config.name), w
             else:
-                params = StdioServerParameters(
-                    command=transport.command,
-                    args=list(transport.args),
-                    env=dict(transport.env),
-                    cwd=transport.cwd,
-                )
-                async with stdio_client(params, errlog=self.errlog) as (r, w):
+                async with stdio_transport(transport, self.errlog) as (r, w):
                     self.transport_open = True
                     yield _WatchedReadStream(r, conn.end, self.config.name), w
 

@@ -293,9 +293,11 @@ def _differences(a: Store, b: Store) -> Iterator[str]:
                 oid, jtis = order.record.order.id, frozenset({issued.jti})
                 if not _same(a.usage(oid, jtis), b.usage(oid, jtis)):
                     yield f"order {oid}: its usage under pass {issued.jti} differs"
-    for worker in sorted(workers):
-        if a.track_rows(worker) != b.track_rows(worker):
-            yield f"the track rows of {worker} differ"
+    for worker in sorted(workers):  # from the tallies each store keeps (not the documents)
+        if a.track_record(worker) != b.track_record(worker):
+            yield f"the track record of {worker} differs"
+    if a.blocked_orders() != b.blocked_orders():
+        yield "the question queue differs"
     if list(a.revocations().items()) != list(b.revocations().items()):
         yield "the revocations differ"
     if a.revoked() != b.revoked():

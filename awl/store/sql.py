@@ -29,9 +29,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, Self
 
-from awl.documents.errors import BadRequest
+from awl.documents.errors import BadRequest, StoreUnavailable
 from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
 from awl.store.protocol import (
     DeliveryAttempt,
@@ -43,6 +43,8 @@ from awl.store.protocol import (
     Revocation,
     Settlement,
     TokenRecord,
+    TrackRecord,
+    TrackRow,
     Webhook,
 )
 from awl.store.rules import (
@@ -56,6 +58,7 @@ from awl.store.rules import (
     effect_counts,
     effect_doc,
     effect_event_kind,
+    first_track_row,
     held_call,
     new_notifications,
     next_effect,
@@ -70,6 +73,7 @@ from awl.store.rules import (
     read_effect,
     read_pass,
     read_record,
+    read_track_row,
     restored_effect,
     restored_effects,
     restored_orders,
@@ -78,6 +82,7 @@ from awl.store.rules import (
     timestamp,
     webhook_conflict,
 )
+from awl.store.tally import may_change, queued, read_sql
 
 __all__ = ["Connection", "Cursor", "Dialect", "SQLStore"]
 
@@ -162,7 +167,7 @@ class Dialect:
         return f"WHERE {' AND '.join(clauses)}" if clauses else ""
 
 
-def webhook_from(doc: str) -> Webhook:
+def _webhook_from(doc: str) -> Webhook:
     """A webhook from its stored JSON text."""
     data = json.loads(doc)
     orders = data.pop("orders")
@@ -170,7 +175,7 @@ def webhook_from(doc: str) -> Webhook:
                    orders=None if orders is None else tuple(orders))
 
 
-def notification_from(doc: str) -> Notification:
+def _notification_from(doc: str) -> Notification:
     """A notification from its stored JSON text."""
     data = json.loads(doc)
     attempts = tuple(DeliveryAttempt(**a) for a in data.pop("attempts"))
@@ -208,10 +213,64 @@ class SQLStore(ABC):
         """The condition (after ``order_id``) and parameters naming the orders a listing
         page returned: ``page`` is its query of their ids, ``ids`` the ids it found."""
 
+    track_fields: ClassVar[str]
+    """The backend's SELECT list of a track row of the orders ``o`` (``read_track_row``'s
+    fields, picked from their documents)."""
+    queued_rows: ClassVar[str]
+    """The backend's SELECT of the question queue's rows of the blocked orders ``o``."""
+
+    @abstractmethod
+    def _tally(self, conn: Connection, worker: str, manager: str, order_id: str,
+               old: TrackRow | None, new: TrackRow) -> None:
+        """Apply, in the write ``conn`` is in, a write that turned the order's track row
+        ``old`` into ``new`` (None: a new order) to the tallies
+        (:func:`awl.store.tally.write_sql`)."""
+
     @abstractmethod
     def _announce(self, conn: Connection, order_id: str, seq: int) -> None:
         """Tell whoever listens, when this transaction commits, that the order's log is at
         ``seq`` (a backend that cannot push news does nothing: its waiters poll)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close every connection; calls after this raise."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # The schema -----------------------------------------------------------------------------
+    @classmethod
+    def _upgrade(cls, conn: Connection, migrations: Sequence[Sequence[str | Callable[[Any], None]]],
+                 desk: str) -> None:
+        """Run the ``migrations`` the schema has not had yet, in the caller's transaction
+        (which the backend makes exclusive: one process migrates a new desk, the others
+        wait and find it done); ``desk`` names the desk in the refusal of one whose schema
+        is newer than this code (nothing is written then)."""
+        conn.execute("CREATE TABLE IF NOT EXISTS awl_schema (version INTEGER NOT NULL)")
+        row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
+        version = int(row[0] or 0) if row is not None else 0
+        if version > len(migrations):
+            raise StoreUnavailable(
+                f"{desk} has schema version {version}, newer than this awl "
+                f"({len(migrations)}); upgrade agent-work-layer to open it")
+        for number in range(version, len(migrations)):
+            for statement in migrations[number]:
+                # A step may be a function of the connection (a backfill computed in Python).
+                if callable(statement):
+                    statement(conn)
+                else:
+                    conn.execute(statement)
+            conn.execute(cls.dialect.sql("INSERT INTO awl_schema (version) VALUES (?)"),
+                         (number + 1,))
+
+    def schema_version(self) -> int:
+        """The schema version of the open desk."""
+        with self._read() as conn:
+            row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
+        return int(row[0]) if row is not None and row[0] is not None else 0
 
     # Reads shared by the writes -------------------------------------------------------------
     @classmethod
@@ -267,7 +326,45 @@ class SQLStore(ABC):
                 raise order_exists_conflict(order.id, self._seq(conn, order.id))
             conn.execute(q("INSERT INTO events (order_id, seq, doc) VALUES (?, 1, ?{jsonb})"),
                          (order.id, dump_json(event.to_json())))
+            self._tally(conn, order.to, order.manager, order.id, None,
+                        first_track_row(order, event))
+            self._queue(conn, order.id, None, event.to)
             self._announce(conn, order.id, 1)
+
+    # Track records and the question queue, kept in the writes above (awl.store.tally) ------
+    def _track_row(self, conn: Connection, order_id: str) -> tuple[str, str, TrackRow]:
+        """The order's worker, manager and track row, as they stand in this write."""
+        worker, manager, *fields = conn.execute(self.dialect.sql(
+            f"SELECT o.worker, o.manager, {self.track_fields} FROM orders o WHERE o.id = ?"),
+            (order_id,)).fetchone()
+        return worker, manager, read_track_row(*fields)
+
+    def _queue(self, conn: Connection, order_id: str, old_state: str | None,
+               state: str) -> None:
+        """Keep the order's row of the question queue as the write leaves it."""
+        if queued(old_state):
+            conn.execute(self.dialect.sql("DELETE FROM question_queue WHERE order_id = ?"),
+                         (order_id,))
+        if queued(state):
+            conn.execute(self.dialect.sql(
+                f"INSERT INTO question_queue {self.queued_rows} AND o.id = ?"), (order_id,))
+
+    def track_rows(self, worker: str) -> list[TrackRow]:
+        """One track row per order addressed to ``worker``, newest first, in one query: the
+        few fields a track record needs picked from the documents, none parsed as a model;
+        the worker index finds the orders and each subquery reads by primary key."""
+        with self._snapshot() as conn:
+            rows = conn.execute(self.dialect.sql(
+                f"SELECT {self.track_fields} FROM orders o WHERE o.worker = ?"
+                " ORDER BY o.pos DESC"), (worker,)).fetchall()
+        return [read_track_row(*row) for row in rows]
+
+    def track_record(self, worker: str, *, manager: str | None = None) -> TrackRecord:
+        """The worker's track record (only ``manager``'s orders, if given), from its tallies
+        (:func:`awl.store.tally.read_sql`), in one snapshot."""
+        with self._snapshot() as conn:
+            return read_sql(worker, manager, lambda sql, params: conn.execute(sql, params),
+                            self.dialect.param)
 
     def load(self, order_id: str) -> OrderRecord:
         """The order and all it carries. NotFound if absent."""
@@ -315,9 +412,17 @@ class SQLStore(ABC):
         notifications it calls for, in the same durable transaction (HOOK-3)."""
         q = self.dialect.sql
         with self._write() as conn:
-            seq = self._seq(conn, order_id, lock=True)
+            found = conn.execute(q("SELECT seq, state FROM orders WHERE id = ?{lock_order}"),
+                                 (order_id,)).fetchone()
+            if found is None:
+                raise order_not_found(order_id)
+            seq, old_state = int(found[0]), str(found[1])
             if event.seq != seq + 1:
                 raise seq_conflict(order_id, event, seq)
+            # The tallies change only with a report, a review or an order leaving the
+            # active states: only then is its track row read before and after.
+            old = (self._track_row(conn, order_id)
+                   if may_change(old_state, state, report, review) else None)
             conn.execute(q("INSERT INTO events (order_id, seq, doc) VALUES (?, ?, ?{jsonb})"),
                          (order_id, event.seq, dump_json(event.to_json())))
             conn.execute(q("UPDATE orders SET seq = ?, state = ?, updated_at = ? WHERE id = ?"),
@@ -328,6 +433,11 @@ class SQLStore(ABC):
                         "INSERT INTO {table} (order_id, idx, doc) VALUES (?, (SELECT"
                         " COUNT(*) FROM {table} WHERE order_id = ?), ?{jsonb})"
                     ).format(table=table), (order_id, order_id, dump_json(doc.to_json())))
+            if old is not None:
+                worker, manager, before = old
+                self._tally(conn, worker, manager, order_id, before,
+                            self._track_row(conn, order_id)[2])
+            self._queue(conn, order_id, old_state, state)
             self._notify(conn, order_event_kind(event), order_id, event.at,
                          lambda kind, order, counts: notification_payload(
                              kind, order, state, event.at, counts, event=event))
@@ -520,7 +630,7 @@ class SQLStore(ABC):
         q = cls.dialect.sql
         # The webhooks stay until this write ends: a removal waits for it, and then finds
         # the notifications it wrote (and kills them with the webhook).
-        hooks = [webhook_from(doc) for (doc,) in conn.execute(
+        hooks = [_webhook_from(doc) for (doc,) in conn.execute(
             q("SELECT doc{text} FROM webhooks ORDER BY pos{share}")).fetchall()]
 
         def body(kind: str) -> dict[str, Any]:
@@ -551,7 +661,7 @@ class SQLStore(ABC):
         with self._read() as conn:
             rows = conn.execute(self.dialect.sql(
                 "SELECT doc{text} FROM webhooks ORDER BY pos")).fetchall()
-        return [webhook_from(doc) for (doc,) in rows]
+        return [_webhook_from(doc) for (doc,) in rows]
 
     def remove_webhook(self, webhook_id: str, *, at: str) -> bool:
         """Forget a webhook; its pending notifications become dead, in one durable
@@ -564,7 +674,7 @@ class SQLStore(ABC):
             for (doc,) in conn.execute(q(
                     "SELECT doc{text} FROM outbox WHERE webhook_id = ? AND state = 'pending'"
                     " ORDER BY pos{lock}"), (webhook_id,)).fetchall():
-                self._put_notification(conn, orphaned(notification_from(doc), at))
+                self._put_notification(conn, orphaned(_notification_from(doc), at))
             return True
 
     @classmethod
@@ -595,11 +705,11 @@ class SQLStore(ABC):
                 (moment, max(limit, 0))).fetchall()
             if not rows:
                 return []
-            hooks = {w.id: w for w in (webhook_from(d) for (d,) in conn.execute(
+            hooks = {w.id: w for w in (_webhook_from(d) for (d,) in conn.execute(
                 q("SELECT doc{text} FROM webhooks")).fetchall())}
             claimed = []
             for (doc,) in rows:
-                note = replace(notification_from(doc), next_at=lease_until)
+                note = replace(_notification_from(doc), next_at=lease_until)
                 self._put_notification(conn, note)
                 claimed.append((note, hooks[note.webhook_id]))  # removal kills its notes
             return claimed
@@ -613,7 +723,7 @@ class SQLStore(ABC):
                                (notification_id,)).fetchone()
             if row is None:
                 raise notification_not_found(notification_id)
-            new = after_attempt(notification_from(row[0]), attempt, state=state,
+            new = after_attempt(_notification_from(row[0]), attempt, state=state,
                                 next_at=next_at, error=error)
             self._put_notification(conn, new)
             return new
@@ -629,7 +739,7 @@ class SQLStore(ABC):
             rows = conn.execute(
                 f"{q('SELECT doc{text} FROM outbox')} {where} {q('ORDER BY pos DESC LIMIT ?')}",
                 (*params, self.dialect.no_limit if limit is None else limit)).fetchall()
-        return [notification_from(doc) for (doc,) in rows]
+        return [_notification_from(doc) for (doc,) in rows]
 
     # Copying a desk (BulkRead, Restore) ---------------------------------------------------
     _DESK_TABLES: ClassVar[tuple[tuple[str, str], ...]] = (

@@ -4,8 +4,10 @@ cannot start answers its tools with the reason and is tried again after a short 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -148,28 +150,10 @@ def _rpc(proc: Any, message: dict[str, Any]) -> None:
 def test_the_gateway_exits_by_itself_with_code_0_once_its_stdin_closes(tmp_path: Path) -> None:
     """The MCP SDK's client closes the server's stdin and sends SIGTERM 2 s later: the gateway
     ends on its own before that, so its exit handlers run. (Its upstream here ends at once on
-    stdin EOF; a slower upstream's own exit adds to the gateway's, up to the SDK's 2 s.)"""
+    stdin EOF; upstreams that do not are the next test's.)"""
     env = make_env(tmp_path, servers={"hang": HANGING}, gateway={"startup_wait": 0.5})
-    params = gateway_params(env)
-    proc = subprocess.Popen([params.command, *params.args], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            env=params.env, cwd=params.cwd)
-    assert proc.stdin is not None and proc.stdout is not None
-    try:
-        _rpc(proc, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"}}})
-        assert json.loads(proc.stdout.readline())["id"] == 1
-        _rpc(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})
-        _rpc(proc, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
-        assert json.loads(proc.stdout.readline())["id"] == 2
-        proc.stdin.close()
-        assert proc.wait(timeout=10) == 0  # neither signalled (< 0) nor failed
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
+    code, _ = _close_after_listing(gateway_params(env), set())
+    assert code == 0  # neither signalled (< 0) nor failed
 
 
 @pytest.mark.spec("GW-18")
@@ -182,3 +166,83 @@ async def test_the_gateways_own_store_checkpoints_from_a_thread_of_its_own(
             names = [t.name for t in threading.enumerate()]
             assert names.count("awl-sqlite-checkpoint") == 1
     assert "awl-sqlite-checkpoint" not in [t.name for t in threading.enumerate()]
+
+
+def _lingering_server(path: Path, pids: Path) -> Path:
+    """A shell script that records its pid, runs the receiver test server, and once that has
+    ended (its stdin closed) stays alive, ignoring SIGTERM: an upstream that will not go."""
+    path.write_text(
+        "#!/bin/sh\n"
+        f"echo $$ >> '{pids}'\n"
+        f"PYTHONPATH='{ROOT}' RECEIVER_LOG='{pids}.log' '{sys.executable}' "
+        f"'{SERVERS / 'receiver.py'}'\n"
+        "trap '' TERM\n"
+        "exec sleep 60\n", encoding="utf-8")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is dead, only not yet reaped
+        return f.read().rpartition(")")[2].split()[0] == "Z"
+
+
+@pytest.mark.spec("GW-19")
+def test_the_gateway_stops_upstreams_that_will_not_exit_at_once_and_leaves_none(
+        tmp_path: Path) -> None:
+    """Three upstreams ignore their stdin closing and SIGTERM too. Once its own stdin closes,
+    the gateway ends them all together and exits by itself (code 0) well within the 2 s its
+    client gives it (the MCP SDK's stdio client alone waited 2 s for each to exit and 2 s more
+    after SIGTERM), and none of them is left running."""
+    pids = tmp_path / "pids"
+    script = _lingering_server(tmp_path / "linger.sh", pids)
+    names = ("a", "b", "c")
+    env = make_env(tmp_path, staged=[], tools=[f"{n}/*" for n in names],
+                   gateway={"startup_wait": 30},
+                   servers={n: {"command": str(script)} for n in names})
+    params = gateway_params(env)
+    try:
+        code, took = _close_after_listing(params, {f"{n}__echo" for n in names})
+        started = [int(p) for p in pids.read_text().split()]
+        assert code == 0
+        assert len(started) == 3
+        assert took < 2.0, f"the gateway took {took:.2f} s to exit"
+        assert all(_gone(pid) for pid in started), started
+    finally:
+        for pid in (int(p) for p in pids.read_text().split()):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def _close_after_listing(params: Any, tools: set[str]) -> tuple[int, float]:
+    """Spawn the gateway, wait until ``tools/list`` lists ``tools``, close its stdin: its
+    exit code and the seconds it took to exit."""
+    proc = subprocess.Popen([params.command, *params.args], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=params.env, cwd=params.cwd)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        _rpc(proc, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}})
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        _rpc(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        _rpc(proc, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+        answer = json.loads(proc.stdout.readline())
+        while answer.get("id") != 2:  # notifications may come first
+            answer = json.loads(proc.stdout.readline())
+        listed = {t["name"] for t in answer["result"]["tools"]}
+        assert tools <= listed, listed  # every upstream is up
+        closed = time.monotonic()
+        proc.stdin.close()
+        code = proc.wait(timeout=20)
+        return code, time.monotonic() - closed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()

@@ -74,7 +74,7 @@ from awl.documents import (
     parse_ref,
     utc_now,
 )
-from awl.mcp import identity_of, text_result
+from awl.mcp import coded_error, identity_of
 from awl.passes import DEFAULT_AUDIENCE, VerifiedPass, pass_scopes, verify_pass
 from awl.store import OrderRecord, OverBudget, Scope, Store, stale_order
 from gateway._authority import Authority
@@ -639,7 +639,7 @@ class Gateway:
                 answer = self._schemas.conform(canonical, self._tools.get(canonical), answer)
         except UpstreamError as exc:
             error = exc.refusal
-            answer = text_result(error, error=True)
+            answer = coded_error(error)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 await self._finish(record, "error", None,
@@ -650,7 +650,7 @@ class Gateway:
         except Exception as exc:  # the gateway must outlive any upstream surprise
             log.exception("call %s failed unexpectedly", record.ref)
             error = f"{AWL_UPSTREAM_ERROR}: the call to {canonical} failed: {exc}"[:1000]
-            answer = text_result(error, error=True)
+            answer = coded_error(error)
         await self._finish(record, outcome, result, error)
         span.done(tool=canonical, ref=record.ref, attempt=record.attempt, outcome=outcome,
                   code=error.split(":", 1)[0] if error else None)
@@ -733,7 +733,7 @@ class Gateway:
             "arguments": arguments, "outcome": "refused", "error": decision.text,
             "started_at": started, "ended_at": format_time(self.now()),
         })
-        return _Admission(decision, record, text_result(decision.text, error=True))
+        return _Admission(decision, record, coded_error(decision.text))
 
     def _scopes(self, verified: VerifiedPass | None) -> list[Scope]:
         """The budget scopes of a call: the order's, then one per link of its pass chain
@@ -838,8 +838,8 @@ class Gateway:
             self.store.finish_call(self.order_id, record.ref, outcome="error", result=None,
                                    error=text, ended_at=ended)
             # The call was made and counts, so it is answered with its ref like any other.
-            answer = text_result(text, error=True)
-            answer.meta = {META_REF: record.ref}
+            answer = coded_error(text)
+            answer.meta = {**(answer.meta or {}), META_REF: record.ref}
             return _Admission(refuse(AWL_INVALID_ARGUMENTS, text), record, answer)
         if matches_any(self.order.staged, record.tool):
             advice = (f"Held for the manager's approval, not run. List it in your report's "

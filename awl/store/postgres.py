@@ -71,6 +71,7 @@ from awl.documents.lifecycle import ACTIVE
 from awl.documents.models import CallRecord
 from awl.store.protocol import (
     BlockedRow,
+    DeskOrder,
     LockInfo,
     OrderRecord,
     OverBudget,
@@ -85,7 +86,9 @@ from awl.store.rules import (
     USD_TOLERANCE,
     call_number,
     check_ending,
+    check_restored_ref,
     check_takeover,
+    dump_json,
     exceeded_above,
     exceeded_scope,
     json_text,
@@ -473,6 +476,13 @@ one the previous try saw, before it takes the general path (other gateways numbe
 of the same order in between)."""
 
 
+# An order's usage (its own calls and its sub-orders'), from its row.
+_ORDER_USAGE = """
+    calls + sub_calls, usd + sub_usd, CASE WHEN sub_started IS NOT NULL
+        AND (first_started IS NULL OR sub_started < first_started) THEN sub_at
+        ELSE first_at END"""
+
+
 @dataclass(frozen=True, slots=True)
 class _Row:
     """An order's row as a reservation locks it."""
@@ -572,6 +582,8 @@ class PostgresStore(SQLStore):
         self._guard = threading.Lock()
         self._held: dict[str, _HeldLock] = {}
         self._spare: psycopg.Connection[Any] | None = None
+        self._freed: dict[str, tuple[str, LockInfo]] = {}
+        """By lock name: the holder that took it and the dead holder's record it found."""
         """A connection that tried for a lock and did not get it, for the next try."""
         self._closed = False
         self._listener: _Listener | None = None
@@ -940,11 +952,8 @@ class PostgresStore(SQLStore):
     def usage(self, order_id: str, jtis: frozenset[str] | None = None) -> Usage:
         """Counted calls and USD so far (for the calls under ``jtis`` if given)."""
         with self._tx(durable=False) as conn:
-            row = conn.execute(
-                "SELECT calls + sub_calls, usd + sub_usd, CASE WHEN sub_started IS NOT NULL"
-                " AND (first_started IS NULL OR sub_started < first_started) THEN sub_at"
-                " ELSE first_at END FROM orders WHERE id = %s", (order_id,),
-            ).fetchone()
+            row = conn.execute(f"SELECT {_ORDER_USAGE} FROM orders WHERE id = %s",
+                               (order_id,)).fetchone()
             if row is None:
                 raise order_not_found(order_id)
             if jtis is None:
@@ -983,10 +992,14 @@ class PostgresStore(SQLStore):
         except psycopg.OperationalError as exc:
             raise _unavailable(self.url, exc) from None
         try:
-            taken = self._take(conn, mine, replace)
+            taken, freed = self._take(conn, mine, replace)
         except BaseException:
             conn.close()
             raise
+        with self._guard:
+            self._freed.pop(info.name, None)
+            if freed is not None:
+                self._freed[info.name] = (mine.holder, freed)
         if not taken:
             # Kept for the next attempt: a committer waiting for a busy lock asks ten
             # times a second, and a new connection costs a login each time.
@@ -1004,14 +1017,23 @@ class PostgresStore(SQLStore):
         return True
 
     def _take(self, conn: psycopg.Connection[Any], mine: LockInfo,
-              replace: LockInfo | None) -> bool:
-        """Take the advisory lock on ``conn`` and write the record; whether it was taken."""
+              replace: LockInfo | None) -> tuple[bool, LockInfo | None]:
+        """Take the advisory lock on ``conn`` and write the record: whether it was taken,
+        and the record of a holder whose lock the server had freed (see :meth:`freed_lock`)."""
         space, key = self._lock_keys(mine.name)
         got = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (space, key)).fetchone()
-        if not (got and got[0]):
+        freed = None
+        if got and got[0]:
+            # A record left beside a free advisory lock is a holder that never let go (a
+            # release deletes it first): its connection ended with its process.
+            row = conn.execute("SELECT doc::text FROM locks WHERE name = %s",
+                               (mine.name,)).fetchone()
+            left = None if row is None else read_lock(row[0])
+            freed = left if left is not None and left.holder != mine.holder else None
+        else:
             current = self._live_lock(conn, mine.name)
             if current is None or not may_take(current[0], replace):
-                return False
+                return False, None
             # A takeover: end the holder's lock connection, then wait for its lock.
             self._drop_local(mine.name, current[1])
             conn.execute("SELECT pg_terminate_backend(%s)", (current[1],))
@@ -1022,7 +1044,7 @@ class PostgresStore(SQLStore):
                 if got and got[0]:
                     break
                 if time.monotonic() > deadline:
-                    return False
+                    return False, None
                 time.sleep(0.01)
             # Between its end and our lock, someone else may have taken it and let go.
             with conn.transaction():
@@ -1030,12 +1052,19 @@ class PostgresStore(SQLStore):
                                    (mine.name,)).fetchone()
                 if row is not None and read_lock(row[0]) != current[0]:
                     conn.execute("SELECT pg_advisory_unlock(%s, %s)", (space, key))
-                    return False
+                    return False, None
         conn.execute(
             "INSERT INTO locks (name, doc, backend) VALUES (%s, %s::jsonb, pg_backend_pid())"
             " ON CONFLICT (name) DO UPDATE SET doc = excluded.doc, backend = excluded.backend",
             (mine.name, lock_doc(mine)))
-        return True
+        return True, freed
+
+    def freed_lock(self, name: str, holder: str) -> LockInfo | None:
+        """The record of the holder whose lock the server freed (its connection ended
+        without releasing it) when ``holder`` took the named lock through this store."""
+        with self._guard:
+            found = self._freed.get(name)
+        return found[1] if found is not None and found[0] == holder else None
 
     def _drop_local(self, name: str, backend: int) -> None:
         """Forget a lock this store held on ``backend`` (it is being taken over)."""
@@ -1140,6 +1169,60 @@ class PostgresStore(SQLStore):
             return True
         return listener.wait(order_id, after, timeout)
 
+
+    # Copying a desk (the rest is shared: awl.store.sql) ---------------------------------
+    _DESK_TABLES = (*SQLStore._DESK_TABLES, ("published keys", "public_keys"))
+
+    def usages(self, order_ids: Sequence[str]) -> list[Usage]:
+        """Each order's usage, in one statement."""
+        ids = list(order_ids)
+        with self._statement() as conn:
+            rows = {row[0]: row[1:] for row in conn.execute(
+                f"SELECT id, {_ORDER_USAGE} FROM orders WHERE id = ANY(%s)", (ids,))}
+        for oid in ids:
+            if oid not in rows:
+                raise order_not_found(oid)
+        return [Usage(tool_calls=int(rows[oid][0]), usd=float(rows[oid][1]),
+                      first_call_at=rows[oid][2]) for oid in ids]
+
+    def _among_ids(self, ids: list[str]) -> tuple[str, list[Any]]:
+        return "= ANY(%s)", [ids]
+
+    def _insert_rows(self, conn: Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        assert isinstance(conn, psycopg.Connection)
+        with conn.cursor() as cur:
+            cur.executemany(sql, rows)
+
+    @contextmanager
+    def _restoring(self) -> Iterator[psycopg.Connection[Any]]:
+        # Pipelined: the statements go out without waiting for each answer. The lock keeps
+        # every other writer of these tables waiting (up to their lock timeout) till the
+        # commit, so two copies into one database cannot both find it empty.
+        with self._tx() as conn:
+            with conn.pipeline():
+                conn.execute("LOCK TABLE " + ", ".join(t for _, t in self._DESK_TABLES)
+                             + " IN SHARE ROW EXCLUSIVE MODE")
+                yield conn
+            # The track tallies and the question queue, from the orders just written (with
+            # COPY, which a pipeline cannot carry); then the planner's statistics, so the
+            # first reads of a large new desk are planned for its size, not for empty tables.
+            fill_derived(conn)
+            conn.execute("ANALYZE")
+
+    def _restore_keys(self, conn: Connection, keys: Mapping[str, Any]) -> None:
+        conn.execute("INSERT INTO public_keys (id, doc) VALUES (1, %s::jsonb)",
+                     (json_text(dict(keys), "a public key set"),))
+
+    def _restore_calls(self, conn: Connection, order: DeskOrder) -> None:
+        assert isinstance(conn, psycopg.Connection)
+        oid = order.record.order.id
+        above: list[str] = []
+        if order.calls and order.record.order.parent_id is not None:
+            above = [a[0] for a in self._lock_above(conn, oid)]
+        for n, (record, usd) in enumerate(zip(order.calls, order.charges, strict=True), start=1):
+            check_restored_ref(record, n)
+            self._insert_call(conn, record, dump_json(record.to_json()), n,
+                              counted=usd is not None, usd=usd or 0.0, above=above)
 
 class _Listener:
     """A thread on a connection of its own that ``LISTEN``s to a store's channel and wakes

@@ -141,7 +141,7 @@ time.sleep(120)
 @pytest.mark.slow
 def test_a_killed_holder_on_another_host_is_taken_over_at_once(pg_url: str) -> None:
     """kill -9 of a lock holder whose lease has an hour left: the next committer takes
-    the lock at once, without waiting out the lease."""
+    the lock at once, without waiting out the lease, and names the holder it replaced."""
     proc = _python(_HOLDER, pg_url)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
@@ -158,7 +158,12 @@ def test_a_killed_holder_on_another_host_is_taken_over_at_once(pg_url: str) -> N
                 time.sleep(0.01)
             took = time.monotonic() - killed
             assert store.get_lock("commit:o1") == lock.info
+            # The server freed the lock, and the record the dead holder left names it.
+            assert lock.took_over == held
             lock.release()
+            again = OrderLock(store, "commit:o1", lease=30)
+            assert again.try_acquire() and again.took_over is None  # released: nobody died
+            again.release()
             assert store.get_lock("commit:o1") is None
     finally:
         proc.kill()

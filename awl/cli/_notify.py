@@ -15,8 +15,9 @@ import sys
 import time
 from typing import Any
 
+from awl.cli._common import add_store_option
 from awl.desk.desk import Desk
-from awl.desk.home import default_store, home_dir
+from awl.desk.home import default_store
 from awl.desk.notify import (
     PUBLIC_URL_ENV,
     Deliverer,
@@ -83,6 +84,7 @@ def register(subparsers: Any) -> None:
     for command in (add, listing, remove, log, run):
         command.add_argument("--home", metavar="DIR",
                              help="the desk's home folder (default: $AWL_HOME, else ./.awl)")
+        add_store_option(command)
         if command is not run:
             command.add_argument("--json", action="store_true", help="print JSON")
 
@@ -115,7 +117,7 @@ def start_deliverer(args: argparse.Namespace, store: Any) -> Any:
 
 
 def _store(args: argparse.Namespace) -> Any:
-    return default_store(home_dir(args.home))
+    return default_store(args.home, url=args.store)
 
 
 def _desk(args: argparse.Namespace) -> Any:

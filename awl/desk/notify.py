@@ -88,8 +88,8 @@ def _stamp(moment: datetime) -> str:
 def webhook_store(store: Store) -> WebhookStore:
     """``store`` as a store that keeps webhooks; BadRequest, in one line, if it keeps none."""
     if not isinstance(store, WebhookStore):
-        raise BadRequest(f"this desk's store ({type(store).__name__}) keeps no webhooks yet; "
-                         "use a SQLite desk for webhooks")
+        raise BadRequest(f"this desk's store ({type(store).__name__}) keeps no webhooks; "
+                         "use a SQLite or PostgreSQL desk for webhooks")
     return store
 
 

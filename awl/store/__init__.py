@@ -1,8 +1,10 @@
 """Where a desk keeps its state: the :class:`~awl.store.protocol.Store` protocol and its backends.
 
 ``protocol`` says what every backend promises, ``rules`` holds the checks they all share,
-``memory`` and ``sqlite`` are the backends, ``urls`` opens the one a URL names (PostgreSQL's
-is loaded from ``postgres`` only then) and ``copy`` copies a whole desk between two of them.
+``memory`` and ``sqlite`` are the backends, ``sql`` the statements the SQL backends share
+(SQLite's and PostgreSQL's differ there only in their dialect), ``urls`` opens the one a URL
+names (PostgreSQL's is loaded from ``postgres`` only then) and ``copy`` copies a whole desk
+between two of them.
 A store imports documents only.
 
 The gateway talks to a store only through the protocol, and imports only the names

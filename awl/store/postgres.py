@@ -22,8 +22,15 @@ What holds across hosts, and how:
   loses none of them (the server has them); a crash of the server itself may lose those
   of its last few hundred milliseconds, and the next durable commit (a ``held`` or
   ``dispatching`` mark above all) flushes every earlier one with it.
-- Effects (``dispatching`` above all), order events, locks, passes, revocations and tokens
-  are durable before the call returns.
+- Effects (``dispatching`` above all), order events, locks, passes, revocations, tokens,
+  webhooks and delivery attempts are durable before the call returns.
+- Webhooks (HOOK-1 to HOOK-6): the outbox row of a notification is written in the
+  transaction of the event or effect write that causes it, so both commit or neither does
+  (a writer killed between the two leaves neither). Deliverers on several hosts claim at
+  once: a claim locks the due rows it takes with ``FOR UPDATE SKIP LOCKED``, so two never
+  take the same one, and makes them due again only when the lease ends. A write that
+  notifies holds the webhooks it read (``FOR KEY SHARE``), so a removal running meanwhile
+  waits for it and then kills the notifications it wrote.
 - The commit lock is a row and a session advisory lock held on a connection of its own:
   when the holder dies its connection closes and the server lets the lock go at once, so
   the next committer takes it without waiting out a lease. A takeover of a live holder
@@ -37,7 +44,11 @@ What holds across hosts, and how:
   several processes opening a new database at once migrate it once; a database made by a
   newer version is refused before anything is written.
 
-The checks every backend shares live in :mod:`awl.store.rules`; this module calls them.
+The checks every backend shares live in :mod:`awl.store.rules`; the statements the SQL
+backends share (orders' logs, effects, passes, tokens, webhooks and the outbox) live in
+:class:`awl.store.sql.SQLStore`, spelled for PostgreSQL by :data:`DIALECT`. This module keeps
+what is its own: connections and pools, migrations, the call path, listings, the commit lock,
+published keys and ``LISTEN``.
 """
 
 from __future__ import annotations
@@ -47,7 +58,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -58,58 +69,40 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from awl.documents.errors import Conflict, StoreUnavailable
-from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
+from awl.documents.models import CallRecord
 from awl.store.protocol import (
-    EffectState,
     LockInfo,
     OrderRecord,
     OverBudget,
-    PassRecord,
     Reservation,
     Reserved,
-    Revocation,
     Scope,
-    Settlement,
-    TokenRecord,
     TrackRow,
     Usage,
 )
 from awl.store.rules import (
     MAX_CHAIN,
-    call_not_found,
     call_number,
     check_ending,
-    check_first_event,
-    check_hold,
     check_takeover,
-    dump_json,
-    effect_doc,
     exceeded_above,
     exceeded_scope,
-    held_call,
     json_text,
     lock_doc,
     may_take,
     new_call,
-    next_effect,
-    order_exists_conflict,
     order_not_found,
     outcome_conflict,
-    pass_doc,
-    read_effect,
     read_lock,
-    read_pass,
-    read_record,
     read_track_row,
     record_order_id,
-    restored_effect,
-    seq_conflict,
     stale_order,
     state_names,
     stored_call,
     stored_lock,
     timestamp,
 )
+from awl.store.sql import Connection, Dialect, SQLStore
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
@@ -226,10 +219,38 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             doc JSONB NOT NULL
         )""",
     ),
+    (
+        # Webhook subscriptions, and the outbox: one row per notification, written in the
+        # transaction of the event or effect write that causes it (HOOK-3). `next_at` is
+        # when a pending one is next due, in seconds since the epoch.
+        """CREATE TABLE webhooks (
+            pos BIGSERIAL PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            doc JSONB NOT NULL
+        )""",
+        """CREATE TABLE outbox (
+            pos BIGSERIAL PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            webhook_id TEXT NOT NULL,
+            order_id TEXT NOT NULL,
+            state TEXT NOT NULL,
+            next_at DOUBLE PRECISION NOT NULL,
+            doc JSONB NOT NULL
+        )""",
+        "CREATE INDEX outbox_due ON outbox (state, next_at)",
+        "CREATE INDEX outbox_by_order ON outbox (order_id, pos)",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema version this code writes; a database is migrated up to it when opened."""
+
+DIALECT = Dialect(
+    param="%s", no_limit=None, effect_state="doc->>'state'", text="::text", jsonb="::jsonb",
+    lock=" FOR UPDATE", lock_order=" FOR NO KEY UPDATE", share=" FOR KEY SHARE",
+    skip_locked=" FOR UPDATE SKIP LOCKED", rowid="pos")
+"""PostgreSQL's spelling of the shared statements: documents are JSONB, and a write locks
+the rows it checks (there is no one write lock)."""
 
 CONNECT_TIMEOUT = 10
 """Seconds to wait for the server when connecting."""
@@ -363,7 +384,7 @@ class _HeldLock:
         self.info = info
 
 
-class PostgresStore:
+class PostgresStore(SQLStore):
     """A :class:`awl.store.protocol.Store` in a PostgreSQL database, safe across hosts.
 
     Args:
@@ -376,6 +397,8 @@ class PostgresStore:
         StoreUnavailable: The server cannot be reached, refuses the credentials, or the
             database was made by a newer version of this library (nothing is written then).
     """
+
+    dialect = DIALECT
 
     def __init__(self, url: str, *, pool_size: int = 8, timeout: float = 30.0) -> None:
         self.url = url
@@ -413,12 +436,6 @@ class PostgresStore:
             for durable in (True, False)
         }
 
-    def __enter__(self) -> PostgresStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # Connections and transactions -------------------------------------------------------
     def _connect(self, *, autocommit: bool) -> psycopg.Connection[Any]:
         """A connection of its own (outside the pools)."""
@@ -444,6 +461,25 @@ class PostgresStore:
         with self._errors(), self._pools[durable].connection() as conn:
             yield conn
 
+    def _write(self, *, durable: bool = True) -> AbstractContextManager[psycopg.Connection[Any]]:
+        """One write transaction (see :meth:`_tx`)."""
+        return self._tx(durable=durable)
+
+    def _read(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        """One read transaction, on a fast connection (``READ COMMITTED``: each statement
+        sees what was committed when it began)."""
+        return self._tx(durable=False)
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[psycopg.Connection[Any]]:
+        """A read transaction whose statements all see one snapshot."""
+        with self._tx(durable=False) as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            yield conn
+
+    def _among(self, page: str, params: list[Any], ids: list[str]) -> tuple[str, list[Any]]:
+        return "= ANY(%s)", [ids]
+
     @contextmanager
     def _errors(self) -> Iterator[None]:
         """A lost server, a deadlock or a row held past the timeout as one-line errors."""
@@ -464,24 +500,8 @@ class PostgresStore:
             # Held to the end of this transaction: a second process opening a new database
             # waits here, then finds it migrated.
             conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_key(f"awl:{self.schema}"),))
-            conn.execute("CREATE TABLE IF NOT EXISTS awl_schema (version INTEGER NOT NULL)")
-            row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
-            version = int(row[0] or 0) if row is not None else 0
-            if version > SCHEMA_VERSION:
-                raise StoreUnavailable(
-                    f"the desk at {self._where} has schema version {version}, newer than "
-                    f"this awl ({SCHEMA_VERSION}); upgrade agent-work-layer to open it")
-            for number in range(version, SCHEMA_VERSION):
-                for statement in MIGRATIONS[number]:
-                    conn.execute(statement)
-                conn.execute("INSERT INTO awl_schema (version) VALUES (%s)", (number + 1,))
+            self._upgrade(conn, MIGRATIONS, f"the desk at {self._where}")
         conn.commit()
-
-    def schema_version(self) -> int:
-        """The schema version of the open database."""
-        with self._tx(durable=False) as conn:
-            row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
-        return int(row[0]) if row is not None else 0
 
     def close(self) -> None:
         """Close every connection (which lets go of every lock held); calls after this
@@ -502,108 +522,10 @@ class PostgresStore:
         for pool in self._pools.values():
             pool.close()
 
-    @staticmethod
-    def _seq(conn: psycopg.Connection[Any], order_id: str) -> int:
-        row = conn.execute("SELECT seq FROM orders WHERE id = %s", (order_id,)).fetchone()
-        if row is None:
-            raise order_not_found(order_id)
-        return int(row[0])
-
     # Orders and their logs -----------------------------------------------------------
-    def create_order(self, order: WorkOrder, event: Event) -> None:
-        """Store a new order with its first event (seq 1); its state is ``event.to``."""
-        check_first_event(order, event)
-        with self._tx() as conn:
-            added = conn.execute(
-                "INSERT INTO orders (id, doc, state, seq, worker, manager, parent_id,"
-                " created_at, updated_at) VALUES (%s, %s::jsonb, %s, 1, %s, %s, %s, %s, %s)"
-                " ON CONFLICT (id) DO NOTHING",
-                (order.id, dump_json(order.to_json()), event.to, order.to, order.manager,
-                 order.parent_id, order.created_at, event.at),
-            ).rowcount
-            if not added:
-                raise order_exists_conflict(order.id, self._seq(conn, order.id))
-            conn.execute("INSERT INTO events (order_id, seq, doc) VALUES (%s, 1, %s::jsonb)",
-                         (order.id, dump_json(event.to_json())))
-            self._announce(conn, order.id, 1)
-
-    def _announce(self, conn: psycopg.Connection[Any], order_id: str, seq: int) -> None:
+    def _announce(self, conn: Connection, order_id: str, seq: int) -> None:
         """Tell every listener, when this transaction commits, that the order moved."""
         conn.execute("SELECT pg_notify(%s, %s)", (self.channel, f"{seq}:{order_id}"))
-
-    def load(self, order_id: str) -> OrderRecord:
-        """The order and all it carries. NotFound if absent."""
-        found = self._records("WHERE id = %s", [order_id], None, 0)
-        if not found:
-            raise order_not_found(order_id)
-        return found[0]
-
-    def _records(self, where: str, params: list[Any], limit: int | None,
-                 offset: int) -> list[OrderRecord]:
-        with self._tx(durable=False) as conn:
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            rows = conn.execute(
-                f"SELECT id, doc::text, state, seq, updated_at FROM orders {where}"
-                " ORDER BY pos DESC LIMIT %s OFFSET %s", [*params, limit, offset],
-            ).fetchall()
-            extra: dict[str, dict[str, list[str]]] = {}
-            if rows:
-                ids = [row[0] for row in rows]
-                for table in ("reports", "reviews"):
-                    for oid, doc in conn.execute(
-                        f"SELECT order_id, doc::text FROM {table} WHERE order_id = ANY(%s)"
-                        " ORDER BY order_id, idx", (ids,),
-                    ):
-                        extra.setdefault(oid, {}).setdefault(table, []).append(doc)
-        return [read_record(doc, state, seq, updated_at,
-                            reports=extra.get(oid, {}).get("reports", ()),
-                            reviews=extra.get(oid, {}).get("reviews", ()))
-                for oid, doc, state, seq, updated_at in rows]
-
-    def append(
-        self,
-        order_id: str,
-        event: Event,
-        *,
-        state: str,
-        report: WorkReport | None = None,
-        review: Review | None = None,
-    ) -> None:
-        """Append ``event`` if its seq follows the stored one, else Conflict."""
-        with self._tx() as conn:
-            row = conn.execute("SELECT seq FROM orders WHERE id = %s FOR NO KEY UPDATE",
-                               (order_id,)).fetchone()
-            if row is None:
-                raise order_not_found(order_id)
-            if event.seq != row[0] + 1:
-                raise seq_conflict(order_id, event, int(row[0]))
-            conn.execute("INSERT INTO events (order_id, seq, doc) VALUES (%s, %s, %s::jsonb)",
-                         (order_id, event.seq, dump_json(event.to_json())))
-            conn.execute("UPDATE orders SET seq = %s, state = %s, updated_at = %s WHERE id = %s",
-                         (event.seq, state, event.at, order_id))
-            for table, doc in (("reports", report), ("reviews", review)):
-                if doc is not None:
-                    conn.execute(
-                        f"INSERT INTO {table} (order_id, idx, doc) VALUES (%s, (SELECT"
-                        f" COUNT(*) FROM {table} WHERE order_id = %s), %s::jsonb)",
-                        (order_id, order_id, dump_json(doc.to_json())))
-            self._announce(conn, order_id, event.seq)
-
-    def events(self, order_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
-        """Events with seq > ``after``, in order (at most ``limit``)."""
-        # One statement, so one snapshot: the order's row joined to the events asked for
-        # still gives one row, with no event, for an order with none of them.
-        with self._statement() as conn:
-            rows = conn.execute(
-                "SELECT e.doc::text FROM orders AS o LEFT JOIN events AS e"
-                " ON e.order_id = o.id AND e.seq > %s WHERE o.id = %s ORDER BY e.seq LIMIT %s",
-                (after, order_id, None if limit is None else max(limit, 1)),
-            ).fetchall()
-        if not rows:
-            raise order_not_found(order_id)
-        if limit == 0:
-            return []
-        return [Event.model_validate_json(doc) for (doc,) in rows if doc is not None]
 
     def track_rows(self, worker: str) -> list[TrackRow]:
         """One track row per order addressed to ``worker``, newest first, in one query."""
@@ -753,21 +675,6 @@ class PostgresStore:
                               above=[a[0] for a in above])
             return record
 
-    @staticmethod
-    def _call_data(conn: psycopg.Connection[Any], order_id: str, ref: str, *,
-                   lock: bool = False) -> tuple[int, dict[str, Any]]:
-        """The N and stored JSON data of the call ``ref`` names; NotFound if there is none."""
-        n, tool = call_number(order_id, ref)
-        row = conn.execute(
-            "SELECT doc::text FROM calls WHERE order_id = %s AND n = %s"
-            + (" FOR UPDATE" if lock else ""), (order_id, n),
-        ).fetchone()
-        data = None if row is None else json.loads(row[0])
-        if data is None or data["tool"] != tool:
-            PostgresStore._seq(conn, order_id)
-            raise call_not_found(order_id, ref)
-        return n, data
-
     def finish_call(
         self, order_id: str, ref: str, *, outcome: str, result: dict[str, Any] | None,
         error: str | None, ended_at: str,
@@ -794,26 +701,6 @@ class PostgresStore:
                 _, old = self._call_data(conn, order_id, ref)  # NotFound if there is none
             raise outcome_conflict(order_id, ref, old["outcome"])
 
-    def calls(self, order_id: str, *, attempt: int | None = None) -> list[CallRecord]:
-        """The order's call records by N."""
-        with self._tx(durable=False) as conn:
-            self._seq(conn, order_id)
-            rows = conn.execute(
-                "SELECT doc::text FROM calls WHERE order_id = %s"
-                + ("" if attempt is None else " AND attempt = %s") + " ORDER BY n",
-                (order_id,) if attempt is None else (order_id, attempt),
-            ).fetchall()
-        return [CallRecord.model_validate_json(doc) for (doc,) in rows]
-
-    def charges(self, order_id: str) -> list[float | None]:
-        """What each call counts against the budget, by N (None: it does not count)."""
-        with self._tx(durable=False) as conn:
-            self._seq(conn, order_id)
-            rows = conn.execute(
-                "SELECT counted, usd FROM calls WHERE order_id = %s ORDER BY n", (order_id,)
-            ).fetchall()
-        return [float(usd) if counted else None for counted, usd in rows]
-
     def usage(self, order_id: str, jtis: frozenset[str] | None = None) -> Usage:
         """Counted calls and USD so far (for the calls under ``jtis`` if given)."""
         with self._tx(durable=False) as conn:
@@ -834,76 +721,6 @@ class PostgresStore:
             ).fetchone()
         assert got is not None
         return Usage(tool_calls=int(got[0]), usd=float(got[1]), first_call_at=got[2])
-
-    # Effects ---------------------------------------------------------------------------
-    def effects(self, order_id: str) -> list[EffectState]:
-        """Every effect state of the order, by N."""
-        with self._tx(durable=False) as conn:
-            self._seq(conn, order_id)
-            rows = conn.execute(
-                "SELECT doc::text FROM effects WHERE order_id = %s ORDER BY n", (order_id,)
-            ).fetchall()
-        return [read_effect(doc) for (doc,) in rows]
-
-    def hold_call(
-        self, order_id: str, ref: str, *, result: dict[str, Any] | None, ended_at: str,
-    ) -> EffectState:
-        """Set a reserved call's outcome to ``held`` and create its ``held`` effect, in one
-        transaction that commits with ``synchronous_commit=on`` (CM-14)."""
-        check_hold(result, ended_at)
-        with self._tx() as conn:
-            n, data = self._call_data(conn, order_id, ref, lock=True)
-            _, doc, effect = held_call(data, n, ref, self._effect(conn, order_id, n),
-                                       result=result, ended_at=ended_at)
-            conn.execute("UPDATE calls SET doc = %s::jsonb WHERE order_id = %s AND n = %s",
-                         (doc, order_id, n))
-            conn.execute("INSERT INTO effects (order_id, n, doc) VALUES (%s, %s, %s::jsonb)",
-                         (order_id, n, effect_doc(effect)))
-            return effect
-
-    @staticmethod
-    def _effect(conn: psycopg.Connection[Any], order_id: str, n: int) -> EffectState | None:
-        row = conn.execute("SELECT doc::text FROM effects WHERE order_id = %s AND n = %s",
-                           (order_id, n)).fetchone()
-        return None if row is None else read_effect(row[0])
-
-    def restore_effect(self, effect: EffectState) -> None:
-        """Store ``effect`` exactly as given (a copy of a desk), replacing any state."""
-        with self._tx() as conn:
-            n, data = self._call_data(conn, effect.order_id, effect.ref, lock=True)
-            new = restored_effect(effect, CallRecord.model_validate(data))
-            conn.execute(
-                "INSERT INTO effects (order_id, n, doc) VALUES (%s, %s, %s::jsonb)"
-                " ON CONFLICT (order_id, n) DO UPDATE SET doc = excluded.doc",
-                (effect.order_id, n, effect_doc(new)))
-
-    def set_effect(
-        self, order_id: str, ref: str, *, expect: Sequence[str] | None, state: str,
-        attempt: int | None = None, result: dict[str, Any] | None = None,
-        error: str | None = None, settlement: Settlement | None = None,
-        count_dispatch: bool = False, at: str,
-    ) -> EffectState:
-        """Move an effect to ``state`` if it is in one of ``expect``; Conflict otherwise.
-
-        Commits with ``synchronous_commit=on``: the new state is on the server's disk when
-        this returns (a ``dispatching`` mark before its call is sent).
-        """
-        with self._tx() as conn:
-            # The call's row is locked first, so two movers of one effect (even one that
-            # creates it) queue rather than both reading it absent.
-            n, data = self._call_data(conn, order_id, ref, lock=True)
-            record = CallRecord.model_validate(data)
-            new = next_effect(
-                self._effect(conn, order_id, n), record, expect=expect, state=state,
-                attempt=attempt, result=result, error=error, settlement=settlement,
-                count_dispatch=count_dispatch, at=at,
-            )
-            conn.execute(
-                "INSERT INTO effects (order_id, n, doc) VALUES (%s, %s, %s::jsonb)"
-                " ON CONFLICT (order_id, n) DO UPDATE SET doc = excluded.doc",
-                (order_id, n, effect_doc(new)),
-            )
-            return new
 
     # Locks ----------------------------------------------------------------------------
     def _lock_keys(self, name: str) -> tuple[int, int]:
@@ -1047,70 +864,6 @@ class PostgresStore:
             pass  # a dead connection held nothing any more
         finally:
             held.conn.close()
-
-    # Passes and tokens -------------------------------------------------------------------
-    def revoke(self, jti: str, *, reason: str, at: str) -> None:
-        """Record that a pass is revoked (idempotent: the first reason and time are kept)."""
-        with self._tx() as conn:
-            conn.execute("INSERT INTO revocations (jti, reason, at) VALUES (%s, %s, %s)"
-                         " ON CONFLICT (jti) DO NOTHING", (jti, reason, at))
-
-    def revoked(self) -> dict[str, str]:
-        """Every revoked jti with its reason."""
-        with self._statement() as conn:
-            rows = conn.execute("SELECT jti, reason FROM revocations ORDER BY pos").fetchall()
-        return {str(jti): str(reason) for jti, reason in rows}
-
-    def revocations(self) -> dict[str, Revocation]:
-        """Every revoked jti with its reason and time."""
-        with self._tx(durable=False) as conn:
-            rows = conn.execute(
-                "SELECT jti, reason, at FROM revocations ORDER BY pos").fetchall()
-        return {jti: Revocation(reason=reason, at=at) for jti, reason, at in rows}
-
-    def save_pass(self, record: PassRecord) -> None:
-        """Remember an issued pass (saving a jti again replaces its record)."""
-        with self._tx() as conn:
-            conn.execute(
-                "INSERT INTO passes (jti, order_id, doc) VALUES (%s, %s, %s::jsonb)"
-                " ON CONFLICT (jti) DO UPDATE SET order_id = excluded.order_id,"
-                " doc = excluded.doc", (record.jti, record.order_id, pass_doc(record)))
-
-    def passes(self, order_id: str) -> list[PassRecord]:
-        """The passes saved for an order, in the order they were first saved."""
-        with self._tx(durable=False) as conn:
-            rows = conn.execute(
-                "SELECT doc::text FROM passes WHERE order_id = %s ORDER BY pos", (order_id,)
-            ).fetchall()
-        return [read_pass(row[0]) for row in rows]
-
-    def save_token(self, token_hash: str, principal: str, *, created_at: str) -> None:
-        """Remember a desk access token by its hash."""
-        with self._tx() as conn:
-            conn.execute(
-                "INSERT INTO tokens (token_hash, principal, created_at) VALUES (%s, %s, %s)"
-                " ON CONFLICT (token_hash) DO UPDATE SET principal = excluded.principal,"
-                " created_at = excluded.created_at", (token_hash, principal, created_at))
-
-    def principal_for(self, token_hash: str) -> str | None:
-        """The principal a token hash was issued to."""
-        with self._tx(durable=False) as conn:
-            row = conn.execute("SELECT principal FROM tokens WHERE token_hash = %s",
-                               (token_hash,)).fetchone()
-        return None if row is None else str(row[0])
-
-    def tokens(self) -> list[TokenRecord]:
-        """Every desk access token (by hash), oldest first."""
-        with self._tx(durable=False) as conn:
-            rows = conn.execute(
-                "SELECT token_hash, principal, created_at FROM tokens ORDER BY pos").fetchall()
-        return [TokenRecord(str(h), str(p), str(at)) for h, p, at in rows]
-
-    def drop_token(self, token_hash: str) -> bool:
-        """Forget a token; False if there was no such token."""
-        with self._tx() as conn:
-            return conn.execute("DELETE FROM tokens WHERE token_hash = %s",
-                                (token_hash,)).rowcount > 0
 
     # Public keys ----------------------------------------------------------------------------
     def publish_keys(self, jwks: Mapping[str, Any]) -> None:

@@ -7,8 +7,8 @@ calls on their way to running at most once), :class:`PassStore` (issued passes a
 revocations), :class:`TokenStore` (desk access tokens), :class:`LockStore` (the commit
 lock). :class:`Subscriptions` is optional: a backend that can push news of an order (the
 memory store, a PostgreSQL ``LISTEN``) implements it, and a desk polls any other; so is
-:class:`KeyDirectory`, a store that keeps the desk's public keys for other hosts, and so,
-for now, :class:`WebhookStore` (subscriptions and outbox).
+:class:`KeyDirectory`, a store that keeps the desk's public keys for other hosts, and so is
+:class:`WebhookStore` (subscriptions and outbox), which every backend here implements.
 
 Implementations: :class:`awl.MemoryStore` (tests), :class:`awl.SQLiteStore` (the embedded
 default) and any other backend :func:`awl.open_store` finds by URL. The checks, refusals and
@@ -549,8 +549,9 @@ class WebhookStore(Protocol):
     :meth:`OrderStore.append` and :meth:`EffectStore.set_effect` write in their own
     transaction (see the module's docstring).
 
-    Optional for now: the memory and SQLite stores implement it, and a desk on a store that
-    does not (PostgreSQL, so far) refuses webhooks in one line and delivers nothing."""
+    Optional: the memory, SQLite and PostgreSQL stores implement it (the SQL ones through
+    :class:`awl.store.sql.SQLStore`); a desk on a store that does not refuses webhooks in one
+    line and delivers nothing."""
 
     def add_webhook(self, webhook: Webhook) -> None:
         """Keep a webhook subscription. Conflict if its id exists."""

@@ -25,6 +25,11 @@ leave nothing behind).
 Documents are kept as JSON text exactly as their models dump them; the columns beside them
 exist only to filter, order and check.
 
+The statements this store shares with PostgreSQL's (orders' logs, effects, passes, tokens,
+webhooks and the outbox) live in :class:`awl.store.sql.SQLStore`, spelled for SQLite by
+:data:`DIALECT`; this module keeps its connections, migrations, the call path, listings and
+the commit lock.
+
 By default SQLite checkpoints the write-ahead log itself, inside whichever commit finds the
 log long (copying pages into the desk file and syncing it: tens of milliseconds added to one
 unlucky write). With ``checkpoint_every`` (the gateway sets it, STO-14) this store's
@@ -35,83 +40,51 @@ which waits for no reader or writer and makes none wait, so no call pays for one
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from awl.documents.errors import AWLError, Conflict, StoreUnavailable
-from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
+from awl.documents.models import CallRecord
 from awl.store.files import create_private, make_private
 from awl.store.protocol import (
-    DeliveryAttempt,
-    EffectState,
     LockInfo,
-    Notification,
     OrderRecord,
     OverBudget,
-    PassRecord,
     Reservation,
     Reserved,
-    Revocation,
     Scope,
-    Settlement,
-    TokenRecord,
     TrackRow,
     Usage,
-    Webhook,
 )
 from awl.store.rules import (
     MAX_CHAIN,
-    after_attempt,
-    call_not_found,
     call_number,
     check_ending,
-    check_first_event,
-    check_hold,
-    check_notification_state,
     check_takeover,
-    dump_json,
-    effect_counts,
-    effect_doc,
-    effect_event_kind,
     exceeded_above,
     exceeded_scope,
-    held_call,
     json_text,
     lock_doc,
     may_take,
     new_call,
-    new_notifications,
-    next_effect,
-    notification_not_found,
-    notification_payload,
-    order_event_kind,
-    order_exists_conflict,
     order_not_found,
-    orphaned,
     outcome_conflict,
-    pass_doc,
-    read_effect,
     read_lock,
-    read_pass,
-    read_record,
     read_track_row,
     record_order_id,
-    restored_effect,
-    seq_conflict,
     stale_order,
     state_names,
     stored_call,
     timestamp,
-    webhook_conflict,
 )
+from awl.store.sql import Connection, Dialect, SQLStore
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -335,16 +308,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema version this code writes; a desk file is migrated up to it when opened."""
 
+DIALECT = Dialect(param="?", no_limit=-1, effect_state="json_extract(doc, '$.state')")
+"""SQLite's spelling of the shared statements: documents are JSON text, and no row is locked
+(every write holds the file's one write lock from ``BEGIN IMMEDIATE``)."""
 
-def _where(clauses: list[str], params: list[Any],
-           equal: Sequence[tuple[str, Any]]) -> str:
-    """A WHERE clause of ``clauses`` and ``column = value`` for each pair whose value is not
-    None; the values are added to ``params``."""
-    for column, value in equal:
-        if value is not None:
-            clauses.append(f"{column} = ?")
-            params.append(value)
-    return f"WHERE {' AND '.join(clauses)}" if clauses else ""
+_where = DIALECT.where
 
 
 def _jti_filter(jtis: frozenset[str]) -> tuple[str, list[str]]:
@@ -462,20 +430,9 @@ class _Checkpointer:
         self._conn.close()
 
 
-def _webhook_from(doc: str) -> Webhook:
-    data = json.loads(doc)
-    orders = data.pop("orders")
-    return Webhook(**data | {"events": tuple(data["events"])},
-                   orders=None if orders is None else tuple(orders))
 
 
-def _notification_from(doc: str) -> Notification:
-    data = json.loads(doc)
-    attempts = tuple(DeliveryAttempt(**a) for a in data.pop("attempts"))
-    return Notification(**data, attempts=attempts)
-
-
-class SQLiteStore:
+class SQLiteStore(SQLStore):
     """A :class:`awl.store.protocol.Store` in one SQLite file, safe across threads and processes.
 
     Args:
@@ -496,6 +453,8 @@ class SQLiteStore:
         ...     store.list_orders()
         []
     """
+
+    dialect = DIALECT
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0,
                  checkpoint_every: float | None = None) -> None:
@@ -523,12 +482,6 @@ class SQLiteStore:
             raise
         if self._checkpointer is not None:
             self._checkpointer.start()
-
-    def __enter__(self) -> SQLiteStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _private_files(self) -> None:
         """Make the desk file, and so its journals, owner-only (SEC-10).
@@ -606,6 +559,19 @@ class SQLiteStore:
         """
         return _WriteTransaction(self, durable)
 
+    def _statement(self) -> AbstractContextManager[sqlite3.Connection]:
+        """A pooled connection (of the call-record pool) for one statement, its own
+        transaction: no BEGIN and COMMIT around it."""
+        return self._connection(durable=False)
+
+    def _among(self, page: str, params: list[Any], ids: list[str]) -> tuple[str, list[Any]]:
+        # The page's query again (in the read's snapshot) rather than its ids: a page
+        # without a limit may hold more ids than a statement takes parameters.
+        return f"IN ({page})", params
+
+    def _announce(self, conn: Connection, order_id: str, seq: int) -> None:
+        """Nothing: no other process can hear it (a waiter on this file polls)."""
+
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         # Reads share the call-record pool (synchronous only matters to writes): a connection
@@ -620,29 +586,15 @@ class SQLiteStore:
                     conn.execute("COMMIT")
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
+        """Bring the schema up to :data:`SCHEMA_VERSION` under the write lock, so a second
+        process opening a new desk file waits, then finds it migrated."""
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.execute("CREATE TABLE IF NOT EXISTS awl_schema (version INTEGER NOT NULL)")
-            row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
-            version = row[0] or 0
-            if version > SCHEMA_VERSION:
-                raise StoreUnavailable(
-                    f"the desk {self.path} has schema version {version}, newer than this "
-                    f"awl ({SCHEMA_VERSION}); upgrade agent-work-layer to open it"
-                )
-            for number in range(version, SCHEMA_VERSION):
-                for statement in MIGRATIONS[number]:
-                    conn.execute(statement)
-                conn.execute("INSERT INTO awl_schema (version) VALUES (?)", (number + 1,))
+            self._upgrade(conn, MIGRATIONS, f"the desk {self.path}")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
-
-    def schema_version(self) -> int:
-        """The schema version of the open desk file."""
-        with self._read() as conn:
-            return int(conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()[0])
 
     def close(self) -> None:
         """Close every connection; calls after this raise."""
@@ -662,111 +614,7 @@ class SQLiteStore:
         with self._connection() as conn:
             return _passive_checkpoint(conn)
 
-    @staticmethod
-    def _seq(conn: sqlite3.Connection, order_id: str) -> int:
-        row = conn.execute("SELECT seq FROM orders WHERE id = ?", (order_id,)).fetchone()
-        if row is None:
-            raise order_not_found(order_id)
-        return int(row[0])
-
-    # Orders and their logs -----------------------------------------------------------
-    def create_order(self, order: WorkOrder, event: Event) -> None:
-        """Store a new order with its first event (seq 1); its state is ``event.to``."""
-        check_first_event(order, event)
-        with self._write() as conn:
-            row = conn.execute("SELECT seq FROM orders WHERE id = ?", (order.id,)).fetchone()
-            if row is not None:
-                raise order_exists_conflict(order.id, int(row[0]))
-            conn.execute(
-                "INSERT INTO orders (id, doc, state, seq, worker, manager, parent_id,"
-                " created_at, updated_at) VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?)",
-                (order.id, dump_json(order.to_json()), event.to, order.to, order.manager,
-                 order.parent_id, order.created_at, event.at),
-            )
-            conn.execute(
-                "INSERT INTO events (order_id, seq, doc) VALUES (?, 1, ?)",
-                (order.id, dump_json(event.to_json())),
-            )
-
-    def load(self, order_id: str) -> OrderRecord:
-        """The order and all it carries. NotFound if absent."""
-        found = self._records("WHERE id = ?", [order_id], None, 0)
-        if not found:
-            raise order_not_found(order_id)
-        return found[0]
-
-    def _records(self, where: str, params: list[Any], limit: int | None,
-                 offset: int) -> list[OrderRecord]:
-        page = f"SELECT id FROM orders {where} ORDER BY pos DESC LIMIT ? OFFSET ?"
-        page_params = [*params, -1 if limit is None else limit, offset]
-        with self._read() as conn:
-            rows = conn.execute(
-                f"SELECT id, doc, state, seq, updated_at FROM orders {where}"
-                " ORDER BY pos DESC LIMIT ? OFFSET ?", page_params,
-            ).fetchall()
-            extra: dict[str, dict[str, list[str]]] = {}
-            if rows:
-                for table in ("reports", "reviews"):
-                    for oid, doc in conn.execute(
-                        f"SELECT order_id, doc FROM {table} WHERE order_id IN ({page})"
-                        " ORDER BY order_id, idx", page_params,
-                    ):
-                        extra.setdefault(oid, {}).setdefault(table, []).append(doc)
-        return [read_record(doc, state, seq, updated_at,
-                            reports=extra.get(oid, {}).get("reports", ()),
-                            reviews=extra.get(oid, {}).get("reviews", ()))
-                for oid, doc, state, seq, updated_at in rows]
-
-    def append(
-        self,
-        order_id: str,
-        event: Event,
-        *,
-        state: str,
-        report: WorkReport | None = None,
-        review: Review | None = None,
-    ) -> None:
-        """Append ``event`` if its seq follows the stored one, else Conflict."""
-        with self._write() as conn:
-            seq = self._seq(conn, order_id)
-            if event.seq != seq + 1:
-                raise seq_conflict(order_id, event, seq)
-            conn.execute(
-                "INSERT INTO events (order_id, seq, doc) VALUES (?, ?, ?)",
-                (order_id, event.seq, dump_json(event.to_json())),
-            )
-            conn.execute(
-                "UPDATE orders SET seq = ?, state = ?, updated_at = ? WHERE id = ?",
-                (event.seq, state, event.at, order_id),
-            )
-            for table, doc in (("reports", report), ("reviews", review)):
-                if doc is not None:
-                    conn.execute(
-                        f"INSERT INTO {table} (order_id, idx, doc) VALUES (?, (SELECT"
-                        f" COUNT(*) FROM {table} WHERE order_id = ?), ?)",
-                        (order_id, order_id, dump_json(doc.to_json())),
-                    )
-            self._notify(conn, order_event_kind(event), order_id, event.at,
-                         lambda kind, order, counts: notification_payload(
-                             kind, order, state, event.at, counts, event=event))
-
-    def events(self, order_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
-        """Events with seq > ``after``, in order (at most ``limit``)."""
-        # One statement, so one snapshot without a transaction of our own (a gateway asks
-        # before every call whether the log grew): the order's row joined to the events asked
-        # for, which still gives one row, with no event, for an order with none of them.
-        with self._connection(durable=False) as conn:
-            rows = conn.execute(
-                "SELECT e.doc FROM orders AS o LEFT JOIN events AS e"
-                " ON e.order_id = o.id AND e.seq > ? WHERE o.id = ? ORDER BY e.seq LIMIT ?",
-                (after, order_id, -1 if limit is None else 1 if limit == 0 else limit),
-            ).fetchall()
-        if not rows:
-            raise order_not_found(order_id)
-        if limit == 0:
-            return []
-        return [Event.model_validate_json(doc) for (doc,) in rows if doc is not None]
-
+    # Orders and their logs (the rest are shared: awl.store.sql) ------------------------
     def track_rows(self, worker: str) -> list[TrackRow]:
         """One track row per order addressed to ``worker``, newest first, in one query.
 
@@ -929,20 +777,6 @@ class SQLiteStore:
                               above=[a[0] for a in above])
             return record
 
-    @staticmethod
-    def _call_data(conn: sqlite3.Connection, order_id: str,
-                   ref: str) -> tuple[int, dict[str, Any]]:
-        """The N and stored JSON data of the call ``ref`` names; NotFound if there is none."""
-        n, tool = call_number(order_id, ref)
-        row = conn.execute(
-            "SELECT doc FROM calls WHERE order_id = ? AND n = ?", (order_id, n)
-        ).fetchone()
-        data = None if row is None else json.loads(row[0])
-        if data is None or data["tool"] != tool:
-            SQLiteStore._seq(conn, order_id)
-            raise call_not_found(order_id, ref)
-        return n, data
-
     def finish_call(
         self, order_id: str, ref: str, *, outcome: str, result: dict[str, Any] | None,
         error: str | None, ended_at: str,
@@ -983,26 +817,6 @@ class SQLiteStore:
                 _, old = self._call_data(reader, order_id, ref)  # NotFound if there is none
             raise outcome_conflict(order_id, ref, old["outcome"])
 
-    def calls(self, order_id: str, *, attempt: int | None = None) -> list[CallRecord]:
-        """The order's call records by N."""
-        with self._read() as conn:
-            self._seq(conn, order_id)
-            rows = conn.execute(
-                "SELECT doc FROM calls WHERE order_id = ?"
-                + ("" if attempt is None else " AND attempt = ?") + " ORDER BY n",
-                (order_id,) if attempt is None else (order_id, attempt),
-            ).fetchall()
-        return [CallRecord.model_validate_json(doc) for (doc,) in rows]
-
-    def charges(self, order_id: str) -> list[float | None]:
-        """What each call counts against the budget, by N (None: it does not count)."""
-        with self._read() as conn:
-            self._seq(conn, order_id)
-            rows = conn.execute(
-                "SELECT counted, usd FROM calls WHERE order_id = ? ORDER BY n", (order_id,)
-            ).fetchall()
-        return [float(usd) if counted else None for counted, usd in rows]
-
     def usage(self, order_id: str, jtis: frozenset[str] | None = None) -> Usage:
         """Counted calls and USD so far (for the calls under ``jtis`` if given)."""
         with self._read() as conn:
@@ -1023,110 +837,6 @@ class SQLiteStore:
                 ).fetchone()
                 first_at = None if first is None else first[0]
         return Usage(tool_calls=calls, usd=usd, first_call_at=first_at)
-
-    # Effects ---------------------------------------------------------------------------
-    def effects(self, order_id: str) -> list[EffectState]:
-        """Every effect state of the order, by N."""
-        with self._read() as conn:
-            self._seq(conn, order_id)
-            rows = conn.execute(
-                "SELECT doc FROM effects WHERE order_id = ? ORDER BY n", (order_id,)
-            ).fetchall()
-        return [read_effect(doc) for (doc,) in rows]
-
-    def hold_call(
-        self, order_id: str, ref: str, *, result: dict[str, Any] | None, ended_at: str,
-    ) -> EffectState:
-        """Set a reserved call's outcome to ``held`` and create its ``held`` effect, in one
-        transaction that commits with ``synchronous=FULL`` (on disk when this returns)."""
-        check_hold(result, ended_at)
-        with self._write() as conn:
-            n, data = self._call_data(conn, order_id, ref)
-            _, doc, effect = held_call(data, n, ref, self._effect(conn, order_id, n),
-                                       result=result, ended_at=ended_at)
-            conn.execute("UPDATE calls SET doc = ? WHERE order_id = ? AND n = ?",
-                         (doc, order_id, n))
-            conn.execute("INSERT INTO effects (order_id, n, doc) VALUES (?, ?, ?)",
-                         (order_id, n, effect_doc(effect)))
-            return effect
-
-    @staticmethod
-    def _effect(conn: sqlite3.Connection, order_id: str, n: int) -> EffectState | None:
-        row = conn.execute(
-            "SELECT doc FROM effects WHERE order_id = ? AND n = ?", (order_id, n)
-        ).fetchone()
-        return None if row is None else read_effect(row[0])
-
-    def set_effect(
-        self, order_id: str, ref: str, *, expect: Sequence[str] | None, state: str,
-        attempt: int | None = None, result: dict[str, Any] | None = None,
-        error: str | None = None, settlement: Settlement | None = None,
-        count_dispatch: bool = False, at: str,
-    ) -> EffectState:
-        """Move an effect to ``state`` if it is in one of ``expect``; Conflict otherwise.
-
-        The transaction commits with ``synchronous=FULL``, so the new state is on disk
-        when this returns.
-        """
-        with self._write() as conn:
-            n, data = self._call_data(conn, order_id, ref)
-            record = CallRecord.model_validate(data)
-            old = self._effect(conn, order_id, n)
-            new = next_effect(
-                old, record, expect=expect, state=state,
-                attempt=attempt, result=result, error=error, settlement=settlement,
-                count_dispatch=count_dispatch, at=at,
-            )
-            conn.execute(
-                "INSERT OR REPLACE INTO effects (order_id, n, doc) VALUES (?, ?, ?)",
-                (order_id, n, effect_doc(new)),
-            )
-            self._notify(conn, effect_event_kind(old, new), order_id, at,
-                         lambda kind, order, counts: notification_payload(
-                             kind, order, self._state(conn, order_id), at, counts,
-                             effect=new, tool=record.tool))
-            return new
-
-    @staticmethod
-    def _state(conn: sqlite3.Connection, order_id: str) -> str:
-        return str(conn.execute("SELECT state FROM orders WHERE id = ?",
-                                (order_id,)).fetchone()[0])
-
-    @staticmethod
-    def _notify(conn: sqlite3.Connection, kind: str | None, order_id: str, at: str,
-                payload: Callable[[str, WorkOrder, dict[str, int]], dict[str, Any]]) -> None:
-        """Write the notifications a write calls for, in its transaction (HOOK-3).
-
-        Only a write that calls for one reads the webhooks; only a webhook that wants it
-        makes the payload read the order and count its held calls."""
-        if kind is None:
-            return
-        hooks = [_webhook_from(doc) for (doc,) in
-                 conn.execute("SELECT doc FROM webhooks ORDER BY pos").fetchall()]
-
-        def body(kind: str) -> dict[str, Any]:
-            doc = conn.execute("SELECT doc FROM orders WHERE id = ?", (order_id,)).fetchone()
-            counts = effect_counts(s for (s,) in conn.execute(
-                "SELECT json_extract(doc, '$.state') FROM effects WHERE order_id = ?",
-                (order_id,)))
-            return payload(kind, WorkOrder.model_validate_json(doc[0]), counts)
-
-        for note in new_notifications(hooks, kind, order_id, at, body):
-            conn.execute(
-                "INSERT INTO outbox (id, webhook_id, order_id, state, next_at, doc)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (note.id, note.webhook_id, order_id, note.state, timestamp(note.next_at),
-                 dump_json(asdict(note))))
-
-    def restore_effect(self, effect: EffectState) -> None:
-        """Store ``effect`` exactly as given (a copy of a desk), replacing any state."""
-        with self._write() as conn:
-            n, data = self._call_data(conn, effect.order_id, effect.ref)
-            new = restored_effect(effect, CallRecord.model_validate(data))
-            conn.execute(
-                "INSERT OR REPLACE INTO effects (order_id, n, doc) VALUES (?, ?, ?)",
-                (effect.order_id, n, effect_doc(new)),
-            )
 
     # Locks ----------------------------------------------------------------------------
     def acquire_lock(self, info: LockInfo, *, replace: LockInfo | None = None) -> bool:
@@ -1154,154 +864,6 @@ class SQLiteStore:
             row = conn.execute("SELECT doc FROM locks WHERE name = ?", (name,)).fetchone()
             if row is not None and read_lock(row[0]).holder == holder:
                 conn.execute("DELETE FROM locks WHERE name = ?", (name,))
-
-    # Passes and tokens -------------------------------------------------------------------
-    def revoke(self, jti: str, *, reason: str, at: str) -> None:
-        """Record that a pass is revoked (idempotent: the first reason and time are kept)."""
-        with self._write() as conn:
-            conn.execute(
-                "INSERT INTO revocations (jti, reason, at) VALUES (?, ?, ?)"
-                " ON CONFLICT (jti) DO NOTHING", (jti, reason, at),
-            )
-
-    def revoked(self) -> dict[str, str]:
-        """Every revoked jti with its reason."""
-        with self._read() as conn:
-            return dict(conn.execute("SELECT jti, reason FROM revocations").fetchall())
-
-    def revocations(self) -> dict[str, Revocation]:
-        """Every revoked jti with its reason and time."""
-        with self._read() as conn:
-            rows = conn.execute("SELECT jti, reason, at FROM revocations ORDER BY rowid").fetchall()
-        return {jti: Revocation(reason=reason, at=at) for jti, reason, at in rows}
-
-    def save_pass(self, record: PassRecord) -> None:
-        """Remember an issued pass (saving a jti again replaces its record)."""
-        with self._write() as conn:
-            conn.execute(
-                "INSERT INTO passes (jti, order_id, doc) VALUES (?, ?, ?)"
-                " ON CONFLICT (jti) DO UPDATE SET order_id = excluded.order_id,"
-                " doc = excluded.doc", (record.jti, record.order_id, pass_doc(record)),
-            )
-
-    def passes(self, order_id: str) -> list[PassRecord]:
-        """The passes saved for an order, in the order they were first saved."""
-        with self._read() as conn:
-            rows = conn.execute(
-                "SELECT doc FROM passes WHERE order_id = ? ORDER BY pos", (order_id,)
-            ).fetchall()
-        return [read_pass(row[0]) for row in rows]
-
-    def save_token(self, token_hash: str, principal: str, *, created_at: str) -> None:
-        """Remember a desk access token by its hash."""
-        with self._write() as conn:
-            conn.execute(
-                "INSERT INTO tokens (token_hash, principal, created_at) VALUES (?, ?, ?)"
-                " ON CONFLICT (token_hash) DO UPDATE SET principal = excluded.principal,"
-                " created_at = excluded.created_at", (token_hash, principal, created_at),
-            )
-
-    def principal_for(self, token_hash: str) -> str | None:
-        """The principal a token hash was issued to."""
-        with self._read() as conn:
-            row = conn.execute(
-                "SELECT principal FROM tokens WHERE token_hash = ?", (token_hash,)
-            ).fetchone()
-        return None if row is None else str(row[0])
-
-    def tokens(self) -> list[TokenRecord]:
-        """Every desk access token (by hash), oldest first."""
-        with self._read() as conn:
-            rows = conn.execute(
-                "SELECT token_hash, principal, created_at FROM tokens ORDER BY rowid"
-            ).fetchall()
-        return [TokenRecord(str(h), str(p), str(at)) for h, p, at in rows]
-
-    def drop_token(self, token_hash: str) -> bool:
-        """Forget a token; False if there was no such token."""
-        with self._write() as conn:
-            gone = conn.execute("DELETE FROM tokens WHERE token_hash = ?", (token_hash,))
-            return gone.rowcount > 0
-
-
-    # Subscriptions and outbox -----------------------------------------------------------
-    def add_webhook(self, webhook: Webhook) -> None:
-        """Keep a webhook subscription. Conflict if its id exists."""
-        with self._write() as conn:
-            if conn.execute("SELECT 1 FROM webhooks WHERE id = ?", (webhook.id,)).fetchone():
-                raise webhook_conflict(webhook.id)
-            conn.execute("INSERT INTO webhooks (id, doc) VALUES (?, ?)",
-                         (webhook.id, dump_json(asdict(webhook))))
-
-    def webhooks(self) -> list[Webhook]:
-        """Every webhook subscription, oldest first."""
-        with self._read() as conn:
-            rows = conn.execute("SELECT doc FROM webhooks ORDER BY pos").fetchall()
-        return [_webhook_from(doc) for (doc,) in rows]
-
-    def remove_webhook(self, webhook_id: str, *, at: str) -> bool:
-        """Forget a webhook; its pending notifications become dead, in one transaction."""
-        with self._write() as conn:
-            if conn.execute("DELETE FROM webhooks WHERE id = ?", (webhook_id,)).rowcount == 0:
-                return False
-            for (doc,) in conn.execute(
-                    "SELECT doc FROM outbox WHERE webhook_id = ? AND state = 'pending'",
-                    (webhook_id,)).fetchall():
-                self._put_notification(conn, orphaned(_notification_from(doc), at))
-            return True
-
-    @staticmethod
-    def _put_notification(conn: sqlite3.Connection, note: Notification) -> None:
-        conn.execute("UPDATE outbox SET state = ?, next_at = ?, doc = ? WHERE id = ?",
-                     (note.state, timestamp(note.next_at), dump_json(asdict(note)), note.id))
-
-    def claim_notifications(self, *, now: str, lease_until: str,
-                            limit: int) -> list[tuple[Notification, Webhook]]:
-        """Take up to ``limit`` due notifications, due again only at ``lease_until``.
-
-        A read looks first, so a deliverer polling an idle outbox never takes the write
-        lock (which every gateway's call records need)."""
-        due = "FROM outbox WHERE state = 'pending' AND next_at <= ?"
-        moment = timestamp(now)
-        with self._read() as conn:
-            if conn.execute(f"SELECT 1 {due} LIMIT 1", (moment,)).fetchone() is None:
-                return []
-        with self._write(durable=False) as conn:
-            rows = conn.execute(f"SELECT doc {due} ORDER BY next_at, pos LIMIT ?",
-                                (moment, max(limit, 0))).fetchall()
-            hooks = {w.id: w for w in (_webhook_from(d) for (d,) in
-                                       conn.execute("SELECT doc FROM webhooks").fetchall())}
-            claimed = []
-            for (doc,) in rows:
-                note = replace(_notification_from(doc), next_at=lease_until)
-                self._put_notification(conn, note)
-                claimed.append((note, hooks[note.webhook_id]))  # removal kills its notes
-            return claimed
-
-    def record_attempt(self, notification_id: str, attempt: DeliveryAttempt, *,
-                       state: str, next_at: str, error: str | None = None) -> Notification:
-        """Add an attempt and move the notification to ``state``."""
-        check_notification_state(state)
-        with self._write() as conn:
-            row = conn.execute("SELECT doc FROM outbox WHERE id = ?",
-                               (notification_id,)).fetchone()
-            if row is None:
-                raise notification_not_found(notification_id)
-            new = after_attempt(_notification_from(row[0]), attempt, state=state,
-                                next_at=next_at, error=error)
-            self._put_notification(conn, new)
-            return new
-
-    def notifications(self, *, state: str | None = None, webhook_id: str | None = None,
-                      order_id: str | None = None, limit: int | None = 100) -> list[Notification]:
-        """Notifications matching every filter given, newest first."""
-        params: list[Any] = []
-        where = _where([], params, (("state", state), ("webhook_id", webhook_id),
-                                    ("order_id", order_id)))
-        with self._read() as conn:
-            rows = conn.execute(f"SELECT doc FROM outbox {where} ORDER BY pos DESC LIMIT ?",
-                                (*params, -1 if limit is None else limit)).fetchall()
-        return [_notification_from(doc) for (doc,) in rows]
 
 
 class _WriteTransaction:

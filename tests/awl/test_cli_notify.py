@@ -1,5 +1,6 @@
 """`awl notify`: subscriptions from the command line, and the deliverer as a real process
-(alone, killed with kill -9 and restarted, and inside `awl serve` and `awl web`)."""
+(alone, killed with kill -9 and restarted, and inside `awl serve` and `awl web`), on a desk
+in SQLite (the home's file) and on one in PostgreSQL (``--store URL``)."""
 
 from __future__ import annotations
 
@@ -18,17 +19,29 @@ import pytest
 
 from awl.cli import main
 from awl.desk.desk import Desk
+from awl.store.protocol import Store
 from awl.store.sqlite import SQLiteStore
+from awl.store.urls import open_store
 from tests.awl.desk_support import MANAGER, WORKER, order_fields, report_fields
 from tests.awl.hook_support import HANG, Receiver
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def submit(home: Path) -> str:
-    """A fresh order, reported done on the desk in ``home``: one ``submitted`` event."""
+def opened(home: Path, url: str | None) -> Store:
+    """The desk's store: the home's SQLite file, or the one ``url`` names."""
+    return SQLiteStore(home / "desk.sqlite3") if url is None else open_store(url)
+
+
+def where(home: Path, url: str | None) -> list[str]:
+    """The options that point a command at that desk."""
+    return ["--home", str(home), *([] if url is None else ["--store", url])]
+
+
+def submit(home: Path, url: str | None = None) -> str:
+    """A fresh order, reported done on the desk: one ``submitted`` event."""
     deadline = (datetime.now(UTC) + timedelta(hours=1)).isoformat(timespec="seconds")
-    with SQLiteStore(home / "desk.sqlite3") as store:
+    with opened(home, url) as store:
         desk = Desk(store)
         view = desk.create(order_fields(deadline=deadline.replace("+00:00", "Z")), MANAGER)
         desk.accept(view.id, WORKER)
@@ -37,8 +50,8 @@ def submit(home: Path) -> str:
         return view.id
 
 
-def outbox(home: Path) -> list[dict[str, object]]:
-    with SQLiteStore(home / "desk.sqlite3") as store:
+def outbox(home: Path, url: str | None = None) -> list[dict[str, object]]:
+    with opened(home, url) as store:
         return [{"state": n.state, "attempts": len(n.attempts), "id": n.id}
                 for n in store.notifications()]
 
@@ -62,52 +75,53 @@ def awl(*args: str) -> Iterator[subprocess.Popen[bytes]]:
         assert b"Traceback" not in err, err.decode()
 
 
-@pytest.mark.spec("HOOK-1")
-def test_add_list_remove_and_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.spec("HOOK-1", "BIND-14")
+def test_add_list_remove_and_log(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                 store_url: str | None) -> None:
     """`add --json` prints the secret once; `list` never does; `log` shows the outbox; a bad
     URL or event is one line."""
-    home = str(tmp_path)
+    desk = where(tmp_path, store_url)
     assert main(["notify", "add", "http://127.0.0.1:9/h", "--events", "submitted,failed",
-                 "--json", "--home", home]) == 0
+                 "--json", *desk]) == 0
     added = json.loads(capsys.readouterr().out)
     assert added["secret"].startswith("whsec_") and added["events"] == ["submitted", "failed"]
-    assert main(["notify", "list", "--json", "--home", home]) == 0
+    assert main(["notify", "list", "--json", *desk]) == 0
     [listed] = json.loads(capsys.readouterr().out)
     assert listed == {k: v for k, v in added.items() if k != "secret"}
-    assert main(["notify", "list", "--home", home]) == 0
+    assert main(["notify", "list", *desk]) == 0
     out = capsys.readouterr().out
     assert added["id"] in out and "whsec_" not in out
-    order_id = submit(tmp_path)
-    assert main(["notify", "log", "--home", home]) == 0
+    order_id = submit(tmp_path, store_url)
+    assert main(["notify", "log", *desk]) == 0
     out = capsys.readouterr().out
     assert f"  submitted  {order_id}  {added['id']}  pending  0 attempt(s)  next " in out
-    assert main(["notify", "remove", added["id"], "--home", home]) == 0
+    assert main(["notify", "remove", added["id"], *desk]) == 0
     assert "will not be sent" in capsys.readouterr().out
-    assert main(["notify", "log", "--json", "--home", home]) == 0
+    assert main(["notify", "log", "--json", *desk]) == 0
     [note] = json.loads(capsys.readouterr().out)
     assert (note["state"], note["error"]) == ("dead", "its webhook was removed")
     for bad in (["notify", "add", "mailto:a@b", "--events", "submitted"],
                 ["notify", "add", "https://x.example/", "--events", "approved"],
                 ["notify", "remove", "wh_nope"]):
-        assert main([*bad, "--home", home]) == 1
+        assert main([*bad, *desk]) == 1
         out, err = capsys.readouterr()
         assert out == "" and err.count("\n") == 1 and err.startswith("awl: ")
 
 
 @pytest.mark.spec("HOOK-4")
 def test_notify_run_once_delivers_and_log_shows_the_attempts(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], store_url: str | None) -> None:
+    desk = where(tmp_path, store_url)
     with Receiver(500, 204) as receiver:
-        assert main(["notify", "add", receiver.url, "--events", "submitted",
-                     "--home", str(tmp_path)]) == 0
-        submit(tmp_path)
-        args = ["notify", "run", "--once", "--backoff", "0.01", "--home", str(tmp_path)]
+        assert main(["notify", "add", receiver.url, "--events", "submitted", *desk]) == 0
+        submit(tmp_path, store_url)
+        args = ["notify", "run", "--once", "--backoff", "0.01", *desk]
         assert main(args) == 0
         time.sleep(0.05)
         assert main(args) == 0
         assert len(receiver.received) == 2
     capsys.readouterr()
-    assert main(["notify", "log", "--home", str(tmp_path)]) == 0
+    assert main(["notify", "log", *desk]) == 0
     out = capsys.readouterr().out
     assert "  delivered  2 attempt(s)" in out
     assert "  HTTP 500  " in out and "HTTP 500: ok" in out
@@ -116,45 +130,45 @@ def test_notify_run_once_delivers_and_log_shows_the_attempts(
 
 @pytest.mark.slow
 @pytest.mark.spec("HOOK-3", "HOOK-4")
-def test_a_deliverer_killed_mid_send_delivers_after_restart(tmp_path: Path) -> None:
+def test_a_deliverer_killed_mid_send_delivers_after_restart(tmp_path: Path,
+                                                           store_url: str | None) -> None:
     """The event is written; `awl notify run` claims it and POSTs; it is killed with kill -9
     before any answer; a restarted deliverer sends it again when the lease runs out, with
     the same webhook-id, and it ends delivered."""
+    desk = where(tmp_path, store_url)
     with Receiver(HANG, 204) as receiver:
-        assert main(["notify", "add", receiver.url, "--events", "submitted",
-                     "--home", str(tmp_path)]) == 0
-        submit(tmp_path)
-        run = ["notify", "run", "--notify-timeout", "1", "--poll", "0.05",
-               "--home", str(tmp_path)]
+        assert main(["notify", "add", receiver.url, "--events", "submitted", *desk]) == 0
+        submit(tmp_path, store_url)
+        run = ["notify", "run", "--notify-timeout", "1", "--poll", "0.05", *desk]
         with awl(*run) as first:
             receiver.wait_for(1, timeout=30)
             first.send_signal(signal.SIGKILL)
             assert first.wait(10) == -signal.SIGKILL
-        [pending] = outbox(tmp_path)
+        [pending] = outbox(tmp_path, store_url)
         assert (pending["state"], pending["attempts"]) == ("pending", 0)
         started = time.monotonic()
         with awl(*run):
             got = receiver.wait_for(2, timeout=30)
-            while outbox(tmp_path)[0]["state"] != "delivered":
+            while outbox(tmp_path, store_url)[0]["state"] != "delivered":
                 assert time.monotonic() - started < 30
                 time.sleep(0.05)
     assert got[0].headers["webhook-id"] == got[1].headers["webhook-id"] == pending["id"]
     assert got[0].body == got[1].body
-    assert outbox(tmp_path)[0]["attempts"] == 1
+    assert outbox(tmp_path, store_url)[0]["attempts"] == 1
 
 
 @pytest.mark.slow
 @pytest.mark.spec("HOOK-4", "HOOK-5")
 @pytest.mark.parametrize("command", [["serve", "--http", "127.0.0.1:0"],
                                      ["web", "--listen", "127.0.0.1:0"]])
-def test_awl_serve_and_awl_web_deliver_while_they_run(tmp_path: Path,
-                                                      command: list[str]) -> None:
+def test_awl_serve_and_awl_web_deliver_while_they_run(tmp_path: Path, command: list[str],
+                                                      store_url: str | None) -> None:
     """Each runs the deliverer beside its server; --public-url links the order's page."""
+    desk = where(tmp_path, store_url)
     with Receiver() as receiver:
-        assert main(["notify", "add", receiver.url, "--events", "submitted",
-                     "--home", str(tmp_path)]) == 0
-        with awl(*command, "--home", str(tmp_path), "--public-url", "https://desk.example"):
-            order_id = submit(tmp_path)
+        assert main(["notify", "add", receiver.url, "--events", "submitted", *desk]) == 0
+        with awl(*command, *desk, "--public-url", "https://desk.example"):
+            order_id = submit(tmp_path, store_url)
             [request] = receiver.wait_for(1, timeout=30)
     assert request.json()["data"]["url"] == f"https://desk.example/orders/{order_id}"
 

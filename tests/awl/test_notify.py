@@ -1,4 +1,5 @@
-"""Webhooks from the library: subscriptions, and delivery to a real receiver on 127.0.0.1."""
+"""Webhooks from the library: subscriptions, and delivery to a real receiver on 127.0.0.1,
+from a desk in SQLite and from one in PostgreSQL."""
 
 from __future__ import annotations
 
@@ -17,15 +18,23 @@ from awl.desk.notify import Deliverer, webhook_store
 from awl.documents.errors import BadRequest, NotFound
 from awl.store.protocol import Notification, Store
 from awl.store.sqlite import SQLiteStore
+from awl.store.urls import open_store
 from tests.awl.desk_support import MANAGER, WORKER, order_fields, report_fields
 from tests.awl.hook_support import HANG, DeadReceiver, Receiver
 
 
 @pytest.fixture
-def desk(tmp_path: Path) -> Iterator[Desk]:
-    store = SQLiteStore(tmp_path / "desk.sqlite3")
+def desk(tmp_path: Path, store_url: str | None) -> Iterator[Desk]:
+    store = SQLiteStore(tmp_path / "desk.sqlite3") if store_url is None else open_store(store_url)
     yield Desk(store)
     store.close()
+
+
+@pytest.fixture
+def sqlite_desk(tmp_path: Path) -> Iterator[Desk]:
+    """A desk in SQLite only, for what is refused before any store is asked."""
+    with SQLiteStore(tmp_path / "desk.sqlite3") as store:
+        yield Desk(store)
 
 
 def soon(hours: float = 1) -> str:
@@ -80,13 +89,13 @@ def test_a_webhook_gets_its_own_secret_shown_only_at_creation(desk: Desk) -> Non
                                                     "submitted, blocked, unknown, committed"),
     ("https://example.com/", " , ", "needs at least one event"),
 ])
-def test_a_bad_url_or_event_is_one_clear_refusal(desk: Desk, url: str, events: str,
+def test_a_bad_url_or_event_is_one_clear_refusal(sqlite_desk: Desk, url: str, events: str,
                                                  says: str) -> None:
     """Nothing is kept, and the message names what was wrong."""
     with pytest.raises(BadRequest) as info:
-        desk.add_webhook(url, events)
+        sqlite_desk.add_webhook(url, events)
     assert says in info.value.message and "\n" not in info.value.message
-    assert desk.webhooks() == []
+    assert sqlite_desk.webhooks() == []
 
 
 def test_an_unknown_order_or_webhook_is_not_found(desk: Desk) -> None:
@@ -250,9 +259,10 @@ def test_stopping_never_waits_for_a_receiver(desk: Desk) -> None:
 
 
 def test_a_store_that_keeps_no_webhooks_refuses_them_in_one_line() -> None:
-    """WebhookStore is optional (PostgreSQL has none yet): asking such a store is one line."""
+    """WebhookStore is optional (a third backend may not keep webhooks): asking a store that
+    keeps none is one line."""
     class Bare:
         pass
 
-    with pytest.raises(BadRequest, match="keeps no webhooks yet; use a SQLite desk"):
+    with pytest.raises(BadRequest, match="keeps no webhooks; use a SQLite or PostgreSQL desk"):
         webhook_store(cast(Store, Bare()))

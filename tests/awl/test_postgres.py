@@ -10,6 +10,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -20,7 +22,7 @@ import pytest
 from awl.cli import main
 from awl.documents.errors import AWLError
 from awl.store.postgres import SCHEMA_VERSION, PostgresStore
-from awl.store.protocol import LockInfo
+from awl.store.protocol import LockInfo, Reserved
 from gateway._lock import OrderLock
 from tests.awl.test_store import create, ev
 
@@ -284,3 +286,174 @@ def test_pass_rotate_and_retire_with_a_store_publish_the_public_keys(
         assert store.published_keys() == keys.jwks()
         assert [k["kid"] for k in keys.jwks()["keys"]] == [keys.current_kid]
     capsys.readouterr()
+
+
+# Webhooks and the outbox across hosts -------------------------------------------------------
+
+@contextmanager
+def _outbox_trigger(url: str, body: str) -> Iterator[None]:
+    """A trigger running ``body`` (PL/pgSQL) before each row written to the outbox, for the
+    length of the block (dropped after, so the next test's schema is a plain desk)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE FUNCTION awl_test_outbox() RETURNS trigger LANGUAGE plpgsql"
+                     f" AS $$ BEGIN {body}; RETURN NEW; END $$")
+        conn.execute("CREATE TRIGGER awl_test_outbox BEFORE INSERT ON outbox"
+                     " FOR EACH ROW EXECUTE FUNCTION awl_test_outbox()")
+        try:
+            yield
+        finally:
+            conn.execute("DROP TRIGGER awl_test_outbox ON outbox")
+            conn.execute("DROP FUNCTION awl_test_outbox()")
+
+
+@pytest.mark.spec("HOOK-4")
+def test_deliverers_on_two_hosts_never_claim_one_notification(pg_url: str) -> None:
+    """Two stores (two hosts' deliverers), three threads each, claim a full outbox at once,
+    a few at a time: every notification is claimed exactly once."""
+    from tests.awl.test_store_outbox import T1, T2, hook, working
+
+    with PostgresStore(pg_url) as one, PostgresStore(pg_url) as two:
+        for k in range(20):
+            one.add_webhook(hook(f"wh_{k}", ("submitted",)))
+        for n in range(6):
+            working(one, f"o{n}")
+            one.append(f"o{n}", ev(4, "report", "working", "submitted"), state="submitted")
+        total = len(one.notifications(limit=None))
+        assert total == 120
+        barrier = threading.Barrier(6)
+        claimed: list[str] = []
+        errors: list[BaseException] = []
+
+        def claim(store: PostgresStore) -> None:
+            try:
+                barrier.wait()
+                while got := store.claim_notifications(now=T1, lease_until=T2, limit=3):
+                    claimed.extend(note.id for note, _ in got)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=claim, args=(store,))
+                   for store in (one, two) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert errors == []
+        assert len(claimed) == len(set(claimed)) == total
+        assert {n.next_at for n in one.notifications(limit=None)} == {T2}
+
+
+@pytest.mark.spec("HOOK-3")
+def test_an_event_whose_notification_fails_is_not_written(pg_url: str) -> None:
+    """The outbox refuses the row (a trigger raising): the append that caused it writes
+    nothing, and so does an effect's move; both go through once the outbox takes rows."""
+    from tests.awl.test_store import reserve
+    from tests.awl.test_store_outbox import T1, hook, working
+
+    with PostgresStore(pg_url) as store:
+        store.add_webhook(hook())
+        working(store)
+        made = reserve(store, tool="srv/send")
+        assert isinstance(made, Reserved)
+        ref = made.record.ref
+        store.hold_call("o1", ref, result=None, ended_at=T1)
+        store.set_effect("o1", ref, expect=["held"], state="dispatching", at=T1)
+        with _outbox_trigger(pg_url, "RAISE EXCEPTION 'the outbox refuses rows'"):
+            with pytest.raises(psycopg.Error, match="the outbox refuses rows"):
+                store.append("o1", ev(4, "report", "working", "submitted"), state="submitted")
+            with pytest.raises(psycopg.Error, match="the outbox refuses rows"):
+                store.set_effect("o1", ref, expect=["dispatching"], state="committed", at=T1)
+        assert (store.load("o1").state, store.load("o1").seq) == ("working", 3)
+        assert [e.state for e in store.effects("o1")] == ["dispatching"]
+        assert store.notifications() == []
+        store.append("o1", ev(4, "report", "working", "submitted"), state="submitted")
+        store.set_effect("o1", ref, expect=["dispatching"], state="committed", at=T1)
+        assert [n.event for n in store.notifications()] == ["committed", "submitted"]
+
+
+_APPENDER = """
+import sys
+from awl.store.postgres import PostgresStore
+from tests.awl.test_store import ev
+store = PostgresStore(sys.argv[1])
+store.append("o1", ev(4, "report", "working", "submitted"), state="submitted")
+print("appended", flush=True)
+"""
+
+
+@pytest.mark.spec("HOOK-3")
+@pytest.mark.slow
+def test_a_writer_killed_between_an_event_and_its_notification_leaves_neither(
+        pg_url: str) -> None:
+    """kill -9 of a process whose append has written the event and is writing its
+    notification (held there by a trigger): the server rolls both back."""
+    from tests.awl.test_store_outbox import hook, working
+
+    name = f"awl_kill_{os.getpid()}_{time.monotonic_ns()}"
+    url = f"{pg_url}&application_name={name}"
+    with PostgresStore(pg_url) as store:
+        store.add_webhook(hook())
+        working(store)
+        with _outbox_trigger(pg_url, "PERFORM pg_sleep(3)"):
+            proc = _python(_APPENDER, url)
+            try:
+                found = _backend_in(url, name, "PgSleep", "INSERT INTO outbox")
+                proc.kill()
+                assert proc.wait(10) == -9
+            finally:
+                proc.kill()
+                proc.communicate()
+            deadline = time.monotonic() + 30
+            while _rows(pg_url, f"SELECT 1 FROM pg_stat_activity WHERE pid = {found}"):
+                assert time.monotonic() < deadline, "the killed writer's backend stayed"
+                time.sleep(0.05)
+        assert (store.load("o1").state, store.load("o1").seq) == ("working", 3)
+        assert len(store.events("o1")) == 3 and store.notifications() == []
+        store.append("o1", ev(4, "report", "working", "submitted"), state="submitted")
+        assert [n.event for n in store.notifications()] == ["submitted"]
+
+
+def _backend_in(url: str, name: str, wait_event: str, query: str) -> int:
+    """The server process of the connection named ``name`` once it waits on
+    ``wait_event`` in a statement starting with ``query``."""
+    deadline = time.monotonic() + 30
+    while True:
+        found = _rows(url, "SELECT pid FROM pg_stat_activity WHERE application_name = "
+                      f"'{name}' AND wait_event = '{wait_event}' AND query LIKE '{query}%'")
+        if found:
+            return int(str(found[0][0]))
+        assert time.monotonic() < deadline, f"no connection of {name} reached {query}"
+        time.sleep(0.02)
+
+
+@pytest.mark.spec("HOOK-6")
+def test_a_webhook_removed_while_an_event_notifies_it_leaves_nothing_pending(
+        pg_url: str) -> None:
+    """Another host removes a webhook while an append that notifies it is between reading
+    the webhooks and writing the notification: the removal waits for the append, then kills
+    that notification, so none is left pending for a webhook that is gone."""
+    from tests.awl.test_store_outbox import T1, T2, hook, working
+
+    name = f"awl_race_{os.getpid()}_{time.monotonic_ns()}"
+    with PostgresStore(f"{pg_url}&application_name={name}") as writer, \
+            PostgresStore(pg_url) as other:
+        writer.add_webhook(hook())
+        working(writer)
+        errors: list[BaseException] = []
+
+        def append() -> None:
+            try:
+                writer.append("o1", ev(4, "report", "working", "submitted"), state="submitted")
+            except BaseException as exc:
+                errors.append(exc)
+
+        with _outbox_trigger(pg_url, "PERFORM pg_sleep(1)"):
+            thread = threading.Thread(target=append)
+            thread.start()
+            _backend_in(pg_url, name, "PgSleep", "INSERT INTO outbox")
+            assert other.remove_webhook("wh_1", at=T1) is True
+            thread.join(30)
+        assert errors == []
+        [note] = other.notifications()
+        assert (note.state, note.error) == ("dead", "its webhook was removed")
+        assert other.claim_notifications(now=T2, lease_until=T2, limit=5) == []

@@ -24,15 +24,11 @@ T2 = "2030-01-01T00:01:00Z"
 ALL = ("submitted", "blocked", "unknown", "committed", "failed", "expired")
 
 
-WEBHOOK_STORES = [kind for kind in STORES if kind != "postgres"]
-"""The stores that keep webhooks so far (WebhookStore is optional; PostgreSQL has none yet)."""
-
-
 class OutboxStore(Store, WebhookStore, Protocol):
     """A store that keeps webhooks: what these tests run against."""
 
 
-@pytest.fixture(params=WEBHOOK_STORES)
+@pytest.fixture(params=STORES)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OutboxStore]:
     opened = _open(request.param, tmp_path, request)
     assert isinstance(opened, WebhookStore)

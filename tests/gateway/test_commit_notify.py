@@ -21,12 +21,15 @@ REJECT = "receiver/reject"
 
 
 @pytest.mark.spec("HOOK-2", "HOOK-3", "HOOK-4", "HOOK-5")
-def test_a_commit_notifies_committed_failed_and_unknown(tmp_path: Path) -> None:
+def test_a_commit_notifies_committed_failed_and_unknown(tmp_path: Path,
+                                                      store_url: str | None) -> None:
     """One effect answered, one refused, one never answered: each state arrives once,
     signed, with the effect's ref and tool and the order's effects counted; the commit does
-    not wait for the receiver (nothing is sent until a deliverer runs)."""
+    not wait for the receiver (nothing is sent until a deliverer runs). On SQLite and on
+    PostgreSQL."""
     setup = make_setup(tmp_path, [(DELIVER, {"to": "cfo"}), (REJECT, {"reason": "quota"}),
-                                  (DELIVER, {"to": "board"})], timeout=0.5)
+                                  (DELIVER, {"to": "board"})], timeout=0.5,
+                       store_url=store_url)
     done, refused, lost = setup.refs
     setup.control_receiver(hang_after=[lost])
     with Receiver() as receiver:

@@ -1,0 +1,663 @@
+"""What the SQL backends share: the reads and writes whose SQL is the same on SQLite and on
+PostgreSQL but for its spelling, written once in :class:`SQLStore`.
+
+A backend subclasses :class:`SQLStore` and gives it two things:
+
+- its :class:`Dialect`: the parameter mark, how a JSON document column is read and a JSON
+  parameter written, the row locks a write takes, how "no limit" is said;
+- its transactions: ``_write(durable=…)`` (one write transaction; ``durable=False`` is the
+  crash-safe kind, see :mod:`awl.store.protocol`), ``_read()`` (one read transaction),
+  ``_snapshot()`` (a read of several statements that must see one snapshot),
+  ``_statement()`` (a connection that runs one statement as its own transaction) and
+  ``_among()`` (how a listing names the orders of its page).
+
+How each of those commits, and what it costs, stays the backend's own. SQLite takes its
+one write lock at ``BEGIN IMMEDIATE``, so its dialect locks no rows; PostgreSQL has no such
+lock, so its dialect locks the rows a write checks before it writes (``FOR UPDATE``, and
+``SKIP LOCKED`` where a deliverer claims notifications: two deliverers on two hosts skip
+each other's rows rather than take them twice).
+
+A third SQL backend subclasses this too, with a dialect of its own. What differs in more
+than spelling stays in each backend: migrations, connections, the gateway's call path
+(numbering and counting calls), listings, the commit lock.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, ClassVar, Protocol, Self
+
+from awl.documents.errors import StoreUnavailable
+from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
+from awl.store.protocol import (
+    DeliveryAttempt,
+    EffectState,
+    Notification,
+    OrderRecord,
+    PassRecord,
+    Revocation,
+    Settlement,
+    TokenRecord,
+    Webhook,
+)
+from awl.store.rules import (
+    after_attempt,
+    call_not_found,
+    call_number,
+    check_first_event,
+    check_hold,
+    check_notification_state,
+    dump_json,
+    effect_counts,
+    effect_doc,
+    effect_event_kind,
+    held_call,
+    new_notifications,
+    next_effect,
+    notification_not_found,
+    notification_payload,
+    order_event_kind,
+    order_exists_conflict,
+    order_not_found,
+    orphaned,
+    pass_doc,
+    read_effect,
+    read_pass,
+    read_record,
+    restored_effect,
+    seq_conflict,
+    timestamp,
+    webhook_conflict,
+)
+
+__all__ = ["Connection", "Cursor", "Dialect", "SQLStore"]
+
+
+class Cursor(Protocol):
+    """What the shared code reads from a statement it ran (sqlite3's and psycopg's alike)."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Connection(Protocol):
+    """A connection as the shared code uses it: statements in the dialect's spelling."""
+
+    def execute(self, sql: str, params: Any = ..., /) -> Cursor: ...
+
+
+_TOKENS = ("text", "jsonb", "lock", "lock_order", "share", "skip_locked", "rowid",
+           "effect_state")
+
+
+@dataclass(frozen=True, eq=False)
+class Dialect:
+    """How one SQL backend spells what the shared statements need.
+
+    The statements are written with ``?`` for each parameter and these ``{tokens}``; see
+    :meth:`sql`."""
+
+    param: str
+    """The parameter mark: ``?`` or ``%s``."""
+    no_limit: int | None
+    """The ``LIMIT`` that means none."""
+    effect_state: str
+    """The expression reading an effect document's ``state``."""
+    text: str = ""
+    """Added to a JSON document column read, to read it as text."""
+    jsonb: str = ""
+    """Added to a JSON document parameter, to store it as a document."""
+    lock: str = ""
+    """Ends a read of rows the write then changes: it locks them till the write ends."""
+    lock_order: str = ""
+    """Ends a read of an order's row before its log grows (a lock that still lets other
+    writers add rows that refer to the order)."""
+    share: str = ""
+    """Ends a read of rows the write depends on but does not change: it keeps them from
+    being deleted till the write ends."""
+    skip_locked: str = ""
+    """Ends a claim: it locks the rows it takes and skips those another claim holds."""
+    rowid: str = "rowid"
+    """The column that keeps a table's rows in the order they were added."""
+    _cache: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def sql(self, template: str) -> str:
+        """``template`` in this dialect: each ``{token}`` (a field's name above) replaced
+        by its value, each ``?`` by :attr:`param`. Kept, so a statement is spelled once.
+
+        A template holds no other ``?`` (no literal, no PostgreSQL JSON operator)."""
+        try:
+            return self._cache[template]
+        except KeyError:
+            spelled = template
+            for token in _TOKENS:
+                spelled = spelled.replace(f"{{{token}}}", getattr(self, token))
+            spelled = spelled.replace("?", self.param)
+            self._cache[template] = spelled
+            return spelled
+
+    def where(self, clauses: list[str], params: list[Any],
+              equal: Sequence[tuple[str, Any]]) -> str:
+        """A WHERE clause of ``clauses`` and ``column = value`` for each pair whose value
+        is not None; the values are added to ``params``."""
+        for column, value in equal:
+            if value is not None:
+                clauses.append(f"{column} = {self.param}")
+                params.append(value)
+        return f"WHERE {' AND '.join(clauses)}" if clauses else ""
+
+
+def _webhook_from(doc: str) -> Webhook:
+    """A webhook from its stored JSON text."""
+    data = json.loads(doc)
+    orders = data.pop("orders")
+    return Webhook(**data | {"events": tuple(data["events"])},
+                   orders=None if orders is None else tuple(orders))
+
+
+def _notification_from(doc: str) -> Notification:
+    """A notification from its stored JSON text."""
+    data = json.loads(doc)
+    attempts = tuple(DeliveryAttempt(**a) for a in data.pop("attempts"))
+    return Notification(**data, attempts=attempts)
+
+
+_PUT_EFFECT = ("INSERT INTO effects (order_id, n, doc) VALUES (?, ?, ?{jsonb})"
+               " ON CONFLICT (order_id, n) DO UPDATE SET doc = excluded.doc")
+
+
+class SQLStore(ABC):
+    """The part of a SQL store every SQL backend shares (see the module's description)."""
+
+    dialect: ClassVar[Dialect]
+
+    # What a backend provides ---------------------------------------------------------------
+    @abstractmethod
+    def _write(self, *, durable: bool = True) -> AbstractContextManager[Connection]:
+        """One write transaction: committed when the block ends, rolled back on an error."""
+
+    @abstractmethod
+    def _read(self) -> AbstractContextManager[Connection]:
+        """One read transaction."""
+
+    @abstractmethod
+    def _statement(self) -> AbstractContextManager[Connection]:
+        """A connection for one statement, its own transaction."""
+
+    def _snapshot(self) -> AbstractContextManager[Connection]:
+        """A read transaction whose statements all see one snapshot."""
+        return self._read()
+
+    @abstractmethod
+    def _among(self, page: str, params: list[Any], ids: list[str]) -> tuple[str, list[Any]]:
+        """The condition (after ``order_id``) and parameters naming the orders a listing
+        page returned: ``page`` is its query of their ids, ``ids`` the ids it found."""
+
+    @abstractmethod
+    def _announce(self, conn: Connection, order_id: str, seq: int) -> None:
+        """Tell whoever listens, when this transaction commits, that the order's log is at
+        ``seq`` (a backend that cannot push news does nothing: its waiters poll)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close every connection; calls after this raise."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # The schema -----------------------------------------------------------------------------
+    @classmethod
+    def _upgrade(cls, conn: Connection, migrations: Sequence[Sequence[str]], desk: str) -> None:
+        """Run the ``migrations`` the schema has not had yet, in the caller's transaction
+        (which the backend makes exclusive: one process migrates a new desk, the others
+        wait and find it done); ``desk`` names the desk in the refusal of one whose schema
+        is newer than this code (nothing is written then)."""
+        conn.execute("CREATE TABLE IF NOT EXISTS awl_schema (version INTEGER NOT NULL)")
+        row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
+        version = int(row[0] or 0) if row is not None else 0
+        if version > len(migrations):
+            raise StoreUnavailable(
+                f"{desk} has schema version {version}, newer than this awl "
+                f"({len(migrations)}); upgrade agent-work-layer to open it")
+        for number in range(version, len(migrations)):
+            for statement in migrations[number]:
+                conn.execute(statement)
+            conn.execute(cls.dialect.sql("INSERT INTO awl_schema (version) VALUES (?)"),
+                         (number + 1,))
+
+    def schema_version(self) -> int:
+        """The schema version of the open desk."""
+        with self._read() as conn:
+            row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
+        return int(row[0]) if row is not None and row[0] is not None else 0
+
+    # Reads shared by the writes -------------------------------------------------------------
+    @classmethod
+    def _seq(cls, conn: Connection, order_id: str, *, lock: bool = False) -> int:
+        """The order's seq; NotFound if absent. ``lock``: its row is locked (see
+        :attr:`Dialect.lock_order`) until the write ends."""
+        row = conn.execute(cls.dialect.sql(
+            "SELECT seq FROM orders WHERE id = ?{lock_order}" if lock
+            else "SELECT seq FROM orders WHERE id = ?"), (order_id,)).fetchone()
+        if row is None:
+            raise order_not_found(order_id)
+        return int(row[0])
+
+    @classmethod
+    def _call_data(cls, conn: Connection, order_id: str, ref: str, *,
+                   lock: bool = False) -> tuple[int, dict[str, Any]]:
+        """The N and stored JSON data of the call ``ref`` names; NotFound if there is none.
+        ``lock``: the call's row is locked until the write ends, so two writers of one
+        call's effect (even one that creates it) queue rather than both read it absent."""
+        n, tool = call_number(order_id, ref)
+        row = conn.execute(cls.dialect.sql(
+            "SELECT doc{text} FROM calls WHERE order_id = ? AND n = ?{lock}" if lock
+            else "SELECT doc{text} FROM calls WHERE order_id = ? AND n = ?"),
+            (order_id, n)).fetchone()
+        data = None if row is None else json.loads(row[0])
+        if data is None or data["tool"] != tool:
+            cls._seq(conn, order_id)
+            raise call_not_found(order_id, ref)
+        return n, data
+
+    @classmethod
+    def _effect(cls, conn: Connection, order_id: str, n: int) -> EffectState | None:
+        row = conn.execute(cls.dialect.sql(
+            "SELECT doc{text} FROM effects WHERE order_id = ? AND n = ?"), (order_id, n)
+        ).fetchone()
+        return None if row is None else read_effect(row[0])
+
+    # Orders and their logs ------------------------------------------------------------------
+    def create_order(self, order: WorkOrder, event: Event) -> None:
+        """Store a new order with its first event (seq 1); its state is ``event.to``.
+        Durable."""
+        check_first_event(order, event)
+        q = self.dialect.sql
+        with self._write() as conn:
+            added = conn.execute(q(
+                "INSERT INTO orders (id, doc, state, seq, worker, manager, parent_id,"
+                " created_at, updated_at) VALUES (?, ?{jsonb}, ?, 1, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (id) DO NOTHING"),
+                (order.id, dump_json(order.to_json()), event.to, order.to, order.manager,
+                 order.parent_id, order.created_at, event.at),
+            ).rowcount
+            if not added:
+                raise order_exists_conflict(order.id, self._seq(conn, order.id))
+            conn.execute(q("INSERT INTO events (order_id, seq, doc) VALUES (?, 1, ?{jsonb})"),
+                         (order.id, dump_json(event.to_json())))
+            self._announce(conn, order.id, 1)
+
+    def load(self, order_id: str) -> OrderRecord:
+        """The order and all it carries. NotFound if absent."""
+        found = self._records(self.dialect.sql("WHERE id = ?"), [order_id], None, 0)
+        if not found:
+            raise order_not_found(order_id)
+        return found[0]
+
+    def _records(self, where: str, params: list[Any], limit: int | None,
+                 offset: int) -> list[OrderRecord]:
+        """The orders ``where`` (in the dialect's spelling, with ``params``) picks, newest
+        first, with their reports and reviews, all read in one snapshot."""
+        q = self.dialect.sql
+        page = f"{where} {q('ORDER BY pos DESC LIMIT ? OFFSET ?')}"
+        page_params = [*params, self.dialect.no_limit if limit is None else limit, offset]
+        with self._snapshot() as conn:
+            rows = conn.execute(
+                f"{q('SELECT id, doc{text}, state, seq, updated_at FROM orders')} {page}",
+                page_params).fetchall()
+            extra: dict[str, dict[str, list[str]]] = {}
+            if rows:
+                among, among_params = self._among(f"SELECT id FROM orders {page}",
+                                                  page_params, [row[0] for row in rows])
+                for table in ("reports", "reviews"):
+                    for oid, doc in conn.execute(
+                        q("SELECT order_id, doc{text} FROM ") + table
+                        + f" WHERE order_id {among} ORDER BY order_id, idx", among_params,
+                    ):
+                        extra.setdefault(oid, {}).setdefault(table, []).append(doc)
+        return [read_record(doc, state, seq, updated_at,
+                            reports=extra.get(oid, {}).get("reports", ()),
+                            reviews=extra.get(oid, {}).get("reviews", ()))
+                for oid, doc, state, seq, updated_at in rows]
+
+    def append(
+        self,
+        order_id: str,
+        event: Event,
+        *,
+        state: str,
+        report: WorkReport | None = None,
+        review: Review | None = None,
+    ) -> None:
+        """Append ``event`` if its seq follows the stored one, else Conflict; with the
+        notifications it calls for, in the same durable transaction (HOOK-3)."""
+        q = self.dialect.sql
+        with self._write() as conn:
+            seq = self._seq(conn, order_id, lock=True)
+            if event.seq != seq + 1:
+                raise seq_conflict(order_id, event, seq)
+            conn.execute(q("INSERT INTO events (order_id, seq, doc) VALUES (?, ?, ?{jsonb})"),
+                         (order_id, event.seq, dump_json(event.to_json())))
+            conn.execute(q("UPDATE orders SET seq = ?, state = ?, updated_at = ? WHERE id = ?"),
+                         (event.seq, state, event.at, order_id))
+            for table, doc in (("reports", report), ("reviews", review)):
+                if doc is not None:
+                    conn.execute(q(
+                        "INSERT INTO {table} (order_id, idx, doc) VALUES (?, (SELECT"
+                        " COUNT(*) FROM {table} WHERE order_id = ?), ?{jsonb})"
+                    ).format(table=table), (order_id, order_id, dump_json(doc.to_json())))
+            self._notify(conn, order_event_kind(event), order_id, event.at,
+                         lambda kind, order, counts: notification_payload(
+                             kind, order, state, event.at, counts, event=event))
+            self._announce(conn, order_id, event.seq)
+
+    def events(self, order_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
+        """Events with seq > ``after``, in order (at most ``limit``)."""
+        # One statement, so one snapshot without a transaction of our own (a gateway asks
+        # before every call whether the log grew): the order's row joined to the events asked
+        # for, which still gives one row, with no event, for an order with none of them.
+        with self._statement() as conn:
+            rows = conn.execute(self.dialect.sql(
+                "SELECT e.doc{text} FROM orders AS o LEFT JOIN events AS e"
+                " ON e.order_id = o.id AND e.seq > ? WHERE o.id = ? ORDER BY e.seq LIMIT ?"),
+                (after, order_id, self.dialect.no_limit if limit is None else max(limit, 1)),
+            ).fetchall()
+        if not rows:
+            raise order_not_found(order_id)
+        if limit == 0:
+            return []
+        return [Event.model_validate_json(doc) for (doc,) in rows if doc is not None]
+
+    # Call records (reads) --------------------------------------------------------------------
+    def calls(self, order_id: str, *, attempt: int | None = None) -> list[CallRecord]:
+        """The order's call records by N."""
+        q = self.dialect.sql
+        with self._read() as conn:
+            self._seq(conn, order_id)
+            rows = conn.execute(
+                q("SELECT doc{text} FROM calls WHERE order_id = ? ORDER BY n")
+                if attempt is None else
+                q("SELECT doc{text} FROM calls WHERE order_id = ? AND attempt = ? ORDER BY n"),
+                (order_id,) if attempt is None else (order_id, attempt),
+            ).fetchall()
+        return [CallRecord.model_validate_json(doc) for (doc,) in rows]
+
+    def charges(self, order_id: str) -> list[float | None]:
+        """What each call counts against the budget, by N (None: it does not count)."""
+        with self._read() as conn:
+            self._seq(conn, order_id)
+            rows = conn.execute(self.dialect.sql(
+                "SELECT counted, usd FROM calls WHERE order_id = ? ORDER BY n"), (order_id,)
+            ).fetchall()
+        return [float(usd) if counted else None for counted, usd in rows]
+
+    # Effects --------------------------------------------------------------------------------
+    def effects(self, order_id: str) -> list[EffectState]:
+        """Every effect state of the order, by N."""
+        with self._read() as conn:
+            self._seq(conn, order_id)
+            rows = conn.execute(self.dialect.sql(
+                "SELECT doc{text} FROM effects WHERE order_id = ? ORDER BY n"), (order_id,)
+            ).fetchall()
+        return [read_effect(doc) for (doc,) in rows]
+
+    def hold_call(
+        self, order_id: str, ref: str, *, result: dict[str, Any] | None, ended_at: str,
+    ) -> EffectState:
+        """Set a reserved call's outcome to ``held`` and create its ``held`` effect, in one
+        durable transaction (CM-14)."""
+        check_hold(result, ended_at)
+        q = self.dialect.sql
+        with self._write() as conn:
+            n, data = self._call_data(conn, order_id, ref, lock=True)
+            _, doc, effect = held_call(data, n, ref, self._effect(conn, order_id, n),
+                                       result=result, ended_at=ended_at)
+            conn.execute(q("UPDATE calls SET doc = ?{jsonb} WHERE order_id = ? AND n = ?"),
+                         (doc, order_id, n))
+            conn.execute(q("INSERT INTO effects (order_id, n, doc) VALUES (?, ?, ?{jsonb})"),
+                         (order_id, n, effect_doc(effect)))
+            return effect
+
+    def set_effect(
+        self, order_id: str, ref: str, *, expect: Sequence[str] | None, state: str,
+        attempt: int | None = None, result: dict[str, Any] | None = None,
+        error: str | None = None, settlement: Settlement | None = None,
+        count_dispatch: bool = False, at: str,
+    ) -> EffectState:
+        """Move an effect to ``state`` if it is in one of ``expect``; Conflict otherwise.
+
+        Durable: the new state is on disk when this returns (a ``dispatching`` mark before
+        its call is sent), with the notifications it calls for (HOOK-3).
+        """
+        with self._write() as conn:
+            n, data = self._call_data(conn, order_id, ref, lock=True)
+            record = CallRecord.model_validate(data)
+            old = self._effect(conn, order_id, n)
+            new = next_effect(
+                old, record, expect=expect, state=state,
+                attempt=attempt, result=result, error=error, settlement=settlement,
+                count_dispatch=count_dispatch, at=at,
+            )
+            conn.execute(self.dialect.sql(_PUT_EFFECT), (order_id, n, effect_doc(new)))
+            self._notify(conn, effect_event_kind(old, new), order_id, at,
+                         lambda kind, order, counts: notification_payload(
+                             kind, order, self._state(conn, order_id), at, counts,
+                             effect=new, tool=record.tool))
+            return new
+
+    def restore_effect(self, effect: EffectState) -> None:
+        """Store ``effect`` exactly as given (a copy of a desk), replacing any state."""
+        with self._write() as conn:
+            n, data = self._call_data(conn, effect.order_id, effect.ref, lock=True)
+            new = restored_effect(effect, CallRecord.model_validate(data))
+            conn.execute(self.dialect.sql(_PUT_EFFECT), (effect.order_id, n, effect_doc(new)))
+
+    # Passes and tokens ----------------------------------------------------------------------
+    def revoke(self, jti: str, *, reason: str, at: str) -> None:
+        """Record that a pass is revoked (idempotent: the first reason and time are kept).
+        Durable."""
+        with self._write() as conn:
+            conn.execute(self.dialect.sql(
+                "INSERT INTO revocations (jti, reason, at) VALUES (?, ?, ?)"
+                " ON CONFLICT (jti) DO NOTHING"), (jti, reason, at))
+
+    def revoked(self) -> dict[str, str]:
+        """Every revoked jti with its reason."""
+        with self._read() as conn:
+            rows = conn.execute(self.dialect.sql(
+                "SELECT jti, reason FROM revocations ORDER BY {rowid}")).fetchall()
+        return {str(jti): str(reason) for jti, reason in rows}
+
+    def revocations(self) -> dict[str, Revocation]:
+        """Every revoked jti with its reason and time."""
+        with self._read() as conn:
+            rows = conn.execute(self.dialect.sql(
+                "SELECT jti, reason, at FROM revocations ORDER BY {rowid}")).fetchall()
+        return {jti: Revocation(reason=reason, at=at) for jti, reason, at in rows}
+
+    def save_pass(self, record: PassRecord) -> None:
+        """Remember an issued pass (saving a jti again replaces its record). Durable."""
+        with self._write() as conn:
+            conn.execute(self.dialect.sql(
+                "INSERT INTO passes (jti, order_id, doc) VALUES (?, ?, ?{jsonb})"
+                " ON CONFLICT (jti) DO UPDATE SET order_id = excluded.order_id,"
+                " doc = excluded.doc"), (record.jti, record.order_id, pass_doc(record)))
+
+    def passes(self, order_id: str) -> list[PassRecord]:
+        """The passes saved for an order, in the order they were first saved."""
+        with self._read() as conn:
+            rows = conn.execute(self.dialect.sql(
+                "SELECT doc{text} FROM passes WHERE order_id = ? ORDER BY pos"), (order_id,)
+            ).fetchall()
+        return [read_pass(row[0]) for row in rows]
+
+    def save_token(self, token_hash: str, principal: str, *, created_at: str) -> None:
+        """Remember a desk access token by its hash. Durable."""
+        with self._write() as conn:
+            conn.execute(self.dialect.sql(
+                "INSERT INTO tokens (token_hash, principal, created_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (token_hash) DO UPDATE SET principal = excluded.principal,"
+                " created_at = excluded.created_at"), (token_hash, principal, created_at))
+
+    def principal_for(self, token_hash: str) -> str | None:
+        """The principal a token hash was issued to."""
+        with self._read() as conn:
+            row = conn.execute(self.dialect.sql(
+                "SELECT principal FROM tokens WHERE token_hash = ?"), (token_hash,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def tokens(self) -> list[TokenRecord]:
+        """Every desk access token (by hash), oldest first."""
+        with self._read() as conn:
+            rows = conn.execute(self.dialect.sql(
+                "SELECT token_hash, principal, created_at FROM tokens ORDER BY {rowid}")
+            ).fetchall()
+        return [TokenRecord(str(h), str(p), str(at)) for h, p, at in rows]
+
+    def drop_token(self, token_hash: str) -> bool:
+        """Forget a token; False if there was no such token. Durable."""
+        with self._write() as conn:
+            return conn.execute(self.dialect.sql("DELETE FROM tokens WHERE token_hash = ?"),
+                                (token_hash,)).rowcount > 0
+
+    # Subscriptions and outbox (HOOK-1 to HOOK-6) ----------------------------------------
+    @classmethod
+    def _state(cls, conn: Connection, order_id: str) -> str:
+        return str(conn.execute(cls.dialect.sql("SELECT state FROM orders WHERE id = ?"),
+                                (order_id,)).fetchone()[0])
+
+    @classmethod
+    def _notify(cls, conn: Connection, kind: str | None, order_id: str, at: str,
+                payload: Callable[[str, WorkOrder, dict[str, int]], dict[str, Any]]) -> None:
+        """Write the notifications a write calls for, in its transaction (HOOK-3).
+
+        Only a write that calls for one reads the webhooks; only a webhook that wants it
+        makes the payload read the order and count its held calls."""
+        if kind is None:
+            return
+        q = cls.dialect.sql
+        # The webhooks stay until this write ends: a removal waits for it, and then finds
+        # the notifications it wrote (and kills them with the webhook).
+        hooks = [_webhook_from(doc) for (doc,) in conn.execute(
+            q("SELECT doc{text} FROM webhooks ORDER BY pos{share}")).fetchall()]
+
+        def body(kind: str) -> dict[str, Any]:
+            doc = conn.execute(q("SELECT doc{text} FROM orders WHERE id = ?"),
+                               (order_id,)).fetchone()
+            counts = effect_counts(s for (s,) in conn.execute(
+                q("SELECT {effect_state} FROM effects WHERE order_id = ?"), (order_id,)))
+            return payload(kind, WorkOrder.model_validate_json(doc[0]), counts)
+
+        for note in new_notifications(hooks, kind, order_id, at, body):
+            conn.execute(q(
+                "INSERT INTO outbox (id, webhook_id, order_id, state, next_at, doc)"
+                " VALUES (?, ?, ?, ?, ?, ?{jsonb})"),
+                (note.id, note.webhook_id, order_id, note.state, timestamp(note.next_at),
+                 dump_json(asdict(note))))
+
+    def add_webhook(self, webhook: Webhook) -> None:
+        """Keep a webhook subscription (durable). Conflict if its id exists."""
+        with self._write() as conn:
+            added = conn.execute(self.dialect.sql(
+                "INSERT INTO webhooks (id, doc) VALUES (?, ?{jsonb}) ON CONFLICT (id) DO NOTHING"),
+                (webhook.id, dump_json(asdict(webhook)))).rowcount
+            if not added:
+                raise webhook_conflict(webhook.id)
+
+    def webhooks(self) -> list[Webhook]:
+        """Every webhook subscription, oldest first."""
+        with self._read() as conn:
+            rows = conn.execute(self.dialect.sql(
+                "SELECT doc{text} FROM webhooks ORDER BY pos")).fetchall()
+        return [_webhook_from(doc) for (doc,) in rows]
+
+    def remove_webhook(self, webhook_id: str, *, at: str) -> bool:
+        """Forget a webhook; its pending notifications become dead, in one durable
+        transaction."""
+        q = self.dialect.sql
+        with self._write() as conn:
+            if conn.execute(q("DELETE FROM webhooks WHERE id = ?"),
+                            (webhook_id,)).rowcount == 0:
+                return False
+            for (doc,) in conn.execute(q(
+                    "SELECT doc{text} FROM outbox WHERE webhook_id = ? AND state = 'pending'"
+                    " ORDER BY pos{lock}"), (webhook_id,)).fetchall():
+                self._put_notification(conn, orphaned(_notification_from(doc), at))
+            return True
+
+    @classmethod
+    def _put_notification(cls, conn: Connection, note: Notification) -> None:
+        conn.execute(cls.dialect.sql(
+            "UPDATE outbox SET state = ?, next_at = ?, doc = ?{jsonb} WHERE id = ?"),
+            (note.state, timestamp(note.next_at), dump_json(asdict(note)), note.id))
+
+    def claim_notifications(self, *, now: str, lease_until: str,
+                            limit: int) -> list[tuple[Notification, Webhook]]:
+        """Take up to ``limit`` due notifications, due again only at ``lease_until``.
+
+        A read looks first, so a deliverer polling an idle outbox takes no write lock (which
+        every gateway's call records need). The claim itself is a crash-safe write: one
+        lost with a power cut is a lease that never was, and the notification is claimed
+        again. Claims running at once take distinct notifications: SQLite's writes run one
+        at a time, and PostgreSQL's claim locks the rows it takes and skips those locked."""
+        q = self.dialect.sql
+        moment = timestamp(now)
+        with self._read() as conn:
+            if conn.execute(q("SELECT 1 FROM outbox WHERE state = 'pending' AND next_at <= ?"
+                              " LIMIT 1"), (moment,)).fetchone() is None:
+                return []
+        with self._write(durable=False) as conn:
+            rows = conn.execute(q(
+                "SELECT doc{text} FROM outbox WHERE state = 'pending' AND next_at <= ?"
+                " ORDER BY next_at, pos LIMIT ?{skip_locked}"),
+                (moment, max(limit, 0))).fetchall()
+            if not rows:
+                return []
+            hooks = {w.id: w for w in (_webhook_from(d) for (d,) in conn.execute(
+                q("SELECT doc{text} FROM webhooks")).fetchall())}
+            claimed = []
+            for (doc,) in rows:
+                note = replace(_notification_from(doc), next_at=lease_until)
+                self._put_notification(conn, note)
+                claimed.append((note, hooks[note.webhook_id]))  # removal kills its notes
+            return claimed
+
+    def record_attempt(self, notification_id: str, attempt: DeliveryAttempt, *,
+                       state: str, next_at: str, error: str | None = None) -> Notification:
+        """Add an attempt and move the notification to ``state`` (durable)."""
+        check_notification_state(state)
+        with self._write() as conn:
+            row = conn.execute(self.dialect.sql("SELECT doc{text} FROM outbox WHERE id = ?{lock}"),
+                               (notification_id,)).fetchone()
+            if row is None:
+                raise notification_not_found(notification_id)
+            new = after_attempt(_notification_from(row[0]), attempt, state=state,
+                                next_at=next_at, error=error)
+            self._put_notification(conn, new)
+            return new
+
+    def notifications(self, *, state: str | None = None, webhook_id: str | None = None,
+                      order_id: str | None = None, limit: int | None = 100) -> list[Notification]:
+        """Notifications matching every filter given, newest first."""
+        q = self.dialect.sql
+        params: list[Any] = []
+        where = self.dialect.where([], params, (("state", state), ("webhook_id", webhook_id),
+                                                ("order_id", order_id)))
+        with self._read() as conn:
+            rows = conn.execute(
+                f"{q('SELECT doc{text} FROM outbox')} {where} {q('ORDER BY pos DESC LIMIT ?')}",
+                (*params, self.dialect.no_limit if limit is None else limit)).fetchall()
+        return [_notification_from(doc) for (doc,) in rows]

@@ -11,9 +11,11 @@
    managers, one worker holding a fifth of them. Each store is filled with bulk inserts
    of documents the desk itself wrote for a handful of template orders (same shapes, new
    ids), so building it takes seconds rather than the hours single durable writes would.
-   Then the median latency of: a track record (typical and busiest worker), listing pages
-   (newest, by worker, by state, by manager and state), getting one order, and the
-   question queue. The target for list pages and track records is under 20 ms each.
+   Then the median latency of: a track record (typical and busiest worker, and the busiest
+   as one manager sees it), listing pages (newest, by worker, by state, by manager and
+   state, by two states, a deep page and a deep page by worker), getting one order, and
+   the question queue (one manager's, and every blocked order). The target for list pages,
+   track records and a manager's question queue is under 20 ms each, shown as a ratio.
 
 ``--store`` and ``--postgres-url`` are described in :mod:`bench.stores`.
 """
@@ -35,6 +37,7 @@ from typing import Any
 
 from awl import Desk, Event, MemoryStore, Review, WorkOrder, WorkReport, open_store
 from awl.store.protocol import Store
+from awl.store.sqlite import fill_derived as fill_sqlite_derived
 from bench.stores import Stores, add_options, ratio
 from bench.stores import columns as columns_text
 
@@ -64,6 +67,7 @@ REPORT: dict[str, Any] = {
 # Outcomes of the bulk orders, with their share (out of 20).
 MIX = (("approved", 11), ("reworked", 2), ("working", 2), ("blocked", 1), ("cancelled", 2),
        ("declined", 1), ("expired", 1))
+MIX_KINDS = [kind for kind, share in MIX for _ in range(share)]
 
 
 class _Clock:
@@ -151,6 +155,11 @@ def _worker(i: int) -> str:
     return "agent:busy" if i % 5 == 0 else f"agent:w{i % 49:02d}"
 
 
+def _manager(i: int) -> str:
+    # Ten managers, each with a tenth of every outcome (the blocked orders included).
+    return f"human:m{i // len(MIX_KINDS) % 10}"
+
+
 _COLUMNS = {
     "orders": ("id", "doc", "state", "seq", "worker", "manager", "parent_id", "created_at",
                "updated_at"),
@@ -166,12 +175,12 @@ Rows = dict[str, list[tuple[Any, ...]]]
 def bulk_rows(orders: int, batch: int = 50_000) -> Iterator[Rows]:
     """The rows of ``orders`` orders, table by table, in batches of about ``batch`` events."""
     templates = _templates()
-    kinds = [kind for kind, share in MIX for _ in range(share)]
+    kinds = MIX_KINDS
     rows: Rows = {table: [] for table in _COLUMNS}
     for i in range(orders):
         (state, tid, order_doc), events, reports, reviews = templates[kinds[i % len(kinds)]]
         oid = f"wo_bench{i:07d}"
-        worker, manager = _worker(i), f"human:m{i % 10}"
+        worker, manager = _worker(i), _manager(i)
 
         def swap(doc: str, tid: str = tid, oid: str = oid, worker: str = worker,
                  manager: str = manager) -> str:
@@ -197,8 +206,9 @@ def build(url: str | Path, orders: int, store: str = "sqlite") -> float:
 
     The store is opened once through :func:`awl.open_store` (which makes its schema), then
     its tables are filled directly, bypassing the desk: ``executemany`` in one unsynced
-    transaction for SQLite, ``COPY`` for PostgreSQL. A benchmark fixture only, rebuilt on
-    every run; the desk's own writes are what the cycles measure.
+    transaction for SQLite, ``COPY`` for PostgreSQL, and the track tallies and question
+    queue filled from them as a migration fills them on an older desk. A benchmark fixture
+    only, rebuilt on every run; the desk's own writes are what the cycles measure.
     """
     began = time.perf_counter()
     open_store(url).close()  # makes (or migrates) the schema
@@ -217,6 +227,7 @@ def _fill_sqlite(path: str, orders: int) -> None:
         for table, columns in _COLUMNS.items():
             conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
                              f"({', '.join('?' for _ in columns)})", rows[table])
+    fill_sqlite_derived(conn)
     conn.execute("COMMIT")
     conn.execute("ANALYZE")
     conn.close()
@@ -224,6 +235,8 @@ def _fill_sqlite(path: str, orders: int) -> None:
 
 def _fill_postgres(url: str, orders: int) -> None:
     import psycopg
+
+    from awl.store.postgres import fill_derived as fill_postgres_derived
 
     with psycopg.connect(url) as conn:
         conn.execute("SET synchronous_commit = off")
@@ -233,6 +246,7 @@ def _fill_postgres(url: str, orders: int) -> None:
                     with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
                         for row in rows[table]:
                             copy.write_row(row)
+        fill_postgres_derived(conn)
         conn.commit()
         conn.autocommit = True
         conn.execute("VACUUM ANALYZE")
@@ -258,35 +272,48 @@ def large_desk(desk: Desk, orders: int, rounds: int) -> list[tuple[str, float]]:
     """The median ms of each read on a desk of ``orders`` bulk orders."""
     busy = desk.track("agent:busy").orders
     typical = desk.track("agent:w07").orders
+    shared = desk.track("agent:busy", viewer="human:m3").orders
     blocked = len(desk.questions())
+    mine = len(desk.questions("human:m3"))
+    deep_worker = busy // 2
     reads: list[tuple[str, Callable[[], object], int]] = [
         (f"track record, typical worker ({typical:,} orders)",
          lambda: desk.track("agent:w07"), rounds),
         (f"track record, busiest worker ({busy:,} orders)",
-         lambda: desk.track("agent:busy"), max(3, rounds // 3)),
+         lambda: desk.track("agent:busy"), rounds),
+        (f"track record, busiest worker as one manager sees it ({shared:,} orders)",
+         lambda: desk.track("agent:busy", viewer="human:m3"), rounds),
         ("list newest 50", lambda: desk.list(limit=50), rounds),
         ("list 50 by worker", lambda: desk.list(worker="agent:w07", limit=50), rounds),
         ("list 50 by state (working)", lambda: desk.list(state="working", limit=50),
          rounds),
         ("list 50 by manager and state",
          lambda: desk.list(manager="human:m3", state="approved", limit=50), rounds),
+        ("list 50 by two states", lambda: desk.list(state=["working", "blocked"], limit=50),
+         rounds),
         (f"list 50 at offset {orders // 2:,} (deep page)",
          lambda: desk.list(limit=50, offset=orders // 2), rounds),
+        (f"list 50 by worker at offset {deep_worker:,} (deep filtered page)",
+         lambda: desk.list(worker="agent:busy", limit=50, offset=deep_worker), rounds),
         ("get one order", lambda: desk.get("wo_bench0000123"), rounds),
-        (f"question queue of one manager ({blocked:,} blocked in all)",
-         lambda: desk.questions("human:m3"), 3),
+        (f"question queue of one manager ({mine:,} of {blocked:,} blocked)",
+         lambda: desk.questions("human:m3"), rounds),
+        (f"question queue, every blocked order ({blocked:,})",
+         lambda: desk.questions(), max(3, rounds // 3)),
     ]
     return [(name, median_ms(call, times)) for name, call, times in reads]
 
 
 TARGET_MS = 20.0
-"""The target for a list page and a track record on the large desk."""
+"""The target for a list page, a track record and a manager's question queue on the large
+desk (issue #21): the floor each read is shown against."""
 
 
 def over_target(reads: list[tuple[str, float]]) -> list[str]:
-    """The list and track-record reads slower than :data:`TARGET_MS`."""
+    """The list, track-record and manager's question-queue reads slower than
+    :data:`TARGET_MS` (the whole queue of every blocked order is shown, not held to it)."""
     return [name for name, ms in reads
-            if name.startswith(("list", "track")) and ms > TARGET_MS]
+            if name.startswith(("list", "track", "question queue of one")) and ms > TARGET_MS]
 
 
 @dataclass
@@ -316,13 +343,16 @@ def table(columns: dict[str, Column], floor: tuple[float, dict[str, float]], *, 
                      [f"{c.steps[step]:.2f} ms" for c in columns.values()]))
     rows.append((f"build a desk of {orders:,} orders (bulk insert)",
                  [f"{c.build_s:.1f} s" for c in columns.values()]))
+    rows.append((f"reads on that desk (median; / the {TARGET_MS:.0f} ms target)",
+                 ["" for _ in columns]))
     for i, (name, _ms) in enumerate(next(iter(columns.values())).reads):
-        rows.append((name, [f"{c.reads[i][1]:.2f} ms" for c in columns.values()]))
+        rows.append((f"  {name}", [f"{c.reads[i][1]:.2f} ms {ratio(c.reads[i][1], TARGET_MS)}"
+                                   for c in columns.values()]))
     lines = [f"memory store (the floor): {per_second:.1f} cycles/s", "",
              columns_text(rows, names), ""]
     for name, column in columns.items():
         over = over_target(column.reads)
-        lines.append(f"{name}: list pages and track records "
+        lines.append(f"{name}: list pages, track records and a manager's question queue "
                      + (f"OVER the {TARGET_MS:.0f} ms target: {', '.join(over)}" if over
                         else f"within the {TARGET_MS:.0f} ms target"))
     return "\n".join(lines)

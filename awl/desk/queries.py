@@ -89,37 +89,24 @@ class DeskQueries(DeskCore):
 
         The weight of a question is how many active orders wait on its answer: the blocked
         order itself plus its active sub-orders, transitively. Ties go to the oldest.
+        Read from the store's blocked rows (:meth:`~awl.store.protocol.OrderStore.
+        blocked_orders`), no document parsed; an order found past its deadline is expired
+        first and left out.
         """
+        now = self.now()
         out: builtins.list[Question] = []
-        for view in self.list(state="blocked", limit=None):
-            order = view.order
-            if actor is not None and actor not in order.answerers:
+        for row in self.store.blocked_orders(actor):
+            if parse_time(row.deadline) < now and \
+                    self._fresh(self.store.load(row.order_id)).state != "blocked":
                 continue
-            report = view.latest_report
             out.append(Question(
-                order_id=order.id, goal=order.goal, worker=order.to,
-                answerers=order.answerers,
-                attempt=(report.attempt or view.attempt) if report else view.attempt,
-                questions=self.open_questions(view),
-                asked_at=view.updated_at,
-                blocking=1 + self._active_descendants(order.id),
+                order_id=row.order_id, goal=row.goal, worker=row.worker,
+                answerers=row.answerers, attempt=row.attempt,
+                questions=self._asked(row.order_id, row.seq, row.questions),
+                asked_at=row.updated_at, blocking=1 + row.below,
             ))
         out.sort(key=lambda q: (-q.blocking, parse_time(q.asked_at), q.order_id))
         return out
-
-    def _active_descendants(self, order_id: str) -> int:
-        count = 0
-        seen = {order_id}
-        frontier = [order_id]
-        while frontier:
-            parent = frontier.pop()
-            for child in self.store.list_orders(parent_id=parent, state=sorted(ACTIVE),
-                                                limit=None):
-                if child.order.id not in seen:  # guards against a (corrupt) cycle
-                    seen.add(child.order.id)
-                    count += 1
-                    frontier.append(child.order.id)
-        return count
 
     def track(self, worker: str, *, viewer: str | None = None) -> TrackRecord:
         """How the worker's orders turned out, as ``viewer`` may see it (SEC-8); see
@@ -177,9 +164,13 @@ class DeskQueries(DeskCore):
         put on it itself when a check failed the same way twice (LC-20)."""
         if view.state != "blocked":
             return ()
-        if view.open_questions:
-            return view.open_questions
-        last = self.store.events(view.id, after=view.seq - 1, limit=1)
+        return self._asked(view.id, view.seq, view.open_questions)
+
+    def _asked(self, order_id: str, seq: int, reported: tuple[str, ...]) -> tuple[str, ...]:
+        """What a blocked order at ``seq`` asks, given its latest report's questions."""
+        if reported:
+            return reported
+        last = self.store.events(order_id, after=seq - 1, limit=1)
         if not last or last[0].action != "block":
             return ()
         return tuple(str(q) for q in (last[0].data or {}).get("questions", ()))

@@ -54,6 +54,7 @@ __all__ = [
     "Tried",
     "WorkOrder",
     "WorkReport",
+    "answerers_of",
     "epoch_seconds",
     "format_epoch",
     "format_time",
@@ -85,6 +86,12 @@ def _parse_time(text: str) -> datetime:
     except ValueError:
         raise ValueError(f"not a date and time that exists: {text[:64]!r}") from None
     return check_instant(moment, name=f"the time {text[:64]!r}")
+
+
+def answerers_of(manager: str, escalate_to: str | None) -> tuple[str, ...]:
+    """Who may answer the questions of an order with this manager and ``escalate_to``: the
+    manager, and ``escalate_to`` when it names someone else."""
+    return (manager,) if escalate_to in (None, manager) else (manager, str(escalate_to))
 
 
 def format_time(moment: datetime) -> str:
@@ -385,9 +392,8 @@ class WorkOrder(_Document):
 
     @property
     def answerers(self) -> tuple[str, ...]:
-        """Who may answer the worker's questions."""
-        return (self.from_,) if self.escalate_to in (None, self.from_) else (
-            self.from_, str(self.escalate_to))
+        """Who may answer the worker's questions (:func:`answerers_of`)."""
+        return answerers_of(self.from_, self.escalate_to)
 
 
 class Artifact(_Model):

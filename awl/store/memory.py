@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from awl.documents.lifecycle import ACTIVE
 from awl.documents.models import (
     CallRecord,
     Event,
@@ -21,6 +22,7 @@ from awl.documents.models import (
     WorkReport,
 )
 from awl.store.protocol import (
+    BlockedRow,
     DeliveryAttempt,
     EffectState,
     LockInfo,
@@ -34,6 +36,7 @@ from awl.store.protocol import (
     Scope,
     Settlement,
     TokenRecord,
+    TrackRecord,
     TrackRow,
     Usage,
     Webhook,
@@ -74,6 +77,7 @@ from awl.store.rules import (
     timestamp,
     webhook_conflict,
 )
+from awl.store.tally import Tally, may_change
 
 __all__ = ["MemoryStore"]
 
@@ -106,6 +110,21 @@ class _Order:
     effects: dict[int, EffectState]
     charged: _Charged = field(default_factory=_Charged)
 
+    def track_row(self) -> TrackRow:
+        return TrackRow.of(self.record(), self.events[1] if len(self.events) > 1 else None)
+
+    def blocked_row(self, below: int) -> BlockedRow:
+        latest = self.reports[-1] if self.reports else None
+        return BlockedRow(
+            order_id=self.order.id, goal=self.order.goal, worker=self.order.to,
+            manager=self.order.manager, escalate_to=self.order.escalate_to,
+            deadline=self.order.deadline, seq=self.events[-1].seq,
+            updated_at=self.events[-1].at,
+            report_attempt=latest.attempt if latest is not None else None,
+            reworks=self.record().reworks,
+            questions=tuple(latest.questions or ()) if latest is not None else (),
+            below=below)
+
     def record(self) -> OrderRecord:
         return OrderRecord(
             order=self.order, state=self.state, seq=self.events[-1].seq,
@@ -133,6 +152,7 @@ class MemoryStore:
         self._passes: dict[str, PassRecord] = {}
         self._webhooks: dict[str, Webhook] = {}
         self._outbox: dict[str, Notification] = {}
+        self._tally = Tally()
 
     def _get(self, order_id: str) -> _Order:
         found = self._orders.get(order_id)
@@ -148,10 +168,11 @@ class MemoryStore:
             old = self._orders.get(order.id)
             if old is not None:
                 raise order_exists_conflict(order.id, old.events[-1].seq)
-            self._orders[order.id] = _Order(
+            self._orders[order.id] = new = _Order(
                 order=order, state=event.to, events=[event],
                 reports=[], reviews=[], calls={}, effects={},
             )
+            self._tally.write(order.to, order.manager, order.id, None, new.track_row())
 
     def load(self, order_id: str) -> OrderRecord:
         """The order and all it carries. NotFound if absent."""
@@ -173,12 +194,16 @@ class MemoryStore:
             seq = found.events[-1].seq
             if event.seq != seq + 1:
                 raise seq_conflict(order_id, event, seq)
+            old = found.track_row() if may_change(found.state, state, report, review) else None
             found.events.append(event)
             found.state = state
             if report is not None:
                 found.reports.append(report)
             if review is not None:
                 found.reviews.append(review)
+            if old is not None:
+                self._tally.write(found.order.to, found.order.manager, order_id, old,
+                                  found.track_row())
             self._notify(found, order_event_kind(event), event.at, lambda kind: (
                 notification_payload(kind, found.order, state, event.at, self._counts(found),
                                      event=event)))
@@ -200,10 +225,37 @@ class MemoryStore:
     def track_rows(self, worker: str) -> list[TrackRow]:
         """One track row per order addressed to ``worker``, newest first."""
         with self._lock:
-            return [
-                TrackRow.of(o.record(), o.events[1] if len(o.events) > 1 else None)
-                for o in reversed(self._orders.values()) if o.order.to == worker
-            ]
+            return [o.track_row() for o in reversed(self._orders.values())
+                    if o.order.to == worker]
+
+    def track_record(self, worker: str, *, manager: str | None = None) -> TrackRecord:
+        """The worker's track record (only ``manager``'s orders, if given), from its tallies."""
+        with self._lock:
+            return self._tally.record(worker, manager)
+
+    def blocked_orders(self, answerer: str | None = None) -> list[BlockedRow]:
+        """One row per blocked order ``answerer`` may answer, most recently created first."""
+        with self._lock:
+            return [o.blocked_row(self._active_below(o.order.id))
+                    for o in reversed(self._orders.values())
+                    if o.state == "blocked"
+                    and (answerer is None or answerer in o.order.answerers)]
+
+    def _active_below(self, order_id: str) -> int:
+        """Active orders below ``order_id``, reached through active orders only (each once,
+        which also guards against a damaged store's cycle)."""
+        children: dict[str, list[str]] = {}
+        for o in self._orders.values():
+            if o.order.parent_id is not None and o.state in ACTIVE:
+                children.setdefault(o.order.parent_id, []).append(o.order.id)
+        seen = {order_id}
+        frontier = [order_id]
+        while frontier:
+            for child in children.get(frontier.pop(), ()):
+                if child not in seen:
+                    seen.add(child)
+                    frontier.append(child)
+        return len(seen) - 1
 
     def list_orders(
         self,

@@ -57,10 +57,10 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import psycopg
@@ -69,8 +69,10 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from awl.documents.errors import Conflict, StoreUnavailable
+from awl.documents.lifecycle import ACTIVE
 from awl.documents.models import CallRecord
 from awl.store.protocol import (
+    BlockedRow,
     LockInfo,
     OrderRecord,
     OverBudget,
@@ -93,6 +95,7 @@ from awl.store.rules import (
     new_call,
     order_not_found,
     outcome_conflict,
+    read_blocked_row,
     read_lock,
     read_track_row,
     record_order_id,
@@ -103,12 +106,25 @@ from awl.store.rules import (
     timestamp,
 )
 from awl.store.sql import Connection, Dialect, SQLStore
+from awl.store.tally import filled, write_sql
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
+# What the question queue keeps of the blocked orders `o` (`latest`: the JSON array
+# [attempt, questions] of the latest report).
+_QUEUED = """
+    SELECT o.pos, o.id, o.doc->>'goal', o.worker, o.manager, o.doc->>'escalate_to',
+        o.doc->>'deadline', o.seq, o.updated_at,
+        (SELECT jsonb_build_array(r.doc->'attempt', r.doc->'questions')::text
+            FROM reports r WHERE r.order_id = o.id ORDER BY r.idx DESC LIMIT 1),
+        (SELECT COUNT(*) FROM reviews v WHERE v.order_id = o.id
+            AND v.doc->>'decision' = 'rework')
+    FROM orders o WHERE o.state = 'blocked'"""
+
 # Each entry moves the schema up one version; entries are never edited once released, a
-# change is a new entry. They run inside the migrating transaction.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
+# change is a new entry. They run inside the migrating transaction; a function is a step
+# that needs Python.
+MIGRATIONS: tuple[tuple[str | Callable[[psycopg.Connection[Any]], None], ...], ...] = (
     (
         # An order, with the running totals of its calls: `last_n` the highest N, `calls`
         # and `usd` its counted calls, `first_*` its earliest call by (started, N), counted
@@ -240,6 +256,55 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX outbox_due ON outbox (state, next_at)",
         "CREATE INDEX outbox_by_order ON outbox (order_id, pos)",
     ),
+    (
+        # Track records as running tallies, per worker (manager '') and per worker and
+        # manager, written in the transaction of every write that changes them; the values
+        # medians are read from, in value order (see awl.store.tally).
+        """CREATE TABLE track_tally (
+            worker TEXT NOT NULL,
+            manager TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            key TEXT NOT NULL,
+            orders INTEGER NOT NULL,
+            spent DOUBLE PRECISION NOT NULL,
+            budget DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (worker, manager, kind, key)
+        )""",
+        """CREATE TABLE track_values (
+            order_id TEXT NOT NULL REFERENCES orders (id),
+            kind TEXT NOT NULL,
+            key TEXT NOT NULL,
+            worker TEXT NOT NULL,
+            manager TEXT NOT NULL,
+            value DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (order_id, kind, key)
+        )""",
+        "CREATE INDEX track_values_by_worker ON track_values (worker, kind, key, value)",
+        "CREATE INDEX track_values_by_manager"
+        " ON track_values (worker, manager, kind, key, value)",
+        # The question queue: what it shows of each blocked order, written in the
+        # transaction of each event that blocks or unblocks it.
+        """CREATE TABLE question_queue (
+            pos BIGINT PRIMARY KEY,
+            order_id TEXT NOT NULL UNIQUE REFERENCES orders (id),
+            goal TEXT NOT NULL,
+            worker TEXT NOT NULL,
+            manager TEXT NOT NULL,
+            escalate_to TEXT,
+            deadline TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            asked_at TEXT NOT NULL,
+            latest TEXT,
+            reworks INTEGER NOT NULL
+        )""",
+        "CREATE INDEX question_queue_by_manager ON question_queue (manager, pos)",
+        "CREATE INDEX question_queue_by_escalation ON question_queue (escalate_to, pos)",
+        # Listing by worker or manager and state.
+        "CREATE INDEX orders_by_worker_state ON orders (worker, state, pos)",
+        "CREATE INDEX orders_by_manager_state ON orders (manager, state, pos)",
+        # The orders already there (the question queue too).
+        lambda conn: fill_derived(conn),
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -273,6 +338,52 @@ _CHAIN = """
             WHERE o.parent_id IS NOT NULL AND up.depth < %s
     )
     SELECT id FROM up ORDER BY depth"""
+
+# What a track row is made of (read_track_row's fields), picked from the documents of
+# the orders `o`.
+_TRACK_FIELDS = """o.id, o.state, (o.doc->'budget')::text,
+    (SELECT jsonb_build_array(r.doc->'cost', r.doc->'status')::text FROM reports r
+        WHERE r.order_id = o.id ORDER BY r.idx DESC LIMIT 1),
+    (SELECT COUNT(*) FROM reviews v WHERE v.order_id = o.id
+        AND v.doc->>'decision' = 'rework'),
+    (SELECT e.doc->>'at' FROM events e WHERE e.order_id = o.id
+        AND e.seq = 2 AND e.doc->>'action' = 'accept'),
+    (SELECT v.doc->>'at' FROM reviews v WHERE v.order_id = o.id
+        AND v.doc->>'decision' = 'approve' ORDER BY v.idx DESC LIMIT 1)"""
+
+# The active orders below each of the orders %(ids)s, reached through active orders only,
+# each counted once (a damaged store's cycle ends at depth %(depth)s).
+_ACTIVE_BELOW = """
+    WITH RECURSIVE below (root, id, depth) AS (
+        SELECT c.parent_id, c.id, 1 FROM orders AS c
+            WHERE c.parent_id = ANY(%(ids)s) AND c.state = ANY(%(active)s)
+        UNION
+        SELECT b.root, c.id, b.depth + 1 FROM below AS b JOIN orders AS c
+            ON c.parent_id = b.id WHERE c.state = ANY(%(active)s) AND b.depth < %(depth)s
+    )
+    SELECT root, COUNT(DISTINCT id) FROM below WHERE id != root GROUP BY root"""
+
+
+def fill_derived(conn: psycopg.Connection[Any]) -> None:
+    """Fill the track tallies and the question queue afresh from the orders stored (the
+    tallies oldest first): a migration step, and what a benchmark that bulk-inserts orders
+    runs after (:func:`awl.store.tally.filled`
+    does the arithmetic, as the memory store's)."""
+    rows, values = filled((worker, manager, read_track_row(*fields)) for worker, manager, *fields
+                          in conn.execute(f"SELECT o.worker, o.manager, {_TRACK_FIELDS}"
+                                          " FROM orders o ORDER BY o.pos"))
+    conn.execute("DELETE FROM question_queue")
+    conn.execute(f"INSERT INTO question_queue {_QUEUED}")
+    conn.execute("DELETE FROM track_tally")
+    conn.execute("DELETE FROM track_values")
+    with conn.cursor() as cur:
+        for table, columns, items in (
+                ("track_tally", "worker, manager, kind, key, orders, spent, budget", rows),
+                ("track_values", "order_id, kind, key, worker, manager, value", values)):
+            with cur.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+                for item in items:
+                    copy.write_row(item)
+
 
 _LOCK_ABOVE = """
     SELECT id, (doc->'budget'->>'tool_calls')::float8, (doc->'budget'->>'usd')::float8,
@@ -399,6 +510,8 @@ class PostgresStore(SQLStore):
     """
 
     dialect = DIALECT
+    track_fields = _TRACK_FIELDS
+    queued_rows = _QUEUED
 
     def __init__(self, url: str, *, pool_size: int = 8, timeout: float = 30.0) -> None:
         self.url = url
@@ -527,22 +640,27 @@ class PostgresStore(SQLStore):
         """Tell every listener, when this transaction commits, that the order moved."""
         conn.execute("SELECT pg_notify(%s, %s)", (self.channel, f"{seq}:{order_id}"))
 
-    def track_rows(self, worker: str) -> list[TrackRow]:
-        """One track row per order addressed to ``worker``, newest first, in one query."""
+    def _tally(self, conn: Connection, worker: str, manager: str, order_id: str,
+               old: TrackRow | None, new: TrackRow) -> None:
+        """Apply a write that turned the order's row ``old`` into ``new`` to the tallies."""
+        with cast(psycopg.Connection[Any], conn).cursor() as cur:
+            write_sql(cur.executemany, "%s", worker, manager, order_id, old, new)
+
+    def blocked_orders(self, answerer: str | None = None) -> list[BlockedRow]:
+        """One row per blocked order ``answerer`` may answer, newest first, from the question
+        queue (by its indexes by manager and by escalate_to), and their active sub-orders
+        counted in one query."""
+        mine = "" if answerer is None else " WHERE manager = %(a)s OR escalate_to = %(a)s"
         with self._tx(durable=False) as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             rows = conn.execute(
-                "SELECT o.id, o.state, (o.doc->'budget')::text,"
-                " (SELECT jsonb_build_array(r.doc->'cost', r.doc->'status')::text FROM reports r"
-                "   WHERE r.order_id = o.id ORDER BY r.idx DESC LIMIT 1),"
-                " (SELECT COUNT(*) FROM reviews v WHERE v.order_id = o.id"
-                "   AND v.doc->>'decision' = 'rework'),"
-                " (SELECT e.doc->>'at' FROM events e WHERE e.order_id = o.id"
-                "   AND e.seq = 2 AND e.doc->>'action' = 'accept'),"
-                " (SELECT v.doc->>'at' FROM reviews v WHERE v.order_id = o.id"
-                "   AND v.doc->>'decision' = 'approve' ORDER BY v.idx DESC LIMIT 1)"
-                " FROM orders o WHERE o.worker = %s ORDER BY o.pos DESC", (worker,),
-            ).fetchall()
-        return [read_track_row(*row) for row in rows]
+                "SELECT order_id, goal, worker, manager, escalate_to, deadline, seq, asked_at,"
+                f" latest, reworks FROM question_queue{mine} ORDER BY pos DESC",
+                {"a": answerer}).fetchall()
+            below = dict(conn.execute(_ACTIVE_BELOW, {
+                "ids": [row[0] for row in rows], "active": sorted(ACTIVE),
+                "depth": MAX_CHAIN}).fetchall()) if rows else {}
+        return [read_blocked_row(*row, below=below.get(row[0], 0)) for row in rows]
 
     def list_orders(
         self,
@@ -554,7 +672,8 @@ class PostgresStore(SQLStore):
         limit: int | None = 100,
         offset: int = 0,
     ) -> list[OrderRecord]:
-        """Orders matching every filter given, most recently created first."""
+        """Orders matching every filter given, most recently created first; a page costs
+        what it returns, however deep."""
         clauses: list[str] = []
         params: list[Any] = []
         states = state_names(state)
@@ -569,7 +688,11 @@ class PostgresStore(SQLStore):
                 clauses.append(f"{column} = %s")
                 params.append(value)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        return self._records(where, params, limit, offset)
+        # The page's positions first, by an index-only scan of a narrow index (the primary
+        # key, or by state, worker, manager, parent, worker or manager and state): a deep
+        # offset walks index entries, never documents.
+        page = f"SELECT pos FROM orders {where} ORDER BY pos DESC LIMIT %s OFFSET %s"
+        return self._records(f"WHERE pos IN ({page})", [*params, limit, offset], None, 0)
 
     # Gateway call records --------------------------------------------------------------
     @staticmethod

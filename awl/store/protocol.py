@@ -48,7 +48,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from awl.documents.effect_states import EffectStateName
-from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
+from awl.documents.models import (
+    CallRecord,
+    Event,
+    Review,
+    WorkOrder,
+    WorkReport,
+    answerers_of,
+)
 
 NotifyEventName = Literal["submitted", "blocked", "unknown", "committed", "failed", "expired"]
 """What a webhook may subscribe to: an order reaching ``submitted``, ``blocked`` or
@@ -75,8 +82,13 @@ class OrderRecord:
 
     @property
     def attempt(self) -> int:
-        """The attempt the next (or current) report belongs to: 1 + the reworks so far."""
-        return 1 + self.reworks
+        """The attempt the next (or current) report belongs to (:func:`attempt_after`)."""
+        return attempt_after(self.reworks)
+
+
+def attempt_after(reworks: int) -> int:
+    """The attempt the next (or current) report of an order belongs to: 1 + its reworks."""
+    return 1 + reworks
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +216,97 @@ class TrackRow:
 
 
 @dataclass(frozen=True, slots=True)
+class UnitSpend:
+    """Spend against budget in one unit (``usd``, ``tokens``, ``tool_calls``, ``seconds``)."""
+
+    orders: int
+    """Orders that reported this unit and budgeted it."""
+    spent: float
+    """Total reported spend."""
+    budget: float
+    """Total budget of those orders."""
+    median_ratio: float | None
+    """Median of spend / budget per order (None when no budget was above zero)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The figures as JSON-ready data."""
+        return {"orders": self.orders, "spent": self.spent, "budget": self.budget,
+                "median_ratio": self.median_ratio}
+
+
+@dataclass(frozen=True, slots=True)
+class TrackRecord:
+    """How one worker's orders turned out (see :mod:`awl.desk.track`)."""
+
+    worker: str
+    """The worker."""
+    orders: int = 0
+    """Every order addressed to the worker."""
+    approved_first_time: int = 0
+    approved_after_rework: int = 0
+    rework_rounds: dict[int, int] = field(default_factory=dict)
+    """For orders approved after rework: number of rework rounds → how many orders."""
+    failed: int = 0
+    expired: int = 0
+    cancelled: int = 0
+    declined: int = 0
+    active: int = 0
+    spend: dict[str, UnitSpend] = field(default_factory=dict)
+    """Per budget unit."""
+    median_seconds_to_approval: float | None = None
+    """Median time from accept to approval, over approved orders."""
+
+    @property
+    def approved(self) -> int:
+        """Approved orders, first time or not."""
+        return self.approved_first_time + self.approved_after_rework
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as JSON-ready data."""
+        return {
+            "worker": self.worker, "orders": self.orders,
+            "approved_first_time": self.approved_first_time,
+            "approved_after_rework": self.approved_after_rework,
+            "rework_rounds": {str(k): v for k, v in sorted(self.rework_rounds.items())},
+            "failed": self.failed, "expired": self.expired, "cancelled": self.cancelled,
+            "declined": self.declined, "active": self.active,
+            "spend": {unit: s.to_json() for unit, s in sorted(self.spend.items())},
+            "median_seconds_to_approval": self.median_seconds_to_approval,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BlockedRow:
+    """What the question queue needs of one blocked order, read without its documents."""
+
+    order_id: str
+    goal: str
+    worker: str
+    manager: str
+    escalate_to: str | None
+    deadline: str
+    seq: int
+    updated_at: str
+    report_attempt: int | None
+    """The attempt its latest report names (None without a report)."""
+    reworks: int
+    questions: tuple[str, ...]
+    """Its latest report's questions."""
+    below: int
+    """Its active sub-orders, transitively (through active orders only)."""
+
+    @property
+    def attempt(self) -> int:
+        """The attempt the questions came from: the latest report's, else the current."""
+        return self.report_attempt or attempt_after(self.reworks)
+
+    @property
+    def answerers(self) -> tuple[str, ...]:
+        """Who may answer (:func:`awl.documents.models.answerers_of`)."""
+        return answerers_of(self.manager, self.escalate_to)
+
+
+@dataclass(frozen=True, slots=True)
 class Reserved:
     """A reservation that was made: the call's record, outcome ``pending``."""
 
@@ -317,7 +420,17 @@ class OrderStore(Protocol):
     ) -> list[OrderRecord]:
         """Orders matching every filter given, most recently created first.
 
-        ``limit=None`` returns every match (for track records and other bulk reads)."""
+        ``limit=None`` returns every match (for bulk reads). A page costs what it returns,
+        however deep its ``offset`` and whichever filters are given (indexes find the page's
+        orders before any document is read)."""
+        ...
+
+    def blocked_orders(self, answerer: str | None = None) -> list[BlockedRow]:
+        """One :class:`BlockedRow` per blocked order (only those ``answerer`` may answer, as
+        manager or ``escalate_to``, if given), most recently created first.
+
+        Read without parsing documents, from indexes of the blocked orders by manager and
+        by ``escalate_to``; past deadlines are not checked (the desk does)."""
         ...
 
 
@@ -330,6 +443,15 @@ class ReviewStore(Protocol):
         Equal to ``TrackRow.of(record, seq 2 event)`` for each of the worker's records, but
         read in bulk: a store may pick the few fields from its documents without parsing
         them (the SQLite store does, in one query)."""
+        ...
+
+    def track_record(self, worker: str, *, manager: str | None = None) -> TrackRecord:
+        """The worker's track record (only its orders ``manager`` issued, if given), read
+        from tallies the store keeps in the transaction of every write that changes them
+        (:mod:`awl.store.tally`): its cost does not grow with the worker's orders.
+
+        Equal to :func:`awl.desk.track.summarize` over :meth:`track_rows` (those of
+        ``manager``'s orders), the spend sums up to float rounding."""
         ...
 
 

@@ -31,6 +31,7 @@ from awl.documents.models import (
 from awl.documents.patterns import make_ref, parse_ref
 from awl.documents.pointers import pointer
 from awl.store.protocol import (
+    BlockedRow,
     DeliveryAttempt,
     EffectState,
     LockInfo,
@@ -598,12 +599,31 @@ def read_record(doc: str, state: str, seq: int, updated_at: str, *,
     )
 
 
-def read_track_row(order_id: str, state: str, budget: str, latest: str | None, reworks: int,
-                   accepted_at: str | None, approved_at: str | None) -> TrackRow:
+def read_track_row(order_id: str, state: str, budget: str | None, latest: str | None,
+                   reworks: int, accepted_at: str | None, approved_at: str | None) -> TrackRow:
     """A track row from the fields a store picked out of its documents: ``budget`` is the
     order's budget as JSON text, ``latest`` the JSON array ``[cost, status]`` of its latest
-    report (None without one)."""
+    report (None without one). A document without a budget (only a damaged store holds
+    one) reads as an empty budget, so a migration filling tallies never stops at it."""
     cost, status = json.loads(latest) if latest is not None else (None, None)
-    return TrackRow(order_id=order_id, state=state, budget=json.loads(budget), cost=cost,
+    return TrackRow(order_id=order_id, state=state,
+                    budget=json.loads(budget) if budget is not None else {}, cost=cost,
                     status=status, reworks=int(reworks), accepted_at=accepted_at,
                     approved_at=approved_at)
+
+
+def first_track_row(order: WorkOrder, event: Event) -> TrackRow:
+    """The track row of an order just created with ``event``."""
+    return TrackRow.of(OrderRecord(order=order, state=event.to, seq=1))
+
+
+def read_blocked_row(order_id: str, goal: str, worker: str, manager: str,
+                     escalate_to: str | None, deadline: str, seq: int, updated_at: str,
+                     latest: str | None, reworks: int, *, below: int) -> BlockedRow:
+    """A blocked row from the fields a store picked out of its documents: ``latest`` is the
+    JSON array ``[attempt, questions]`` of its latest report (None without one)."""
+    attempt, questions = json.loads(latest) if latest is not None else (None, None)
+    return BlockedRow(order_id=order_id, goal=goal, worker=worker, manager=manager,
+                      escalate_to=escalate_to, deadline=deadline, seq=int(seq),
+                      updated_at=updated_at, report_attempt=attempt, reworks=int(reworks),
+                      questions=tuple(questions or ()), below=int(below))

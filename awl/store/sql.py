@@ -42,6 +42,8 @@ from awl.store.protocol import (
     Revocation,
     Settlement,
     TokenRecord,
+    TrackRecord,
+    TrackRow,
     Webhook,
 )
 from awl.store.rules import (
@@ -55,6 +57,7 @@ from awl.store.rules import (
     effect_counts,
     effect_doc,
     effect_event_kind,
+    first_track_row,
     held_call,
     new_notifications,
     next_effect,
@@ -68,11 +71,13 @@ from awl.store.rules import (
     read_effect,
     read_pass,
     read_record,
+    read_track_row,
     restored_effect,
     seq_conflict,
     timestamp,
     webhook_conflict,
 )
+from awl.store.tally import may_change, queued, read_sql
 
 __all__ = ["Connection", "Cursor", "Dialect", "SQLStore"]
 
@@ -203,6 +208,19 @@ class SQLStore(ABC):
         """The condition (after ``order_id``) and parameters naming the orders a listing
         page returned: ``page`` is its query of their ids, ``ids`` the ids it found."""
 
+    track_fields: ClassVar[str]
+    """The backend's SELECT list of a track row of the orders ``o`` (``read_track_row``'s
+    fields, picked from their documents)."""
+    queued_rows: ClassVar[str]
+    """The backend's SELECT of the question queue's rows of the blocked orders ``o``."""
+
+    @abstractmethod
+    def _tally(self, conn: Connection, worker: str, manager: str, order_id: str,
+               old: TrackRow | None, new: TrackRow) -> None:
+        """Apply, in the write ``conn`` is in, a write that turned the order's track row
+        ``old`` into ``new`` (None: a new order) to the tallies
+        (:func:`awl.store.tally.write_sql`)."""
+
     @abstractmethod
     def _announce(self, conn: Connection, order_id: str, seq: int) -> None:
         """Tell whoever listens, when this transaction commits, that the order's log is at
@@ -220,7 +238,8 @@ class SQLStore(ABC):
 
     # The schema -----------------------------------------------------------------------------
     @classmethod
-    def _upgrade(cls, conn: Connection, migrations: Sequence[Sequence[str]], desk: str) -> None:
+    def _upgrade(cls, conn: Connection, migrations: Sequence[Sequence[str | Callable[[Any], None]]],
+                 desk: str) -> None:
         """Run the ``migrations`` the schema has not had yet, in the caller's transaction
         (which the backend makes exclusive: one process migrates a new desk, the others
         wait and find it done); ``desk`` names the desk in the refusal of one whose schema
@@ -234,7 +253,11 @@ class SQLStore(ABC):
                 f"({len(migrations)}); upgrade agent-work-layer to open it")
         for number in range(version, len(migrations)):
             for statement in migrations[number]:
-                conn.execute(statement)
+                # A step may be a function of the connection (a backfill computed in Python).
+                if callable(statement):
+                    statement(conn)
+                else:
+                    conn.execute(statement)
             conn.execute(cls.dialect.sql("INSERT INTO awl_schema (version) VALUES (?)"),
                          (number + 1,))
 
@@ -298,7 +321,45 @@ class SQLStore(ABC):
                 raise order_exists_conflict(order.id, self._seq(conn, order.id))
             conn.execute(q("INSERT INTO events (order_id, seq, doc) VALUES (?, 1, ?{jsonb})"),
                          (order.id, dump_json(event.to_json())))
+            self._tally(conn, order.to, order.manager, order.id, None,
+                        first_track_row(order, event))
+            self._queue(conn, order.id, None, event.to)
             self._announce(conn, order.id, 1)
+
+    # Track records and the question queue, kept in the writes above (awl.store.tally) ------
+    def _track_row(self, conn: Connection, order_id: str) -> tuple[str, str, TrackRow]:
+        """The order's worker, manager and track row, as they stand in this write."""
+        worker, manager, *fields = conn.execute(self.dialect.sql(
+            f"SELECT o.worker, o.manager, {self.track_fields} FROM orders o WHERE o.id = ?"),
+            (order_id,)).fetchone()
+        return worker, manager, read_track_row(*fields)
+
+    def _queue(self, conn: Connection, order_id: str, old_state: str | None,
+               state: str) -> None:
+        """Keep the order's row of the question queue as the write leaves it."""
+        if queued(old_state):
+            conn.execute(self.dialect.sql("DELETE FROM question_queue WHERE order_id = ?"),
+                         (order_id,))
+        if queued(state):
+            conn.execute(self.dialect.sql(
+                f"INSERT INTO question_queue {self.queued_rows} AND o.id = ?"), (order_id,))
+
+    def track_rows(self, worker: str) -> list[TrackRow]:
+        """One track row per order addressed to ``worker``, newest first, in one query: the
+        few fields a track record needs picked from the documents, none parsed as a model;
+        the worker index finds the orders and each subquery reads by primary key."""
+        with self._snapshot() as conn:
+            rows = conn.execute(self.dialect.sql(
+                f"SELECT {self.track_fields} FROM orders o WHERE o.worker = ?"
+                " ORDER BY o.pos DESC"), (worker,)).fetchall()
+        return [read_track_row(*row) for row in rows]
+
+    def track_record(self, worker: str, *, manager: str | None = None) -> TrackRecord:
+        """The worker's track record (only ``manager``'s orders, if given), from its tallies
+        (:func:`awl.store.tally.read_sql`), in one snapshot."""
+        with self._snapshot() as conn:
+            return read_sql(worker, manager, lambda sql, params: conn.execute(sql, params),
+                            self.dialect.param)
 
     def load(self, order_id: str) -> OrderRecord:
         """The order and all it carries. NotFound if absent."""
@@ -346,9 +407,17 @@ class SQLStore(ABC):
         notifications it calls for, in the same durable transaction (HOOK-3)."""
         q = self.dialect.sql
         with self._write() as conn:
-            seq = self._seq(conn, order_id, lock=True)
+            found = conn.execute(q("SELECT seq, state FROM orders WHERE id = ?{lock_order}"),
+                                 (order_id,)).fetchone()
+            if found is None:
+                raise order_not_found(order_id)
+            seq, old_state = int(found[0]), str(found[1])
             if event.seq != seq + 1:
                 raise seq_conflict(order_id, event, seq)
+            # The tallies change only with a report, a review or an order leaving the
+            # active states: only then is its track row read before and after.
+            old = (self._track_row(conn, order_id)
+                   if may_change(old_state, state, report, review) else None)
             conn.execute(q("INSERT INTO events (order_id, seq, doc) VALUES (?, ?, ?{jsonb})"),
                          (order_id, event.seq, dump_json(event.to_json())))
             conn.execute(q("UPDATE orders SET seq = ?, state = ?, updated_at = ? WHERE id = ?"),
@@ -359,6 +428,11 @@ class SQLStore(ABC):
                         "INSERT INTO {table} (order_id, idx, doc) VALUES (?, (SELECT"
                         " COUNT(*) FROM {table} WHERE order_id = ?), ?{jsonb})"
                     ).format(table=table), (order_id, order_id, dump_json(doc.to_json())))
+            if old is not None:
+                worker, manager, before = old
+                self._tally(conn, worker, manager, order_id, before,
+                            self._track_row(conn, order_id)[2])
+            self._queue(conn, order_id, old_state, state)
             self._notify(conn, order_event_kind(event), order_id, event.at,
                          lambda kind, order, counts: notification_payload(
                              kind, order, state, event.at, counts, event=event))

@@ -40,20 +40,23 @@ which waits for no reader or writer and makes none wait, so no call pays for one
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from awl.documents.errors import AWLError, Conflict, StoreUnavailable
+from awl.documents.lifecycle import ACTIVE
 from awl.documents.models import CallRecord
 from awl.store.files import create_private, make_private
 from awl.store.protocol import (
+    BlockedRow,
     LockInfo,
     OrderRecord,
     OverBudget,
@@ -76,6 +79,7 @@ from awl.store.rules import (
     new_call,
     order_not_found,
     outcome_conflict,
+    read_blocked_row,
     read_lock,
     read_track_row,
     record_order_id,
@@ -85,13 +89,26 @@ from awl.store.rules import (
     timestamp,
 )
 from awl.store.sql import Connection, Dialect, SQLStore
+from awl.store.tally import adding_sql, filled, value_sql, write_sql
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
+# What the question queue keeps of the blocked orders `o` (`latest`: the JSON array
+# [attempt, questions] of the latest report).
+_QUEUED = """
+    SELECT o.pos, o.id, json_extract(o.doc, '$.goal'), o.worker, o.manager,
+        json_extract(o.doc, '$.escalate_to'), json_extract(o.doc, '$.deadline'), o.seq,
+        o.updated_at,
+        (SELECT json_array(json_extract(r.doc, '$.attempt'), json_extract(r.doc, '$.questions'))
+            FROM reports r WHERE r.order_id = o.id ORDER BY r.idx DESC LIMIT 1),
+        (SELECT COUNT(*) FROM reviews v WHERE v.order_id = o.id
+            AND json_extract(v.doc, '$.decision') = 'rework')
+    FROM orders o WHERE o.state = 'blocked'"""
+
 # Each entry moves the schema up one version; entries are never edited once released, a
 # change is a new entry. Statements run one by one inside the migrating transaction
-# (executescript would commit on its own).
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
+# (executescript would commit on its own); a function is a step that needs Python.
+MIGRATIONS: tuple[tuple[str | Callable[[sqlite3.Connection], None], ...], ...] = (
     (
         """CREATE TABLE orders (
             pos INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -303,6 +320,57 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX outbox_due ON outbox (state, next_at)",
         "CREATE INDEX outbox_by_order ON outbox (order_id, pos)",
     ),
+    (
+        # Track records as running tallies, per worker (manager '') and per worker and
+        # manager, written in the transaction of every write that changes them; the values
+        # medians are read from, in value order (see awl.store.tally).
+        """CREATE TABLE track_tally (
+            worker TEXT NOT NULL,
+            manager TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            key TEXT NOT NULL,
+            orders INTEGER NOT NULL,
+            spent REAL NOT NULL,
+            budget REAL NOT NULL,
+            PRIMARY KEY (worker, manager, kind, key)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE track_values (
+            order_id TEXT NOT NULL REFERENCES orders (id),
+            kind TEXT NOT NULL,
+            key TEXT NOT NULL,
+            worker TEXT NOT NULL,
+            manager TEXT NOT NULL,
+            value REAL NOT NULL,
+            PRIMARY KEY (order_id, kind, key)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX track_values_by_worker ON track_values (worker, kind, key, value)",
+        "CREATE INDEX track_values_by_manager"
+        " ON track_values (worker, manager, kind, key, value)",
+        # The question queue: what it shows of each blocked order, written in the
+        # transaction of each event that blocks or unblocks it.
+        """CREATE TABLE question_queue (
+            pos INTEGER PRIMARY KEY,
+            order_id TEXT NOT NULL UNIQUE REFERENCES orders (id),
+            goal TEXT NOT NULL,
+            worker TEXT NOT NULL,
+            manager TEXT NOT NULL,
+            escalate_to TEXT,
+            deadline TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            asked_at TEXT NOT NULL,
+            latest TEXT,
+            reworks INTEGER NOT NULL
+        )""",
+        "CREATE INDEX question_queue_by_manager ON question_queue (manager, pos)",
+        "CREATE INDEX question_queue_by_escalation ON question_queue (escalate_to, pos)",
+        # Listing by worker or manager and state, and a deep page: a page's positions are
+        # found in a narrow index before any document is read.
+        "CREATE INDEX orders_by_worker_state ON orders (worker, state, pos)",
+        "CREATE INDEX orders_by_manager_state ON orders (manager, state, pos)",
+        "CREATE INDEX orders_by_pos ON orders (pos)",
+        # The orders already there (the question queue too).
+        lambda conn: fill_derived(conn),
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -319,6 +387,51 @@ def _jti_filter(jtis: frozenset[str]) -> tuple[str, list[str]]:
     if not jtis:
         return " AND 0", []
     return f" AND jti IN ({','.join('?' * len(jtis))})", sorted(jtis)
+
+
+# What a track row is made of (read_track_row's fields), picked from the documents of
+# the orders `o`.
+_TRACK_FIELDS = """o.id, o.state, json_extract(o.doc, '$.budget'),
+    (SELECT json_array(json_extract(r.doc, '$.cost'), json_extract(r.doc, '$.status'))
+        FROM reports r WHERE r.order_id = o.id ORDER BY r.idx DESC LIMIT 1),
+    (SELECT COUNT(*) FROM reviews v WHERE v.order_id = o.id
+        AND json_extract(v.doc, '$.decision') = 'rework'),
+    (SELECT json_extract(e.doc, '$.at') FROM events e WHERE e.order_id = o.id
+        AND e.seq = 2 AND json_extract(e.doc, '$.action') = 'accept'),
+    (SELECT json_extract(v.doc, '$.at') FROM reviews v WHERE v.order_id = o.id
+        AND json_extract(v.doc, '$.decision') = 'approve' ORDER BY v.idx DESC LIMIT 1)"""
+
+# The active orders below each of the orders in the JSON array ?1, reached through orders
+# in the states of the JSON array ?3 only, each counted once (a damaged store's cycle ends
+# at depth ?2). Each step looks children up by the parent index, which the planner would
+# pass over on a desk where most orders have no parent.
+_ACTIVE_BELOW = """
+    WITH RECURSIVE below (root, id, depth) AS (
+        SELECT j.value, c.id, 1 FROM json_each(?1) AS j
+            CROSS JOIN orders AS c INDEXED BY orders_by_parent ON c.parent_id = j.value
+            WHERE c.state IN (SELECT value FROM json_each(?3))
+        UNION
+        SELECT b.root, c.id, b.depth + 1 FROM below AS b
+            CROSS JOIN orders AS c INDEXED BY orders_by_parent ON c.parent_id = b.id
+            WHERE c.state IN (SELECT value FROM json_each(?3)) AND b.depth < ?2
+    )
+    SELECT root, COUNT(DISTINCT id) FROM below WHERE id != root GROUP BY root"""
+
+
+def fill_derived(conn: sqlite3.Connection) -> None:
+    """Fill the track tallies and the question queue afresh from the orders stored (the
+    tallies oldest first): a migration step, and what a benchmark that bulk-inserts orders
+    runs after (:func:`awl.store.tally.filled`
+    does the arithmetic, as the memory store's)."""
+    rows, values = filled((worker, manager, read_track_row(*fields)) for worker, manager, *fields
+                          in conn.execute(f"SELECT o.worker, o.manager, {_TRACK_FIELDS}"
+                                          " FROM orders o ORDER BY o.pos"))
+    conn.execute("DELETE FROM question_queue")
+    conn.execute(f"INSERT INTO question_queue {_QUEUED}")
+    conn.execute("DELETE FROM track_tally")
+    conn.execute("DELETE FROM track_values")
+    conn.executemany(adding_sql("?"), rows)
+    conn.executemany(value_sql("?"), values)
 
 
 # One call added to a pass's running totals (see migration 3). In an upsert's SET every
@@ -455,6 +568,8 @@ class SQLiteStore(SQLStore):
     """
 
     dialect = DIALECT
+    track_fields = _TRACK_FIELDS
+    queued_rows = _QUEUED
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0,
                  checkpoint_every: float | None = None) -> None:
@@ -615,28 +730,26 @@ class SQLiteStore(SQLStore):
             return _passive_checkpoint(conn)
 
     # Orders and their logs (the rest are shared: awl.store.sql) ------------------------
-    def track_rows(self, worker: str) -> list[TrackRow]:
-        """One track row per order addressed to ``worker``, newest first, in one query.
+    def _tally(self, conn: Connection, worker: str, manager: str, order_id: str,
+               old: TrackRow | None, new: TrackRow) -> None:
+        """Apply a write that turned the order's row ``old`` into ``new`` to the tallies."""
+        write_sql(cast(sqlite3.Connection, conn).executemany, "?", worker, manager, order_id,
+                  old, new)
 
-        json_extract picks the few fields a track record needs, so no document becomes a
-        model; the worker index finds the orders and each subquery reads by primary key.
-        """
+    def blocked_orders(self, answerer: str | None = None) -> list[BlockedRow]:
+        """One row per blocked order ``answerer`` may answer, newest first, from the question
+        queue (by its indexes by manager and by escalate_to), and their active sub-orders
+        counted in one query."""
+        mine = "" if answerer is None else " WHERE manager = ?1 OR escalate_to = ?1"
         with self._read() as conn:
             rows = conn.execute(
-                "SELECT o.id, o.state, json_extract(o.doc, '$.budget'),"
-                " (SELECT json_array(json_extract(r.doc, '$.cost'),"
-                "   json_extract(r.doc, '$.status')) FROM reports r"
-                "   WHERE r.order_id = o.id ORDER BY r.idx DESC LIMIT 1),"
-                " (SELECT COUNT(*) FROM reviews v WHERE v.order_id = o.id"
-                "   AND json_extract(v.doc, '$.decision') = 'rework'),"
-                " (SELECT json_extract(e.doc, '$.at') FROM events e WHERE e.order_id = o.id"
-                "   AND e.seq = 2 AND json_extract(e.doc, '$.action') = 'accept'),"
-                " (SELECT json_extract(v.doc, '$.at') FROM reviews v WHERE v.order_id = o.id"
-                "   AND json_extract(v.doc, '$.decision') = 'approve'"
-                "   ORDER BY v.idx DESC LIMIT 1)"
-                " FROM orders o WHERE o.worker = ? ORDER BY o.pos DESC", (worker,),
-            ).fetchall()
-        return [read_track_row(*row) for row in rows]
+                "SELECT order_id, goal, worker, manager, escalate_to, deadline, seq, asked_at,"
+                f" latest, reworks FROM question_queue{mine} ORDER BY pos DESC",
+                () if answerer is None else (answerer,)).fetchall()
+            below = dict(conn.execute(_ACTIVE_BELOW, (
+                json.dumps([row[0] for row in rows]), MAX_CHAIN, json.dumps(sorted(ACTIVE)),
+            )).fetchall()) if rows else {}
+        return [read_blocked_row(*row, below=below.get(row[0], 0)) for row in rows]
 
     def list_orders(
         self,
@@ -648,7 +761,8 @@ class SQLiteStore(SQLStore):
         limit: int | None = 100,
         offset: int = 0,
     ) -> list[OrderRecord]:
-        """Orders matching every filter given, most recently created first."""
+        """Orders matching every filter given, most recently created first; a page costs
+        what it returns, however deep."""
         clauses: list[str] = []
         params: list[Any] = []
         states = state_names(state)
@@ -659,7 +773,12 @@ class SQLiteStore(SQLStore):
             params.extend(states)
         where = _where(clauses, params, (("worker", worker), ("manager", manager),
                                          ("parent_id", parent_id)))
-        return self._records(where, params, limit, offset)
+        # The page's positions first, from a narrow index (by state, worker, manager, parent,
+        # worker or manager and state, or position alone): a deep offset walks index entries,
+        # never documents.
+        page = f"SELECT pos FROM orders {where} ORDER BY pos DESC LIMIT ? OFFSET ?"
+        return self._records(f"WHERE pos IN ({page})",
+                             [*params, -1 if limit is None else limit, offset], None, 0)
 
     # Gateway call records --------------------------------------------------------------
     @staticmethod

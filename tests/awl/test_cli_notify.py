@@ -19,7 +19,7 @@ import pytest
 
 from awl.cli import main
 from awl.desk.desk import Desk
-from awl.store.protocol import Store
+from awl.store.protocol import Store, WebhookStore
 from awl.store.sqlite import SQLiteStore
 from awl.store.urls import open_store
 from tests.awl.desk_support import MANAGER, WORKER, order_fields, report_fields
@@ -52,6 +52,7 @@ def submit(home: Path, url: str | None = None) -> str:
 
 def outbox(home: Path, url: str | None = None) -> list[dict[str, object]]:
     with opened(home, url) as store:
+        assert isinstance(store, WebhookStore)
         return [{"state": n.state, "attempts": len(n.attempts), "id": n.id}
                 for n in store.notifications()]
 

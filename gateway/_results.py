@@ -23,9 +23,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import mcp_types as types
-from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
-from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
-from jsonschema.validators import validator_for  # type: ignore[import-untyped]
 
 from awl.documents import MAX_CONTENT_BLOCKS, pointer
 from awl.mcp import coded_error
@@ -254,6 +251,11 @@ class OutputSchemas:
         validator = None
         schema = tool.output_schema
         if schema is not None:
+            # The JSON Schema stack loads with the first tool listed that has an output schema.
+            from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
+            from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
+            from jsonschema.validators import validator_for  # type: ignore[import-untyped]
+
             cls = validator_for(schema, default=Draft202012Validator)
             try:
                 cls.check_schema(schema)

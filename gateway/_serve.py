@@ -31,7 +31,7 @@ from awl.desk import default_store, home_dir
 from awl.documents import BadRequest
 from awl.mcp import Unauthorized, is_loopback, parse_address, stdio_frames
 from awl.mcp import serve_http as _serve_mcp_http
-from awl.passes import DEFAULT_AUDIENCE, KeySet, KeyStore, PublishedKeySet
+from awl.passes import DEFAULT_AUDIENCE
 from awl.store import KeyDirectory, Store
 from gateway._authority import Authority
 from gateway._config import GatewayConfig, load_config
@@ -113,7 +113,10 @@ async def open_gateway(
             # Read again whenever a key is rotated in or retired (DP-13); read once now so
             # an unusable key folder is an error before anything starts. A home without
             # keys, on another host than the desk's, verifies with the public keys the
-            # desk published in the store instead (never making a key of its own).
+            # desk published in the store instead (never making a key of its own). Keys
+            # need PyJWT and cryptography: they load only here, when passes are checked.
+            from awl.passes import KeySet, KeyStore, PublishedKeySet
+
             keys = KeyStore(home_dir(home))
             jwks = KeySet(keys)
             if not keys.key_files() and isinstance(store, KeyDirectory):

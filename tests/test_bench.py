@@ -114,10 +114,10 @@ def test_the_startup_ratio_compares_the_gateway_with_the_bare_proxy_to_tools_lis
     from bench.startup import Timings, report, report_imports
 
     bare = Timings("bare proxy", [1.0, 1.2, 1.1], [1.1, 1.3, 1.2], [0.3, 0.4, 0.5])
-    gateway = Timings("gateway", [1.0, 1.0, 1.0], [1.5, 1.6, 1.4], [0.2, 0.2, 0.2], 1)
+    gateway = Timings("gateway", [1.0, 1.0, 1.0], [1.5, 1.6, 1.4], [0.2, 0.2, 0.2], 1, 2)
     lines = report([bare, gateway]).splitlines()
-    assert lines[2] == "| bare proxy | 1100 | 1200 | 400 | 0 |"
-    assert lines[3] == "| gateway | 1000 | 1500 | 200 | 1 |"
+    assert lines[2] == "| bare proxy | 1100 | 1200 | 400 | 0 | 0 |"
+    assert lines[3] == "| gateway | 1000 | 1500 | 200 | 1 | 2 |"
     assert lines[-1] == ("spawn to tools/list, gateway / bare proxy: 1.25x (within the 1.3x "
                          "target; medians of 3 spawns each)")
     gateway.tools_list[:] = [1.6, 1.6, 1.6]

@@ -189,8 +189,9 @@ def bulk_rows(orders: int, batch: int = 50_000) -> Iterator[Rows]:
                     .replace(MANAGER, manager))
 
         created = (T0 + timedelta(seconds=i)).isoformat().replace("+00:00", "Z")
+        updated = json.loads(events[-1])["at"]  # as the desk sets it: its latest event's
         rows["orders"].append((oid, swap(order_doc), state, len(events), worker, manager,
-                               None, created, created))
+                               None, created, updated))
         rows["events"] += [(oid, n, swap(e)) for n, e in enumerate(events, start=1)]
         rows["reports"] += [(oid, n, swap(r)) for n, r in enumerate(reports)]
         rows["reviews"] += [(oid, n, swap(r)) for n, r in enumerate(reviews)]

@@ -156,6 +156,9 @@ class MemoryStore:
         []
     """
 
+    in_process = True
+    """Its calls are quick and local: a gateway runs them on its event loop (GW-20)."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._news = threading.Condition(self._lock)  # an order's log grew

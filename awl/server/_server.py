@@ -303,7 +303,7 @@ class DeskServer:
                 if wanted is None or view.state in wanted:
                     orders.append({**_summary(view, actor), "blocking": q.blocking})
         elif role in ("manager", "worker"):
-            # One side: the desk's own page, found by index however deep the offset (BIND-17),
+            # One side: the desk's own page, found by index however deep the offset (BIND-18),
             # rather than every order up to it read in full.
             found = await self.desk.list(
                 state=state, limit=limit, offset=offset,

@@ -324,7 +324,7 @@ async def test_lost_races_and_failures_come_back_as_errors_not_crashes() -> None
 
 
 @pytest.mark.anyio
-@pytest.mark.spec("BIND-17")
+@pytest.mark.spec("BIND-18")
 async def test_a_deep_page_of_one_side_reads_only_that_page() -> None:
     """Listing as manager (or worker) at an offset asks the store for that page alone, not
     for every order up to it in full; the page is the one the full listing has there."""

@@ -98,7 +98,7 @@ from awl.store.rules import (
     order_not_found,
     outcome_conflict,
     over_limit,
-    read_blocked_row,
+    read_blocked_rows,
     read_lock,
     read_track_row,
     record_order_id,
@@ -726,7 +726,7 @@ class PostgresStore(SQLStore):
             below = dict(conn.execute(_ACTIVE_BELOW, {
                 "ids": [row[0] for row in rows], "active": sorted(ACTIVE),
                 "depth": MAX_CHAIN}).fetchall()) if rows else {}
-        return [read_blocked_row(*row, below=below.get(row[0], 0)) for row in rows]
+        return read_blocked_rows(rows, below)
 
     def list_orders(
         self,

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from awl.documents.effect_states import EffectStateName
 from awl.documents.models import (
@@ -280,9 +280,9 @@ class TrackRecord:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class BlockedRow:
-    """What the question queue needs of one blocked order, read without its documents."""
+class BlockedRow(NamedTuple):
+    """What the question queue needs of one blocked order, read without its documents (a
+    named tuple: a whole queue is thousands of them, built as cheaply as a row)."""
 
     order_id: str
     goal: str

@@ -82,7 +82,7 @@ from awl.store.rules import (
     new_call,
     order_not_found,
     outcome_conflict,
-    read_blocked_row,
+    read_blocked_rows,
     read_lock,
     read_track_row,
     record_order_id,
@@ -766,7 +766,7 @@ class SQLiteStore(SQLStore):
             below = dict(conn.execute(_ACTIVE_BELOW, (
                 json.dumps([row[0] for row in rows]), MAX_CHAIN, json.dumps(sorted(ACTIVE)),
             )).fetchall()) if rows else {}
-        return [read_blocked_row(*row, below=below.get(row[0], 0)) for row in rows]
+        return read_blocked_rows(rows, below)
 
     def list_orders(
         self,

@@ -48,9 +48,10 @@ class DeskQueries(DeskCore):
 
     def list(self, *, state: str | Sequence[str] | None = None, worker: str | None = None,
              manager: str | None = None, parent_id: str | None = None,
-             limit: int | None = 100, offset: int = 0,
-             before: str | None = None) -> builtins.list[OrderView]:
-        """Orders matching every filter given, most recently created first.
+             limit: int | None = 100, offset: int = 0, before: str | None = None,
+             party: str | None = None) -> builtins.list[OrderView]:
+        """Orders matching every filter given, most recently created first; ``party``: only
+        those issued by or to that principal (as manager or as worker).
 
         ``before``, the id of the last order of a page, gives the next page (orders created
         before it) at the same cost however deep; ``offset`` works too. Listed orders found
@@ -70,7 +71,7 @@ class DeskQueries(DeskCore):
         offset = check_integer(offset, name="offset")
         records = self.store.list_orders(state=state, worker=worker, manager=manager,
                                          parent_id=parent_id, limit=limit, offset=offset,
-                                         before=before)
+                                         before=before, party=party)
         views = [self._fresh(r) for r in records]
         return [v for v in views if states is None or v.state in states]
 

@@ -293,35 +293,31 @@ class DeskServer:
         role = args.get("role", "any")
         state = args.get("state")
         limit, offset = args.get("limit", 50), args.get("offset", 0)
+        before = args.get("before")
         wanted = None if state is None else {state} if isinstance(state, str) else set(state)
         orders: list[Data]
         if role == "answerer":
             orders = []
             questions = await self.desk.questions(actor)
+            if before is not None:
+                ids = [q.order_id for q in questions]
+                if before not in ids:
+                    raise BadRequest(f"before: {before!r} is not in your question queue; "
+                                     "give the order_id of the last question of a page")
+                questions = questions[ids.index(before) + 1:]
             for q in questions[offset:offset + limit]:
                 view = await self.desk.get(q.order_id)
                 if wanted is None or view.state in wanted:
                     orders.append({**_summary(view, actor), "blocking": q.blocking})
-        elif role in ("manager", "worker"):
-            # One side: the desk's own page, found by index however deep the offset (BIND-18),
-            # rather than every order up to it read in full.
-            found = await self.desk.list(
-                state=state, limit=limit, offset=offset,
-                manager=actor if role == "manager" else None,
-                worker=actor if role == "worker" else None)
-            orders = [_summary(v, actor) for v in found]
         else:
-            views: dict[str, OrderView] = {}
-            sides = ("manager", "worker")
-            for side in sides:
-                found = await self.desk.list(
-                    state=state, limit=offset + limit,
-                    manager=actor if side == "manager" else None,
-                    worker=actor if side == "worker" else None)
-                views.update((v.id, v) for v in found)
-            ordered = sorted(views.values(), reverse=True,
-                             key=lambda v: (parse_time(v.order.created_at), v.id))
-            orders = [_summary(v, actor) for v in ordered[offset:offset + limit]]
+            # The desk's own page, found by index however deep the offset or cursor
+            # (BIND-18), rather than every order up to it read in full.
+            found = await self.desk.list(
+                state=state, limit=limit, offset=offset, before=before,
+                manager=actor if role == "manager" else None,
+                worker=actor if role == "worker" else None,
+                party=actor if role == "any" else None)
+            orders = [_summary(v, actor) for v in found]
         return ({"role": role, "orders": orders, "count": len(orders)},
                 f"{len(orders)} order(s)")
 

@@ -269,13 +269,17 @@ TOOLS: tuple[ToolSpec, ...] = (
             "The orders you are part of, newest first. role=worker: issued to you; "
             "role=manager: issued by you; role=answerer: blocked orders whose questions you "
             "may answer, most blocking first; role=any (default): issued by or to you. "
-            "Filter by state."),
+            "Filter by state; for the next page give before=the last order_id of this one."),
         input_schema=_object({
             "role": {"enum": ["any", "manager", "worker", "answerer"], "default": "any"},
             "state": {"description": "Only orders in this state (or any of these states).",
                       "anyOf": [_STATE, {"type": "array", "items": _STATE, "minItems": 1}]},
             "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
             "offset": {"type": "integer", "minimum": 0, "default": 0},
+            "before": {"type": "string", "minLength": 1,
+                       "description": "The order_id of the last order of a page: the next "
+                                      "page starts after it (as cheap however deep; for "
+                                      "role=answerer, after it in the queue)."},
         }),
         output_schema=_object({
             "role": {"enum": ["any", "manager", "worker", "answerer"]},

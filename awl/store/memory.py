@@ -272,6 +272,7 @@ class MemoryStore:
         limit: int | None = 100,
         offset: int = 0,
         before: str | None = None,
+        party: str | None = None,
     ) -> list[OrderRecord]:
         """Orders matching every filter given, most recently created first."""
         states = state_names(state)
@@ -286,6 +287,7 @@ class MemoryStore:
                 and (worker is None or o.order.to == worker)
                 and (manager is None or o.order.manager == manager)
                 and (parent_id is None or o.order.parent_id == parent_id)
+                and (party is None or party in (o.order.to, o.order.manager))
             ]
         end = None if limit is None else offset + limit
         return found[offset:end]

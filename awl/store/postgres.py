@@ -738,6 +738,7 @@ class PostgresStore(SQLStore):
         limit: int | None = 100,
         offset: int = 0,
         before: str | None = None,
+        party: str | None = None,
     ) -> list[OrderRecord]:
         """Orders matching every filter given, most recently created first; a page costs
         what it returns, however deep."""
@@ -752,17 +753,12 @@ class PostgresStore(SQLStore):
         if before is not None:
             clauses.append("pos < %s")
             params.append(self._position(before))
-        for column, value in (("worker", worker), ("manager", manager),
-                              ("parent_id", parent_id)):
-            if value is not None:
-                clauses.append(f"{column} = %s")
-                params.append(value)
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         # The page's positions first, by an index-only scan of a narrow index (by state; by
         # worker, manager or parent, with a state or not; or by position, with states or
         # not): a deep offset walks index entries, never documents.
-        page = f"SELECT pos FROM orders {where} ORDER BY pos DESC LIMIT %s OFFSET %s"
-        return self._records(f"WHERE pos IN ({page})", [*params, limit, offset], None, 0)
+        page, values = DIALECT.page(clauses, params, (("worker", worker), ("manager", manager),
+                                                      ("parent_id", parent_id)), party)
+        return self._records(f"WHERE pos IN ({page})", [*values, limit, offset], None, 0)
 
     # Gateway call records --------------------------------------------------------------
     @staticmethod

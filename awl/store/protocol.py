@@ -423,13 +423,15 @@ class OrderStore(Protocol):
         limit: int | None = 100,
         offset: int = 0,
         before: str | None = None,
+        party: str | None = None,
     ) -> list[OrderRecord]:
         """Orders matching every filter given, most recently created first.
 
         ``limit=None`` returns every match (for bulk reads). ``before`` (an order's id, the
         last of the page before) keeps only the orders created before that one: the next
         page, found by position, so it costs the same however deep (NotFound if there is no
-        such order). An ``offset`` walks index entries to its page, never documents
+        such order). ``party`` keeps the orders issued by or to that principal (its manager
+        or its worker). An ``offset`` walks index entries to its page, never documents
         (BIND-18)."""
         ...
 

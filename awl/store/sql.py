@@ -166,6 +166,23 @@ class Dialect:
                 params.append(value)
         return f"WHERE {' AND '.join(clauses)}" if clauses else ""
 
+    def page(self, clauses: Sequence[str], params: Sequence[Any],
+             equal: Sequence[tuple[str, Any]], party: str | None) -> tuple[str, list[Any]]:
+        """The SELECT of a listing page's order positions, newest first, with its
+        parameters (LIMIT and OFFSET are the last two marks, left to the caller): the orders
+        matching ``clauses`` and ``equal`` (as :meth:`where`) and, with ``party``, whose
+        worker or manager it is, as the union of a scan of the index by worker and one of
+        the index by manager (an OR would walk every order for a top page)."""
+        tail = f" ORDER BY pos DESC LIMIT {self.param} OFFSET {self.param}"
+        sides = [()] if party is None else [(("worker", party),), (("manager", party),)]
+        selects, values = [], []
+        for side in sides:
+            mine = list(params)
+            where = self.where(list(clauses), mine, [*equal, *side])
+            selects.append(f"SELECT pos FROM orders {where}")
+            values.extend(mine)
+        return " UNION ".join(selects) + tail, values
+
 
 def _webhook_from(doc: str) -> Webhook:
     """A webhook from its stored JSON text."""

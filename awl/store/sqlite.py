@@ -778,6 +778,7 @@ class SQLiteStore(SQLStore):
         limit: int | None = 100,
         offset: int = 0,
         before: str | None = None,
+        party: str | None = None,
     ) -> list[OrderRecord]:
         """Orders matching every filter given, most recently created first; a page costs
         what it returns, however deep."""
@@ -792,14 +793,13 @@ class SQLiteStore(SQLStore):
         if before is not None:
             clauses.append("pos < ?")
             params.append(self._position(before))
-        where = _where(clauses, params, (("worker", worker), ("manager", manager),
-                                         ("parent_id", parent_id)))
         # The page's positions first, from a narrow index (by state; by worker, manager or
         # parent, with a state or not; or by position, with states or not): a deep offset
         # walks index entries, never documents.
-        page = f"SELECT pos FROM orders {where} ORDER BY pos DESC LIMIT ? OFFSET ?"
+        page, values = DIALECT.page(clauses, params, (("worker", worker), ("manager", manager),
+                                                      ("parent_id", parent_id)), party)
         return self._records(f"WHERE pos IN ({page})",
-                             [*params, -1 if limit is None else limit, offset], None, 0)
+                             [*values, -1 if limit is None else limit, offset], None, 0)
 
     # Gateway call records --------------------------------------------------------------
     @staticmethod

@@ -3,8 +3,8 @@ and what an order's end tidies up."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -323,6 +323,20 @@ async def test_lost_races_and_failures_come_back_as_errors_not_crashes() -> None
             assert (await m.call("list_work_orders"))["count"] == 0
 
 
+@contextmanager
+def _listings(store: MemoryStore, asked: list[dict[str, Any]]) -> Iterator[None]:
+    """Note in ``asked`` the arguments of every listing the store is asked for."""
+    real = store.list_orders
+
+    def spy(**kwargs: Any) -> list[OrderRecord]:
+        asked.append(kwargs)
+        return real(**kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(store, "list_orders", spy)
+        yield
+
+
 @pytest.mark.anyio
 @pytest.mark.spec("BIND-18")
 async def test_a_deep_page_of_one_side_reads_only_that_page() -> None:
@@ -334,15 +348,40 @@ async def test_a_deep_page_of_one_side_reads_only_that_page() -> None:
         for _ in range(5):
             await m.call("create_work_order", order=order_fields())
         every = [o["id"] for o in (await m.call("list_work_orders", role="manager"))["orders"]]
-        real = store.list_orders
-
-        def spy(**kwargs: Any) -> list[OrderRecord]:
-            asked.append(kwargs)
-            return real(**kwargs)
-
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(store, "list_orders", spy)
+        with _listings(store, asked):
             for caller, role in ((m, "manager"), (w, "worker")):
                 page = await caller.call("list_work_orders", role=role, limit=2, offset=3)
                 assert [o["id"] for o in page["orders"]] == every[3:5]
     assert [(a["limit"], a["offset"]) for a in asked] == [(2, 3), (2, 3)]
+
+
+@pytest.mark.anyio
+@pytest.mark.spec("BIND-18")
+async def test_every_role_pages_by_cursor_and_any_asks_the_store_for_its_page() -> None:
+    """``before`` (the last order_id of a page) gives the next page for every role, and
+    role=any asks the store for its page alone (by party), not every order up to it."""
+    store = MemoryStore()
+    asked: list[dict[str, Any]] = []
+    async with desks(store, MANAGER, WORKER) as (m, w):
+        for _ in range(5):
+            oid = await _working(m, w)
+            await w.call("submit_work_report", order_id=oid, report={
+                "status": "blocked", "result": {"summary": "stuck"}, "evidence": [],
+                "cost": {"usd": 0, "tool_calls": 0}, "tools_used": [],
+                "questions": ["Which quarter?"]})
+        every_any = [o["id"] for o in (await m.call("list_work_orders"))["orders"]]
+        for caller, role in ((m, "any"), (m, "manager"), (w, "worker"), (m, "answerer")):
+            every = [o["id"] for o in (await caller.call(
+                "list_work_orders", role=role))["orders"]]
+            assert len(every) == 5, role
+            pages: list[list[str]] = []
+            page = await caller.call("list_work_orders", role=role, limit=2)
+            while page["orders"]:
+                pages.append([o["id"] for o in page["orders"]])
+                page = await caller.call("list_work_orders", role=role, limit=2,
+                                         before=pages[-1][-1])
+            assert pages == [every[:2], every[2:4], every[4:]], role
+        with _listings(store, asked):
+            page = await m.call("list_work_orders", limit=2, offset=3)
+            assert [o["id"] for o in page["orders"]] == every_any[3:5]
+    assert [(a["party"], a["limit"], a["offset"]) for a in asked] == [(MANAGER, 2, 3)]

@@ -324,6 +324,31 @@ def test_pages_after_a_cursor_are_the_pages_at_an_offset(store: Store) -> None:
         desk.list(before="wo_nosuchorder")
 
 
+@pytest.mark.spec("BIND-18")
+def test_a_party_s_pages_are_its_orders_as_worker_and_as_manager(store: Store) -> None:
+    """Listing by ``party`` gives the orders issued by or to that principal, newest first,
+    each once, page by page by offset and by cursor, with a state filter or not."""
+    desk = Desk(store, clock=Clock())
+    for i in range(9):
+        fields = [{"to": OTHER}, {}, {"to": WORKER}][i % 3]
+        view = desk.create(order_fields(**fields), (MANAGER, HELPER, OTHER)[i % 3])
+        if i % 4 == 0:
+            desk.cancel(view.id, view.order.manager, "not needed")
+    for filters in ({}, {"state": "offered"}):
+        mine = [v.id for v in desk.list(**filters, limit=None)
+                if OTHER in (v.order.to, v.order.manager)]
+        assert len(mine) == (6 if not filters else 4)
+        by_offset = [[v.id for v in desk.list(**filters, party=OTHER, limit=2, offset=n)]
+                     for n in range(0, 8, 2)]
+        by_cursor: list[list[str]] = []
+        page = [v.id for v in desk.list(**filters, party=OTHER, limit=2)]
+        while page:
+            by_cursor.append(page)
+            page = [v.id for v in desk.list(**filters, party=OTHER, limit=2, before=page[-1])]
+        assert [i for p in by_offset for i in p] == mine, filters
+        assert by_cursor == [p for p in by_offset if p], filters
+
+
 @pytest.mark.spec("BIND-18", "BIND-15")
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_a_copied_desk_keeps_its_tallies_and_queue(

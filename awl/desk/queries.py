@@ -102,17 +102,12 @@ class DeskQueries(DeskCore):
         first and left out.
         """
         now = self.now()
-        out: builtins.list[Question] = []
-        for row in self.store.blocked_orders(actor):
-            if parse_time(row.deadline) < now and \
-                    self._fresh(self.store.load(row.order_id)).state != "blocked":
-                continue
-            out.append(Question(
-                order_id=row.order_id, goal=row.goal, worker=row.worker,
-                answerers=row.answerers, attempt=row.attempt,
-                questions=self._asked(row.order_id, row.seq, row.questions),
-                asked_at=row.updated_at, blocking=1 + row.below,
-            ))
+        out = [Question(row.order_id, row.goal, row.worker, row.answerers, row.attempt,
+                        row.questions or self._asked(row.order_id, row.seq, ()),
+                        row.updated_at, 1 + row.below)
+               for row in self.store.blocked_orders(actor)
+               if parse_time(row.deadline) >= now
+               or self._fresh(self.store.load(row.order_id)).state == "blocked"]
         out.sort(key=lambda q: (-q.blocking, parse_time(q.asked_at), q.order_id))
         return out
 

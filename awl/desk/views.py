@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from awl.documents.lifecycle import ACTIVE
 from awl.documents.models import Review, WorkReport
@@ -75,9 +75,10 @@ class OrderView(OrderRecord):
         }
 
 
-@dataclass(frozen=True, slots=True)
-class Question:
-    """An open question in a manager's queue: a blocked order and what it asks."""
+class Question(NamedTuple):
+    """An open question in a manager's queue: a blocked order and what it asks (a named
+    tuple: a whole queue is thousands of them, and a frozen dataclass costs several times
+    as much to build)."""
 
     order_id: str
     """The blocked order."""

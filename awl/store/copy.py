@@ -16,7 +16,7 @@ the same content in one transaction instead, in batches of :data:`BATCH` orders 
 the source (in bulk from a :class:`~awl.store.protocol.BulkRead` source), its calls written
 through the store's own call writes so every total comes out as above: a copy that fails or
 is killed half way leaves such a target empty, and a second copy into it simply runs
-(BIND-18). Any other target is written one durable operation at a time; stopped half way,
+(BIND-17). Any other target is written one durable operation at a time; stopped half way,
 it holds part of the desk, which a second copy refuses as not empty.
 
 :func:`compare_stores` then reads both stores back, everything the protocol can read, and

@@ -375,7 +375,7 @@ def _large_desk(tmp_path: Path, orders: int) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.spec("BIND-18")
+@pytest.mark.spec("BIND-17")
 def test_a_copy_killed_half_way_into_sqlite_leaves_it_empty(tmp_path: Path) -> None:
     """`kill -9` of `awl store copy` while it writes a SQLite target: the target holds
     nothing (the copy is one transaction), and a second copy into it succeeds."""
@@ -395,7 +395,7 @@ def test_a_copy_killed_half_way_into_sqlite_leaves_it_empty(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-@pytest.mark.spec("BIND-18")
+@pytest.mark.spec("BIND-17")
 def test_a_copy_killed_half_way_into_postgresql_leaves_it_empty(
         tmp_path: Path, pg_url: str) -> None:
     """`kill -9` of `awl store copy` while it writes a PostgreSQL target: the server rolls

@@ -430,7 +430,7 @@ class OrderStore(Protocol):
         last of the page before) keeps only the orders created before that one: the next
         page, found by position, so it costs the same however deep (NotFound if there is no
         such order). An ``offset`` walks index entries to its page, never documents
-        (BIND-17)."""
+        (BIND-18)."""
         ...
 
     def blocked_orders(self, answerer: str | None = None) -> list[BlockedRow]:

@@ -132,7 +132,7 @@ def _history(desk: Desk, clock: Clock, check: Callable[[], None]) -> None:
         check()
 
 
-@pytest.mark.spec("BIND-17")
+@pytest.mark.spec("BIND-18")
 def test_the_kept_record_agrees_with_one_from_scratch_after_every_event(store: Store) -> None:
     """Counts, rework rounds, medians (exactly) and spend sums (up to rounding) agree, for
     the worker and for each manager's share, after every kind of event."""
@@ -148,7 +148,7 @@ def test_the_kept_record_agrees_with_one_from_scratch_after_every_event(store: S
     assert store.track_record(OTHER).active == 1
 
 
-@pytest.mark.spec("BIND-17")
+@pytest.mark.spec("BIND-18")
 def test_memory_sqlite_and_postgres_give_identical_records_and_queues(
         tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """The same writes give the same records on every backend, to the last bit of each sum,
@@ -179,7 +179,7 @@ def test_memory_sqlite_and_postgres_give_identical_records_and_queues(
     assert seen[0] == seen[1] == seen[2]
 
 
-@pytest.mark.spec("BIND-17", "SEC-8")
+@pytest.mark.spec("BIND-18", "SEC-8")
 def test_a_manager_s_share_reads_no_order(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """A manager reading a worker's record (SEC-8) gets its own orders' share from the
     tallies: no order is loaded or listed, and one that issued none is still refused."""
@@ -224,7 +224,7 @@ def _filled_again(store: Store, reopen: Callable[[], Any], version: int) -> None
         assert again.blocked_orders(MANAGER) == queue
 
 
-@pytest.mark.spec("BIND-17")
+@pytest.mark.spec("BIND-18")
 def test_an_older_sqlite_desk_gets_its_tallies_and_queue_filled(tmp_path: Path) -> None:
     """Migration 8 fills the tallies and the question queue from the orders there."""
     from awl.store.sqlite import SCHEMA_VERSION, SQLiteStore
@@ -239,7 +239,7 @@ def test_an_older_sqlite_desk_gets_its_tallies_and_queue_filled(tmp_path: Path) 
     _filled_again(SQLiteStore(path), reopen, SCHEMA_VERSION)
 
 
-@pytest.mark.spec("BIND-17")
+@pytest.mark.spec("BIND-18")
 def test_an_older_postgres_desk_gets_its_tallies_and_queue_filled(pg_url: str) -> None:
     """Migration 3 fills the tallies and the question queue from the orders there."""
     import psycopg
@@ -260,7 +260,7 @@ def test_an_older_postgres_desk_gets_its_tallies_and_queue_filled(pg_url: str) -
     _filled_again(PostgresStore(pg_url), reopen, SCHEMA_VERSION)
 
 
-@pytest.mark.spec("BIND-17")
+@pytest.mark.spec("BIND-18")
 @pytest.mark.parametrize("filters", [
     {}, {"state": "working"}, {"state": ["working", "blocked"]}, {"worker": WORKER},
     {"worker": WORKER, "state": "approved"}, {"manager": MANAGER},
@@ -299,7 +299,7 @@ def test_a_deep_sqlite_page_finds_its_orders_in_an_index(
         store.close()
 
 
-@pytest.mark.spec("BIND-17")
+@pytest.mark.spec("BIND-18")
 def test_pages_after_a_cursor_are_the_pages_at_an_offset(store: Store) -> None:
     """Listing ``before`` the last order of a page gives the next page, with any filter, as
     an offset does; a cursor naming no order is NotFound."""

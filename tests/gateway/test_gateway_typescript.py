@@ -162,7 +162,8 @@ async def test_gateway_refusals_carry_their_code_in_meta_for_the_python_sdk(
                                         env={"RECEIVER_LOG": str(tmp_path / "r.jsonl")})}
     env = make_env(tmp_path, servers=servers, tools=["shapes/*", "receiver/*"],
                    staged=["receiver/create_issue"], budget={"tool_calls": 2, "usd": 1})
-    calls = [("AWL_FORBIDDEN", "notes__send_email", {"to": "x"}),
+    calls: list[tuple[str, str, dict[str, Any]]] = [
+             ("AWL_FORBIDDEN", "notes__send_email", {"to": "x"}),
              ("AWL_INVALID_ARGUMENTS", "receiver__create_issue", {"title": 5}),
              ("AWL_UPSTREAM_BAD_RESULT", "shapes__off_schema", {}),
              ("AWL_BUDGET_EXHAUSTED", "shapes__off_schema", {})]

@@ -54,6 +54,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -603,15 +605,21 @@ class PostgresStore(SQLStore):
         self.url = url
         self._timeout = timeout
         self._where = _where(url)
+        # Each connection names its host and process (pg_stat_activity shows which gateway
+        # on which host holds what), unless the URL names one itself.
+        named = conninfo_to_dict(url).get("application_name")
+        self._application = (str(named) if named else
+                             f"awl {socket.gethostname()} pid {os.getpid()}"[:63])
         self._guard = threading.Lock()
         self._held: dict[str, _HeldLock] = {}
         self._spare: psycopg.Connection[Any] | None = None
+        """A connection that tried for a lock and did not get it, for the next try."""
         self._freed: dict[str, tuple[str, LockInfo]] = {}
         """By lock name: the holder that took it and the dead holder's record it found."""
-        """A connection that tried for a lock and did not get it, for the next try."""
         self._closed = False
         self._listener: _Listener | None = None
         self._next_n: dict[str, int] = {}
+        """Per order, the N its next call is likely to get (see :meth:`reserve_call`)."""
         self._endings: list[_Ending] = []
         """Outcomes waiting for the next group commit (see :meth:`finish_call`)."""
         self._endings_guard = threading.Lock()
@@ -619,7 +627,6 @@ class PostgresStore(SQLStore):
         """Held by the thread committing a group of outcomes."""
         self.endings_batches = 0
         """How many group commits of outcomes this store has made."""
-        """Per order, the N its next call is likely to get (see :meth:`reserve_call`)."""
         try:
             with self._connect(autocommit=False) as conn:
                 schema = conn.execute("SELECT current_schema()").fetchone()
@@ -641,6 +648,7 @@ class PostgresStore(SQLStore):
                 url, min_size=1, max_size=pool_size, timeout=timeout, open=True,
                 name=f"awl-{'write' if durable else 'read'}",
                 kwargs={"options": f"{options} -c synchronous_commit=on",
+                        "application_name": self._application,
                         "connect_timeout": CONNECT_TIMEOUT, "autocommit": True})
             for durable in (True, False)
         }
@@ -649,7 +657,8 @@ class PostgresStore(SQLStore):
     def _connect(self, *, autocommit: bool) -> psycopg.Connection[Any]:
         """A connection of its own (outside the pools)."""
         return psycopg.connect(self.url, autocommit=autocommit,
-                               connect_timeout=CONNECT_TIMEOUT)
+                               connect_timeout=CONNECT_TIMEOUT,
+                               application_name=self._application)
 
     @contextmanager
     def _tx(self, *, durable: bool = True) -> Iterator[psycopg.Connection[Any]]:

@@ -6,6 +6,7 @@ waits woken by NOTIFY. Every test runs against the real server of ``scripts/post
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -553,3 +554,24 @@ def test_outcomes_waiting_together_commit_together_and_none_returns_before_it(
         assert len(errors) == 1 and "already has outcome 'ok'" in str(errors[0])
         assert [c.outcome for c in store.calls("o1")] == ["ok"] * 20
         assert store.endings_batches - before == 2
+
+
+def _application_names(url: str) -> set[str]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute("SELECT application_name FROM pg_stat_activity").fetchall()
+    return {name for (name,) in rows}
+
+
+def test_connections_name_their_host_and_process_unless_the_url_names_them(
+        pg_url: str) -> None:
+    """pg_stat_activity shows which awl process on which host holds each connection; an
+    ``application_name`` in the URL is kept as it is."""
+    mine = f"awl {socket.gethostname()} pid {os.getpid()}"
+    with PostgresStore(pg_url) as store:
+        store.schema_version()
+        assert mine in _application_names(pg_url)
+    joiner = "&" if "?" in pg_url else "?"
+    with PostgresStore(f"{pg_url}{joiner}application_name=desk-a") as store:
+        store.schema_version()
+        names = _application_names(pg_url)
+        assert "desk-a" in names and mine not in names

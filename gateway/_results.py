@@ -25,6 +25,7 @@ from typing import Any
 import mcp_types as types
 
 from awl.documents import MAX_CONTENT_BLOCKS, pointer
+from awl.mcp import coded_error
 
 __all__ = [
     "AWL_UPSTREAM_BAD_RESULT",
@@ -291,9 +292,11 @@ class OutputSchemas:
             why = "was cut to the gateway's size limit and its structured content left out"
         head = (f"{AWL_UPSTREAM_BAD_RESULT}: {canonical} answered, but its result {why}; "
                 "the call did run. What it answered follows as text.")
+        refusal = coded_error(head)  # its code in _meta as every refusal has it (BIND-8)
         return result.model_copy(update={
             "structured_content": None, "is_error": True,
-            "content": [types.TextContent(type="text", text=head), *result.content]})
+            "content": [*refusal.content, *result.content],
+            "meta": {**(result.meta or {}), **(refusal.meta or {})}})
 
 
 def _mismatch(validator: Any, value: Any) -> str | None:

@@ -70,7 +70,7 @@ async def open_gateway(
     safe: bool | None = None,
     clock: Clock | None = None,
     errlog: TextIO | None = None,
-    offload_store: bool = False,
+    offload_store: bool | None = None,
 ) -> AsyncIterator[Gateway]:
     """Open the upstreams and run a started gateway for one order until the block ends.
 
@@ -91,7 +91,8 @@ async def open_gateway(
         safe: Safe mode; default the config's ``gateway.safe_mode``.
         clock: The current time (tests pass a fake one).
         errlog: Where stdio upstreams' stderr goes (default this process's stderr).
-        offload_store: Run the per-call store work in worker threads (see :class:`Gateway`).
+        offload_store: Run the per-call store work in worker threads; None: decided by the
+            store (see :class:`Gateway`).
 
     Yields:
         The started gateway; ``mcp.Client(gateway.server)`` connects to it in-process.

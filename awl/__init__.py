@@ -1,84 +1,126 @@
 """agent-work-layer: Work Orders, Work Reports and Delegation Passes for AI agents.
 
-The public surface is re-exported here; everything else is private.
+The public surface is re-exported here; everything else is private. Each name loads with its
+module the first time it is used (:mod:`awl.documents.lazy`), so importing one part of the
+library (``awl.store.sqlite``, or the gateway) does not load all of it.
 """
 
-from awl.desk import AsyncDesk, Desk, OrderView, Question, Subscription
-from awl.desk.effects import EffectView, list_effects
-from awl.desk.home import default_store, home_dir
-from awl.desk.settlement import settle
-from awl.desk.track import TrackRecord, UnitSpend
-from awl.documents.checks import (
-    check,
-    is_valid_call,
-    is_valid_event,
-    is_valid_order,
-    is_valid_report,
-    is_valid_review,
-    is_valid_suborder,
-    iter_call_findings,
-    iter_event_findings,
-    iter_order_findings,
-    iter_report_findings,
-    iter_review_findings,
-    iter_suborder_findings,
-    load_document,
-    validate_call,
-    validate_event,
-    validate_order,
-    validate_report,
-    validate_review,
-    validate_suborder,
-)
-from awl.documents.conformance import ConformanceResult, ConformanceRun, run_conformance
-from awl.documents.errors import (
-    AWLError,
-    BadRequest,
-    Conflict,
-    DocumentError,
-    Forbidden,
-    InvalidTransition,
-    NotFound,
-    PassError,
-    StoreUnavailable,
-    ValidationFailed,
-)
-from awl.documents.findings import Finding
-from awl.documents.models import (
-    Budget,
-    CallRecord,
-    Check,
-    Cost,
-    Criterion,
-    Effect,
-    Event,
-    Evidence,
-    Grant,
-    Handoff,
-    PassClaims,
-    Review,
-    WorkOrder,
-    WorkReport,
-    parse_time,
-)
-from awl.documents.schemas import load_schema
-from awl.passes import (
-    KeySet,
-    KeyStore,
-    VerifiedPass,
-    is_valid_pass,
-    issue_pass,
-    issue_recorded_pass,
-    iter_pass_findings,
-    pass_scopes,
-    revoke_order_passes,
-    revoke_pass,
-    validate_pass,
-    verify_pass,
-)
-from awl.store.memory import MemoryStore
-from awl.store.sqlite import SQLiteStore
-from awl.store.urls import open_store
+import typing
+
+from awl.documents.lazy import lazy_exports as _lazy_exports
+
+if typing.TYPE_CHECKING:
+    from awl.desk import AsyncDesk, Desk, OrderView, Question, Subscription
+    from awl.desk.effects import EffectView, list_effects
+    from awl.desk.home import default_store, home_dir
+    from awl.desk.settlement import settle
+    from awl.desk.track import TrackRecord, UnitSpend
+    from awl.documents.checks import (
+        check,
+        is_valid_call,
+        is_valid_event,
+        is_valid_order,
+        is_valid_report,
+        is_valid_review,
+        is_valid_suborder,
+        iter_call_findings,
+        iter_event_findings,
+        iter_order_findings,
+        iter_report_findings,
+        iter_review_findings,
+        iter_suborder_findings,
+        load_document,
+        validate_call,
+        validate_event,
+        validate_order,
+        validate_report,
+        validate_review,
+        validate_suborder,
+    )
+    from awl.documents.conformance import ConformanceResult, ConformanceRun, run_conformance
+    from awl.documents.errors import (
+        AWLError,
+        BadRequest,
+        Conflict,
+        DocumentError,
+        Forbidden,
+        InvalidTransition,
+        NotFound,
+        PassError,
+        StoreUnavailable,
+        ValidationFailed,
+    )
+    from awl.documents.findings import Finding
+    from awl.documents.models import (
+        Budget,
+        CallRecord,
+        Check,
+        Cost,
+        Criterion,
+        Effect,
+        Event,
+        Evidence,
+        Grant,
+        Handoff,
+        PassClaims,
+        Review,
+        WorkOrder,
+        WorkReport,
+        parse_time,
+    )
+    from awl.documents.schemas import load_schema
+    from awl.passes import (
+        KeySet,
+        KeyStore,
+        VerifiedPass,
+        is_valid_pass,
+        issue_pass,
+        issue_recorded_pass,
+        iter_pass_findings,
+        pass_scopes,
+        revoke_order_passes,
+        revoke_pass,
+        validate_pass,
+        verify_pass,
+    )
+    from awl.store.memory import MemoryStore
+    from awl.store.sqlite import SQLiteStore
+    from awl.store.urls import open_store
+
+_HOMES = {name: home for home, names in {
+    "awl.desk": ("AsyncDesk", "Desk", "OrderView", "Question", "Subscription"),
+    "awl.desk.effects": ("EffectView", "list_effects"),
+    "awl.desk.home": ("default_store", "home_dir"),
+    "awl.desk.settlement": ("settle",),
+    "awl.desk.track": ("TrackRecord", "UnitSpend"),
+    "awl.documents.checks": (
+        "check", "is_valid_call", "is_valid_event", "is_valid_order", "is_valid_report",
+        "is_valid_review", "is_valid_suborder", "iter_call_findings", "iter_event_findings",
+        "iter_order_findings", "iter_report_findings", "iter_review_findings",
+        "iter_suborder_findings", "load_document", "validate_call", "validate_event",
+        "validate_order", "validate_report", "validate_review", "validate_suborder",
+    ),
+    "awl.documents.conformance": ("ConformanceResult", "ConformanceRun", "run_conformance"),
+    "awl.documents.errors": (
+        "AWLError", "BadRequest", "Conflict", "DocumentError", "Forbidden", "InvalidTransition",
+        "NotFound", "PassError", "StoreUnavailable", "ValidationFailed",
+    ),
+    "awl.documents.findings": ("Finding",),
+    "awl.documents.models": (
+        "Budget", "CallRecord", "Check", "Cost", "Criterion", "Effect", "Event", "Evidence",
+        "Grant", "Handoff", "PassClaims", "Review", "WorkOrder", "WorkReport", "parse_time",
+    ),
+    "awl.documents.schemas": ("load_schema",),
+    "awl.passes": (
+        "KeySet", "KeyStore", "VerifiedPass", "is_valid_pass", "issue_pass",
+        "issue_recorded_pass", "iter_pass_findings", "pass_scopes", "revoke_order_passes",
+        "revoke_pass", "validate_pass", "verify_pass",
+    ),
+    "awl.store.memory": ("MemoryStore",),
+    "awl.store.sqlite": ("SQLiteStore",),
+    "awl.store.urls": ("open_store",),
+}.items() for name in names}
+__getattr__, __dir__ = _lazy_exports(__name__, _HOMES)
 
 __version__ = "0.1.0"
 

@@ -13,9 +13,10 @@
    ids), so building it takes seconds rather than the hours single durable writes would.
    Then the median latency of: a track record (typical and busiest worker, and the busiest
    as one manager sees it), listing pages (newest, by worker, by state, by manager and
-   state, by two states, a deep page and a deep page by worker), getting one order, and
-   the question queue (one manager's, and every blocked order). The target for list pages,
-   track records and a manager's question queue is under 20 ms each, shown as a ratio.
+   state, by two states, a deep page by offset and by cursor, and a deep page by worker),
+   getting one order, and the question queue (one manager's, and every blocked order).
+   The target for list pages, track records and a manager's question queue is under 20 ms
+   each, shown as a ratio.
 
 ``--store`` and ``--postgres-url`` are described in :mod:`bench.stores`.
 """
@@ -188,8 +189,9 @@ def bulk_rows(orders: int, batch: int = 50_000) -> Iterator[Rows]:
                     .replace(MANAGER, manager))
 
         created = (T0 + timedelta(seconds=i)).isoformat().replace("+00:00", "Z")
+        updated = json.loads(events[-1])["at"]  # as the desk sets it: its latest event's
         rows["orders"].append((oid, swap(order_doc), state, len(events), worker, manager,
-                               None, created, created))
+                               None, created, updated))
         rows["events"] += [(oid, n, swap(e)) for n, e in enumerate(events, start=1)]
         rows["reports"] += [(oid, n, swap(r)) for n, r in enumerate(reports)]
         rows["reviews"] += [(oid, n, swap(r)) for n, r in enumerate(reviews)]
@@ -276,6 +278,7 @@ def large_desk(desk: Desk, orders: int, rounds: int) -> list[tuple[str, float]]:
     blocked = len(desk.questions())
     mine = len(desk.questions("human:m3"))
     deep_worker = busy // 2
+    cursor = desk.list(limit=1, offset=orders // 2 - 1)[0].id  # the page before the deep one
     reads: list[tuple[str, Callable[[], object], int]] = [
         (f"track record, typical worker ({typical:,} orders)",
          lambda: desk.track("agent:w07"), rounds),
@@ -293,6 +296,8 @@ def large_desk(desk: Desk, orders: int, rounds: int) -> list[tuple[str, float]]:
          rounds),
         (f"list 50 at offset {orders // 2:,} (deep page)",
          lambda: desk.list(limit=50, offset=orders // 2), rounds),
+        (f"list 50 after a cursor at position {orders // 2:,} (the deep page by `before`)",
+         lambda: desk.list(limit=50, before=cursor), rounds),
         (f"list 50 by worker at offset {deep_worker:,} (deep filtered page)",
          lambda: desk.list(worker="agent:busy", limit=50, offset=deep_worker), rounds),
         ("get one order", lambda: desk.get("wo_bench0000123"), rounds),

@@ -18,8 +18,8 @@ import time
 from bench.stores import Stores, add_options, pass_through
 
 BENCHMARKS = ("validation", "desk", "gateway", "startup", "memory", "telemetry", "commit",
-              "notify")
-WITH_STORES = ("desk", "gateway", "commit")
+              "notify", "copy")
+WITH_STORES = ("desk", "gateway", "commit", "copy")
 """The benchmarks that take ``--store``."""
 
 

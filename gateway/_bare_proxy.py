@@ -23,7 +23,7 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 
 from awl.documents import AWLError
-from awl.mcp import stdio_frames, text_result
+from awl.mcp import coded_error, stdio_frames
 from gateway._config import load_config
 from gateway._names import NameTable
 from gateway._upstream import UpstreamError, UpstreamPool
@@ -46,7 +46,7 @@ async def build_bare_proxy(pool: UpstreamPool) -> Server[Any]:
             server, tool = table.resolve(params.name)
             return await pool.call(server, tool, params.arguments, meta=params.meta)
         except (UpstreamError, AWLError) as exc:
-            return text_result(f"{exc.code}: {exc.message}", error=True)
+            return coded_error(f"{exc.code}: {exc.message}")
 
     return Server("awl-bare-proxy", version="0.1.0", on_list_tools=list_tools,
                   on_call_tool=call_tool)

@@ -36,11 +36,15 @@ unverified token names no one.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import json
 import logging
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
@@ -70,7 +74,7 @@ from awl.documents import (
     parse_ref,
     utc_now,
 )
-from awl.mcp import identity_of, text_result
+from awl.mcp import coded_error, identity_of
 from awl.passes import DEFAULT_AUDIENCE, VerifiedPass, pass_scopes, verify_pass
 from awl.store import OrderRecord, OverBudget, Scope, Store, stale_order
 from gateway._authority import Authority
@@ -136,6 +140,23 @@ AWL_CANCELLED = "AWL_CANCELLED"
 
 Clock = Callable[[], datetime]
 _T = TypeVar("_T")
+
+STORE_THREADS = 16
+"""Threads the gateways of one process share for store work they do not run on their loop."""
+
+_threads: list[ThreadPoolExecutor] = []
+_threads_guard = threading.Lock()
+
+
+def _store_threads() -> ThreadPoolExecutor:
+    """The threads for offloaded store work, started on first use and kept for the process.
+
+    A plain executor rather than ``anyio.to_thread``: handing a call to it and back costs
+    about a quarter of the CPU and wakes the loop several times sooner, twice per call."""
+    with _threads_guard:
+        if not _threads:
+            _threads.append(ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="awl-store"))
+        return _threads[0]
 
 
 class _Server(Server[Any]):
@@ -217,11 +238,13 @@ class Gateway:
         audience: The audience passes must name.
         safe: Safe mode (hold every tool not marked read-only); default the config's.
         clock: Returns the current time, timezone-aware (tests pass a fake one).
-        offload_store: Run the per-call store work in worker threads. Off by default: the
-            work is a few short SQLite transactions (well under a millisecond), and each
-            hand-off to a thread and back costs about as much again, so the gateway runs it
-            on its event loop and only waits there when another process holds the write
-            lock. Turn it on for a store whose calls can take long (a remote database).
+        offload_store: Run the per-call store work in worker threads. None (the default)
+            decides by the store: a store whose class says ``in_process = True`` (memory,
+            SQLite: a few short local transactions, well under a millisecond, where each
+            hand-off to a thread and back costs about as much again) runs on the event loop,
+            which waits there only while another process holds the write lock; any other
+            store (PostgreSQL: each call waits for round trips to a server) runs in worker
+            threads, so the loop serves other calls meanwhile (GW-20).
         relay: Where what the upstreams send besides answers goes; the pool's connections
             must use its :meth:`~gateway._relay.Relay.handlers` (``open_gateway`` does so).
     """
@@ -237,12 +260,13 @@ class Gateway:
         audience: str = DEFAULT_AUDIENCE,
         safe: bool | None = None,
         clock: Clock | None = None,
-        offload_store: bool = False,
+        offload_store: bool | None = None,
         relay: Relay | None = None,
     ) -> None:
         self.order_id = order_id
         self.relay = relay if relay is not None else Relay()
-        self.offload_store = offload_store
+        self.offload_store = (not getattr(store, "in_process", False)
+                              if offload_store is None else offload_store)
         self._record: OrderRecord | None = None
         self.store = store
         self.pool = pool
@@ -523,10 +547,11 @@ class Gateway:
         if params.name in WORKER_TOOL_NAMES:
             authority = await anyio.to_thread.run_sync(self.verify, token)
             return await self._worker.call(params.name, arguments, authority)
-        return await self.call(params.name, arguments, token=token,
-                               meta=dict(params.meta or {}), ctx=ctx,
-                               input_responses=params.input_responses,
-                               request_state=params.request_state)
+        meta = dict(params.meta or {})
+        with self._telemetry.tool_call(params.name, self.order_id, meta, served=True) as span:
+            # The arguments were checked above: not again.
+            return await self._call(span, params.name, arguments, token, meta, ctx,
+                                    params.input_responses, params.request_state)
 
     async def _on_set_logging_level(self, ctx: ServerRequestContext[Any],
                                     params: types.SetLevelRequestParams) -> types.EmptyResult:
@@ -563,15 +588,16 @@ class Gateway:
                 nothing was recorded or forwarded.
         """
         with self._telemetry.tool_call(name, self.order_id, meta, served=ctx is not None) as span:
-            return await self._call(span, name, arguments, token, meta, ctx, input_responses,
+            args = check_json_value(dict(arguments), where="the arguments")
+            return await self._call(span, name, args, token, meta, ctx, input_responses,
                                     request_state)
 
-    async def _call(self, span: CallSpan, name: str, arguments: Mapping[str, Any],
+    async def _call(self, span: CallSpan, name: str, args: dict[str, Any],
                     token: str | None, meta: Mapping[str, Any] | None,
                     ctx: ServerRequestContext[Any] | None,
                     input_responses: Mapping[str, Any] | None, request_state: str | None,
                     ) -> types.CallToolResult | types.InputRequiredResult:
-        args = check_json_value(dict(arguments), where="the arguments")
+        """:meth:`call` with ``args`` already checked (JSON values only, a copy of its own)."""
         table = await self._catalog()
         server = tool = canonical = unavailable = None
         meant = server_of(name, self.config.servers) if name not in table else None
@@ -613,7 +639,7 @@ class Gateway:
                 answer = self._schemas.conform(canonical, self._tools.get(canonical), answer)
         except UpstreamError as exc:
             error = exc.refusal
-            answer = text_result(error, error=True)
+            answer = coded_error(error)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 await self._finish(record, "error", None,
@@ -624,7 +650,7 @@ class Gateway:
         except Exception as exc:  # the gateway must outlive any upstream surprise
             log.exception("call %s failed unexpectedly", record.ref)
             error = f"{AWL_UPSTREAM_ERROR}: the call to {canonical} failed: {exc}"[:1000]
-            answer = text_result(error, error=True)
+            answer = coded_error(error)
         await self._finish(record, outcome, result, error)
         span.done(tool=canonical, ref=record.ref, attempt=record.attempt, outcome=outcome,
                   code=error.split(":", 1)[0] if error else None)
@@ -669,10 +695,15 @@ class Gateway:
         return answer
 
     async def _run(self, func: Callable[..., _T], *args: Any) -> _T:
-        """Run blocking store work: on the loop, or in a thread with ``offload_store``."""
-        if self.offload_store:
-            return await anyio.to_thread.run_sync(func, *args)
-        return func(*args)
+        """Run blocking store work: on the loop, or in a store thread with ``offload_store``
+        (shielded: a cancelled call still learns what its reservation or record wrote)."""
+        if not self.offload_store:
+            return func(*args)
+        context = contextvars.copy_context()
+        with anyio.CancelScope(shield=True):
+            done = await asyncio.get_running_loop().run_in_executor(
+                _store_threads(), context.run, func, *args)
+        return done
 
     def _load_record(self) -> OrderRecord:
         """The order as stored now, kept for the next calls."""
@@ -702,7 +733,7 @@ class Gateway:
             "arguments": arguments, "outcome": "refused", "error": decision.text,
             "started_at": started, "ended_at": format_time(self.now()),
         })
-        return _Admission(decision, record, text_result(decision.text, error=True))
+        return _Admission(decision, record, coded_error(decision.text))
 
     def _scopes(self, verified: VerifiedPass | None) -> list[Scope]:
         """The budget scopes of a call: the order's, then one per link of its pass chain
@@ -807,8 +838,8 @@ class Gateway:
             self.store.finish_call(self.order_id, record.ref, outcome="error", result=None,
                                    error=text, ended_at=ended)
             # The call was made and counts, so it is answered with its ref like any other.
-            answer = text_result(text, error=True)
-            answer.meta = {META_REF: record.ref}
+            answer = coded_error(text)
+            answer.meta = {**(answer.meta or {}), META_REF: record.ref}
             return _Admission(refuse(AWL_INVALID_ARGUMENTS, text), record, answer)
         if matches_any(self.order.staged, record.tool):
             advice = (f"Held for the manager's approval, not run. List it in your report's "

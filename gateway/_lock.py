@@ -37,7 +37,7 @@ from types import TracebackType
 import anyio
 
 from awl.documents import AWLError, Conflict
-from awl.store import LockInfo, Store
+from awl.store import FreedLocks, LockInfo, Store
 
 EXIT_LOCKED = 3
 """The exit code of ``awl gateway --commit`` and ``awl effects retry`` when another live
@@ -134,7 +134,8 @@ class OrderLock:
         self.holder = uuid.uuid4().hex
         self.info: LockInfo | None = None
         self.took_over: LockInfo | None = None
-        """The stale record this lock replaced, if it was a takeover."""
+        """The stale record this lock replaced, if it was a takeover (or, in a store that
+        frees a dead holder's lock itself, the record that holder left)."""
         self.lost = False
         self._tg: anyio.abc.TaskGroup | None = None
 
@@ -151,11 +152,13 @@ class OrderLock:
         mine = self._fresh()
         if self.store.acquire_lock(mine):
             self.info = mine
+            self.took_over = self._freed()
             return True
         current = self.store.get_lock(self.name)
         if current is None:
             if self.store.acquire_lock(mine):  # released between our two reads
                 self.info = mine
+                self.took_over = self._freed()
                 return True
             return False
         if is_stale(current) and self.store.acquire_lock(mine, replace=current):
@@ -163,6 +166,11 @@ class OrderLock:
             self.took_over = current
             return True
         return False
+
+    def _freed(self) -> LockInfo | None:
+        """The dead holder a store that frees its lock itself found when we took it."""
+        store = self.store
+        return store.freed_lock(self.name, self.holder) if isinstance(store, FreedLocks) else None
 
     async def acquire(self) -> None:
         """Take the lock, waiting up to ``wait`` seconds for a live holder.

@@ -23,11 +23,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import mcp_types as types
-from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
-from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
-from jsonschema.validators import validator_for  # type: ignore[import-untyped]
 
 from awl.documents import MAX_CONTENT_BLOCKS, pointer
+from awl.mcp import coded_error
 
 __all__ = [
     "AWL_UPSTREAM_BAD_RESULT",
@@ -253,6 +251,11 @@ class OutputSchemas:
         validator = None
         schema = tool.output_schema
         if schema is not None:
+            # The JSON Schema stack loads with the first tool listed that has an output schema.
+            from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
+            from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
+            from jsonschema.validators import validator_for  # type: ignore[import-untyped]
+
             cls = validator_for(schema, default=Draft202012Validator)
             try:
                 cls.check_schema(schema)
@@ -289,9 +292,11 @@ class OutputSchemas:
             why = "was cut to the gateway's size limit and its structured content left out"
         head = (f"{AWL_UPSTREAM_BAD_RESULT}: {canonical} answered, but its result {why}; "
                 "the call did run. What it answered follows as text.")
+        refusal = coded_error(head)  # its code in _meta as every refusal has it (BIND-8)
         return result.model_copy(update={
             "structured_content": None, "is_error": True,
-            "content": [types.TextContent(type="text", text=head), *result.content]})
+            "content": [*refusal.content, *result.content],
+            "meta": {**(result.meta or {}), **(refusal.meta or {})}})
 
 
 def _mismatch(validator: Any, value: Any) -> str | None:

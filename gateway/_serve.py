@@ -31,7 +31,7 @@ from awl.desk import default_store, home_dir
 from awl.documents import BadRequest
 from awl.mcp import Unauthorized, is_loopback, parse_address, stdio_frames
 from awl.mcp import serve_http as _serve_mcp_http
-from awl.passes import DEFAULT_AUDIENCE, KeySet, KeyStore, PublishedKeySet
+from awl.passes import DEFAULT_AUDIENCE
 from awl.store import KeyDirectory, Store
 from gateway._authority import Authority
 from gateway._config import GatewayConfig, load_config
@@ -70,7 +70,7 @@ async def open_gateway(
     safe: bool | None = None,
     clock: Clock | None = None,
     errlog: TextIO | None = None,
-    offload_store: bool = False,
+    offload_store: bool | None = None,
 ) -> AsyncIterator[Gateway]:
     """Open the upstreams and run a started gateway for one order until the block ends.
 
@@ -91,7 +91,8 @@ async def open_gateway(
         safe: Safe mode; default the config's ``gateway.safe_mode``.
         clock: The current time (tests pass a fake one).
         errlog: Where stdio upstreams' stderr goes (default this process's stderr).
-        offload_store: Run the per-call store work in worker threads (see :class:`Gateway`).
+        offload_store: Run the per-call store work in worker threads; None: decided by the
+            store (see :class:`Gateway`).
 
     Yields:
         The started gateway; ``mcp.Client(gateway.server)`` connects to it in-process.
@@ -112,7 +113,10 @@ async def open_gateway(
             # Read again whenever a key is rotated in or retired (DP-13); read once now so
             # an unusable key folder is an error before anything starts. A home without
             # keys, on another host than the desk's, verifies with the public keys the
-            # desk published in the store instead (never making a key of its own).
+            # desk published in the store instead (never making a key of its own). Keys
+            # need PyJWT and cryptography: they load only here, when passes are checked.
+            from awl.passes import KeySet, KeyStore, PublishedKeySet
+
             keys = KeyStore(home_dir(home))
             jwks = KeySet(keys)
             if not keys.key_files() and isinstance(store, KeyDirectory):

@@ -14,23 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# No stubs ship for jsonschema; the unused-ignore keeps mypy quiet once someone adds them.
-from jsonschema.exceptions import (  # type: ignore[import-untyped, unused-ignore]
-    SchemaError,
-    ValidationError,
-)
-from referencing.exceptions import Unresolvable
-
-from awl.documents import (
-    CallRecord,
-    PatternError,
-    SchemaTooCostly,
-    bounded_errors,
-    bounded_validator,
-    meta_errors,
-    parse_ref,
-    pointer,
-)
+from awl.documents import CallRecord, parse_ref, pointer
 
 REF_KEY = "$ref"
 _CHECK_SECONDS = 1.0  # a held call's check runs on the gateway's loop: keep it short
@@ -84,7 +68,7 @@ def _under(path: Path, roots: list[Path]) -> bool:
     return any(path[: len(root)] == root for root in roots)
 
 
-def _counts(error: ValidationError, roots: list[Path]) -> bool:
+def _counts(error: Any, roots: list[Path]) -> bool:
     """Whether a schema error is real, not caused by a value that does not exist yet."""
     if _under(tuple(error.absolute_path), roots):
         return False
@@ -95,7 +79,7 @@ def _counts(error: ValidationError, roots: list[Path]) -> bool:
     return True
 
 
-def _where(error: ValidationError) -> str:
+def _where(error: Any) -> str:
     return pointer(*error.absolute_path) or "/"
 
 
@@ -129,8 +113,19 @@ def check_arguments(
                 f"$ref {item.ref} does not name an earlier held call of this attempt; "
                 "reference only refs you got back as pending:server/tool#N")
     if schema is not None:
-        # The upstream's schema is applied as DOC-16 says: RE2 patterns, bounded work.
-        errors: list[ValidationError] = []
+        # The upstream's schema is applied as DOC-16 says: RE2 patterns, bounded work. The
+        # JSON Schema stack loads with the first held call checked.
+        from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
+        from referencing.exceptions import Unresolvable
+
+        from awl.documents import (
+            PatternError,
+            SchemaTooCostly,
+            bounded_errors,
+            bounded_validator,
+            meta_errors,
+        )
+        errors: list[Any] = []
         try:
             if not meta_errors(schema):
                 validator = bounded_validator(schema)

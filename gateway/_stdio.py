@@ -91,11 +91,16 @@ async def stdio_transport(transport: StdioTransport, errlog: TextIO) -> AsyncIte
     async def read() -> None:
         assert process.stdout is not None
         delivering = True
-        buffer = b""
+        pending: list[bytes] = []  # the start of a line still being read, joined once whole
         with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             async with to_client:
                 async for chunk in process.stdout:
-                    *lines, buffer = (buffer + chunk).split(b"\n")
+                    if b"\n" not in chunk:
+                        pending.append(chunk)
+                        continue
+                    lines = chunk.split(b"\n")
+                    lines[0] = b"".join([*pending, lines[0]])
+                    pending = [lines.pop()]
                     for line in lines:
                         if delivering:
                             try:

@@ -242,7 +242,8 @@ _NOT_PARSED = "Failed to parse JSONRPC message from server"
 
 
 class _OneLineForUnreadLines(logging.Filter):
-    """Drops the SDK's traceback for an upstream line it cannot read: the connection's
+    """Drops the SDK's traceback for an upstream line it cannot read (its stdio client runs
+    stdio upstreams on Windows, see :mod:`gateway._stdio`): the connection's
     :class:`_WatchedReadStream` logs one line instead, naming the server (SEC-4)."""
 
     def filter(self, record: logging.LogRecord) -> bool:

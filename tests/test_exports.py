@@ -7,9 +7,11 @@ layers ``awl.desk``, ``awl.passes`` ...) are namespaces, not names of the surfac
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import pkgutil
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -39,12 +41,14 @@ AWL_NAMES = [
 GATEWAY_NAMES = [
     "AWL_BUDGET_EXHAUSTED", "AWL_EXPIRED", "AWL_FORBIDDEN", "AWL_INVALID_ARGUMENTS",
     "AWL_NOT_ACTIVE", "AWL_PASS_INVALID", "AWL_UPSTREAM_ERROR", "AWL_UPSTREAM_UNAVAILABLE",
-    "Authority", "CommitSummary", "ConfigError", "Decision", "EffectOutcome", "Gateway",
-    "GatewayConfig", "Mismatch", "NameTable", "PASS_ENV", "REFUSAL_CODES", "ServerConfig",
-    "UNRESOLVED_TOOL", "UpstreamError", "UpstreamPool", "UpstreamRejected", "UpstreamTimeout",
+    "Authority", "CHECKPOINT_SECONDS", "CommitSummary", "ConfigError", "Decision",
+    "EXIT_LOCKED", "EffectOutcome", "Gateway", "GatewayConfig", "LockBusy", "Mismatch",
+    "NameTable", "PASS_ENV", "REFUSAL_CODES", "ServerConfig", "UNRESOLVED_TOOL",
+    "UpstreamError", "UpstreamPool", "UpstreamRejected", "UpstreamTimeout",
     "UpstreamUnavailable", "WORKER_TOOL_NAMES", "commit", "commit_sync", "decide",
-    "drop_attempt", "enable_telemetry", "exposed_name", "is_staged", "load_config",
-    "open_gateway", "retry", "retry_sync", "run_gateway", "serve_http", "serve_stdio",
+    "drop_attempt", "enable_telemetry", "exposed_name", "is_staged", "listable_effects",
+    "load_config", "open_gateway", "parse_address", "retry", "retry_sync", "run_gateway",
+    "serve_http", "serve_stdio", "tools_used",
 ]
 
 
@@ -84,3 +88,43 @@ def test_every_exception_is_an_awl_error() -> None:
                   and value.__module__ == module.__name__}
     assert len(exceptions) > 10
     assert [name for name, value in exceptions.items() if not issubclass(value, AWLError)] == []
+
+
+LAZY = ("awl", "awl.documents", "awl.passes", "gateway")
+"""The packages whose names load on first use (:func:`awl.documents.lazy_exports`)."""
+
+
+def _views(package: str) -> tuple[set[str], dict[str, tuple[str, str]]]:
+    """What ``package``'s ``__init__`` binds at run time, and what it imports for type
+    checkers only (name: its module and its name there)."""
+    path = Path(importlib.import_module(package).__file__ or "")
+    eager: set[str] = set()
+    typing_only: dict[str, tuple[str, str]] = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "typing.TYPE_CHECKING":
+            for stmt in node.body:
+                assert isinstance(stmt, ast.ImportFrom) and stmt.module, ast.dump(stmt)
+                for alias in stmt.names:
+                    typing_only[alias.asname or alias.name] = (stmt.module, alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            eager |= {alias.asname or alias.name for alias in node.names}
+        elif isinstance(node, ast.Assign):
+            eager |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return {name for name in eager if not name.startswith("_")}, typing_only
+
+
+@pytest.mark.parametrize("package", LAZY)
+def test_what_type_checkers_see_is_what_loads(package: str) -> None:
+    """Every public name of a lazy package is bound at import or imported for type checkers,
+    never both, and each lazy one loads as exactly the object the type checker was shown."""
+    module = importlib.import_module(package)
+    eager, typing_only = _views(package)
+    assert typing_only, f"{package} exports nothing lazily"
+    assert not eager & set(typing_only)
+    assert set(module.__all__) - {"__version__"} <= eager | set(typing_only)
+    for name, (home, attribute) in typing_only.items():
+        assert name in module.__all__, f"{package}.{name} is lazy but not public"
+        assert getattr(module, name) is getattr(importlib.import_module(home), attribute), name
+    assert set(module.__all__) <= set(dir(module))
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        module.nothing  # noqa: B018

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import gateway
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("awl", "gateway")
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
@@ -43,7 +45,31 @@ LATE_IMPORTS: dict[tuple[str, str], str] = {
     ("awl.store.urls", "awl.store.postgres"): "the [postgres] extra (psycopg), only for a "
                                               "postgresql:// store URL",
     ("gateway._otel", "opentelemetry"): "the exporter OTEL_* names (grpc is not in [otel])",
+    # What a stdio gateway does not need at start loads when first needed (issue 21).
+    ("awl.cli._validate", "awl.documents.conformance"): "`awl conformance` only: the suite "
+                                                         "runner (the JSON Schema stack)",
+    ("awl.documents.checks", "awl.documents.schemas"): "the JSON Schema stack (jsonschema, "
+                                                       "referencing, RE2), with the first "
+                                                       "document whose schema is checked",
+    ("awl.passes.verify", "awl.passes.chain"): "PyJWT and cryptography, with the first pass "
+                                               "verified (a gateway without one verifies none)",
+    ("gateway._results", "jsonschema"): "the JSON Schema stack, with the first tool listed that "
+                                        "has an output schema",
+    ("gateway._staging", "jsonschema"): "the JSON Schema stack, with the first held call checked",
+    ("gateway._staging", "referencing"): "the JSON Schema stack, with the first held call "
+                                         "checked",
+    ("gateway._staging", "awl.documents"): "the bounded validation (JSON Schema stack), with "
+                                           "the first held call checked",
+    ("gateway._serve", "awl.passes"): "the desk's keys (PyJWT, cryptography), only when passes "
+                                      "are checked",
+    ("awl.documents.lazy", "<computed name>"): "a package's lazy export loads its module on "
+                                               "first use (PEP 562; the only importlib)",
 }
+
+LAZY_PACKAGES = ("awl", "awl.documents", "awl.passes", "gateway")
+"""Package ``__init__`` s exporting names with :func:`awl.documents.lazy_exports`: they import
+those names again under ``if TYPE_CHECKING:`` for type checkers (tests/test_exports.py holds
+the two views equal); no other module has TYPE_CHECKING imports."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +304,8 @@ def test_the_cycle_check_sees_late_and_type_checking_imports(tmp_path: Path) -> 
 def _late(found: list[Import]) -> dict[tuple[str, str], list[Import]]:
     late: dict[tuple[str, str], list[Import]] = {}
     for imp in found:
+        if imp.where == "type-checking" and imp.module in LAZY_PACKAGES:
+            continue  # the type checker's view of a lazy export, not an import at run time
         if imp.where != "module":
             top = imp.target if _ours(imp.target) else imp.target.split(".")[0]
             key = next((k for k in LATE_IMPORTS
@@ -289,12 +317,14 @@ def _late(found: list[Import]) -> dict[tuple[str, str], list[Import]]:
 
 def test_late_imports_only_where_listed_with_a_reason() -> None:
     """Imports sit at the top of the module, except the few listed in LATE_IMPORTS; no
-    ``if TYPE_CHECKING:`` imports and no importlib at all (each dodged a cycle)."""
+    ``if TYPE_CHECKING:`` imports (each dodged a cycle) but a lazy package's, and importlib
+    only where a lazy export loads its module."""
     _, found = scan()
     late = _late(found)
     unlisted = [str(i) for key, imps in late.items() if key not in LATE_IMPORTS for i in imps]
     assert not unlisted, "late imports with no listed reason:\n" + "\n".join(unlisted)
-    odd = [str(i) for imps in late.values() for i in imps if i.where != "function"]
+    odd = [str(i) for imps in late.values() for i in imps if i.where != "function"
+           and (i.where, i.module) != ("importlib", "awl.documents.lazy")]
     assert not odd, "TYPE_CHECKING or importlib imports:\n" + "\n".join(odd)
     stale = sorted(set(LATE_IMPORTS) - set(late))
     assert not stale, f"LATE_IMPORTS lists imports that are no longer late: {stale}"
@@ -334,6 +364,23 @@ def test_the_gateway_uses_only_the_documented_interface_of_awl() -> None:
         module = importlib.import_module(package)
         assert all(hasattr(module, name) for name in module.__all__), package
         assert "gateway" in (module.__doc__ or ""), f"{package} says nothing of the gateway"
+
+
+ABOVE_THE_GATEWAY = ("awl.cli", "awl.integrations", "awl.server", "awl.web")
+"""The layers above the gateway (pyproject.toml's contract): they use its ``__all__`` only."""
+
+
+def test_the_layers_above_the_gateway_use_only_its_public_names() -> None:
+    """``awl.cli``, ``awl.web``, ``awl.integrations`` and ``awl.server`` import from the
+    ``gateway`` package itself, and only names its ``__all__`` lists (never ``gateway._lock``
+    or another private module)."""
+    _, found = scan()
+    above = [i for i in found if i.module.startswith(ABOVE_THE_GATEWAY)
+             and i.target.split(".")[0] == "gateway"]
+    assert above, "no layer above imports the gateway: the check checks nothing"
+    wrong = [str(i) for i in above
+             if i.target != "gateway" or i.name is None or i.name not in gateway.__all__]
+    assert not wrong, "import these through gateway.__all__ instead:\n" + "\n".join(wrong)
 
 
 def test_no_module_imports_a_private_name_of_another_package() -> None:

@@ -154,8 +154,7 @@ def _settle(args: argparse.Namespace) -> int:
 
 
 def _retry(args: argparse.Namespace) -> int:
-    from gateway._commit import retry_sync
-    from gateway._lock import EXIT_LOCKED
+    from gateway import EXIT_LOCKED, retry_sync
 
     outcome = send_once(args, lambda store, config: retry_sync(
         args.order, args.ref, args.actor, store=store, pool_or_config=config,

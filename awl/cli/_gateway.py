@@ -76,7 +76,7 @@ def _run(args: argparse.Namespace) -> int:
         return _commit(args)
     if args.json or args.timeout is not None or args.lock_wait:
         raise CLIError("--json, --timeout and --lock-wait go with --commit")
-    from gateway._serve import CHECKPOINT_SECONDS, PASS_ENV, parse_address, run_gateway
+    from gateway import CHECKPOINT_SECONDS, PASS_ENV, parse_address, run_gateway
 
     http = parse_address(args.http) if args.http else None
     if http is None and args.allow_remote:
@@ -105,8 +105,7 @@ def _commit(args: argparse.Namespace) -> int:
     Exit code 0 when every approved effect is committed, :data:`~gateway._lock.EXIT_LOCKED`
     when another live committer holds the order's lock (nothing was sent), 1 otherwise.
     """
-    from gateway._commit import commit_sync
-    from gateway._lock import EXIT_LOCKED
+    from gateway import EXIT_LOCKED, commit_sync
 
     if not args.order:
         raise BadRequest("--commit needs --order ORDER_ID")
@@ -135,8 +134,7 @@ def send_once(args: argparse.Namespace, send: Callable[[Store, Any], _T]) -> _T 
     None when another live committer holds the order's lock (nothing was sent); that is
     said on the way out, as JSON with ``args.json``.
     """
-    from gateway._config import load_config
-    from gateway._lock import LockBusy
+    from gateway import LockBusy, load_config
 
     config = load_config(args.config)
     store = default_store(args.home, url=args.store)

@@ -12,6 +12,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+# Keys and issuing (PyJWT, cryptography) load when a command uses them: through the package.
+from awl import passes
 from awl.cli._common import CLIError, add_store_option
 from awl.desk.home import default_store, home_dir
 from awl.documents.errors import BadRequest, PassError
@@ -19,10 +21,7 @@ from awl.documents.limits import INT64_MAX, check_epoch, show_value
 from awl.documents.models import format_epoch
 from awl.passes import (
     DEFAULT_AUDIENCE,
-    KeyStore,
     VerifiedPass,
-    issue_recorded_pass,
-    publish_keys,
     revoke_pass,
     unverified_claims,
     verify_pass,
@@ -159,9 +158,10 @@ def _issue(args: argparse.Namespace) -> int:
     home = home_dir(args.home)
     store = default_store(home, url=args.store)
     try:
-        token = issue_recorded_pass(store, order_id, keys=KeyStore(home), subject=args.to,
-                                    audience=args.audience, tools=tools, budget=budget,
-                                    expires_in=expires, parent_token=parent)
+        token = passes.issue_recorded_pass(
+            store, order_id, keys=passes.KeyStore(home), subject=args.to,
+            audience=args.audience, tools=tools, budget=budget, expires_in=expires,
+            parent_token=parent)
     finally:
         store.close()
     if args.json:
@@ -219,7 +219,7 @@ def _show(args: argparse.Namespace) -> int:
     verified: VerifiedPass | None = None
     refusal: PassError | None = None
     try:
-        verified = verify_pass(token, jwks=KeyStore(home).jwks(), revoked=revoked,
+        verified = verify_pass(token, jwks=passes.KeyStore(home).jwks(), revoked=revoked,
                                audience=audience)
     except PassError as exc:
         refusal = exc
@@ -298,24 +298,25 @@ def _revoke(args: argparse.Namespace) -> int:
 
 
 def _jwks(args: argparse.Namespace) -> int:
-    print(json.dumps(KeyStore(home_dir(args.home)).jwks(), indent=None if args.json else 2))
+    jwks = passes.KeyStore(home_dir(args.home)).jwks()
+    print(json.dumps(jwks, indent=None if args.json else 2))
     return 0
 
 
-def _publish(args: argparse.Namespace, keys: KeyStore) -> None:
+def _publish(args: argparse.Namespace, keys: passes.KeyStore) -> None:
     """Publish the public keys in the store named by ``--store`` or ``AWL_STORE`` (if any
     keeps them), for gateways on other hosts."""
     if not (args.store or os.environ.get(STORE_ENV)):
         return
     store = default_store(args.home, url=args.store)
     try:
-        publish_keys(store, keys)
+        passes.publish_keys(store, keys)
     finally:
         store.close()
 
 
 def _rotate(args: argparse.Namespace) -> int:
-    keys = KeyStore(home_dir(args.home))
+    keys = passes.KeyStore(home_dir(args.home))
     kid = keys.rotate()
     _publish(args, keys)
     if args.json:
@@ -326,7 +327,7 @@ def _rotate(args: argparse.Namespace) -> int:
 
 
 def _retire(args: argparse.Namespace) -> int:
-    keys = KeyStore(home_dir(args.home))
+    keys = passes.KeyStore(home_dir(args.home))
     keys.retire(args.kid)
     _publish(args, keys)
     if args.json:

@@ -14,12 +14,12 @@ from typing import Any
 
 import anyio
 
+from awl import passes
 from awl.cli._common import CLIError, add_store_option
 from awl.cli._notify import deliverer_options, start_deliverer
 from awl.desk import AsyncDesk
 from awl.desk.home import default_store, home_dir
 from awl.desk.tokens import check_principal, issue_token, revoke_tokens, token_hash, token_id
-from awl.passes import KeyStore
 from awl.store.protocol import TokenRecord
 
 
@@ -90,7 +90,7 @@ def _serve(args: argparse.Namespace) -> int:
     deliverer = None
     try:
         deliverer = start_deliverer(args, store)
-        server = DeskServer(AsyncDesk(store), principal=args.principal, keys=KeyStore(home))
+        server = DeskServer(AsyncDesk(store), principal=args.principal, keys=passes.KeyStore(home))
         if address is None:
             anyio.run(serve_stdio, server)
         else:

@@ -27,8 +27,10 @@ def register(subparsers: Any) -> None:
         "copy", help="copy every order, log, call, effect, pass, revocation and token",
         description="Copy a whole desk into an empty store, then read both back and compare "
                     "them; exits 0 only when the copy is equal. A target that holds anything "
-                    "is refused, and nothing is written to it. Stop the desk's gateways, "
-                    "servers and committers first: locks are not copied.")
+                    "is refused, and nothing is written to it. A SQLite or PostgreSQL "
+                    "target is written in one transaction: a copy that is stopped half way "
+                    "leaves it empty. Stop the desk's gateways, servers and committers "
+                    "first: locks are not copied.")
     copy.add_argument("--from", dest="source", required=True, metavar="URL",
                       help="the store to copy (it must exist)")
     copy.add_argument("--to", dest="target", required=True, metavar="URL",

@@ -12,7 +12,6 @@ from typing import Any, cast
 
 from awl.cli._common import CLIError
 from awl.documents.checks import DocType, check, load_document
-from awl.documents.conformance import run_conformance
 from awl.documents.errors import AWLError
 from awl.documents.findings import Finding
 
@@ -119,6 +118,7 @@ def _print_findings(name: str, findings: list[Finding]) -> None:
 
 def _conformance(args: argparse.Namespace) -> int:
     _tolerant_output()
+    from awl.documents.conformance import run_conformance
 
     run = run_conformance(args.path)
     if args.json:

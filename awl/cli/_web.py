@@ -60,7 +60,7 @@ def _web(args: argparse.Namespace) -> int:
         check_principal(args.principal)
     upstream = None
     if args.config is not None:
-        from gateway._config import load_config
+        from gateway import load_config
         upstream = load_config(args.config)
     home = home_dir(args.home)
     sock = listen(host, port)

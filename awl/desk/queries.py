@@ -48,11 +48,17 @@ class DeskQueries(DeskCore):
 
     def list(self, *, state: str | Sequence[str] | None = None, worker: str | None = None,
              manager: str | None = None, parent_id: str | None = None,
-             limit: int | None = 100, offset: int = 0) -> builtins.list[OrderView]:
+             limit: int | None = 100, offset: int = 0,
+             before: str | None = None) -> builtins.list[OrderView]:
         """Orders matching every filter given, most recently created first.
 
-        Listed orders found past their deadline are expired first; when a ``state`` filter
-        is given, those that no longer match it are left out (so a page may be short).
+        ``before``, the id of the last order of a page, gives the next page (orders created
+        before it) at the same cost however deep; ``offset`` works too. Listed orders found
+        past their deadline are expired first; when a ``state`` filter is given, those that
+        no longer match it are left out (so a page may be short).
+
+        Raises:
+            NotFound: ``before`` names no order.
         """
         states = None if state is None else {state} if isinstance(state, str) else set(state)
         unknown = sorted((states or set()) - (ACTIVE | TERMINAL))
@@ -63,7 +69,8 @@ class DeskQueries(DeskCore):
             limit = check_integer(limit, name="limit")
         offset = check_integer(offset, name="offset")
         records = self.store.list_orders(state=state, worker=worker, manager=manager,
-                                         parent_id=parent_id, limit=limit, offset=offset)
+                                         parent_id=parent_id, limit=limit, offset=offset,
+                                         before=before)
         views = [self._fresh(r) for r in records]
         return [v for v in views if states is None or v.state in states]
 

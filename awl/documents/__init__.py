@@ -9,16 +9,16 @@ records (and RFC 3339 time reading and writing), tool-name patterns and refs, th
 untrusted input (:mod:`~awl.documents.limits`), the bounded JSON Schema validation it checks
 upstream arguments and results with (:mod:`~awl.documents.bounded`), the terminal order
 states and those work happens in, ``json_equal`` (JSON's equality, which the commit's report
-check needs), and JSON pointers (naming where a problem is; reading a ``$ref``'s value).
+check needs), JSON pointers (naming where a problem is; reading a ``$ref``'s value), and
+``lazy_exports``, with which the gateway's package, like this one, loads a name's module on
+first use.
+
+The bounded validation loads the JSON Schema stack, so its names load on first use
+(:mod:`~awl.documents.lazy`): a gateway whose upstream tools have no schemas never loads it.
 """
 
-from awl.documents.bounded import (
-    PatternError,
-    SchemaTooCostly,
-    bounded_errors,
-    bounded_validator,
-    meta_errors,
-)
+import typing
+
 from awl.documents.checks import json_equal
 from awl.documents.errors import (
     AWLError,
@@ -29,6 +29,7 @@ from awl.documents.errors import (
     NotFound,
     PassError,
 )
+from awl.documents.lazy import lazy_exports
 from awl.documents.lifecycle import TERMINAL, WORKING
 from awl.documents.limits import (
     INT64_MAX,
@@ -60,6 +61,20 @@ from awl.documents.patterns import (
 )
 from awl.documents.pointers import pointer, resolve_pointer
 
+if typing.TYPE_CHECKING:
+    from awl.documents.bounded import (
+        PatternError,
+        SchemaTooCostly,
+        bounded_errors,
+        bounded_validator,
+        meta_errors,
+    )
+
+_BOUNDED = "awl.documents.bounded"
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "PatternError": _BOUNDED, "SchemaTooCostly": _BOUNDED, "bounded_errors": _BOUNDED,
+    "bounded_validator": _BOUNDED, "meta_errors": _BOUNDED})
+
 __all__ = [
     "INT64_MAX",
     "MAX_CONTENT_BLOCKS",
@@ -90,6 +105,7 @@ __all__ = [
     "is_finite_number",
     "is_tool_name",
     "json_equal",
+    "lazy_exports",
     "loads",
     "matches_any",
     "meta_errors",

@@ -20,20 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TypeVar, cast
 
-# jsonschema ships no type hints (types-jsonschema is not a dependency).
-from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
-from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
 from pydantic import BaseModel, ValidationError
-from referencing import Registry
-from referencing.exceptions import Unresolvable
 
-from awl.documents.bounded import (
-    PatternError,
-    SchemaTooCostly,
-    bounded_errors,
-    bounded_validator,
-    meta_errors,
-)
 from awl.documents.errors import BadRequest, DocumentError, ValidationFailed
 from awl.documents.findings import Finding
 from awl.documents.lifecycle import is_row
@@ -58,7 +46,6 @@ from awl.documents.models import (
 )
 from awl.documents.patterns import covered_by_any, matches_any, overlap, parse_ref
 from awl.documents.pointers import pointer
-from awl.documents.schemas import schema_findings
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -224,6 +211,7 @@ def check_structure(doc: Any, doc_type: DocType) -> tuple[Any, BaseModel | None,
     if found:
         return data, None, found
     rule = _SCHEMA_RULE[doc_type]
+    from awl.documents.schemas import schema_findings
     found = list(schema_findings(doc_type, data, rule))
     if found:
         return data, None, found
@@ -290,7 +278,8 @@ def _order_rules(order: WorkOrder) -> Iterator[Finding]:
     if parse_time(order.deadline) <= parse_time(order.created_at):
         yield Finding("O3", "invalid", "/deadline", "deadline is not after created_at")
     if order.output_schema is not None:
-        problem = _schema_problem(order.output_schema)
+        from awl.documents.schemas import schema_problem
+        problem = schema_problem(order.output_schema)
         if problem is not None:
             yield Finding("O4", "invalid", "/output_schema",
                           f"output_schema is not a valid JSON Schema 2020-12: {problem}")
@@ -328,20 +317,6 @@ def cwd_problem(cwd: str) -> str | None:
     if ".." in re.split(r"[/\\]", cwd):
         return "must stay inside the workspace (no .. segment)"
     return None
-
-
-def _schema_problem(schema: Any) -> str | None:
-    try:
-        errors = meta_errors(schema, draft=Draft202012Validator)
-    except RecursionError:
-        return "nested too deeply"
-    if not errors:
-        return None
-    error = errors[0]
-    where = pointer(*error.absolute_path) or "/"
-    if isinstance(error.cause, PatternError):
-        return f"at {where}: pattern {_show(error.instance)} cannot be used: {error.cause}"
-    return f"at {where}: {error.message[:200]}"
 
 
 def is_valid_order(doc: Any) -> bool:
@@ -603,7 +578,8 @@ def _report_order_rules(report: WorkReport, data: Mapping[str, Any],
             yield Finding("R11", "invalid", "/result/output",
                           "the order has an output_schema; a done report gives result.output")
         else:
-            problem = _output_problem(order.output_schema, result["output"])
+            from awl.documents.schemas import output_problem
+            problem = output_problem(order.output_schema, result["output"])
             if problem is not None:
                 yield Finding("R11", "invalid", "/result/output",
                               f"result.output does not match the output_schema: {problem}")
@@ -611,23 +587,6 @@ def _report_order_rules(report: WorkReport, data: Mapping[str, Any],
         if not matches_any(order.staged, effect.tool):
             yield Finding("R13", "invalid", pointer("effects", i, "tool"),
                           f"tool {_show(effect.tool)} is not staged by the order")
-
-
-def _output_problem(schema: Mapping[str, Any], output: Any) -> str | None:
-    # An empty registry: refs stay inside the schema and nothing is fetched from the network.
-    try:
-        checker = bounded_validator(schema, draft=Draft202012Validator, registry=Registry())
-        errors = sorted(bounded_errors(checker, output), key=lambda e: e.path)
-    except (SchemaError, Unresolvable, PatternError) as exc:
-        return f"the schema cannot be applied ({str(exc).splitlines()[0][:200]})"
-    except SchemaTooCostly as exc:
-        return f"the schema is too costly to apply: {exc}; simplify the order's output_schema"
-    except RecursionError:
-        return "the schema recurses without end"
-    if not errors:
-        return None
-    error = errors[0]
-    return f"at {pointer(*error.absolute_path) or '/'}: {error.message[:200]}"
 
 
 def _report_call_rules(report: WorkReport, order: WorkOrder | None,

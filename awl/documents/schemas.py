@@ -16,9 +16,19 @@ from typing import Any
 
 # jsonschema ships no type hints (types-jsonschema is not a dependency).
 from jsonschema import Draft202012Validator, FormatChecker  # type: ignore[import-untyped]
+from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
 from referencing import Registry, Resource
+from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
+from awl.documents.bounded import (
+    PatternError,
+    SchemaTooCostly,
+    _show,
+    bounded_errors,
+    bounded_validator,
+    meta_errors,
+)
 from awl.documents.errors import AWLError
 from awl.documents.findings import Finding
 from awl.documents.models import parse_time
@@ -29,8 +39,10 @@ __all__ = [
     "conformance_dir",
     "format_checker",
     "load_schema",
+    "output_problem",
     "schema_dir",
     "schema_findings",
+    "schema_problem",
     "validator",
 ]
 
@@ -164,3 +176,38 @@ def schema_findings(name: str, data: Any, rule: str) -> Iterator[Finding]:
                     key=lambda e: [str(p) for p in e.absolute_path])
     for error in errors:
         yield Finding(rule, "invalid", pointer(*error.absolute_path), _short(error))
+
+
+def schema_problem(schema: Any) -> str | None:
+    """Why ``schema`` (an order's ``output_schema``) is not a usable 2020-12 schema, in one
+    line; None when it is (O4)."""
+    try:
+        errors = meta_errors(schema, draft=Draft202012Validator)
+    except RecursionError:
+        return "nested too deeply"
+    if not errors:
+        return None
+    error = errors[0]
+    where = pointer(*error.absolute_path) or "/"
+    if isinstance(error.cause, PatternError):
+        return f"at {where}: pattern {_show(error.instance)} cannot be used: {error.cause}"
+    return f"at {where}: {error.message[:200]}"
+
+
+def output_problem(schema: Mapping[str, Any], output: Any) -> str | None:
+    """Why a report's ``output`` does not match the order's ``output_schema``, in one line,
+    checked in bounded time (DOC-16); None when it matches (R11)."""
+    # An empty registry: refs stay inside the schema and nothing is fetched from the network.
+    try:
+        checker = bounded_validator(schema, draft=Draft202012Validator, registry=Registry())
+        errors = sorted(bounded_errors(checker, output), key=lambda e: e.path)
+    except (SchemaError, Unresolvable, PatternError) as exc:
+        return f"the schema cannot be applied ({str(exc).splitlines()[0][:200]})"
+    except SchemaTooCostly as exc:
+        return f"the schema is too costly to apply: {exc}; simplify the order's output_schema"
+    except RecursionError:
+        return "the schema recurses without end"
+    if not errors:
+        return None
+    error = errors[0]
+    return f"at {pointer(*error.absolute_path) or '/'}: {error.message[:200]}"

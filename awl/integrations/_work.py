@@ -33,8 +33,7 @@ from awl.desk import AsyncDesk, Desk, OrderView
 from awl.documents.errors import AWLError, BadRequest
 from awl.documents.models import CallRecord
 from awl.store.urls import STORE_ENV
-from gateway._commit import CommitSummary, commit
-from gateway._worker_tools import listable_effects, tools_used
+from gateway import CommitSummary, commit, listable_effects, tools_used
 
 # --------------------------------------------------------------------------- the gateway
 

@@ -7,18 +7,20 @@ details go in ``_meta[ERROR_META]`` (BIND-8).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import mcp_types as types
 
 from awl.documents.errors import AWLError, InvalidTransition, PassError, ValidationFailed
 
-__all__ = ["ERROR_META", "error_result", "text_result", "tool_error"]
+__all__ = ["ERROR_META", "coded_error", "error_result", "text_result", "tool_error"]
 
 ERROR_META = "awl/error"
 """The ``_meta`` member of a tool error that carries its code and details (BIND-8)."""
 
 _MAX_FINDINGS_IN_TEXT = 20
+_CODE = re.compile(r"[A-Z][A-Z0-9_]*")
 
 
 def tool_error(exc: AWLError) -> types.CallToolResult:
@@ -40,6 +42,19 @@ def tool_error(exc: AWLError) -> types.CallToolResult:
     if isinstance(exc, InvalidTransition):
         data.update(state=exc.state, action=exc.action)
     return error_result(text, data)
+
+
+def coded_error(text: str) -> types.CallToolResult:
+    """A refusal already written as ``CODE: message`` (the gateway's ``AWL_*`` refusals) as
+    a tool error, ``{code, message}`` under :data:`ERROR_META` (BIND-8).
+
+    Raises:
+        ValueError: ``text`` does not start with a code (capitals, digits, ``_``) and ``: ``.
+    """
+    code, colon, message = text.partition(": ")
+    if not colon or _CODE.fullmatch(code) is None:
+        raise ValueError(f"a refusal starts with its code and a colon, not {text[:40]!r}")
+    return error_result(text, {"code": code, "message": message})
 
 
 def error_result(text: str, data: dict[str, Any]) -> types.CallToolResult:

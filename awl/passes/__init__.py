@@ -23,9 +23,16 @@ codecs), ``keys``, ``verify``, ``records`` (what the store keeps), ``issue``. Th
 The gateway only verifies passes, with :func:`verify_pass` and the :class:`VerifiedPass` it
 returns, the :class:`KeyStore` of a desk home and the :class:`KeySet` that reads its public
 keys afresh, and :data:`DEFAULT_AUDIENCE`.
+
+Keys and issuing need PyJWT and cryptography, so their names load on first use
+(:mod:`~awl.documents.lazy`); verifying loads them with the first pass verified. A gateway
+without a pass loads neither.
 """
 
+import typing
+
 from awl.documents.checks import LEEWAY, is_valid_pass, iter_pass_findings, validate_pass
+from awl.documents.lazy import lazy_exports as _lazy_exports
 from awl.passes.common import (
     ALGORITHM,
     DEFAULT_AUDIENCE,
@@ -35,8 +42,6 @@ from awl.passes.common import (
     PASS_SPEC,
     PASS_TYPE,
 )
-from awl.passes.issue import issue_pass, issue_recorded_pass
-from awl.passes.keys import KeySet, KeyStore, PublishedKeySet, publish_keys
 from awl.passes.records import (
     pass_scopes,
     record_pass,
@@ -45,6 +50,15 @@ from awl.passes.records import (
     revoke_pass,
 )
 from awl.passes.verify import REASONS, VerifiedPass, unverified_claims, verify_pass
+
+if typing.TYPE_CHECKING:
+    from awl.passes.issue import issue_pass, issue_recorded_pass
+    from awl.passes.keys import KeySet, KeyStore, PublishedKeySet, publish_keys
+
+_ISSUE, _KEYS = "awl.passes.issue", "awl.passes.keys"
+__getattr__, __dir__ = _lazy_exports(__name__, {
+    "issue_pass": _ISSUE, "issue_recorded_pass": _ISSUE, "KeySet": _KEYS, "KeyStore": _KEYS,
+    "PublishedKeySet": _KEYS, "publish_keys": _KEYS})
 
 __all__ = [
     "ALGORITHM",

@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from awl.documents.checks import load_document
+from awl.documents.errors import PassError
 
 __all__ = [
     "ALGORITHM",
@@ -21,6 +22,7 @@ __all__ = [
     "b64decode",
     "b64encode",
     "json_object",
+    "refuse",
 ]
 
 ALGORITHM = "EdDSA"
@@ -68,3 +70,9 @@ def json_object(data: bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError("not a JSON object")
     return value
+
+
+def refuse(reason: str, message: str) -> PassError:
+    """The error a verifier refuses a pass with: ``reason`` is one of
+    :data:`~awl.passes.verify.REASONS`."""
+    return PassError(message, reason=reason)

@@ -1,44 +1,25 @@
-"""Verifying a pass and its whole chain with only the public keys and the revocation list."""
+"""Verifying a pass and its whole chain with only the public keys and the revocation list.
+
+What a verified pass is (:class:`VerifiedPass`) and :func:`verify_pass` live here; the checks
+of each link, with PyJWT and cryptography, are :mod:`awl.passes.chain`'s, loaded with the
+first pass verified.
+"""
 
 from __future__ import annotations
 
 import binascii
-import re
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
-from typing import Any, cast
+from typing import Any
 
-import jwt
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-from awl.documents.checks import (
-    LEEWAY,
-    PassFacts,
-    check_structure,
-    issued_ahead,
-    pass_rule_findings,
-)
-from awl.documents.errors import DocumentError, PassError
+from awl.documents.checks import LEEWAY
+from awl.documents.errors import DocumentError
 from awl.documents.models import Budget, PassClaims, epoch_seconds
 from awl.documents.patterns import matches_any
-from awl.passes.common import (
-    ALGORITHM,
-    DEFAULT_ISSUER,
-    MAX_CHAIN,
-    MAX_TOKEN_BYTES,
-    PASS_TYPE,
-    b64decode,
-    json_object,
-)
+from awl.passes.common import DEFAULT_ISSUER, MAX_CHAIN, b64decode, json_object, refuse
 
 __all__ = ["REASONS", "VerifiedPass", "unverified_claims", "verify_pass"]
-
-_HEADER_FIELDS = frozenset({"alg", "typ", "kid", "parent"})
-
-
-_BASE64_ANY = re.compile(r"[A-Za-z0-9_+/-]*=*")
 
 
 REASONS: Mapping[str, str] = {
@@ -61,11 +42,6 @@ REASONS: Mapping[str, str] = {
     "insecure_key": "a signing key file or folder is open to others, or unreadable",
 }
 """Every reason code :func:`verify_pass` (and :class:`KeyStore`) may refuse with."""
-
-# Which verification reason a broken narrowing rule becomes.
-_RULE_REASON = {"P2": "malformed", "P3": "chain_broken", "P4": "widened", "P5": "widened",
-                "P6": "widened", "P7": "staged_delegated", "P8": "chain_broken"}
-
 
 @dataclass(frozen=True, slots=True)
 class VerifiedPass:
@@ -124,157 +100,6 @@ class VerifiedPass:
         return matches_any(self.staged, tool)
 
 
-def _public_keys(jwks: Mapping[str, Any]) -> dict[str, Ed25519PublicKey]:
-    found: dict[str, Ed25519PublicKey] = {}
-    keys = jwks.get("keys") if isinstance(jwks, Mapping) else None
-    for jwk in keys if isinstance(keys, list) else []:
-        # Only Ed25519 keys can check an EdDSA pass; any other entry is skipped, never
-        # reinterpreted (a key of another type is how algorithm confusion starts).
-        if not (isinstance(jwk, Mapping) and jwk.get("kty") == "OKP"
-                and jwk.get("crv") == "Ed25519" and isinstance(jwk.get("kid"), str)
-                and jwk.get("alg", ALGORITHM) == ALGORITHM):
-            continue
-        try:
-            found[jwk["kid"]] = Ed25519PublicKey.from_public_bytes(b64decode(jwk["x"]))
-        except (KeyError, ValueError, binascii.Error):
-            continue
-    return found
-
-
-def _refuse(reason: str, message: str) -> PassError:
-    return PassError(message, reason=reason)
-
-
-def _split(token: str) -> dict[str, Any]:
-    """The token's protected header, checked for shape before anything is verified."""
-    if not isinstance(token, str) or len(token) > MAX_TOKEN_BYTES:
-        raise _refuse("malformed", f"a pass is a JWS compact string of at most "
-                      f"{MAX_TOKEN_BYTES} bytes")
-    parts = token.split(".")
-    if len(parts) != 3:
-        raise _refuse("malformed", "a pass has three dot-separated parts")
-    decoded = []
-    for name, part in zip(("header", "claims", "signature"), parts, strict=True):
-        try:
-            decoded.append(b64decode(part))
-        except ValueError as exc:
-            # Base64 of some spelling is a respelt token; anything else is not one at all.
-            reason = "not_canonical" if _BASE64_ANY.fullmatch(part) else "malformed"
-            raise _refuse(reason, f"the pass {name} is {exc}: send the token exactly as it "
-                          "was issued") from None
-    try:
-        header = json_object(decoded[0])
-    except (ValueError, binascii.Error, DocumentError) as exc:
-        raise _refuse("malformed", f"the pass header is not base64url JSON: {exc}") from None
-    alg = header.get("alg")
-    if alg != ALGORITHM:
-        raise _refuse("bad_algorithm", f"algorithm {alg!r} is refused: passes are signed "
-                      f"with {ALGORITHM} only")
-    unknown = sorted(set(header) - _HEADER_FIELDS)
-    if unknown:
-        raise _refuse("malformed", f"unexpected header fields {unknown}")
-    if header.get("typ") != PASS_TYPE:
-        raise _refuse("malformed", f"typ {header.get('typ')!r} is not {PASS_TYPE!r}")
-    if not isinstance(header.get("kid"), str):
-        raise _refuse("unknown_kid", "the pass header names no kid")
-    if "parent" in header and not isinstance(header["parent"], str):
-        raise _refuse("malformed", "the parent header is not a token")
-    return header
-
-
-@lru_cache(maxsize=1024)
-def _read_claims(payload: bytes) -> PassClaims:
-    """Claims from a signed payload, checked under V1 and P1.
-
-    Cached by the payload bytes alone (the result depends on nothing else), because a gateway
-    verifies the same passes on every call and the schema check is most of the cost.
-    """
-    try:
-        _, model, found = check_structure(json_object(payload), "pass")
-    except (ValueError, DocumentError) as exc:
-        raise _refuse("malformed", f"the pass claims are not a JSON object: {exc}") from None
-    if model is None:
-        first = found[0]
-        raise _refuse("unsupported_version" if first.rule == "V1" else "malformed",
-                      f"bad pass claims: {first.rule} {first.path or '/'}: {first.message}")
-    return cast(PassClaims, model)
-
-
-@dataclass(frozen=True, slots=True)
-class _Check:
-    keys: Mapping[str, Ed25519PublicKey]
-    revoked: Container[str]
-    audience: str
-    issuer: str
-    now: float
-    leeway: float
-
-    def link(self, token: str) -> tuple[str, PassClaims, str | None]:
-        """One link's kid, verified claims and parent token; the chain is not looked at."""
-        header = _split(token)
-        kid = header["kid"]
-        key = self.keys.get(kid)
-        if key is None:
-            raise _refuse("unknown_kid", f"no published key has kid {kid!r} (another desk's, "
-                          "or retired)")
-        try:
-            payload = jwt.api_jws.decode_complete(token, key, algorithms=[ALGORITHM])["payload"]
-        except jwt.InvalidSignatureError:
-            raise _refuse("bad_signature", "the pass signature does not verify") from None
-        except jwt.PyJWTError as exc:
-            raise _refuse("malformed", f"unreadable pass: {exc}") from None
-        claims = _read_claims(payload)
-        if claims.jti in self.revoked:
-            raise _refuse("revoked", f"pass {claims.jti} is revoked")
-        if self.now >= claims.exp + self.leeway:
-            raise _refuse("expired", f"pass {claims.jti} expired at {claims.exp}")
-        if self.now < claims.nbf - self.leeway:
-            raise _refuse("not_yet_valid", f"pass {claims.jti} is not valid before "
-                          f"{claims.nbf}")
-        if issued_ahead(claims, self.now, self.leeway):
-            raise _refuse("issued_in_future", f"pass {claims.jti} says it was issued at "
-                          f"{claims.iat}, later than now ({int(self.now)}) beyond the "
-                          f"{self.leeway:g} s leeway")
-        if claims.iss != self.issuer:
-            raise _refuse("wrong_issuer", f"pass {claims.jti} is issued by {claims.iss!r}, "
-                          f"not {self.issuer!r}")
-        if claims.aud != self.audience:
-            raise _refuse("wrong_audience", f"pass {claims.jti} is for {claims.aud!r}, "
-                          f"not {self.audience!r}")
-        parent = header.get("parent")
-        if (parent is None) != (claims.grant.parent_jti is None):
-            raise _refuse("chain_broken", f"pass {claims.jti}: parent_jti and the parent "
-                          "token come together or not at all")
-        return kid, claims, parent
-
-    def chain(self, token: str) -> tuple[str, list[PassClaims]]:
-        """The kid of ``token`` and every link's claims, worker's pass first."""
-        links: list[PassClaims] = []
-        kid = ""
-        next_token: str | None = token
-        while next_token is not None:
-            if len(links) == MAX_CHAIN:
-                raise _refuse("chain_too_long", f"a chain has at most {MAX_CHAIN} links")
-            link_kid, claims, next_token = self.link(next_token)
-            kid = kid or link_kid
-            links.append(claims)
-        links.reverse()
-        self.narrowing(links)
-        return kid, links
-
-    def narrowing(self, links: Sequence[PassClaims]) -> None:
-        root = links[0]
-        if root.grant.staged is None:
-            # Without the order's staged tools no one could tell what must stay held.
-            raise _refuse("malformed", f"worker's pass {root.jti} does not state staged tools")
-        facts = PassFacts.of_root(root)
-        for parent, child in zip([None, *links[:-1]], links, strict=True):
-            for finding in pass_rule_findings(child, facts, parent, None, None):
-                raise _refuse(_RULE_REASON[finding.rule],
-                              f"pass {child.jti}: {finding.rule} {finding.path}: "
-                              f"{finding.message}")
-
-
 def verify_pass(
     token: str,
     *,
@@ -305,8 +130,11 @@ def verify_pass(
         PassError: with ``reason`` one of :data:`REASONS`.
         BadRequest: ``now`` is not a time within years 1 to 9999.
     """
-    check = _Check(_public_keys(jwks), revoked, audience, issuer, epoch_seconds(now), leeway)
-    kid, links = check.chain(token)
+    # PyJWT and cryptography load with the first pass verified (a gateway without one never
+    # verifies any).
+    from awl.passes.chain import verified_chain
+    kid, links = verified_chain(token, jwks=jwks, revoked=revoked, audience=audience,
+                                issuer=issuer, now=epoch_seconds(now), leeway=leeway)
     return VerifiedPass(token=token, kid=kid, claims=links[-1], chain=tuple(links))
 
 
@@ -322,4 +150,4 @@ def unverified_claims(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
             raise ValueError("a pass has three dot-separated parts")
         return json_object(b64decode(parts[0])), json_object(b64decode(parts[1]))
     except (ValueError, binascii.Error, DocumentError) as exc:
-        raise _refuse("malformed", f"not a readable pass: {exc}") from None
+        raise refuse("malformed", f"not a readable pass: {exc}") from None

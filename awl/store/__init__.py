@@ -16,6 +16,7 @@ a caller decided on (the gateway raises the same one when it sees that before re
 
 from awl.store.protocol import (
     EffectState,
+    FreedLocks,
     KeyDirectory,
     LockInfo,
     OrderRecord,
@@ -29,6 +30,7 @@ from awl.store.rules import over_limit, stale_order
 
 __all__ = [
     "EffectState",
+    "FreedLocks",
     "KeyDirectory",
     "LockInfo",
     "OrderRecord",

@@ -11,6 +11,14 @@ the tokens, and the desk's published public keys when both stores keep them
 staying in the desk's home folder). Locks are not copied: a lock belongs to a committer
 running against the source, and leases run out on their own.
 
+A target that implements :class:`~awl.store.protocol.Restore` (SQLite, PostgreSQL) takes
+the same content in one transaction instead, in batches of :data:`BATCH` orders read from
+the source (in bulk from a :class:`~awl.store.protocol.BulkRead` source), its calls written
+through the store's own call writes so every total comes out as above: a copy that fails or
+is killed half way leaves such a target empty, and a second copy into it simply runs
+(BIND-17). Any other target is written one durable operation at a time; stopped half way,
+it holds part of the desk, which a second copy refuses as not empty.
+
 :func:`compare_stores` then reads both stores back, everything the protocol can read, and
 lists every difference; :func:`copy_store` raises when there is one.
 """
@@ -18,13 +26,24 @@ lists every difference; :func:`copy_store` raises when there is one.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import zip_longest
 
-from awl.documents.errors import AWLError, BadRequest
+from awl.documents.errors import AWLError
 from awl.documents.models import Event, Review, WorkReport
-from awl.store.protocol import KeyDirectory, OrderRecord, OverBudget, Store
-from awl.store.rules import USD_TOLERANCE
+from awl.store.protocol import (
+    BulkRead,
+    DeskOrder,
+    KeyDirectory,
+    OrderRecord,
+    OverBudget,
+    Restore,
+    Store,
+    Usage,
+)
+from awl.store.rules import USD_TOLERANCE, not_empty
 
 __all__ = ["CopyCounts", "CopyMismatch", "compare_stores", "copy_store"]
 
@@ -80,6 +99,10 @@ def _carries_review(event: Event) -> bool:
     return event.action in ("approve", "rework")
 
 
+BATCH = 500
+"""Orders read (and, by a :class:`~awl.store.protocol.Restore` target, written) at a time."""
+
+
 def _empty_or_refuse(target: Store) -> None:
     held = []
     if target.list_orders(limit=1):
@@ -90,12 +113,28 @@ def _empty_or_refuse(target: Store) -> None:
         held.append("tokens")
     if isinstance(target, KeyDirectory) and target.published_keys() is not None:
         held.append("published keys")
-    if held:
-        raise BadRequest(f"the target store already holds {', '.join(held)}; copy into an "
-                         "empty store (nothing was written)")
+    refusal = not_empty(held)
+    if refusal is not None:
+        raise refusal
 
 
-def _copy_log(record: OrderRecord, events: list[Event], target: Store) -> None:
+def _desk_orders(store: Store, records: Sequence[OrderRecord]) -> list[DeskOrder]:
+    """The records with everything their orders carry: in bulk from a
+    :class:`~awl.store.protocol.BulkRead` store, else one read at a time."""
+    if isinstance(store, BulkRead):
+        return store.desk_orders(records)
+    return [DeskOrder(record, events=tuple(store.events(oid)), calls=tuple(store.calls(oid)),
+                      charges=tuple(store.charges(oid)), effects=tuple(store.effects(oid)),
+                      passes=tuple(store.passes(oid)))
+            for record in records for oid in (record.order.id,)]
+
+
+def _batches(store: Store, records: Sequence[OrderRecord]) -> Iterator[list[DeskOrder]]:
+    for i in range(0, len(records), BATCH):
+        yield _desk_orders(store, records[i:i + BATCH])
+
+
+def _copy_log(record: OrderRecord, events: Sequence[Event], target: Store) -> None:
     """Create the order in ``target`` with its events, reports and reviews, in order."""
     reports: list[WorkReport] = list(record.reports)
     reviews: list[Review] = list(record.reviews)
@@ -113,9 +152,9 @@ def _copy_log(record: OrderRecord, events: list[Event], target: Store) -> None:
         target.append(record.order.id, event, state=event.to, report=report, review=review)
 
 
-def _copy_calls(order_id: str, source: Store, target: Store) -> int:
-    calls = source.calls(order_id)
-    for record, usd in zip(calls, source.charges(order_id), strict=True):
+def _copy_calls(order: DeskOrder, target: Store) -> None:
+    order_id = order.record.order.id
+    for record, usd in zip(order.calls, order.charges, strict=True):
         if usd is None:
             fields = record.to_json()
             del fields["ref"]
@@ -137,18 +176,30 @@ def _copy_calls(order_id: str, source: Store, target: Store) -> int:
             target.finish_call(order_id, record.ref, outcome=record.outcome,
                                result=record.result, error=record.error,
                                ended_at=record.ended_at)
-    return len(calls)
 
 
-def _copy_effects(order_id: str, source: Store, target: Store) -> int:
-    effects = source.effects(order_id)
-    for effect in effects:
-        target.restore_effect(effect)
-    return len(effects)
+def _write_one_by_one(batches: Iterable[Sequence[DeskOrder]], target: Store) -> None:
+    """Fill a target without :class:`~awl.store.protocol.Restore` through its other
+    operations: every order first (calls are charged to the orders above), then each
+    order's calls, effects and passes."""
+    orders = [order for batch in batches for order in batch]
+    for order in orders:
+        _copy_log(order.record, order.events, target)
+    for order in orders:
+        _copy_calls(order, target)
+        for effect in order.effects:
+            target.restore_effect(effect)
+        for issued in order.passes:
+            target.save_pass(issued)
 
 
 def copy_store(source: Store, target: Store) -> CopyCounts:
     """Copy everything ``source`` holds into the empty ``target``, then compare the two.
+
+    A :class:`~awl.store.protocol.Restore` target is written in one transaction, so a copy
+    that fails or is killed half way leaves it empty; any other target is written record by
+    record, and a copy stopped half way leaves it holding part of the desk (which a second
+    copy into it refuses).
 
     Raises:
         BadRequest: ``target`` is not empty (it holds orders, revocations or tokens);
@@ -158,37 +209,41 @@ def copy_store(source: Store, target: Store) -> CopyCounts:
     _empty_or_refuse(target)
     records = source.list_orders(limit=None)
     records.reverse()  # oldest first, so the target lists them in the same order
-    events = calls = effects = passes = 0
-    for record in records:
-        log = source.events(record.order.id)
-        _copy_log(record, log, target)
-        events += len(log)
-    for record in records:  # every order exists first: calls are charged to those above
-        calls += _copy_calls(record.order.id, source, target)
-        effects += _copy_effects(record.order.id, source, target)
-        for issued in source.passes(record.order.id):
-            target.save_pass(issued)
-            passes += 1
+    counts = Counter[str]()
+
+    def counted() -> Iterator[list[DeskOrder]]:
+        for batch in _batches(source, records):
+            for order in batch:
+                counts.update(events=len(order.events), calls=len(order.calls),
+                              effects=len(order.effects), passes=len(order.passes),
+                              reports=len(order.record.reports),
+                              reviews=len(order.record.reviews))
+            yield batch
+
     revocations = source.revocations()
-    for jti, revocation in revocations.items():
-        target.revoke(jti, reason=revocation.reason, at=revocation.at)
     tokens = source.tokens()
-    for token in tokens:
-        target.save_token(token.token_hash, token.principal, created_at=token.created_at)
     keys = source.published_keys() if isinstance(source, KeyDirectory) else None
     public_keys = "none"
     if keys is not None:
         public_keys = "copied" if isinstance(target, KeyDirectory) else "not kept"
-        if isinstance(target, KeyDirectory):
+    if isinstance(target, Restore):
+        target.restore(counted(), revocations=revocations, tokens=tokens,
+                       keys=keys if isinstance(target, KeyDirectory) else None)
+    else:
+        _write_one_by_one(counted(), target)
+        for jti, revocation in revocations.items():
+            target.revoke(jti, reason=revocation.reason, at=revocation.at)
+        for token in tokens:
+            target.save_token(token.token_hash, token.principal, created_at=token.created_at)
+        if keys is not None and isinstance(target, KeyDirectory):
             target.publish_keys(keys)
     differences = compare_stores(source, target)
     if differences:
         raise CopyMismatch(differences)
     return CopyCounts(
-        orders=len(records), events=events,
-        reports=sum(len(r.reports) for r in records),
-        reviews=sum(len(r.reviews) for r in records), calls=calls, effects=effects,
-        passes=passes, revocations=len(revocations), tokens=len(tokens),
+        orders=len(records), events=counts["events"], reports=counts["reports"],
+        reviews=counts["reviews"], calls=counts["calls"], effects=counts["effects"],
+        passes=counts["passes"], revocations=len(revocations), tokens=len(tokens),
         public_keys=public_keys)
 
 
@@ -197,35 +252,52 @@ def compare_stores(a: Store, b: Store) -> list[str]:
     return list(_differences(a, b))
 
 
+def _pages(store: Store) -> Iterator[list[OrderRecord]]:
+    """The store's orders, newest first, :data:`BATCH` at a time (so a large desk is never
+    held whole)."""
+    offset = 0
+    while page := store.list_orders(limit=BATCH, offset=offset):
+        yield page
+        offset += len(page)
+
+
 def _differences(a: Store, b: Store) -> Iterator[str]:
-    mine, theirs = a.list_orders(limit=None), b.list_orders(limit=None)
-    if [r.order.id for r in mine] != [r.order.id for r in theirs]:
-        yield (f"the orders differ: {len(mine)} in the source, {len(theirs)} in the copy "
-               "(or listed in another order)")
-        return
     workers: set[str] = set()
-    for record, other in zip(mine, theirs, strict=True):
-        oid = record.order.id
-        workers.add(record.order.to)
-        if record != other:
-            yield f"order {oid}: the order, its state, seq, reports or reviews differ"
-        for what, left, right in (
-            ("events", a.events(oid), b.events(oid)),
-            ("calls", a.calls(oid), b.calls(oid)),
-            ("charges", a.charges(oid), b.charges(oid)),
-            ("effects", a.effects(oid), b.effects(oid)),
-            ("passes", a.passes(oid), b.passes(oid)),
-        ):
-            if left != right:
-                yield f"order {oid}: its {what} differ"
-        scopes = [None, *(frozenset({p.jti}) for p in a.passes(oid))]
-        for jtis in scopes:
-            if not _same_usage(a, b, oid, jtis):
-                under = "" if jtis is None else f" under pass {next(iter(jtis))}"
-                yield f"order {oid}: its usage{under} differs"
-    for worker in sorted(workers):
-        if a.track_rows(worker) != b.track_rows(worker):
-            yield f"the track rows of {worker} differ"
+    counted = [0, 0]
+    pages: Iterator[tuple[list[OrderRecord], list[OrderRecord]]] = zip_longest(
+        _pages(a), _pages(b), fillvalue=[])
+    for mine, theirs in pages:
+        counted[0] += len(mine)
+        counted[1] += len(theirs)
+        if [r.order.id for r in mine] != [r.order.id for r in theirs]:
+            for rest_a, rest_b in pages:
+                counted[0] += len(rest_a)
+                counted[1] += len(rest_b)
+            yield (f"the orders differ: {counted[0]} in the source, {counted[1]} in the copy "
+                   "(or listed in another order)")
+            return
+        left, right = _desk_orders(a, mine), _desk_orders(b, theirs)
+        for order, other in zip(left, right, strict=True):
+            oid = order.record.order.id
+            workers.add(order.record.order.to)
+            if order.record != other.record:
+                yield f"order {oid}: the order, its state, seq, reports or reviews differ"
+            for what in ("events", "calls", "charges", "effects", "passes"):
+                if getattr(order, what) != getattr(other, what):
+                    yield f"order {oid}: its {what} differ"
+        for order, mine_used, theirs_used in zip(left, _usages(a, left), _usages(b, right),
+                                                 strict=True):
+            if not _same(mine_used, theirs_used):
+                yield f"order {order.record.order.id}: its usage differs"
+            for issued in order.passes:
+                oid, jtis = order.record.order.id, frozenset({issued.jti})
+                if not _same(a.usage(oid, jtis), b.usage(oid, jtis)):
+                    yield f"order {oid}: its usage under pass {issued.jti} differs"
+    for worker in sorted(workers):  # from the tallies each store keeps (not the documents)
+        if a.track_record(worker) != b.track_record(worker):
+            yield f"the track record of {worker} differs"
+    if a.blocked_orders() != b.blocked_orders():
+        yield "the question queue differs"
     if list(a.revocations().items()) != list(b.revocations().items()):
         yield "the revocations differ"
     if a.revoked() != b.revoked():
@@ -237,9 +309,15 @@ def _differences(a: Store, b: Store) -> Iterator[str]:
         yield "the published public keys differ"
 
 
-def _same_usage(a: Store, b: Store, order_id: str, jtis: frozenset[str] | None) -> bool:
+def _usages(store: Store, orders: Sequence[DeskOrder]) -> list[Usage]:
+    ids = [order.record.order.id for order in orders]
+    if isinstance(store, BulkRead):
+        return store.usages(ids)
+    return [store.usage(oid) for oid in ids]
+
+
+def _same(left: Usage, right: Usage) -> bool:
     """Whether two stores count the same usage (usd sums may differ in the last bit: the
     copy adds a sub-order's calls to the orders above in another order)."""
-    left, right = a.usage(order_id, jtis), b.usage(order_id, jtis)
     return ((left.tool_calls, left.first_call_at) == (right.tool_calls, right.first_call_at)
             and math.isclose(left.usd, right.usd, rel_tol=1e-12, abs_tol=USD_TOLERANCE))

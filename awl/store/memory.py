@@ -135,6 +135,20 @@ class _Order:
         )
 
 
+def _active_below(children: dict[str, list[str]], order_id: str) -> int:
+    """Active orders below ``order_id`` (``children``: each order's active children),
+    reached through active orders only, each once (which also guards against a damaged
+    store's cycle)."""
+    seen = {order_id}
+    frontier = [order_id]
+    while frontier:
+        for child in children.get(frontier.pop(), ()):
+            if child not in seen:
+                seen.add(child)
+                frontier.append(child)
+    return len(seen) - 1
+
+
 class MemoryStore:
     """A :class:`awl.store.protocol.Store` in memory, safe to share between threads.
 
@@ -143,6 +157,9 @@ class MemoryStore:
         >>> store.list_orders()
         []
     """
+
+    in_process = True
+    """Its calls are quick and local: a gateway runs them on its event loop (GW-20)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -239,26 +256,14 @@ class MemoryStore:
     def blocked_orders(self, answerer: str | None = None) -> list[BlockedRow]:
         """One row per blocked order ``answerer`` may answer, most recently created first."""
         with self._lock:
-            return [o.blocked_row(self._active_below(o.order.id))
+            children: dict[str, list[str]] = {}
+            for o in self._orders.values():
+                if o.order.parent_id is not None and o.state in ACTIVE:
+                    children.setdefault(o.order.parent_id, []).append(o.order.id)
+            return [o.blocked_row(_active_below(children, o.order.id))
                     for o in reversed(self._orders.values())
                     if o.state == "blocked"
                     and (answerer is None or answerer in o.order.answerers)]
-
-    def _active_below(self, order_id: str) -> int:
-        """Active orders below ``order_id``, reached through active orders only (each once,
-        which also guards against a damaged store's cycle)."""
-        children: dict[str, list[str]] = {}
-        for o in self._orders.values():
-            if o.order.parent_id is not None and o.state in ACTIVE:
-                children.setdefault(o.order.parent_id, []).append(o.order.id)
-        seen = {order_id}
-        frontier = [order_id]
-        while frontier:
-            for child in children.get(frontier.pop(), ()):
-                if child not in seen:
-                    seen.add(child)
-                    frontier.append(child)
-        return len(seen) - 1
 
     def list_orders(
         self,
@@ -269,12 +274,17 @@ class MemoryStore:
         parent_id: str | None = None,
         limit: int | None = 100,
         offset: int = 0,
+        before: str | None = None,
     ) -> list[OrderRecord]:
         """Orders matching every filter given, most recently created first."""
         states = state_names(state)
         with self._lock:
+            newest = list(reversed(self._orders.values()))
+            if before is not None:
+                self._get(before)
+                newest = newest[[o.order.id for o in newest].index(before) + 1:]
             found = [
-                o.record() for o in reversed(self._orders.values())
+                o.record() for o in newest
                 if (states is None or o.state in states)
                 and (worker is None or o.order.to == worker)
                 and (manager is None or o.order.manager == manager)

@@ -3,9 +3,9 @@
 Chosen by a ``postgresql://USER:PASSWORD@HOST:PORT/DATABASE`` URL (libpq's own form, so
 ``?sslmode=require`` and the other libpq parameters work too; ``options=-csearch_path=S``
 puts the desk in schema ``S``, so one database can hold several desks). It runs on psycopg 3
-with two :mod:`psycopg_pool` pools: durable connections (``synchronous_commit=on``: a commit
-returns once the server has flushed it to disk) and fast ones (``synchronous_commit=off``,
-for finishing and refusing calls and for reads).
+with two :mod:`psycopg_pool` pools, one for writes and one for reads, every connection set to
+``synchronous_commit=on`` (whatever the server's default): a commit returns once the server
+has flushed it to disk.
 
 What holds across hosts, and how:
 
@@ -16,12 +16,10 @@ What holds across hosts, and how:
   locks the orders above it one by one, parent first (every transaction locks a chain from
   the bottom up, so two of them never wait on each other in a circle), checks and charges
   them in the same transaction.
-- Call records (reservations, refusals, outcomes) commit with ``synchronous_commit=off``,
-  as the SQLite store writes them with ``synchronous=NORMAL``: a gateway writes two per
-  forwarded call, and a flush to disk costs milliseconds. A crash of any client process
-  loses none of them (the server has them); a crash of the server itself may lose those
-  of its last few hundred milliseconds, and the next durable commit (a ``held`` or
-  ``dispatching`` mark above all) flushes every earlier one with it.
+- Call records (reservations, refusals, outcomes) are durable like every other write, so
+  not even a crash of the server loses a count (GW-20). Concurrent commits, from this
+  process or any other, share the server's flushes to disk (PostgreSQL's own group
+  commit), and an outcome is one statement: one round trip, one flush.
 - Effects (``dispatching`` above all), order events, locks, passes, revocations, tokens,
   webhooks and delivery attempts are durable before the call returns.
 - Webhooks (HOOK-1 to HOOK-6): the outbox row of a notification is written in the
@@ -73,6 +71,7 @@ from awl.documents.lifecycle import ACTIVE
 from awl.documents.models import CallRecord
 from awl.store.protocol import (
     BlockedRow,
+    DeskOrder,
     LockInfo,
     OrderRecord,
     OverBudget,
@@ -84,9 +83,12 @@ from awl.store.protocol import (
 )
 from awl.store.rules import (
     MAX_CHAIN,
+    USD_TOLERANCE,
     call_number,
     check_ending,
+    check_restored_ref,
     check_takeover,
+    dump_json,
     exceeded_above,
     exceeded_scope,
     json_text,
@@ -95,6 +97,7 @@ from awl.store.rules import (
     new_call,
     order_not_found,
     outcome_conflict,
+    over_limit,
     read_blocked_row,
     read_lock,
     read_track_row,
@@ -299,9 +302,12 @@ MIGRATIONS: tuple[tuple[str | Callable[[psycopg.Connection[Any]], None], ...], .
         )""",
         "CREATE INDEX question_queue_by_manager ON question_queue (manager, pos)",
         "CREATE INDEX question_queue_by_escalation ON question_queue (escalate_to, pos)",
-        # Listing by worker or manager and state.
+        # Listing by worker, manager or parent and state, and a deep page or one of several
+        # states: a page's positions are found in a narrow index before any document is read.
         "CREATE INDEX orders_by_worker_state ON orders (worker, state, pos)",
         "CREATE INDEX orders_by_manager_state ON orders (manager, state, pos)",
+        "CREATE INDEX orders_by_parent_state ON orders (parent_id, state, pos)",
+        "CREATE INDEX orders_by_pos_state ON orders (pos, state)",
         # The orders already there (the question queue too).
         lambda conn: fill_derived(conn),
     ),
@@ -350,6 +356,11 @@ _CHAIN = """
             WHERE o.parent_id IS NOT NULL AND up.depth < %s
     )
     SELECT id FROM up ORDER BY depth"""
+
+# What the counted calls under some passes have spent (read with the order's row locked).
+_PASS_SPENT = """
+    SELECT COALESCE(SUM(calls), 0), COALESCE(SUM(usd), 0) FROM pass_totals
+    WHERE order_id = %s AND jti = ANY(%s)"""
 
 # What a track row is made of (read_track_row's fields), picked from the documents of
 # the orders `o`.
@@ -402,9 +413,8 @@ _LOCK_ABOVE = """
         calls + sub_calls, usd + sub_usd
     FROM orders WHERE id = %s FOR NO KEY UPDATE"""
 
-_ADD_TO_PASS_TOTALS = """
-    INSERT INTO pass_totals AS t (order_id, jti, calls, usd, first_started, first_n, first_at)
-    VALUES (%s, %s, %s, %s, %s, %s, %s)
+# How a call adds to its pass's running totals (after VALUES or a SELECT of those columns).
+_PASS_TOTALS_UPSERT = """
     ON CONFLICT (order_id, jti) DO UPDATE SET
         calls = t.calls + excluded.calls,
         usd = t.usd + excluded.usd,
@@ -414,6 +424,10 @@ _ADD_TO_PASS_TOTALS = """
         first_at = CASE WHEN excluded.first_started < t.first_started
             THEN excluded.first_at ELSE t.first_at END"""
 
+_ADD_TO_PASS_TOTALS = """
+    INSERT INTO pass_totals AS t (order_id, jti, calls, usd, first_started, first_n, first_at)
+    VALUES (%s, %s, %s, %s, %s, %s, %s)""" + _PASS_TOTALS_UPSERT
+
 _CHARGE = """
     UPDATE orders SET sub_calls = sub_calls + %(calls)s, sub_usd = sub_usd + %(usd)s,
         sub_at = CASE WHEN sub_started IS NULL OR %(started)s < sub_started
@@ -421,12 +435,8 @@ _CHARGE = """
         sub_started = LEAST(sub_started, %(started)s)
     WHERE id = ANY(%(ids)s)"""
 
-_INSERT_CALL = """
-    WITH added AS (
-        INSERT INTO calls (order_id, n, pass_jti, attempt, counted, usd, started, doc)
-        VALUES (%(order_id)s, %(n)s, %(jti)s, %(attempt)s, %(counted)s, %(usd)s,
-            %(started)s, %(doc)s::jsonb)
-    )
+# How a new call numbered %(n)s moves its order's running totals.
+_COUNT_CALL = """
     UPDATE orders SET last_n = %(n)s, calls = calls + %(adds)s, usd = usd + %(usd)s,
         first_n = CASE WHEN first_started IS NULL OR %(started)s < first_started
             THEN %(n)s ELSE first_n END,
@@ -434,6 +444,55 @@ _INSERT_CALL = """
             THEN %(at)s ELSE first_at END,
         first_started = LEAST(first_started, %(started)s)
     WHERE id = %(order_id)s"""
+
+_INSERT_CALL = """
+    WITH added AS (
+        INSERT INTO calls (order_id, n, pass_jti, attempt, counted, usd, started, doc)
+        VALUES (%(order_id)s, %(n)s, %(jti)s, %(attempt)s, %(counted)s, %(usd)s,
+            %(started)s, %(doc)s::jsonb)
+    )""" + _COUNT_CALL
+
+# A whole reservation in one statement (its own transaction: one round trip, one flush),
+# for the usual case: an order with no order above it, whose own scope is the only one with
+# limits, numbered as guessed (%(n)s). It locks the order's row and writes the call only if
+# all of that holds and the call fits (the same test as rules.over_limit, whose verdict
+# decides when it does not), and returns the row as locked with whether it wrote.
+_RESERVE = """
+    WITH o AS (
+        SELECT seq, last_n, calls + sub_calls AS spent_calls, usd + sub_usd AS spent_usd,
+            parent_id
+        FROM orders WHERE id = %(order_id)s FOR NO KEY UPDATE
+    ), fits AS (
+        SELECT 1 FROM o WHERE o.last_n + 1 = %(n)s AND o.parent_id IS NULL
+            AND (%(seq)s::bigint IS NULL OR o.seq = %(seq)s::bigint)
+            AND (%(max_calls)s::float8 IS NULL OR o.spent_calls + 1 <= %(max_calls)s::float8)
+            AND (%(max_usd)s::float8 IS NULL
+                OR o.spent_usd + %(usd)s::float8 <= %(max_usd)s::float8 + %(tolerance)s::float8)
+    ), added AS (
+        INSERT INTO calls (order_id, n, pass_jti, attempt, counted, usd, started, doc)
+        SELECT %(order_id)s, %(n)s, %(jti)s, %(attempt)s, true, %(usd)s, %(started)s,
+            %(doc)s::jsonb FROM fits
+    ), to_pass AS (
+        INSERT INTO pass_totals AS t (order_id, jti, calls, usd, first_started, first_n,
+            first_at)
+        SELECT %(order_id)s, %(jti)s, 1, %(usd)s, %(started)s, %(n)s, %(at)s
+        FROM fits WHERE %(jti)s::text IS NOT NULL""" + _PASS_TOTALS_UPSERT + """
+    ), counted AS (""" + _COUNT_CALL + """ AND EXISTS (SELECT 1 FROM fits)
+    )
+    SELECT o.seq, o.last_n, o.spent_calls, o.spent_usd, o.parent_id,
+        EXISTS (SELECT 1 FROM fits) FROM o"""
+
+_FAST_TRIES = 3
+"""How many one-statement tries a reservation makes, each numbering the call after the last
+one the previous try saw, before it takes the general path (other gateways numbering calls
+of the same order in between)."""
+
+
+# An order's usage (its own calls and its sub-orders'), from its row.
+_ORDER_USAGE = """
+    calls + sub_calls, usd + sub_usd, CASE WHEN sub_started IS NOT NULL
+        AND (first_started IS NULL OR sub_started < first_started) THEN sub_at
+        ELSE first_at END"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -521,6 +580,9 @@ class PostgresStore(SQLStore):
             database was made by a newer version of this library (nothing is written then).
     """
 
+    in_process = False
+    """Its calls wait for a server: a gateway runs them in worker threads (GW-20)."""
+
     dialect = DIALECT
     track_fields = _TRACK_FIELDS
     queued_rows = _QUEUED
@@ -532,9 +594,13 @@ class PostgresStore(SQLStore):
         self._guard = threading.Lock()
         self._held: dict[str, _HeldLock] = {}
         self._spare: psycopg.Connection[Any] | None = None
+        self._freed: dict[str, tuple[str, LockInfo]] = {}
+        """By lock name: the holder that took it and the dead holder's record it found."""
         """A connection that tried for a lock and did not get it, for the next try."""
         self._closed = False
         self._listener: _Listener | None = None
+        self._next_n: dict[str, int] = {}
+        """Per order, the N its next call is likely to get (see :meth:`reserve_call`)."""
         try:
             with self._connect(autocommit=False) as conn:
                 schema = conn.execute("SELECT current_schema()").fetchone()
@@ -554,9 +620,8 @@ class PostgresStore(SQLStore):
         self._pools = {
             durable: ConnectionPool(
                 url, min_size=1, max_size=pool_size, timeout=timeout, open=True,
-                name=f"awl-{'durable' if durable else 'fast'}",
-                kwargs={"options": f"{options} -c synchronous_commit="
-                        f"{'on' if durable else 'off'}",
+                name=f"awl-{'write' if durable else 'read'}",
+                kwargs={"options": f"{options} -c synchronous_commit=on",
                         "connect_timeout": CONNECT_TIMEOUT, "autocommit": True})
             for durable in (True, False)
         }
@@ -571,7 +636,8 @@ class PostgresStore(SQLStore):
     def _tx(self, *, durable: bool = True) -> Iterator[psycopg.Connection[Any]]:
         """One transaction on a pooled connection: COMMIT on success, ROLLBACK on error.
 
-        ``durable=False`` commits with ``synchronous_commit=off``. A lost server, a
+        ``durable=False`` takes a connection of the read pool (its commits are synchronous
+        too: nothing the store writes ever commits asynchronously). A lost server, a
         deadlock or a row held past the timeout become one-line errors; nothing of the
         transaction is written then (or, for a connection lost during COMMIT, nothing is
         known to be).
@@ -591,7 +657,7 @@ class PostgresStore(SQLStore):
         return self._tx(durable=durable)
 
     def _read(self) -> AbstractContextManager[psycopg.Connection[Any]]:
-        """One read transaction, on a fast connection (``READ COMMITTED``: each statement
+        """One read transaction, on the read pool (``READ COMMITTED``: each statement
         sees what was committed when it began)."""
         return self._tx(durable=False)
 
@@ -683,6 +749,7 @@ class PostgresStore(SQLStore):
         parent_id: str | None = None,
         limit: int | None = 100,
         offset: int = 0,
+        before: str | None = None,
     ) -> list[OrderRecord]:
         """Orders matching every filter given, most recently created first; a page costs
         what it returns, however deep."""
@@ -694,15 +761,18 @@ class PostgresStore(SQLStore):
                 return []
             clauses.append("state = ANY(%s)")
             params.append(states)
+        if before is not None:
+            clauses.append("pos < %s")
+            params.append(self._position(before))
         for column, value in (("worker", worker), ("manager", manager),
                               ("parent_id", parent_id)):
             if value is not None:
                 clauses.append(f"{column} = %s")
                 params.append(value)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        # The page's positions first, by an index-only scan of a narrow index (the primary
-        # key, or by state, worker, manager, parent, worker or manager and state): a deep
-        # offset walks index entries, never documents.
+        # The page's positions first, by an index-only scan of a narrow index (by state; by
+        # worker, manager or parent, with a state or not; or by position, with states or
+        # not): a deep offset walks index entries, never documents.
         page = f"SELECT pos FROM orders {where} ORDER BY pos DESC LIMIT %s OFFSET %s"
         return self._records(f"WHERE pos IN ({page})", [*params, limit, offset], None, 0)
 
@@ -752,18 +822,27 @@ class PostgresStore(SQLStore):
     ) -> Reservation:
         """Atomically number and record a call that counts, or name the scope it exceeds.
 
-        Commits with ``synchronous_commit=off``, as call records are written (see the
-        module's description)."""
-        with self._tx(durable=False) as conn:
+        Durable (``synchronous_commit=on``): a count is never lost, not even to a crash of
+        the server. Usually one statement (see ``_RESERVE``), numbering the call after the
+        last one this store numbered for the order; else (the first call, a sub-order, pass
+        budgets, or other gateways numbering calls in between) one transaction that locks
+        and reads, then writes."""
+        limited = [sc for sc in scopes if sc.max_calls is not None or sc.max_usd is not None]
+        guess = self._next_n.get(order_id)
+        if guess is not None and len(limited) <= 1 and all(sc.jtis is None for sc in limited):
+            done = self._reserve_at_once(
+                order_id, guess, limited[0] if limited else None, attempt=attempt, tool=tool,
+                arguments=arguments, pass_jti=pass_jti, usd=usd, started_at=started_at,
+                seq=seq)
+            if done is not None:
+                return done
+        with self._tx() as conn:
             row = self._lock_order(conn, order_id, seq)
 
             def spent(jtis: frozenset[str] | None) -> tuple[int, float]:
                 if jtis is None:
                     return row.calls + row.sub_calls, row.usd + row.sub_usd
-                got = conn.execute(
-                    "SELECT COALESCE(SUM(calls), 0), COALESCE(SUM(usd), 0) FROM pass_totals"
-                    " WHERE order_id = %s AND jti = ANY(%s)", (order_id, sorted(jtis)),
-                ).fetchone()
+                got = conn.execute(_PASS_SPENT, (order_id, sorted(jtis))).fetchone()
                 return (0, 0.0) if got is None else (int(got[0]), float(got[1]))
 
             over = exceeded_scope(scopes, spent, usd)
@@ -777,7 +856,52 @@ class PostgresStore(SQLStore):
             )
             self._insert_call(conn, record, doc, row.last_n + 1, counted=True, usd=usd,
                               above=[a[0] for a in above])
-            return Reserved(record)
+        self._numbered(order_id, row.last_n + 1, row.parent_id)
+        return Reserved(record)
+
+    def _numbered(self, order_id: str, n: int, parent_id: str | None) -> None:
+        """Remember that call ``n`` is the order's last, to number the next one at once;
+        a sub-order's reservations always take the general path."""
+        if parent_id is None:
+            self._next_n[order_id] = n + 1
+        else:
+            self._next_n.pop(order_id, None)
+
+    def _reserve_at_once(self, order_id: str, n: int, scope: Scope | None, *, attempt: int,
+                         tool: str, arguments: dict[str, Any], pass_jti: str | None,
+                         usd: float, started_at: str, seq: int | None) -> Reservation | None:
+        """:meth:`reserve_call` in one statement, numbering the call ``n``; None when it
+        takes the general path after all (a sub-order, or the number taken each try)."""
+        started = timestamp(started_at)
+        for _ in range(_FAST_TRIES):
+            record, doc = new_call(order_id, n, attempt=attempt, tool=tool,
+                                   arguments=arguments, pass_jti=pass_jti,
+                                   started_at=started_at)
+            with self._statement(durable=True) as conn:
+                got = conn.execute(_RESERVE, {
+                    "order_id": order_id, "n": n, "seq": seq, "jti": pass_jti,
+                    "attempt": attempt, "usd": usd, "adds": 1, "started": started,
+                    "at": started_at, "doc": doc, "tolerance": USD_TOLERANCE,
+                    "max_calls": None if scope is None else scope.max_calls,
+                    "max_usd": None if scope is None else scope.max_usd}).fetchone()
+            if got is None:
+                raise order_not_found(order_id)
+            actual, last_n, calls, used, parent_id, wrote = got
+            if wrote:
+                self._numbered(order_id, n, None)
+                return Reserved(record)
+            if seq is not None and actual != seq:
+                raise stale_order(order_id, seq, actual)
+            if parent_id is not None:
+                self._numbered(order_id, n, parent_id)
+                return None
+            if last_n + 1 == n:  # it did not fit: the shared rule names the scope
+                assert scope is not None
+                over = over_limit(int(calls), float(used), usd, max_calls=scope.max_calls,
+                                  max_usd=scope.max_usd)
+                return None if over is None else OverBudget(scope.name)
+            n = last_n + 1
+        return None
 
     @staticmethod
     def _insert_call(conn: psycopg.Connection[Any], record: CallRecord, doc: str, n: int, *,
@@ -800,33 +924,34 @@ class PostgresStore(SQLStore):
                                    "ids": list(above)})
 
     def record_call(self, record_fields: dict[str, Any]) -> CallRecord:
-        """Number and store a call that does not count (a refusal)."""
+        """Number and store a call that does not count (a refusal). Durable."""
         order_id = record_order_id(record_fields)
-        with self._tx(durable=False) as conn:
+        with self._tx() as conn:
             row = self._lock_order(conn, order_id)
             record, doc = stored_call(record_fields, row.last_n + 1)
             above = [] if row.parent_id is None else self._lock_above(conn, order_id)
             self._insert_call(conn, record, doc, row.last_n + 1, counted=False, usd=0.0,
                               above=[a[0] for a in above])
-            return record
+        self._numbered(order_id, row.last_n + 1, row.parent_id)
+        return record
 
     def finish_call(
         self, order_id: str, ref: str, *, outcome: str, result: dict[str, Any] | None,
         error: str | None, ended_at: str,
     ) -> None:
-        """Set the outcome of a reserved call."""
+        """Set the outcome of a reserved call. Durable."""
         check_ending(outcome, result, error, ended_at)
         n, tool = call_number(order_id, ref)
         # The stored record was valid when written and the new fields are checked above, so
         # they are set in its document (unset ones removed), only while the call is still
-        # pending, in one statement: its own transaction, one round trip.
+        # pending, in one statement: its own transaction, one round trip (and one flush).
         ending: dict[str, Any] = {"outcome": outcome, "ended_at": ended_at}
         if result is not None:
             ending["result"] = result
         if error is not None:
             ending["error"] = error
         text = json_text(ending, "a call's ending")
-        with self._statement() as conn:
+        with self._statement(durable=True) as conn:
             changed = conn.execute(
                 "UPDATE calls SET doc = (doc - 'result' - 'error') || %s::jsonb"
                 " WHERE order_id = %s AND n = %s AND doc->>'tool' = %s"
@@ -839,11 +964,8 @@ class PostgresStore(SQLStore):
     def usage(self, order_id: str, jtis: frozenset[str] | None = None) -> Usage:
         """Counted calls and USD so far (for the calls under ``jtis`` if given)."""
         with self._tx(durable=False) as conn:
-            row = conn.execute(
-                "SELECT calls + sub_calls, usd + sub_usd, CASE WHEN sub_started IS NOT NULL"
-                " AND (first_started IS NULL OR sub_started < first_started) THEN sub_at"
-                " ELSE first_at END FROM orders WHERE id = %s", (order_id,),
-            ).fetchone()
+            row = conn.execute(f"SELECT {_ORDER_USAGE} FROM orders WHERE id = %s",
+                               (order_id,)).fetchone()
             if row is None:
                 raise order_not_found(order_id)
             if jtis is None:
@@ -882,10 +1004,14 @@ class PostgresStore(SQLStore):
         except psycopg.OperationalError as exc:
             raise _unavailable(self.url, exc) from None
         try:
-            taken = self._take(conn, mine, replace)
+            taken, freed = self._take(conn, mine, replace)
         except BaseException:
             conn.close()
             raise
+        with self._guard:
+            self._freed.pop(info.name, None)
+            if freed is not None:
+                self._freed[info.name] = (mine.holder, freed)
         if not taken:
             # Kept for the next attempt: a committer waiting for a busy lock asks ten
             # times a second, and a new connection costs a login each time.
@@ -903,14 +1029,23 @@ class PostgresStore(SQLStore):
         return True
 
     def _take(self, conn: psycopg.Connection[Any], mine: LockInfo,
-              replace: LockInfo | None) -> bool:
-        """Take the advisory lock on ``conn`` and write the record; whether it was taken."""
+              replace: LockInfo | None) -> tuple[bool, LockInfo | None]:
+        """Take the advisory lock on ``conn`` and write the record: whether it was taken,
+        and the record of a holder whose lock the server had freed (see :meth:`freed_lock`)."""
         space, key = self._lock_keys(mine.name)
         got = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (space, key)).fetchone()
-        if not (got and got[0]):
+        freed = None
+        if got and got[0]:
+            # A record left beside a free advisory lock is a holder that never let go (a
+            # release deletes it first): its connection ended with its process.
+            row = conn.execute("SELECT doc::text FROM locks WHERE name = %s",
+                               (mine.name,)).fetchone()
+            left = None if row is None else read_lock(row[0])
+            freed = left if left is not None and left.holder != mine.holder else None
+        else:
             current = self._live_lock(conn, mine.name)
             if current is None or not may_take(current[0], replace):
-                return False
+                return False, None
             # A takeover: end the holder's lock connection, then wait for its lock.
             self._drop_local(mine.name, current[1])
             conn.execute("SELECT pg_terminate_backend(%s)", (current[1],))
@@ -921,7 +1056,7 @@ class PostgresStore(SQLStore):
                 if got and got[0]:
                     break
                 if time.monotonic() > deadline:
-                    return False
+                    return False, None
                 time.sleep(0.01)
             # Between its end and our lock, someone else may have taken it and let go.
             with conn.transaction():
@@ -929,12 +1064,19 @@ class PostgresStore(SQLStore):
                                    (mine.name,)).fetchone()
                 if row is not None and read_lock(row[0]) != current[0]:
                     conn.execute("SELECT pg_advisory_unlock(%s, %s)", (space, key))
-                    return False
+                    return False, None
         conn.execute(
             "INSERT INTO locks (name, doc, backend) VALUES (%s, %s::jsonb, pg_backend_pid())"
             " ON CONFLICT (name) DO UPDATE SET doc = excluded.doc, backend = excluded.backend",
             (mine.name, lock_doc(mine)))
-        return True
+        return True, freed
+
+    def freed_lock(self, name: str, holder: str) -> LockInfo | None:
+        """The record of the holder whose lock the server freed (its connection ended
+        without releasing it) when ``holder`` took the named lock through this store."""
+        with self._guard:
+            found = self._freed.get(name)
+        return found[1] if found is not None and found[0] == holder else None
 
     def _drop_local(self, name: str, backend: int) -> None:
         """Forget a lock this store held on ``backend`` (it is being taken over)."""
@@ -1039,6 +1181,60 @@ class PostgresStore(SQLStore):
             return True
         return listener.wait(order_id, after, timeout)
 
+
+    # Copying a desk (the rest is shared: awl.store.sql) ---------------------------------
+    _DESK_TABLES = (*SQLStore._DESK_TABLES, ("published keys", "public_keys"))
+
+    def usages(self, order_ids: Sequence[str]) -> list[Usage]:
+        """Each order's usage, in one statement."""
+        ids = list(order_ids)
+        with self._statement() as conn:
+            rows = {row[0]: row[1:] for row in conn.execute(
+                f"SELECT id, {_ORDER_USAGE} FROM orders WHERE id = ANY(%s)", (ids,))}
+        for oid in ids:
+            if oid not in rows:
+                raise order_not_found(oid)
+        return [Usage(tool_calls=int(rows[oid][0]), usd=float(rows[oid][1]),
+                      first_call_at=rows[oid][2]) for oid in ids]
+
+    def _among_ids(self, ids: list[str]) -> tuple[str, list[Any]]:
+        return "= ANY(%s)", [ids]
+
+    def _insert_rows(self, conn: Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        assert isinstance(conn, psycopg.Connection)
+        with conn.cursor() as cur:
+            cur.executemany(sql, rows)
+
+    @contextmanager
+    def _restoring(self) -> Iterator[psycopg.Connection[Any]]:
+        # Pipelined: the statements go out without waiting for each answer. The lock keeps
+        # every other writer of these tables waiting (up to their lock timeout) till the
+        # commit, so two copies into one database cannot both find it empty.
+        with self._tx() as conn:
+            with conn.pipeline():
+                conn.execute("LOCK TABLE " + ", ".join(t for _, t in self._DESK_TABLES)
+                             + " IN SHARE ROW EXCLUSIVE MODE")
+                yield conn
+            # The track tallies and the question queue, from the orders just written (with
+            # COPY, which a pipeline cannot carry); then the planner's statistics, so the
+            # first reads of a large new desk are planned for its size, not for empty tables.
+            fill_derived(conn)
+            conn.execute("ANALYZE")
+
+    def _restore_keys(self, conn: Connection, keys: Mapping[str, Any]) -> None:
+        conn.execute("INSERT INTO public_keys (id, doc) VALUES (1, %s::jsonb)",
+                     (json_text(dict(keys), "a public key set"),))
+
+    def _restore_calls(self, conn: Connection, order: DeskOrder) -> None:
+        assert isinstance(conn, psycopg.Connection)
+        oid = order.record.order.id
+        above: list[str] = []
+        if order.calls and order.record.order.parent_id is not None:
+            above = [a[0] for a in self._lock_above(conn, oid)]
+        for n, (record, usd) in enumerate(zip(order.calls, order.charges, strict=True), start=1):
+            check_restored_ref(record, n)
+            self._insert_call(conn, record, dump_json(record.to_json()), n,
+                              counted=usd is not None, usd=usd or 0.0, above=above)
 
 class _Listener:
     """A thread on a connection of its own that ``LISTEN``s to a store's channel and wakes

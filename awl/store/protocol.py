@@ -28,8 +28,13 @@ Durability. Each write says what it promises once it returns:
 - *durable*: on stable storage (SQLite ``synchronous=FULL``, PostgreSQL
   ``synchronous_commit=on``); it survives a power cut.
 - *crash-safe*: survives the crash of any process, but a power cut may lose it until the next
-  durable write of the same store, which makes it durable too. Only call records are
-  written this way: a gateway writes two per forwarded call.
+  durable write of the same store, which makes it durable too. A store may write call
+  records this way (a gateway writes two per forwarded call): the SQLite store does; the
+  PostgreSQL store makes them durable (GW-20).
+
+A store whose call methods are short local work (memory, SQLite) says so with the class
+attribute ``in_process = True``; a gateway runs those on its event loop, and the call work of
+any other store (one that waits for a server) in worker threads (GW-20).
 
 The memory store keeps nothing past its process; it promises atomicity only.
 
@@ -44,7 +49,7 @@ carries, live in :mod:`awl.store.rules` (``order_event_kind``, ``effect_event_ki
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -434,12 +439,15 @@ class OrderStore(Protocol):
         parent_id: str | None = None,
         limit: int | None = 100,
         offset: int = 0,
+        before: str | None = None,
     ) -> list[OrderRecord]:
         """Orders matching every filter given, most recently created first.
 
-        ``limit=None`` returns every match (for bulk reads). A page costs what it returns,
-        however deep its ``offset`` and whichever filters are given (indexes find the page's
-        orders before any document is read)."""
+        ``limit=None`` returns every match (for bulk reads). ``before`` (an order's id, the
+        last of the page before) keeps only the orders created before that one: the next
+        page, found by position, so it costs the same however deep (NotFound if there is no
+        such order). An ``offset`` walks index entries to its page, never documents
+        (BIND-18)."""
         ...
 
     def blocked_orders(self, answerer: str | None = None) -> list[BlockedRow]:
@@ -510,7 +518,7 @@ class CallStore(Protocol):
         order's log is checked in the same transaction: if it has moved past ``seq``,
         nothing is written and :func:`~awl.store.rules.stale_order` is raised (a Conflict),
         so a caller that decided on the order as of ``seq`` never reserves on a stale
-        decision. Atomic, crash-safe.
+        decision. Atomic, at least crash-safe (durable on PostgreSQL, GW-20).
         """
         ...
 
@@ -522,7 +530,7 @@ class CallStore(Protocol):
 
         ``record_fields`` are the CallRecord fields except ``ref``, which the store makes
         from the next N. BadRequest if they do not form a valid record; NotFound if the
-        order is absent. Atomic, crash-safe."""
+        order is absent. Atomic, at least crash-safe (durable on PostgreSQL, GW-20)."""
         ...
 
     def finish_call(
@@ -536,7 +544,7 @@ class CallStore(Protocol):
         is stored); NotFound if there is no such call; Conflict if its outcome is already
         set. Returns nothing: the gateway calls this on every forwarded call, and reading
         the finished record back would cost as much again (:meth:`calls` reads it).
-        Atomic, crash-safe."""
+        Atomic, at least crash-safe (durable on PostgreSQL, GW-20)."""
         ...
 
     def calls(self, order_id: str, *, attempt: int | None = None) -> list[CallRecord]:
@@ -631,6 +639,21 @@ class LockStore(Protocol):
 
     def release_lock(self, name: str, holder: str) -> None:
         """Release the lock if ``holder`` holds it. Atomic, durable."""
+        ...
+
+
+@runtime_checkable
+class FreedLocks(Protocol):
+    """A lock store that frees a dead holder's lock itself (PostgreSQL lets a session's
+    advisory lock go with its connection) and still names that holder to the next taker.
+
+    Optional: in a store without it a dead holder's record stays until it is taken over
+    (:meth:`LockStore.acquire_lock` with ``replace``), which names it already."""
+
+    def freed_lock(self, name: str, holder: str) -> LockInfo | None:
+        """The record of the holder that died holding the named lock, when ``holder`` took
+        it just after through this store object; None if the lock was free, or ``holder``
+        did not take it here."""
         ...
 
 
@@ -798,4 +821,60 @@ class KeyDirectory(Protocol):
 
     def published_keys(self) -> dict[str, Any] | None:
         """The published public key set; None if none was ever published."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class DeskOrder:
+    """One order with everything a store keeps under it: what a copy of a desk moves."""
+
+    record: OrderRecord
+    events: tuple[Event, ...] = ()
+    calls: tuple[CallRecord, ...] = ()
+    """By N."""
+    charges: tuple[float | None, ...] = ()
+    """What each call counts against the budgets (:meth:`CallStore.charges`), by N."""
+    effects: tuple[EffectState, ...] = ()
+    passes: tuple[PassRecord, ...] = ()
+
+
+@runtime_checkable
+class BulkRead(Protocol):
+    """A store that reads many orders' contents at once (what a copy of a desk reads).
+
+    Optional: :mod:`awl.store.copy` reads a store without it one order at a time."""
+
+    def desk_orders(self, records: Sequence[OrderRecord]) -> list[DeskOrder]:
+        """Each record with its order's events, calls, charges, effects and passes, in the
+        order given, read in a few statements of one snapshot. NotFound if one is absent."""
+        ...
+
+    def usages(self, order_ids: Sequence[str]) -> list[Usage]:
+        """Each order's :meth:`CallStore.usage` (without ``jtis``), in the order given, read
+        in one snapshot. NotFound if one is absent."""
+        ...
+
+
+@runtime_checkable
+class Restore(Protocol):
+    """A store that loads a whole desk in one transaction (what a copy of a desk writes).
+
+    Optional: :mod:`awl.store.copy` fills a store without it through the other operations,
+    one durable write per record, so a copy killed half way leaves it half full."""
+
+    def restore(self, orders: Iterable[Sequence[DeskOrder]], *,
+                revocations: Mapping[str, Revocation], tokens: Sequence[TokenRecord],
+                keys: Mapping[str, Any] | None = None) -> None:
+        """Store every order of ``orders`` (batches, oldest order first, each order after
+        the orders above it) with everything it carries, then the revocations (in the order
+        given), the tokens and, for a :class:`KeyDirectory`, the published key set, all in one
+        transaction, keeping every total and charge a store derives from calls as the
+        calls' own writes would.
+
+        The store must be empty: BadRequest (:func:`~awl.store.rules.not_empty`) when it
+        holds orders, revocations, tokens or published keys, checked inside the transaction
+        (which holds off other writers until it ends). A call's ref must be numbered as the
+        store would number it, after the calls before it. Nothing is written unless all of it
+        is: a restore that raises, or whose process is killed, leaves the store as it was.
+        Atomic, durable."""
         ...

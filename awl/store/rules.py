@@ -33,6 +33,7 @@ from awl.documents.pointers import pointer
 from awl.store.protocol import (
     BlockedRow,
     DeliveryAttempt,
+    DeskOrder,
     EffectState,
     LockInfo,
     Notification,
@@ -105,6 +106,15 @@ def stale_order(order_id: str, expected: int, actual: int) -> Conflict:
         expected_seq=expected,
         actual_seq=actual,
     )
+
+
+def not_empty(held: Sequence[str]) -> BadRequest | None:
+    """The refusal of a copy into a store that already holds ``held`` (``orders``,
+    ``revocations``, ...); None when it holds nothing."""
+    if not held:
+        return None
+    return BadRequest(f"the target store already holds {', '.join(held)}; copy into an "
+                      "empty store (nothing was written)")
 
 
 def order_exists_conflict(order_id: str, actual: int) -> Conflict:
@@ -632,3 +642,49 @@ def read_blocked_row(order_id: str, goal: str, worker: str, manager: str,
                       escalate_to=escalate_to, deadline=deadline, seq=int(seq),
                       updated_at=updated_at, report_attempt=attempt, reworks=int(reworks),
                       questions=tuple(questions or ()), below=int(below))
+
+
+# Copying a desk ----------------------------------------------------------------------------
+
+def restored_orders(batch: Sequence[DeskOrder]) -> list[tuple[Any, ...]]:
+    """The rows of a batch's orders: ``(id, JSON text, state, seq, worker, manager,
+    parent_id, created_at, updated_at)``, the columns every store's ``orders`` table has."""
+    return [(d.record.order.id, dump_json(d.record.order.to_json()), d.record.state,
+             d.record.seq, d.record.order.to, d.record.order.manager,
+             d.record.order.parent_id, d.record.order.created_at, d.record.updated_at)
+            for d in batch]
+
+
+def restored_rows(batch: Sequence[DeskOrder]) -> dict[str, list[tuple[str, int, str]]]:
+    """The ``(order_id, seq or idx, JSON text)`` rows of a batch's events, reports and
+    reviews, table by table, as a store that keeps them as text writes them."""
+    return {
+        "events": [(d.record.order.id, e.seq, dump_json(e.to_json()))
+                   for d in batch for e in d.events],
+        "reports": [(d.record.order.id, i, dump_json(r.to_json()))
+                    for d in batch for i, r in enumerate(d.record.reports)],
+        "reviews": [(d.record.order.id, i, dump_json(r.to_json()))
+                    for d in batch for i, r in enumerate(d.record.reviews)],
+    }
+
+
+def check_restored_ref(record: CallRecord, n: int) -> None:
+    """BadRequest unless a restored call's ref is the ``n`` the store numbers it."""
+    if call_number(record.order_id, record.ref)[0] != n:
+        raise BadRequest(f"call {record.ref} of order {record.order_id} cannot be restored as "
+                         f"call {n}: the calls of an order go in N order, from 1, with no gap")
+
+
+def restored_effects(order: DeskOrder) -> list[tuple[str, int, str]]:
+    """The ``(order_id, N, JSON text)`` rows of an order's effects as ``restore_effect``
+    writes each; NotFound for an effect of a call the order does not carry."""
+    oid = order.record.order.id
+    calls = {c.ref: c for c in order.calls}
+    rows = []
+    for effect in order.effects:
+        record = calls.get(effect.ref)
+        if record is None:
+            raise call_not_found(oid, effect.ref)
+        rows.append((oid, call_number(oid, effect.ref)[0],
+                     effect_doc(restored_effect(effect, record))))
+    return rows

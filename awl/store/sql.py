@@ -26,15 +26,16 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar, Protocol, Self
 
-from awl.documents.errors import StoreUnavailable
+from awl.documents.errors import BadRequest, StoreUnavailable
 from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
 from awl.store.protocol import (
     DeliveryAttempt,
+    DeskOrder,
     EffectState,
     Notification,
     OrderRecord,
@@ -62,6 +63,7 @@ from awl.store.rules import (
     held_call,
     new_notifications,
     next_effect,
+    not_empty,
     notification_not_found,
     notification_payload,
     order_event_kind,
@@ -74,6 +76,9 @@ from awl.store.rules import (
     read_record,
     read_track_row,
     restored_effect,
+    restored_effects,
+    restored_orders,
+    restored_rows,
     seq_conflict,
     timestamp,
     web_session_conflict,
@@ -327,6 +332,16 @@ class SQLStore(ABC):
                         first_track_row(order, event))
             self._queue(conn, order.id, None, event.to)
             self._announce(conn, order.id, 1)
+
+    def _position(self, order_id: str) -> int:
+        """The order's position (the newest has the highest); NotFound if absent: where a
+        listing page ``before`` it starts."""
+        with self._read() as conn:
+            row = conn.execute(self.dialect.sql("SELECT pos FROM orders WHERE id = ?"),
+                               (order_id,)).fetchone()
+        if row is None:
+            raise order_not_found(order_id)
+        return int(row[0])
 
     # Track records and the question queue, kept in the writes above (awl.store.tally) ------
     def _track_row(self, conn: Connection, order_id: str) -> tuple[str, str, TrackRow]:
@@ -769,3 +784,100 @@ class SQLStore(ABC):
                 f"{q('SELECT doc{text} FROM outbox')} {where} {q('ORDER BY pos DESC LIMIT ?')}",
                 (*params, self.dialect.no_limit if limit is None else limit)).fetchall()
         return [_notification_from(doc) for (doc,) in rows]
+
+    # Copying a desk (BulkRead, Restore) ---------------------------------------------------
+    _DESK_TABLES: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("orders", "orders"), ("revocations", "revocations"), ("tokens", "tokens"))
+    """What an empty store holds none of, and the table that holds it (see :meth:`restore`)."""
+
+    @abstractmethod
+    def _among_ids(self, ids: list[str]) -> tuple[str, list[Any]]:
+        """The condition (after ``order_id``) and parameters naming the orders ``ids``."""
+
+    @abstractmethod
+    def _insert_rows(self, conn: Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run the insert ``sql`` once for each of ``rows``, in as few round trips as may be."""
+
+    @abstractmethod
+    def _restoring(self) -> AbstractContextManager[Connection]:
+        """The one durable write transaction of :meth:`restore`, holding off every other
+        writer of the tables it checks until it ends."""
+
+    @abstractmethod
+    def _restore_calls(self, conn: Connection, order: DeskOrder) -> None:
+        """Write the order's calls as the store's own call writes would, with every total
+        and charge they keep (:func:`~awl.store.rules.check_restored_ref` each first)."""
+
+    def _restore_keys(self, conn: Connection, keys: Mapping[str, Any]) -> None:
+        """Write the published key set (a store that keeps none refuses it)."""
+        raise BadRequest(f"{type(self).__name__} keeps no published public keys (they stay in "
+                         "the desk's home folder)")
+
+    def desk_orders(self, records: Sequence[OrderRecord]) -> list[DeskOrder]:
+        """Each record with everything its order carries, read in one snapshot."""
+        q = self.dialect.sql
+        ids = [record.order.id for record in records]
+        among, params = self._among_ids(ids)
+        parts: dict[str, dict[str, list[Any]]] = {
+            oid: {"events": [], "calls": [], "charges": [], "effects": [], "passes": []}
+            for oid in ids}
+        with self._snapshot() as conn:
+            found = {oid for (oid,) in conn.execute(f"SELECT id FROM orders WHERE id {among}",
+                                                    params)}
+            for oid in ids:
+                if oid not in found:
+                    raise order_not_found(oid)
+            for oid, doc in conn.execute(q("SELECT order_id, doc{text} FROM events WHERE")
+                                         + f" order_id {among} ORDER BY order_id, seq", params):
+                parts[oid]["events"].append(Event.model_validate_json(doc))
+            for oid, counted, usd, doc in conn.execute(
+                    q("SELECT order_id, counted, usd, doc{text} FROM calls WHERE")
+                    + f" order_id {among} ORDER BY order_id, n", params):
+                parts[oid]["calls"].append(CallRecord.model_validate_json(doc))
+                parts[oid]["charges"].append(float(usd) if counted else None)
+            for oid, doc in conn.execute(q("SELECT order_id, doc{text} FROM effects WHERE")
+                                         + f" order_id {among} ORDER BY order_id, n", params):
+                parts[oid]["effects"].append(read_effect(doc))
+            for oid, doc in conn.execute(q("SELECT order_id, doc{text} FROM passes WHERE")
+                                         + f" order_id {among} ORDER BY pos", params):
+                parts[oid]["passes"].append(read_pass(doc))
+        return [DeskOrder(record, **{k: tuple(v) for k, v in parts[record.order.id].items()})
+                for record in records]
+
+    def restore(self, orders: Iterable[Sequence[DeskOrder]], *,
+                revocations: Mapping[str, Revocation], tokens: Sequence[TokenRecord],
+                keys: Mapping[str, Any] | None = None) -> None:
+        """Load a whole desk into this empty store in one transaction (see
+        :class:`~awl.store.protocol.Restore`): a restore that stops half way (an error, a
+        ``kill -9``) writes nothing."""
+        q = self.dialect.sql
+        with self._restoring() as conn:
+            refusal = not_empty([what for what, table in self._DESK_TABLES if conn.execute(
+                f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0]])
+            if refusal is not None:
+                raise refusal
+            if keys is not None:
+                self._restore_keys(conn, keys)
+            for batch in orders:
+                self._insert_rows(conn, q(
+                    "INSERT INTO orders (id, doc, state, seq, worker, manager, parent_id,"
+                    " created_at, updated_at) VALUES (?, ?{jsonb}, ?, ?, ?, ?, ?, ?, ?)"),
+                    restored_orders(batch))
+                for table, rows in restored_rows(batch).items():
+                    key = "seq" if table == "events" else "idx"
+                    self._insert_rows(conn, q(f"INSERT INTO {table} (order_id, {key}, doc)"
+                                              " VALUES (?, ?, ?{jsonb})"), rows)
+                for order in batch:
+                    self._restore_calls(conn, order)
+                self._insert_rows(conn, q("INSERT INTO effects (order_id, n, doc)"
+                                          " VALUES (?, ?, ?{jsonb})"),
+                                  [row for order in batch for row in restored_effects(order)])
+                self._insert_rows(conn, q("INSERT INTO passes (jti, order_id, doc)"
+                                          " VALUES (?, ?, ?{jsonb})"),
+                                  [(p.jti, p.order_id, pass_doc(p))
+                                   for order in batch for p in order.passes])
+            self._insert_rows(conn, q("INSERT INTO revocations (jti, reason, at) VALUES (?, ?, ?)"),
+                              [(jti, r.reason, r.at) for jti, r in revocations.items()])
+            self._insert_rows(conn, q("INSERT INTO tokens (token_hash, principal, created_at)"
+                                      " VALUES (?, ?, ?)"),
+                              [(t.token_hash, t.principal, t.created_at) for t in tokens])

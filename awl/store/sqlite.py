@@ -46,7 +46,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
@@ -57,6 +57,7 @@ from awl.documents.models import CallRecord
 from awl.store.files import create_private, make_private
 from awl.store.protocol import (
     BlockedRow,
+    DeskOrder,
     LockInfo,
     OrderRecord,
     OverBudget,
@@ -70,7 +71,9 @@ from awl.store.rules import (
     MAX_CHAIN,
     call_number,
     check_ending,
+    check_restored_ref,
     check_takeover,
+    dump_json,
     exceeded_above,
     exceeded_scope,
     json_text,
@@ -363,11 +366,12 @@ MIGRATIONS: tuple[tuple[str | Callable[[sqlite3.Connection], None], ...], ...] =
         )""",
         "CREATE INDEX question_queue_by_manager ON question_queue (manager, pos)",
         "CREATE INDEX question_queue_by_escalation ON question_queue (escalate_to, pos)",
-        # Listing by worker or manager and state, and a deep page: a page's positions are
-        # found in a narrow index before any document is read.
+        # Listing by worker, manager or parent and state, and a deep page or one of several
+        # states: a page's positions are found in a narrow index before any document is read.
         "CREATE INDEX orders_by_worker_state ON orders (worker, state, pos)",
         "CREATE INDEX orders_by_manager_state ON orders (manager, state, pos)",
-        "CREATE INDEX orders_by_pos ON orders (pos)",
+        "CREATE INDEX orders_by_parent_state ON orders (parent_id, state, pos)",
+        "CREATE INDEX orders_by_pos_state ON orders (pos, state)",
         # The orders already there (the question queue too).
         lambda conn: fill_derived(conn),
     ),
@@ -520,6 +524,15 @@ class _Totals:
     charged_first: tuple[float, str] | None = None
     """Their earliest call: its start, as a number and as written."""
 
+    def usage(self) -> Usage:
+        """What is charged to the order: its own calls and its sub-orders'."""
+        first_at = self.first_at
+        if self.charged_first is not None and (self.first_started is None
+                                               or self.charged_first[0] < self.first_started):
+            first_at = self.charged_first[1]
+        return Usage(tool_calls=self.calls + self.charged_calls,
+                     usd=self.usd + self.charged_usd, first_call_at=first_at)
+
 
 def _passive_checkpoint(conn: sqlite3.Connection) -> tuple[int, int]:
     row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
@@ -578,6 +591,10 @@ class SQLiteStore(SQLStore):
         ...     store.list_orders()
         []
     """
+
+    in_process = True
+    """Its calls are short local transactions: a gateway runs them on its event loop
+    (GW-20)."""
 
     dialect = DIALECT
     track_fields = _TRACK_FIELDS
@@ -772,6 +789,7 @@ class SQLiteStore(SQLStore):
         parent_id: str | None = None,
         limit: int | None = 100,
         offset: int = 0,
+        before: str | None = None,
     ) -> list[OrderRecord]:
         """Orders matching every filter given, most recently created first; a page costs
         what it returns, however deep."""
@@ -783,11 +801,14 @@ class SQLiteStore(SQLStore):
                 return []
             clauses.append(f"state IN ({','.join('?' * len(states))})")
             params.extend(states)
+        if before is not None:
+            clauses.append("pos < ?")
+            params.append(self._position(before))
         where = _where(clauses, params, (("worker", worker), ("manager", manager),
                                          ("parent_id", parent_id)))
-        # The page's positions first, from a narrow index (by state, worker, manager, parent,
-        # worker or manager and state, or position alone): a deep offset walks index entries,
-        # never documents.
+        # The page's positions first, from a narrow index (by state; by worker, manager or
+        # parent, with a state or not; or by position, with states or not): a deep offset
+        # walks index entries, never documents.
         page = f"SELECT pos FROM orders {where} ORDER BY pos DESC LIMIT ? OFFSET ?"
         return self._records(f"WHERE pos IN ({page})",
                              [*params, -1 if limit is None else limit, offset], None, 0)
@@ -951,14 +972,7 @@ class SQLiteStore(SQLStore):
     def usage(self, order_id: str, jtis: frozenset[str] | None = None) -> Usage:
         """Counted calls and USD so far (for the calls under ``jtis`` if given)."""
         with self._read() as conn:
-            totals = self._totals(conn, order_id)
-            calls = totals.calls + totals.charged_calls
-            usd = totals.usd + totals.charged_usd
-            first_at = totals.first_at
-            sub_first = totals.charged_first
-            if sub_first is not None and (totals.first_started is None
-                                          or sub_first[0] < totals.first_started):
-                first_at = sub_first[1]
+            calls, usd, first_at = astuple(self._totals(conn, order_id).usage())
             if jtis is not None:
                 calls, usd = self._pass_spent(conn, order_id, jtis)
                 clause, params = _jti_filter(jtis)
@@ -996,6 +1010,41 @@ class SQLiteStore(SQLStore):
             if row is not None and read_lock(row[0]).holder == holder:
                 conn.execute("DELETE FROM locks WHERE name = ?", (name,))
 
+
+    # Copying a desk (the rest is shared: awl.store.sql) ---------------------------------
+    def usages(self, order_ids: Sequence[str]) -> list[Usage]:
+        """Each order's usage, in one snapshot."""
+        with self._read() as conn:
+            return [self._totals(conn, oid).usage() for oid in order_ids]
+
+    def _among_ids(self, ids: list[str]) -> tuple[str, list[Any]]:
+        # One JSON text: a batch may hold more ids than a statement takes parameters.
+        return "IN (SELECT value FROM json_each(?))", [json.dumps(ids)]
+
+    def _insert_rows(self, conn: Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        assert isinstance(conn, sqlite3.Connection)
+        conn.executemany(sql, rows)
+
+    @contextmanager
+    def _restoring(self) -> Iterator[sqlite3.Connection]:
+        # The file's one write lock, held from BEGIN IMMEDIATE to the commit. Then the track
+        # tallies and the question queue, from the orders just written, and the planner's
+        # statistics, for the first reads of a large new desk.
+        with self._write() as conn:
+            yield conn
+            fill_derived(conn)
+            conn.execute("ANALYZE")
+
+    def _restore_calls(self, conn: Connection, order: DeskOrder) -> None:
+        assert isinstance(conn, sqlite3.Connection)
+        oid = order.record.order.id
+        for record, usd in zip(order.calls, order.charges, strict=True):
+            totals = self._totals(conn, oid)
+            check_restored_ref(record, totals.last_n + 1)
+            above = [] if totals.parent_id is None else self._above(conn, oid)
+            self._insert_call(conn, record, dump_json(record.to_json()), totals,
+                              counted=usd is not None, usd=usd or 0.0,
+                              above=[a[0] for a in above])
 
 class _WriteTransaction:
     """``BEGIN IMMEDIATE`` on a pooled connection; COMMIT on success, ROLLBACK on error.

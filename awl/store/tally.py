@@ -249,14 +249,24 @@ def read_sql(worker: str, manager: str | None, run: Run, mark: str) -> TrackReco
                    "SELECT kind, key, orders, spent, budget FROM track_tally"
                    f" WHERE worker = {mark} AND manager = {mark}", (worker, scope))}
     mine = "" if manager is None else f" AND manager = {mark}"
+    # Every median's middle values in one statement (a round trip saved per median).
+    wanted = [(kind, key, *middle(n)) for (kind, key), (n, _, _) in sorted(tallies.items())
+              if kind in ("ratio", "seconds") and n > 0]
+    found: dict[tuple[str, str], list[float]] = {(kind, key): [] for kind, key, _, _ in wanted}
+    if wanted:
+        parts, params = [], []
+        for i, (kind, key, offset, limit) in enumerate(wanted):
+            parts.append(f"SELECT {i} AS i, value FROM (SELECT value FROM track_values"
+                         f" WHERE worker = {mark}{mine} AND kind = {mark} AND key = {mark}"
+                         f" ORDER BY value LIMIT {mark} OFFSET {mark}) AS m{i}")
+            params += [worker, *(() if manager is None else (manager,)), kind, key, limit,
+                       offset]
+        for i, value in run(" UNION ALL ".join(parts), params):
+            found[wanted[int(i)][:2]].append(float(value))
+        for values in found.values():
+            values.sort()
 
-    def read(kind: str, key: str, offset: int, limit: int) -> list[float]:
-        return [float(v) for (v,) in run(
-            f"SELECT value FROM track_values WHERE worker = {mark}{mine} AND kind = {mark}"
-            f" AND key = {mark} ORDER BY value LIMIT {mark} OFFSET {mark}",
-            (worker, *(() if manager is None else (manager,)), kind, key, limit, offset))]
-
-    return record_from(worker, tallies, read)
+    return record_from(worker, tallies, lambda kind, key, offset, limit: found[(kind, key)])
 
 
 def adding_sql(mark: str) -> str:

@@ -50,7 +50,7 @@ from awl.documents.pointers import pointer
 from awl.store.protocol import Store
 from awl.store.urls import shown_url
 from awl.web._sessions import Session, Sessions
-from gateway._commit import commit, retry
+from gateway import commit, retry
 
 __all__ = ["COOKIE", "CSP", "WebConfig", "build_app"]
 

@@ -181,3 +181,60 @@ def test_a_bad_public_url_is_one_line(tmp_path: Path,
     out, err = capsys.readouterr()
     assert out == ""
     assert err.count("\n") == 1 and "the public URL must start with http://" in err
+
+
+@pytest.mark.spec("BIND-14")
+def test_notify_commands_use_the_store_that_awl_store_or_store_names(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With AWL_STORE naming a SQLite file elsewhere, every `awl notify` command works on that
+    file and not on the home's desk; `--store` comes before AWL_STORE."""
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    home.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.setenv("AWL_STORE", str(elsewhere / "desk.sqlite3"))
+    assert main(["notify", "add", "http://127.0.0.1:9/h", "--events", "submitted",
+                 "--json", "--home", str(home)]) == 0
+    added = json.loads(capsys.readouterr().out)
+    assert not (home / "desk.sqlite3").exists()
+    with SQLiteStore(elsewhere / "desk.sqlite3") as store:
+        assert [w.id for w in store.webhooks()] == [added["id"]]
+    submit(elsewhere)  # its submitted event is in the outbox there
+    assert main(["notify", "list", "--json", "--home", str(home)]) == 0
+    assert [w["id"] for w in json.loads(capsys.readouterr().out)] == [added["id"]]
+    assert main(["notify", "log", "--json", "--home", str(home)]) == 0
+    assert [n["webhook_id"] for n in json.loads(capsys.readouterr().out)] == [added["id"]]
+    assert main(["notify", "run", "--once", "--home", str(home)]) == 0
+    capsys.readouterr()
+    assert outbox(elsewhere)[0]["attempts"] == 1  # tried (nothing listens on port 9)
+    # --store names another desk, whatever AWL_STORE says.
+    other = tmp_path / "other.sqlite3"
+    assert main(["notify", "list", "--json", "--store", str(other)]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert main(["notify", "remove", added["id"], "--home", str(home)]) == 0
+    capsys.readouterr()
+    with SQLiteStore(elsewhere / "desk.sqlite3") as store:
+        assert store.webhooks() == []
+
+
+@pytest.mark.spec("BIND-14")
+def test_notify_on_a_postgresql_store_opens_it(
+        tmp_path: Path, pg_url: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PostgreSQL URL in AWL_STORE is opened by `awl notify`: the subscription is kept
+    there, or, on a store that keeps no webhooks yet, refused in one line."""
+    from awl.store.postgres import PostgresStore
+    from awl.store.protocol import WebhookStore
+
+    monkeypatch.setenv("AWL_STORE", pg_url)
+    code = main(["notify", "add", "http://127.0.0.1:9/h", "--events", "submitted",
+                 "--json", "--home", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert not (tmp_path / "desk.sqlite3").exists()
+    with PostgresStore(pg_url) as store:
+        if isinstance(store, WebhookStore):
+            assert code == 0, err
+            assert [w.id for w in store.webhooks()] == [json.loads(out)["id"]]
+        else:
+            assert code == 1 and out == ""
+            assert err.count("\n") == 1 and "keeps no webhooks" in err

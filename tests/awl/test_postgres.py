@@ -22,9 +22,9 @@ import pytest
 from awl.cli import main
 from awl.documents.errors import AWLError
 from awl.store.postgres import SCHEMA_VERSION, PostgresStore
-from awl.store.protocol import LockInfo, Reserved
+from awl.store.protocol import LockInfo, OverBudget, Reservation, Reserved, Scope
 from gateway._lock import OrderLock
-from tests.awl.test_store import create, ev
+from tests.awl.test_store import T0, create, ev, refusal, reserve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -141,7 +141,7 @@ time.sleep(120)
 @pytest.mark.slow
 def test_a_killed_holder_on_another_host_is_taken_over_at_once(pg_url: str) -> None:
     """kill -9 of a lock holder whose lease has an hour left: the next committer takes
-    the lock at once, without waiting out the lease."""
+    the lock at once, without waiting out the lease, and names the holder it replaced."""
     proc = _python(_HOLDER, pg_url)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
@@ -158,7 +158,12 @@ def test_a_killed_holder_on_another_host_is_taken_over_at_once(pg_url: str) -> N
                 time.sleep(0.01)
             took = time.monotonic() - killed
             assert store.get_lock("commit:o1") == lock.info
+            # The server freed the lock, and the record the dead holder left names it.
+            assert lock.took_over == held
             lock.release()
+            again = OrderLock(store, "commit:o1", lease=30)
+            assert again.try_acquire() and again.took_over is None  # released: nobody died
+            again.release()
             assert store.get_lock("commit:o1") is None
     finally:
         proc.kill()
@@ -286,6 +291,52 @@ def test_pass_rotate_and_retire_with_a_store_publish_the_public_keys(
         assert store.published_keys() == keys.jwks()
         assert [k["kid"] for k in keys.jwks()["keys"]] == [keys.current_kid]
     capsys.readouterr()
+
+
+@pytest.mark.spec("GW-5", "GW-20")
+def test_one_statement_reservations_from_two_stores_number_and_count_exactly(
+        pg_url: str) -> None:
+    """Two stores (two gateways' worth) whose next reservations each take the one-statement
+    path, racing from 40 threads on one order with a usd limit, with a refusal between:
+    every call numbered once without a gap, exactly the limit reserved, the pass's own
+    totals and the first call's time kept as the general path keeps them."""
+    a, b = PostgresStore(pg_url), PostgresStore(pg_url)
+    try:
+        create(a)
+        scope = [Scope(jtis=None, max_calls=100, max_usd=1.2, name="order")]
+        first = reserve(a, jti="p1", usd=0.1, scopes=scope, at="2030-01-01T00:00:05Z")
+        assert isinstance(first, Reserved) and first.record.ref == "srv/read#1"
+        assert b.record_call(refusal()).ref == "srv/write#2"
+        # Both now number their next call at once (the one-statement path).
+        assert (a._next_n["o1"], b._next_n["o1"]) == (2, 3)
+        results: list[Reservation] = []
+        guard, barrier = threading.Lock(), threading.Barrier(40)
+
+        def run(store: PostgresStore) -> None:
+            barrier.wait()
+            got = reserve(store, jti="p1", usd=0.1, scopes=scope)
+            with guard:
+                results.append(got)
+
+        threads = [threading.Thread(target=run, args=(s,)) for s in [a, b] * 20]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        won = [r for r in results if isinstance(r, Reserved)]
+        assert len(won) == 11 and results.count(OverBudget("order")) == 29
+        calls = a.calls("o1")
+        assert [int(c.ref.rpartition("#")[2]) for c in calls] == list(range(1, 14))
+        assert sorted(c.ref for c in calls if c.tool == "srv/read") == sorted(
+            ["srv/read#1", *(r.record.ref for r in won)])
+        usage = b.usage("o1")
+        assert (usage.tool_calls, round(usage.usd, 9)) == (12, 1.2)
+        assert usage.first_call_at == T0
+        assert b.usage("o1", frozenset({"p1"})).tool_calls == 12
+        assert reserve(b, usd=0.1, scopes=scope) == OverBudget("order")
+    finally:
+        a.close()
+        b.close()
 
 
 # Webhooks and the outbox across hosts -------------------------------------------------------

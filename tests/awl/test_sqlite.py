@@ -64,7 +64,8 @@ def _back_to(path: Path, version: int, *undo: str) -> None:
     if version < 8:  # the track tallies and the indexes migration 8 makes again
         undo = (*undo, "DROP TABLE track_tally", "DROP TABLE track_values",
                 "DROP TABLE question_queue", *(f"DROP INDEX {name}" for name in (
-                    "orders_by_worker_state", "orders_by_manager_state", "orders_by_pos")))
+                    "orders_by_worker_state", "orders_by_manager_state", "orders_by_parent_state",
+                    "orders_by_pos_state")))
     if version < 7:  # the webhook tables, which migration 7 makes again
         undo = (*undo, "DROP TABLE webhooks", "DROP TABLE outbox")
     for statement in undo:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -160,6 +162,23 @@ def test_the_comparison_finds_every_kind_of_difference(tmp_path: Path) -> None:
                      f"order {ids['a']}: its calls differ",
                      "the revocations differ", "the revoked passes differ",
                      "the desk tokens differ"]
+
+
+@pytest.mark.spec("BIND-15")
+def test_a_copy_and_its_comparison_go_page_by_page(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With pages of two orders the copy and the comparison still see every order (five:
+    three pages), and an order too many in the copy is found with both counts."""
+    monkeypatch.setattr("awl.store.copy.BATCH", 2)
+    source = MemoryStore()
+    fill(source)
+    with SQLiteStore(tmp_path / "copy.sqlite3") as copied:
+        assert copy_store(source, copied).orders == 5
+        assert compare_stores(source, copied) == []
+        desk = Desk(copied, clock=Clock())
+        desk.create(order_fields(), MANAGER)
+        assert compare_stores(source, copied) == [
+            "the orders differ: 5 in the source, 6 in the copy (or listed in another order)"]
 
 
 @pytest.mark.spec("BIND-15")
@@ -321,3 +340,84 @@ def test_postgresql_to_postgresql_carries_the_published_keys(
         assert compare_stores(source, target) == []
         with SQLiteStore(tmp_path / "plain.sqlite3") as plain:
             assert copy_store(target, plain).public_keys == "not kept"
+
+
+# -- a copy killed half way -------------------------------------------------------------------
+
+def _copy_process(source: Path, target: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("AWL_STORE", None)
+    return subprocess.Popen([sys.executable, "-m", "awl", "store", "copy", "--from",
+                             str(source), "--to", target], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _kill_when(copying: subprocess.Popen[str], writing: Any, after: float = 0.0) -> None:
+    """``kill -9`` the copy ``after`` seconds once ``writing()`` says it fills its target."""
+    deadline = time.monotonic() + 60
+    while not writing():
+        assert copying.poll() is None, copying.communicate()
+        assert time.monotonic() < deadline, "the copy never started writing"
+        time.sleep(0.01)
+    time.sleep(after)
+    assert copying.poll() is None, "the copy ended before it was killed"
+    copying.send_signal(signal.SIGKILL)
+    copying.communicate(timeout=10)
+    assert copying.returncode == -signal.SIGKILL
+
+
+def _large_desk(tmp_path: Path, orders: int) -> Path:
+    from bench.desk import build
+
+    source = tmp_path / "large.sqlite3"
+    build(source, orders)
+    return source
+
+
+@pytest.mark.slow
+@pytest.mark.spec("BIND-17")
+def test_a_copy_killed_half_way_into_sqlite_leaves_it_empty(tmp_path: Path) -> None:
+    """`kill -9` of `awl store copy` while it writes a SQLite target: the target holds
+    nothing (the copy is one transaction), and a second copy into it succeeds."""
+    source = _large_desk(tmp_path, 3000)
+    target = tmp_path / "copy.sqlite3"
+    wal = tmp_path / "copy.sqlite3-wal"
+    copying = _copy_process(source, str(target))
+    _kill_when(copying, lambda: wal.exists() and wal.stat().st_size > 2_000_000)
+    with SQLiteStore(target) as left:
+        assert left.list_orders(limit=1) == [] and left.tokens() == []
+    again = _copy_process(source, str(target))
+    out, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err
+    assert out.startswith("copied 3000 orders (") and "verified" in out
+    with SQLiteStore(source) as a, SQLiteStore(target) as b:
+        assert compare_stores(a, b) == []
+
+
+@pytest.mark.slow
+@pytest.mark.spec("BIND-17")
+def test_a_copy_killed_half_way_into_postgresql_leaves_it_empty(
+        tmp_path: Path, pg_url: str) -> None:
+    """`kill -9` of `awl store copy` while it writes a PostgreSQL target: the server rolls
+    the copy's one transaction back, so the target holds nothing and a second copy works."""
+    import psycopg
+
+    from awl.store.postgres import PostgresStore
+
+    source = _large_desk(tmp_path, 3000)
+    PostgresStore(pg_url).close()  # the schema, so the watcher can find the copy's lock
+    with psycopg.connect(pg_url, autocommit=True) as watcher:
+        def writing() -> bool:
+            return watcher.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks AS l JOIN pg_class AS c"
+                " ON c.oid = l.relation WHERE c.oid = 'orders'::regclass"
+                " AND l.mode = 'ShareRowExclusiveLock' AND l.granted)").fetchone() == (True,)
+
+        copying = _copy_process(source, pg_url)
+        _kill_when(copying, writing, after=0.3)
+    with PostgresStore(pg_url) as left:
+        assert left.list_orders(limit=1) == [] and left.tokens() == []
+    again = _copy_process(source, pg_url)
+    out, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err
+    assert out.startswith("copied 3000 orders (") and "verified" in out

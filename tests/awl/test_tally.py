@@ -132,6 +132,7 @@ def _history(desk: Desk, clock: Clock, check: Callable[[], None]) -> None:
         check()
 
 
+@pytest.mark.spec("BIND-18")
 def test_the_kept_record_agrees_with_one_from_scratch_after_every_event(store: Store) -> None:
     """Counts, rework rounds, medians (exactly) and spend sums (up to rounding) agree, for
     the worker and for each manager's share, after every kind of event."""
@@ -147,6 +148,7 @@ def test_the_kept_record_agrees_with_one_from_scratch_after_every_event(store: S
     assert store.track_record(OTHER).active == 1
 
 
+@pytest.mark.spec("BIND-18")
 def test_memory_sqlite_and_postgres_give_identical_records_and_queues(
         tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """The same writes give the same records on every backend, to the last bit of each sum,
@@ -177,6 +179,7 @@ def test_memory_sqlite_and_postgres_give_identical_records_and_queues(
     assert seen[0] == seen[1] == seen[2]
 
 
+@pytest.mark.spec("BIND-18", "SEC-8")
 def test_a_manager_s_share_reads_no_order(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """A manager reading a worker's record (SEC-8) gets its own orders' share from the
     tallies: no order is loaded or listed, and one that issued none is still refused."""
@@ -221,6 +224,7 @@ def _filled_again(store: Store, reopen: Callable[[], Any], version: int) -> None
         assert again.blocked_orders(MANAGER) == queue
 
 
+@pytest.mark.spec("BIND-18")
 def test_an_older_sqlite_desk_gets_its_tallies_and_queue_filled(tmp_path: Path) -> None:
     """Migration 8 fills the tallies and the question queue from the orders there."""
     from awl.store.sqlite import SCHEMA_VERSION, SQLiteStore
@@ -235,6 +239,7 @@ def test_an_older_sqlite_desk_gets_its_tallies_and_queue_filled(tmp_path: Path) 
     _filled_again(SQLiteStore(path), reopen, SCHEMA_VERSION)
 
 
+@pytest.mark.spec("BIND-18")
 def test_an_older_postgres_desk_gets_its_tallies_and_queue_filled(pg_url: str) -> None:
     """Migration 3 fills the tallies and the question queue from the orders there."""
     import psycopg
@@ -246,9 +251,74 @@ def test_an_older_postgres_desk_gets_its_tallies_and_queue_filled(pg_url: str) -
             for statement in (
                     "DROP TABLE track_tally", "DROP TABLE track_values",
                     "DROP TABLE question_queue", "DROP INDEX orders_by_worker_state",
-                    "DROP INDEX orders_by_manager_state"):
+                    "DROP INDEX orders_by_manager_state", "DROP INDEX orders_by_parent_state",
+                    "DROP INDEX orders_by_pos_state"):
                 conn.execute(statement)
             conn.execute("DELETE FROM awl_schema WHERE version > %s", (SCHEMA_VERSION - 1,))
         return PostgresStore(pg_url)
 
     _filled_again(PostgresStore(pg_url), reopen, SCHEMA_VERSION)
+
+
+@pytest.mark.spec("BIND-18")
+@pytest.mark.parametrize("filters", [
+    {}, {"state": "working"}, {"state": ["working", "blocked"]}, {"worker": WORKER},
+    {"worker": WORKER, "state": "approved"}, {"manager": MANAGER},
+    {"manager": MANAGER, "state": "blocked"}, {"parent_id": "wo_x"},
+    {"parent_id": "wo_x", "state": "offered"},
+])
+def test_a_deep_sqlite_page_finds_its_orders_in_an_index(
+        filters: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every filter finds a page's positions in a covering index (the plan names no read of
+    the orders table itself), and reads documents by position for the page alone."""
+    from awl.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "desk.sqlite3")
+    try:
+        clock = Clock()
+        desk = Desk(store, clock=clock)
+        for _ in range(3):
+            working(desk)
+        pages: list[tuple[str, list[Any]]] = []
+        real = store._records
+
+        def spy(where: str, params: list[Any], limit: int | None, offset: int) -> Any:
+            pages.append((where, params))
+            return real(where, params, limit, offset)
+
+        monkeypatch.setattr(store, "_records", spy)
+        assert len(store.list_orders(**filters, limit=1, offset=1)) <= 1
+        ((where, params),) = pages
+        with store._read() as conn:
+            plan = [row[-1] for row in conn.execute(
+                f"EXPLAIN QUERY PLAN SELECT doc FROM orders {where}", params)]
+        reads = [step for step in plan if step.startswith(("SCAN orders", "SEARCH orders"))]
+        assert reads[0] == "SEARCH orders USING INTEGER PRIMARY KEY (rowid=?)", plan
+        assert reads[1:] and all("COVERING INDEX" in step for step in reads[1:]), plan
+    finally:
+        store.close()
+
+
+@pytest.mark.spec("BIND-18")
+def test_pages_after_a_cursor_are_the_pages_at_an_offset(store: Store) -> None:
+    """Listing ``before`` the last order of a page gives the next page, with any filter, as
+    an offset does; a cursor naming no order is NotFound."""
+    from awl.documents.errors import NotFound
+
+    desk = Desk(store, clock=Clock())
+    for i in range(7):
+        view = working(desk, manager=(MANAGER, HELPER)[i % 2])
+        if i % 3 == 0:
+            desk.cancel(view.id, view.order.manager, "not needed")
+    for filters in ({}, {"manager": MANAGER}, {"state": "working"},
+                    {"worker": WORKER, "state": ["working", "cancelled"]}):
+        by_offset = [[v.id for v in desk.list(**filters, limit=2, offset=n)]
+                     for n in range(0, 8, 2)]
+        by_cursor: list[list[str]] = []
+        page = [v.id for v in desk.list(**filters, limit=2)]
+        while page:
+            by_cursor.append(page)
+            page = [v.id for v in desk.list(**filters, limit=2, before=page[-1])]
+        assert by_cursor == [p for p in by_offset if p], filters
+    with pytest.raises(NotFound):
+        desk.list(before="wo_nosuchorder")

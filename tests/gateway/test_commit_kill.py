@@ -9,6 +9,7 @@ import pytest
 from awl.documents.errors import InvalidTransition
 from gateway._commit import commit_sync, lock_name, retry_sync, settle
 from gateway._config import load_config
+from gateway._lock import HOST
 from tests.gateway.commit_support import (
     MANAGER,
     Setup,
@@ -54,10 +55,10 @@ def test_killed_after_the_dispatching_mark_is_unknown_and_never_sent(
     kill9(proc)
 
     summary = recommit(setup)  # no manual step: the dead holder's lock is taken over
-    # SQLite: the dead holder's record is taken over and named. PostgreSQL: the server freed
-    # its advisory lock with its connection, so the lock is simply free (nothing to name).
+    # SQLite: the dead holder's record is taken over. PostgreSQL: the server freed its
+    # advisory lock with its connection, and the record it left names it all the same.
     took_over = summary.took_over  # type: ignore[attr-defined]
-    assert (took_over is not None) == (store_url is None), took_over
+    assert took_over == f"pid {proc.pid} on {HOST}", took_over
     assert summary.recovered == (setup.refs[1],)  # type: ignore[attr-defined]
     states = setup.states()
     assert states[setup.refs[0]].state == "committed"

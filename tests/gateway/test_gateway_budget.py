@@ -10,6 +10,9 @@ import pytest
 from mcp import Client
 
 from awl.documents.patterns import Ref, parse_ref
+from awl.store.postgres import PostgresStore
+from awl.store.protocol import Store
+from awl.store.sqlite import SQLiteStore
 from tests.gateway.gateway_support import (
     Clock,
     connect,
@@ -54,6 +57,43 @@ async def test_a_hundred_concurrent_calls_spend_exactly_ten(tmp_path: Path,
     assert delivered == sorted(r.ref for r in counted if r.outcome == "ok")
     assert sum(1 for r in results if r.is_error) == 90
     assert all(text(r).startswith("AWL_BUDGET_EXHAUSTED: ") for r in results if r.is_error)
+
+
+@pytest.mark.spec("GW-5", "GW-20")
+async def test_four_gateway_processes_forward_exactly_the_budget(
+        tmp_path: Path, store_url: str | None) -> None:
+    """100 concurrent calls from 4 ``awl gateway`` processes (distinct hosts' worth) on one
+    order with ``tool_calls: 10``, on SQLite and on PostgreSQL, forward exactly 10, numbered 1
+    to 100 without a gap or a twin."""
+    (tmp_path / "home").mkdir()
+    store: Store = (SQLiteStore(tmp_path / "home" / "desk.sqlite3") if store_url is None
+                    else PostgresStore(store_url))
+    try:
+        env = make_env(tmp_path, staged=[], budget={"tool_calls": 10}, store=store)
+        answers: list[types.CallToolResult] = []
+        extra = {"AWL_STORE": store_url} if store_url is not None else None
+
+        async def hammer(tag: str) -> None:
+            async with (gateway_client(env, env_extra=extra) as client,
+                        anyio.create_task_group() as tg):
+                await client.list_tools()
+                for i in range(25):
+                    tg.start_soon(_deliver, client, f"{tag}{i}", answers)
+
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                for tag in "abcd":
+                    tg.start_soon(hammer, tag)
+        assert len(answers) == 100
+        assert sum(1 for a in answers if not a.is_error) == 10
+        assert all(text(a).startswith("AWL_BUDGET_EXHAUSTED: ") for a in answers if a.is_error)
+        assert len(env.deliveries()) == 10
+        assert store.usage(env.order_id).tool_calls == 10
+        records = env.calls()
+        assert sorted(int(r.ref.rpartition("#")[2]) for r in records) == list(range(1, 101))
+        assert [r.outcome for r in records].count("ok") == 10
+    finally:
+        store.close()
 
 
 @pytest.mark.spec("GW-5")

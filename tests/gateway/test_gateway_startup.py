@@ -246,3 +246,51 @@ def _close_after_listing(params: Any, tools: set[str]) -> tuple[int, float]:
             proc.kill()
             proc.wait()
         proc.stdout.close()
+
+
+_MODULES_AT_EXIT = '''
+import atexit, os, sys
+def _write():
+    with open(os.environ["AWL_TEST_MODULES"], "w") as f:
+        f.write("\\n".join(sorted(sys.modules)))
+atexit.register(_write)
+'''
+"""A sitecustomize.py: the process writes every module it imported when it exits."""
+
+NOT_FOR_STDIO = ("jsonschema", "referencing", "rpds", "re2", "jwt",
+                 "cryptography.hazmat.primitives.asymmetric", "cryptography.x509",
+                 "awl.passes.keys", "awl.passes.chain", "awl.documents.conformance",
+                 "gateway._commit")
+"""What a stdio gateway without a pass, whose upstream tools have no schemas to check, never
+needs: the JSON Schema stack, PyJWT and cryptography's keys, the commit path. (The MCP SDK
+itself imports Starlette, uvicorn, sse-starlette, httpx and part of cryptography whatever
+part of it is used, so those cannot be avoided.)"""
+
+
+@pytest.mark.parametrize(("server", "loaded"), [
+    ("receiver", ()), ("notes", ("jsonschema", "referencing", "rpds"))],
+    ids=["no-output-schema", "an-output-schema"])
+def test_a_stdio_gateway_imports_only_what_it_uses(tmp_path: Path, server: str,
+                                                    loaded: tuple[str, ...]) -> None:
+    """``awl gateway`` over stdio, without a pass, answers ``tools/list`` and exits having
+    imported none of NOT_FOR_STDIO; the JSON Schema stack loads once an upstream lists a tool
+    with an output schema (the notes server does), which the gateway must check (GW-12)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_MODULES_AT_EXIT, encoding="utf-8")
+    found = tmp_path / "modules.txt"
+    env = make_env(tmp_path, staged=[], tools=[f"{server}/*"], gateway={"startup_wait": 30},
+                   servers={server: server_entry(server, env={
+                       "RECEIVER_LOG": str(tmp_path / "r.jsonl"),
+                       "OUTBOX_PATH": str(tmp_path / "o.jsonl")})})
+    params = gateway_params(env, env_extra={"AWL_TEST_MODULES": str(found)})
+    params.env = {**(params.env or {}), "PYTHONPATH": f"{site}{os.pathsep}{ROOT}"}
+    code, _ = _close_after_listing(params, {f"{server}__search_notes" if server == "notes"
+                                            else f"{server}__echo"})
+    modules = set(found.read_text(encoding="utf-8").split())
+    assert code == 0
+    assert {"mcp", "gateway._serve", "awl.store.sqlite"} <= modules  # the hook did see them
+    imported = sorted(m for m in modules if m.startswith(NOT_FOR_STDIO)
+                      and not m.startswith(loaded))
+    assert imported == [], imported
+    assert all(any(m.startswith(want) for m in modules) for want in loaded), loaded

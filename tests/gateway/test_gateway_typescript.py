@@ -22,8 +22,13 @@ from tests.gateway.gateway_support import (
     WORKER,
     Env,
     connect,
+    final,
+    gateway_client,
     make_env,
     server_entry,
+)
+from tests.gateway.gateway_support import (
+    text as first_block,
 )
 from tests.node_support import first_text, inspector, node, node_tool, ts_calls
 
@@ -86,6 +91,11 @@ async def test_every_gateway_answer_is_readable_in_the_typescript_sdk(tmp_path: 
     for (code, name, _), answer, text in zip(calls, answers, texts, strict=True):
         assert text.startswith(code), (name, text)
         assert bool(answer["result"].get("isError")) == (code not in ("", "pending:")), name
+        if code not in ("", "pending:"):  # every refusal's code is readable in _meta
+            error = answer["result"]["_meta"]["awl/error"]
+            assert error["code"] == code, name
+            assert text.startswith(f"{code}: {error['message']}"), name
+            assert "structuredContent" not in answer["result"], name
     assert answers[1]["result"]["_meta"]["awl/ref"] == "receiver/create_issue#2"
     assert answers[6]["result"]["structuredContent"]["calls"][0]["outcome"] == "refused"
     _check_big_read(answers[7]["result"], big.stat().st_size)
@@ -97,6 +107,16 @@ async def test_every_gateway_answer_is_readable_in_the_typescript_sdk(tmp_path: 
             env=stdio["env"], cwd=env.home))
     assert refused["isError"] is True
     assert refused["content"][0]["text"].startswith("BAD_REQUEST: ")
+    # A gateway refusal as the Inspector prints it: its code is in _meta too (BIND-8).
+    with anyio.fail_after(120):
+        forbidden = await anyio.to_thread.run_sync(partial(
+            inspector, [stdio["command"], *stdio["args"]], "tools/call",
+            "--tool-name", "fs__write_file", "--tool-arg", f"path={big}", "content=x",
+            env=stdio["env"], cwd=env.home))
+    assert forbidden["isError"] is True and "structuredContent" not in forbidden
+    assert forbidden["_meta"]["awl/error"]["code"] == "AWL_FORBIDDEN"
+    assert forbidden["content"][0]["text"] == (
+        f"AWL_FORBIDDEN: {forbidden['_meta']['awl/error']['message']}")
 
 
 @pytest.mark.spec("BIND-6", "GW-12")
@@ -128,3 +148,32 @@ async def test_the_python_sdk_reads_a_large_file(tmp_path: Path) -> None:
     _check_big_read(result.model_dump(by_alias=True, mode="json", exclude_none=True),
                     big.stat().st_size)
     assert isinstance(result.content[0], types.TextContent)
+
+
+@pytest.mark.spec("BIND-8")
+async def test_gateway_refusals_carry_their_code_in_meta_for_the_python_sdk(
+        tmp_path: Path) -> None:
+    """Over stdio (`awl gateway` as a subprocess), the Python SDK reads each kind of gateway
+    refusal with its code and message in ``_meta["awl/error"]`` and no structured content:
+    a tool the order does not allow, held-call arguments that do not fit, an upstream result
+    off its schema, and a spent budget; a held call's refusal keeps its awl/ref."""
+    servers = {"shapes": server_entry("shapes"),
+               "receiver": server_entry("receiver",
+                                        env={"RECEIVER_LOG": str(tmp_path / "r.jsonl")})}
+    env = make_env(tmp_path, servers=servers, tools=["shapes/*", "receiver/*"],
+                   staged=["receiver/create_issue"], budget={"tool_calls": 2, "usd": 1})
+    calls: list[tuple[str, str, dict[str, Any]]] = [
+             ("AWL_FORBIDDEN", "notes__send_email", {"to": "x"}),
+             ("AWL_INVALID_ARGUMENTS", "receiver__create_issue", {"title": 5}),
+             ("AWL_UPSTREAM_BAD_RESULT", "shapes__off_schema", {}),
+             ("AWL_BUDGET_EXHAUSTED", "shapes__off_schema", {})]
+    with anyio.fail_after(120):
+        async with gateway_client(env) as client:
+            results = [final(await client.call_tool(name, arguments))
+                       for _, name, arguments in calls]
+    for (code, name, _), result in zip(calls, results, strict=True):
+        assert result.is_error and result.structured_content is None, name
+        error = (result.meta or {})["awl/error"]
+        assert error["code"] == code, (name, error)
+        assert first_block(result).startswith(f"{code}: {error['message']}"), name
+    assert (results[1].meta or {})["awl/ref"] == "receiver/create_issue#2"

@@ -302,9 +302,17 @@ class DeskServer:
                 view = await self.desk.get(q.order_id)
                 if wanted is None or view.state in wanted:
                     orders.append({**_summary(view, actor), "blocking": q.blocking})
+        elif role in ("manager", "worker"):
+            # One side: the desk's own page, found by index however deep the offset (BIND-18),
+            # rather than every order up to it read in full.
+            found = await self.desk.list(
+                state=state, limit=limit, offset=offset,
+                manager=actor if role == "manager" else None,
+                worker=actor if role == "worker" else None)
+            orders = [_summary(v, actor) for v in found]
         else:
             views: dict[str, OrderView] = {}
-            sides = ("manager", "worker") if role == "any" else (role,)
+            sides = ("manager", "worker")
             for side in sides:
                 found = await self.desk.list(
                     state=state, limit=offset + limit,

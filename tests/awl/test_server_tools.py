@@ -321,3 +321,28 @@ async def test_lost_races_and_failures_come_back_as_errors_not_crashes() -> None
             failed = await m.refused("get_work_order", order_id="wo_1")
             assert failed["code"] == "INTERNAL" and "RuntimeError" in failed["message"]
             assert (await m.call("list_work_orders"))["count"] == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.spec("BIND-18")
+async def test_a_deep_page_of_one_side_reads_only_that_page() -> None:
+    """Listing as manager (or worker) at an offset asks the store for that page alone, not
+    for every order up to it in full; the page is the one the full listing has there."""
+    store = MemoryStore()
+    asked: list[dict[str, Any]] = []
+    async with desks(store, MANAGER, WORKER) as (m, w):
+        for _ in range(5):
+            await m.call("create_work_order", order=order_fields())
+        every = [o["id"] for o in (await m.call("list_work_orders", role="manager"))["orders"]]
+        real = store.list_orders
+
+        def spy(**kwargs: Any) -> list[OrderRecord]:
+            asked.append(kwargs)
+            return real(**kwargs)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(store, "list_orders", spy)
+            for caller, role in ((m, "manager"), (w, "worker")):
+                page = await caller.call("list_work_orders", role=role, limit=2, offset=3)
+                assert [o["id"] for o in page["orders"]] == every[3:5]
+    assert [(a["limit"], a["offset"]) for a in asked] == [(2, 3), (2, 3)]

@@ -322,3 +322,26 @@ def test_pages_after_a_cursor_are_the_pages_at_an_offset(store: Store) -> None:
         assert by_cursor == [p for p in by_offset if p], filters
     with pytest.raises(NotFound):
         desk.list(before="wo_nosuchorder")
+
+
+@pytest.mark.spec("BIND-18", "BIND-15")
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_copied_desk_keeps_its_tallies_and_queue(
+        kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """A copy loaded in one transaction (past create_order and append) has its track
+    tallies and question queue filled from the orders it holds."""
+    from awl.store.copy import copy_store
+    from awl.store.memory import MemoryStore
+
+    source = MemoryStore()
+    clock = Clock()
+    _history(Desk(source, clock=clock), clock, lambda: None)
+    target = _open(kind, tmp_path, request)
+    try:
+        copy_store(source, target)
+        for worker in (WORKER, OTHER):
+            _same(target.track_record(worker), source.track_record(worker))
+        _agrees(target)
+        assert target.blocked_orders() == source.blocked_orders() != []
+    finally:
+        target.close()

@@ -110,11 +110,11 @@ def _rows(d: Desked, store: str | None, *, files: bool = True) -> list[str]:
         finally:
             conn.close()
     import psycopg
-    with psycopg.connect(store) as conn:
-        tables = [r[0] for r in conn.execute(
+    with psycopg.connect(store) as pg:
+        tables = [r[0] for r in pg.execute(
             "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")]
         return [str(row[0]) for t in tables
-                for row in conn.execute(f"SELECT t::text FROM {t} AS t")]
+                for row in pg.execute(f"SELECT t::text FROM {t} AS t")]
 
 
 @pytest.mark.spec("BIND-19", "BIND-9", "BIND-10")

@@ -52,7 +52,10 @@ order's manager could approve it), and the Delegation Pass it was held under was
 when the call was held: neither it nor a pass it derives from had been revoked by then. A
 revocation after the hold does not count, since every pass is revoked when its order ends,
 approval included (DP-8). Any problem runs **nothing** and is named in
-:attr:`CommitSummary.mismatches`. Held calls the approved report does not list, the
+:attr:`CommitSummary.mismatches`. A sub-order's approval was given under its parent's
+authority: once any order above it has ended, nothing runs and every held call of the
+sub-order is dropped, the reason in :attr:`CommitSummary.refused`; a retry is refused
+(LC-22, :func:`awl.desk.ended_above`). Held calls the approved report does not list, the
 manager did not approve, or that belong to an earlier attempt are ``dropped`` and a
 ``drop`` event is logged (:func:`awl.desk.effects.drop_held`, which the desk also uses).
 
@@ -102,6 +105,7 @@ from awl.desk import (
     ancestors,
     drop_held,
     effect_of,
+    ended_above,
     find_call,
     held_calls,
     list_effects,
@@ -253,15 +257,22 @@ class CommitSummary:
     """Why nothing ran, when the pre-check failed."""
     took_over: str | None = None
     """The stale lock holder this run replaced, if any."""
+    refused: str | None = None
+    """Why nothing ran and the held calls were dropped, when an order above this sub-order
+    has ended (LC-22)."""
 
     @property
     def ok(self) -> bool:
         """Whether every approved effect is committed (and the pre-check passed)."""
-        return not self.mismatches and all(e.state == "committed" for e in self.effects)
+        return (not self.mismatches and self.refused is None
+                and all(e.state == "committed" for e in self.effects))
 
     def lines(self) -> list[str]:
         """The summary as lines for a terminal: one per effect, then totals."""
-        out = [f"mismatch {m.ref} {m.path}: {m.message}" for m in self.mismatches]
+        out = [] if self.refused is None else [
+            f"order {self.order_id}: nothing ran and its held calls were dropped: "
+            f"{self.refused}"]
+        out += [f"mismatch {m.ref} {m.path}: {m.message}" for m in self.mismatches]
         if self.mismatches:
             out.append(f"order {self.order_id}: nothing ran; {len(self.mismatches)} "
                        "mismatch(es) between the approved report and the call log")
@@ -288,7 +299,7 @@ class CommitSummary:
             "effects": [e.to_json() for e in self.effects],
             "dropped": list(self.dropped), "recovered": list(self.recovered),
             "mismatches": [m.to_json() for m in self.mismatches],
-            "took_over": self.took_over,
+            "took_over": self.took_over, "refused": self.refused,
         }
 
 
@@ -791,6 +802,13 @@ async def commit(
                          ancestors(store, record.order))
         took_over = None if lock.took_over is None else (
             f"pid {lock.took_over.pid} on {lock.took_over.host}")
+        refused = ended_above(store, record.order)
+        if refused is not None:  # the approval's authority is gone (LC-22): drop, send nothing
+            dropped = committer.drop({c.ref: refused for c in held_calls(store, order_id)})
+            outcomes = tuple(committer._outcome(c, reason=f"not run: {refused}")
+                             for c in plan.approved)
+            return CommitSummary(order_id, plan.attempt, outcomes, tuple(dropped),
+                                 tuple(recovered), tuple(plan.mismatches), took_over, refused)
         if plan.mismatches:
             outcomes = tuple(committer._outcome(c, reason="not run: the pre-check failed")
                              for c in plan.approved)
@@ -898,7 +916,7 @@ async def retry(
                 f"effect {call.ref} was settled as happened by {settlement.by}; it can "
                 "never be sent again", state="unknown", action="retry")
         _check_authority(record, call, _Revocations.of(store, order_id), clock(),
-                         ancestors(store, record.order))
+                         ancestors(store, record.order), store)
         arguments, problem = fill_refs(dict(call.arguments), committer.states)
         if problem is not None:
             raise InvalidTransition(f"cannot retry {call.ref}: it {problem}",
@@ -914,7 +932,7 @@ async def retry(
 
 
 def _check_authority(record: OrderRecord, call: CallRecord, revoked: _Revocations,
-                     moment: datetime, above: Sequence[WorkOrder]) -> None:
+                     moment: datetime, above: Sequence[WorkOrder], store: Store) -> None:
     order = record.order
     problems: list[str] = []
     if record.state != "approved":
@@ -931,6 +949,8 @@ def _check_authority(record: OrderRecord, call: CallRecord, revoked: _Revocation
     problem = revoked.problem(call)
     if problem is not None:
         problems.append(f"it was held under {problem}")
+    if (ended := ended_above(store, order)) is not None:
+        problems.append(ended)
     if problems:
         raise InvalidTransition(f"cannot retry {call.ref}: " + "; ".join(problems),
                                 state=record.state, action="retry")

@@ -184,6 +184,7 @@ def test_the_runner_passes_the_stores_to_the_benchmarks_that_use_one() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeat", type=int, default=1)
     add_options(parser)
     args = parser.parse_args(["--quick", "--store", "sqlite,postgres",
                               "--postgres-url", "postgresql://u@h/db"])
@@ -193,6 +194,9 @@ def test_the_runner_passes_the_stores_to_the_benchmarks_that_use_one() -> None:
     assert arguments("commit", args) == ["--quick", *store]
     assert arguments("validation", args) == ["--quick"]
     assert arguments("telemetry", args) == ["--quick"]
+    args.repeat = 3
+    assert arguments("gateway", args) == ["--quick", *store, "--repeat", "3"]
+    assert arguments("desk", args) == ["--quick", *store]
 
 
 def test_each_stores_gateway_is_rated_against_the_same_bare_proxy() -> None:

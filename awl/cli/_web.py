@@ -16,6 +16,7 @@ from awl.cli._common import CLIError, add_store_option
 from awl.cli._notify import deliverer_options, start_deliverer
 from awl.desk.home import default_store, home_dir
 from awl.desk.tokens import check_principal
+from awl.store.protocol import WebSessions
 
 
 def register(subparsers: Any) -> None:
@@ -65,7 +66,10 @@ def _web(args: argparse.Namespace) -> int:
     sock = listen(host, port)
     port = sock.getsockname()[1]
     store = default_store(home, url=args.store)
-    sessions = Sessions(ttl=args.session_hours * 3600)
+    # Sessions live in the store, so they outlast a restart and every `awl web` on the store
+    # shares them (BIND-9); a store that keeps none leaves them in this process.
+    sessions = Sessions(store if isinstance(store, WebSessions) else None,
+                        ttl=args.session_hours * 3600)
     config = WebConfig(upstream=upstream, upstream_path=args.config, home=args.home,
                        store=args.store, hosts=loopback_hosts(host, port) if loopback else None)
     app = build_app(store, sessions, config)

@@ -14,7 +14,8 @@ The interface the gateway uses, and the only names it imports from here:
 - the effects of held calls (:mod:`~awl.desk.effects`): which calls are still held, dropping
   them, finding a call, listing effects, logging a ``retry`` (:func:`record_event`), the
   manager-only rule, and reading settlements back; :func:`settle` records one;
-- an order's lineage: the orders above it and which of them stages a tool;
+- an order's lineage: the orders above it, which of them stages a tool, and whether one
+  ended (so a sub-order's effects no longer run);
 - the desk's home folder and default store, for ``awl gateway`` run without a store.
 """
 
@@ -35,7 +36,7 @@ from awl.desk.effects import (
     valid_settlement,
 )
 from awl.desk.home import default_store, home_dir
-from awl.desk.lineage import ancestors, staging_ancestor
+from awl.desk.lineage import ancestors, ended_above, staging_ancestor
 from awl.desk.settlement import settle
 from awl.desk.views import OrderView, Question
 from awl.desk.waiting import Subscription
@@ -53,6 +54,7 @@ __all__ = [
     "default_store",
     "drop_held",
     "effect_of",
+    "ended_above",
     "find_call",
     "held_calls",
     "home_dir",

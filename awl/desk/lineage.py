@@ -12,6 +12,8 @@ need the whole chain, not just the parent, and each has its one home here:
   manager's.
 - :func:`remaining_of`: what is left of an order's budget, its sub-orders' spending
   included, which caps a new sub-order's budget (C1, LC-15).
+- :func:`ended_above`: why nothing more reaches the world under a sub-order, when an order
+  above it has ended: the commit and a retry send none of its effects (LC-22).
 
 Orders never change (LC-4), so a chain read once stays true.
 """
@@ -23,11 +25,12 @@ from datetime import datetime
 from typing import Any
 
 from awl.documents.errors import NotFound
+from awl.documents.lifecycle import TERMINAL
 from awl.documents.models import WorkOrder, parse_time
 from awl.documents.patterns import matches_any
 from awl.store.protocol import Store, Usage
 
-__all__ = ["MAX_DEPTH", "ancestors", "remaining_of", "self_review_problem",
+__all__ = ["MAX_DEPTH", "ancestors", "ended_above", "remaining_of", "self_review_problem",
            "staging_ancestor"]
 
 MAX_DEPTH = 64
@@ -85,6 +88,29 @@ def self_review_problem(doc: Mapping[str, Any], above: Sequence[WorkOrder]) -> s
 def staging_ancestor(tool: str, above: Iterable[WorkOrder]) -> WorkOrder | None:
     """The first order of ``above`` whose ``staged`` patterns match ``tool``, if any."""
     return next((order for order in above if matches_any(order.staged, tool)), None)
+
+
+def ended_above(store: Store, order: WorkOrder) -> str | None:
+    """Why ``order``'s approved effects may no longer run, or None: the first order above it
+    that has ended (approved, declined, expired or cancelled), as stored now (LC-22).
+
+    A manager's approval of a sub-order was given under its parent's authority; once any
+    order above has ended that authority is gone, so nothing more reaches the world under
+    it. States change, so they are read anew on every call.
+    """
+    seen = {order.id}
+    parent_id = order.parent_id
+    while parent_id is not None and parent_id not in seen and len(seen) <= MAX_DEPTH:
+        try:
+            record = store.load(parent_id)
+        except NotFound:
+            return None
+        if record.state in TERMINAL:
+            return (f"order {parent_id}, which order {order.id} is split from, is "
+                    f"{record.state}; nothing more runs under an order whose parent ended")
+        seen.add(parent_id)
+        parent_id = record.order.parent_id
+    return None
 
 
 def remaining_of(order: WorkOrder, spent: Usage, now: datetime) -> dict[str, float]:

@@ -52,8 +52,8 @@ class EffectMove:
 TABLE: Mapping[tuple[EffectStateName | None, EffectStateName], EffectMove] = {
     (None, "held"): EffectMove(("gateway",), "a staged call is held", ("GW-9", "CM-14")),
     ("held", "dropped"): EffectMove(
-        ("desk", "commit"), "it will never run: not listed, not approved, reworked, or the "
-        "order ended unapproved", ("CM-4",)),
+        ("desk", "commit"), "it will never run: not listed, not approved, reworked, the "
+        "order ended unapproved, or an order above it ended", ("CM-4", "LC-22")),
     ("held", "skipped"): EffectMove(
         ("commit",), "a `$ref` it needs is not committed or does not resolve", ("CM-5",)),
     ("held", "dispatching"): EffectMove(

@@ -40,6 +40,7 @@ from awl.store.protocol import (
     TrackRow,
     Usage,
     Webhook,
+    WebSession,
 )
 from awl.store.rules import (
     MAX_CHAIN,
@@ -75,6 +76,7 @@ from awl.store.rules import (
     state_names,
     stored_lock,
     timestamp,
+    web_session_conflict,
     webhook_conflict,
 )
 from awl.store.tally import Tally, may_change
@@ -170,6 +172,7 @@ class MemoryStore:
         self._webhooks: dict[str, Webhook] = {}
         self._outbox: dict[str, Notification] = {}
         self._tally = Tally()
+        self._web_sessions: dict[str, WebSession] = {}
 
     def _get(self, order_id: str) -> _Order:
         found = self._orders.get(order_id)
@@ -550,6 +553,28 @@ class MemoryStore:
         """Forget a token; False if there was no such token."""
         with self._lock:
             return self._tokens.pop(token_hash, None) is not None
+
+    # The approval page's sessions ---------------------------------------------------------
+    def start_web_session(self, session: WebSession, *, now: float) -> None:
+        """Keep a new session, forgetting every one expired by ``now``."""
+        with self._lock:
+            for id_hash, kept in list(self._web_sessions.items()):
+                if kept.expires_at <= now:
+                    del self._web_sessions[id_hash]
+            if session.id_hash in self._web_sessions:
+                raise web_session_conflict()
+            self._web_sessions[session.id_hash] = session
+
+    def web_session(self, id_hash: str, *, now: float) -> WebSession | None:
+        """The session kept under ``id_hash``, unless absent or expired by ``now``."""
+        with self._lock:
+            found = self._web_sessions.get(id_hash)
+        return found if found is not None and found.expires_at > now else None
+
+    def end_web_session(self, id_hash: str) -> bool:
+        """Forget a session; False if there was none."""
+        with self._lock:
+            return self._web_sessions.pop(id_hash, None) is not None
 
     # Subscriptions and outbox -----------------------------------------------------------
     def add_webhook(self, webhook: Webhook) -> None:

@@ -17,9 +17,10 @@ What holds across hosts, and how:
   the bottom up, so two of them never wait on each other in a circle), checks and charges
   them in the same transaction.
 - Call records (reservations, refusals, outcomes) are durable like every other write, so
-  not even a crash of the server loses a count (GW-20). Concurrent commits, from this
-  process or any other, share the server's flushes to disk (PostgreSQL's own group
-  commit), and an outcome is one statement: one round trip, one flush.
+  not even a crash of the server loses a count (GW-20). A reservation is usually one
+  statement (one round trip, one flush); outcomes that wait while another group of them
+  commits are set together in one statement (group commit), each caller returning once
+  its own is on disk; and concurrent commits of any process share the server's flushes.
 - Effects (``dispatching`` above all), order events, locks, passes, revocations, tokens,
   webhooks and delivery attempts are durable before the call returns.
 - Webhooks (HOOK-1 to HOOK-6): the outbox row of a notification is written in the
@@ -53,6 +54,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -311,6 +314,18 @@ MIGRATIONS: tuple[tuple[str | Callable[[psycopg.Connection[Any]], None], ...], .
         # The orders already there (the question queue too).
         lambda conn: fill_derived(conn),
     ),
+    (
+        # The approval page's sessions (BIND-9), by the hash of their id: never the id.
+        # `expires_at` is in seconds since the epoch.
+        """CREATE TABLE web_sessions (
+            id_hash TEXT PRIMARY KEY,
+            principal TEXT NOT NULL,
+            csrf TEXT NOT NULL,
+            expires_at DOUBLE PRECISION NOT NULL,
+            token_hash TEXT
+        )""",
+        "CREATE INDEX web_sessions_by_expiry ON web_sessions (expires_at)",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -483,6 +498,29 @@ _ORDER_USAGE = """
         ELSE first_at END"""
 
 
+@dataclass(slots=True, eq=False)
+class _Ending:
+    """One outcome waiting for its group commit, and what became of it."""
+
+    order_id: str
+    n: int
+    tool: str
+    text: str
+    done: bool = False
+    changed: bool = False
+    error: BaseException | None = None
+
+
+# Set each ending (a JSON object of outcome, ended_at, result, error) in its call's document,
+# unset fields removed, only while the call is still pending; the calls it set.
+_SET_ENDINGS = """
+    UPDATE calls AS c SET doc = (c.doc - 'result' - 'error') || v.ending::jsonb
+    FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[]) AS v(order_id, n, tool, ending)
+    WHERE c.order_id = v.order_id AND c.n = v.n AND c.doc->>'tool' = v.tool
+        AND c.doc->>'outcome' = 'pending'
+    RETURNING c.order_id, c.n"""
+
+
 @dataclass(frozen=True, slots=True)
 class _Row:
     """An order's row as a reservation locks it."""
@@ -579,16 +617,28 @@ class PostgresStore(SQLStore):
         self.url = url
         self._timeout = timeout
         self._where = _where(url)
+        # Each connection names its host and process (pg_stat_activity shows which gateway
+        # on which host holds what), unless the URL names one itself.
+        named = conninfo_to_dict(url).get("application_name")
+        self._application = (str(named) if named else
+                             f"awl {socket.gethostname()} pid {os.getpid()}"[:63])
         self._guard = threading.Lock()
         self._held: dict[str, _HeldLock] = {}
         self._spare: psycopg.Connection[Any] | None = None
+        """A connection that tried for a lock and did not get it, for the next try."""
         self._freed: dict[str, tuple[str, LockInfo]] = {}
         """By lock name: the holder that took it and the dead holder's record it found."""
-        """A connection that tried for a lock and did not get it, for the next try."""
         self._closed = False
         self._listener: _Listener | None = None
         self._next_n: dict[str, int] = {}
         """Per order, the N its next call is likely to get (see :meth:`reserve_call`)."""
+        self._endings: list[_Ending] = []
+        """Outcomes waiting for the next group commit (see :meth:`finish_call`)."""
+        self._endings_guard = threading.Lock()
+        self._committer = threading.Lock()
+        """Held by the thread committing a group of outcomes."""
+        self.endings_batches = 0
+        """How many group commits of outcomes this store has made."""
         try:
             with self._connect(autocommit=False) as conn:
                 schema = conn.execute("SELECT current_schema()").fetchone()
@@ -610,6 +660,7 @@ class PostgresStore(SQLStore):
                 url, min_size=1, max_size=pool_size, timeout=timeout, open=True,
                 name=f"awl-{'write' if durable else 'read'}",
                 kwargs={"options": f"{options} -c synchronous_commit=on",
+                        "application_name": self._application,
                         "connect_timeout": CONNECT_TIMEOUT, "autocommit": True})
             for durable in (True, False)
         }
@@ -618,7 +669,8 @@ class PostgresStore(SQLStore):
     def _connect(self, *, autocommit: bool) -> psycopg.Connection[Any]:
         """A connection of its own (outside the pools)."""
         return psycopg.connect(self.url, autocommit=autocommit,
-                               connect_timeout=CONNECT_TIMEOUT)
+                               connect_timeout=CONNECT_TIMEOUT,
+                               application_name=self._application)
 
     @contextmanager
     def _tx(self, *, durable: bool = True) -> Iterator[psycopg.Connection[Any]]:
@@ -934,16 +986,41 @@ class PostgresStore(SQLStore):
             ending["result"] = result
         if error is not None:
             ending["error"] = error
-        text = json_text(ending, "a call's ending")
-        with self._statement(durable=True) as conn:
-            changed = conn.execute(
-                "UPDATE calls SET doc = (doc - 'result' - 'error') || %s::jsonb"
-                " WHERE order_id = %s AND n = %s AND doc->>'tool' = %s"
-                " AND doc->>'outcome' = 'pending'", (text, order_id, n, tool)).rowcount
-        if changed == 0:
+        item = _Ending(order_id, n, tool, json_text(ending, "a call's ending"))
+        # Group commit: the outcomes waiting when the committer's turn comes are set in one
+        # statement, one round trip and one flush; each caller returns once its own is on
+        # disk (or raises what that statement raised).
+        with self._endings_guard:
+            self._endings.append(item)
+        with self._committer:
+            if not item.done:
+                with self._endings_guard:
+                    batch, self._endings = self._endings, []
+                self._set_endings(batch)
+        if item.error is not None:
+            raise item.error
+        if not item.changed:
             with self._tx(durable=False) as conn:
                 _, old = self._call_data(conn, order_id, ref)  # NotFound if there is none
             raise outcome_conflict(order_id, ref, old["outcome"])
+
+    def _set_endings(self, batch: list[_Ending]) -> None:
+        """Set every ending of ``batch`` whose call is still pending, in one statement (the
+        same call twice in one batch: the first ending only, the other finds it set)."""
+        first = list({(e.order_id, e.n): e for e in reversed(batch)}.values())
+        try:
+            with self._statement(durable=True) as conn:
+                set_now = {(str(o), int(n)) for o, n in conn.execute(_SET_ENDINGS, (
+                    [e.order_id for e in first], [e.n for e in first],
+                    [e.tool for e in first], [e.text for e in first])).fetchall()}
+        except BaseException as exc:
+            for e in batch:
+                e.error, e.done = exc, True
+            return
+        sent = {id(e) for e in first}
+        for e in batch:
+            e.changed, e.done = id(e) in sent and (e.order_id, e.n) in set_now, True
+        self.endings_batches += 1
 
     def usage(self, order_id: str, jtis: frozenset[str] | None = None) -> Usage:
         """Counted calls and USD so far (for the calls under ``jtis`` if given)."""

@@ -7,8 +7,9 @@ calls on their way to running at most once), :class:`PassStore` (issued passes a
 revocations), :class:`TokenStore` (desk access tokens), :class:`LockStore` (the commit
 lock). :class:`Subscriptions` is optional: a backend that can push news of an order (the
 memory store, a PostgreSQL ``LISTEN``) implements it, and a desk polls any other; so is
-:class:`KeyDirectory`, a store that keeps the desk's public keys for other hosts, and so is
-:class:`WebhookStore` (subscriptions and outbox), which every backend here implements.
+:class:`KeyDirectory`, a store that keeps the desk's public keys for other hosts, and so are
+:class:`WebhookStore` (subscriptions and outbox) and :class:`WebSessions` (who is signed in
+to the approval page), which every backend here implements.
 
 Implementations: :class:`awl.MemoryStore` (tests), :class:`awl.SQLiteStore` (the embedded
 default) and any other backend :func:`awl.open_store` finds by URL. The checks, refusals and
@@ -309,6 +310,22 @@ class BlockedRow(NamedTuple):
     def answerers(self) -> tuple[str, ...]:
         """Who may answer (:func:`awl.documents.models.answerers_of`)."""
         return answerers_of(self.manager, self.escalate_to)
+
+
+@dataclass(frozen=True, slots=True)
+class WebSession:
+    """A browser signed in to the approval page (BIND-9), as a store keeps it: by the hash
+    of its session id, never the id itself (the cookie's value)."""
+
+    id_hash: str
+    """``sha256:`` and the hex digest of the session id."""
+    principal: str
+    csrf: str
+    """The CSRF token its forms carry (BIND-10)."""
+    expires_at: float
+    """When it ends, in seconds since the epoch."""
+    token_hash: str | None = None
+    """The hash of the desk token it signed in with; None for a one-time code."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -732,6 +749,31 @@ class WebhookStore(Protocol):
     def notifications(self, *, state: str | None = None, webhook_id: str | None = None,
                       order_id: str | None = None, limit: int | None = 100) -> list[Notification]:
         """Notifications matching every filter given, newest first."""
+        ...
+
+
+@runtime_checkable
+class WebSessions(Protocol):
+    """The approval page's sessions (BIND-9), kept by the hash of their id, so a restart of
+    ``awl web`` keeps everyone signed in and every ``awl web`` on one store shares them.
+
+    Optional: the memory, SQLite and PostgreSQL stores implement it (the SQL ones through
+    :class:`awl.store.sql.SQLStore`); ``awl web`` on another store keeps its sessions in
+    memory."""
+
+    def start_web_session(self, session: WebSession, *, now: float) -> None:
+        """Keep a new session, forgetting every one expired by ``now`` (seconds since the
+        epoch) in the same transaction. Conflict if its hash is kept already. Atomic,
+        durable."""
+        ...
+
+    def web_session(self, id_hash: str, *, now: float) -> WebSession | None:
+        """The session kept under ``id_hash``, None if there is none or it expired by
+        ``now``."""
+        ...
+
+    def end_web_session(self, id_hash: str) -> bool:
+        """Forget a session (sign-out); False if there was none. Atomic, durable."""
         ...
 
 

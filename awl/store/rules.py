@@ -584,6 +584,11 @@ def webhook_conflict(webhook_id: str) -> Conflict:
     return Conflict(f"a webhook with id {webhook_id!r} already exists; choose another id")
 
 
+def web_session_conflict() -> Conflict:
+    """The Conflict for keeping a web session under a hash already kept."""
+    return Conflict("a web session with this id is kept already; start another")
+
+
 def notification_not_found(notification_id: str) -> NotFound:
     """The NotFound for an absent notification."""
     return NotFound(f"no notification with id {notification_id!r}")

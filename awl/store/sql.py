@@ -46,6 +46,7 @@ from awl.store.protocol import (
     TrackRecord,
     TrackRow,
     Webhook,
+    WebSession,
 )
 from awl.store.rules import (
     after_attempt,
@@ -80,6 +81,7 @@ from awl.store.rules import (
     restored_rows,
     seq_conflict,
     timestamp,
+    web_session_conflict,
     webhook_conflict,
 )
 from awl.store.tally import may_change, queued, read_sql
@@ -638,6 +640,38 @@ class SQLStore(ABC):
         with self._write() as conn:
             return conn.execute(self.dialect.sql("DELETE FROM tokens WHERE token_hash = ?"),
                                 (token_hash,)).rowcount > 0
+
+    # The approval page's sessions (BIND-9) ------------------------------------------------
+    def start_web_session(self, session: WebSession, *, now: float) -> None:
+        """Keep a new session, forgetting every one expired by ``now``. Durable."""
+        with self._write() as conn:
+            conn.execute(self.dialect.sql("DELETE FROM web_sessions WHERE expires_at <= ?"),
+                         (now,))
+            added = conn.execute(self.dialect.sql(
+                "INSERT INTO web_sessions (id_hash, principal, csrf, expires_at, token_hash)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (id_hash) DO NOTHING"),
+                (session.id_hash, session.principal, session.csrf, session.expires_at,
+                 session.token_hash)).rowcount
+            if added != 1:
+                raise web_session_conflict()
+
+    def web_session(self, id_hash: str, *, now: float) -> WebSession | None:
+        """The session kept under ``id_hash``, unless absent or expired by ``now``."""
+        with self._read() as conn:
+            row = conn.execute(self.dialect.sql(
+                "SELECT principal, csrf, expires_at, token_hash FROM web_sessions"
+                " WHERE id_hash = ? AND expires_at > ?"), (id_hash, now)).fetchone()
+        if row is None:
+            return None
+        principal, csrf, expires_at, token = row
+        return WebSession(id_hash, str(principal), str(csrf), float(expires_at),
+                          None if token is None else str(token))
+
+    def end_web_session(self, id_hash: str) -> bool:
+        """Forget a session; False if there was none. Durable."""
+        with self._write() as conn:
+            return conn.execute(self.dialect.sql("DELETE FROM web_sessions WHERE id_hash = ?"),
+                                (id_hash,)).rowcount > 0
 
     # Subscriptions and outbox (HOOK-1 to HOOK-6) ----------------------------------------
     @classmethod

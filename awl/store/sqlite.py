@@ -375,6 +375,18 @@ MIGRATIONS: tuple[tuple[str | Callable[[sqlite3.Connection], None], ...], ...] =
         # The orders already there (the question queue too).
         lambda conn: fill_derived(conn),
     ),
+    (
+        # The approval page's sessions (BIND-9), by the hash of their id: never the id.
+        # `expires_at` is in seconds since the epoch.
+        """CREATE TABLE web_sessions (
+            id_hash TEXT PRIMARY KEY,
+            principal TEXT NOT NULL,
+            csrf TEXT NOT NULL,
+            expires_at REAL NOT NULL,
+            token_hash TEXT
+        )""",
+        "CREATE INDEX web_sessions_by_expiry ON web_sessions (expires_at)",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

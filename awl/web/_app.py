@@ -162,12 +162,12 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         return HTMLResponse(body, status_code=status)
 
     async def session_of(request: Request) -> Session | None:
-        session = sessions.get(request.cookies.get(COOKIE))
+        session = await anyio.to_thread.run_sync(sessions.get, request.cookies.get(COOKIE))
         if session is not None and session.token_hash is not None:
             # A session started with a desk token ends when the token is revoked (SEC-6).
             holder = await anyio.to_thread.run_sync(store.principal_for, session.token_hash)
             if holder != session.principal:
-                sessions.end(session.id)
+                await anyio.to_thread.run_sync(sessions.end, session.id)
                 return None
         return session
 
@@ -194,8 +194,8 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
                             _STATUS.get(exc.code, 400), message=exc.message, order_id=back)
         return run
 
-    def start_session(principal: str, token_hash: str | None = None) -> Response:
-        session = sessions.start(principal, token_hash)
+    async def start_session(principal: str, token_hash: str | None = None) -> Response:
+        session = await anyio.to_thread.run_sync(sessions.start, principal, token_hash)
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(COOKIE, session.id, max_age=int(sessions.ttl), httponly=True,
                             samesite="strict", path="/")
@@ -211,7 +211,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
                 return page("signin.html", None, 403, message=(
                     "that sign-in link was used already or is not one this page printed; "
                     "sign in with a desk token, or restart `awl web` for a new link"))
-            return start_session(principal)
+            return await start_session(principal)
         if not _same_origin(request):
             return page("signin.html", None, 403,
                         message="this sign-in did not come from this page")
@@ -223,10 +223,10 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
             return page("signin.html", None, 403, message=(
                 "that is not a desk token of this desk (or it was revoked); make one with "
                 "`awl token issue PRINCIPAL`"))
-        return start_session(found, token_hash(token))
+        return await start_session(found, token_hash(token))
 
     async def signout(request: Request, session: Session) -> Response:
-        sessions.end(session.id)
+        await anyio.to_thread.run_sync(sessions.end, session.id)
         response = RedirectResponse("/signin", status_code=303)
         response.delete_cookie(COOKIE, path="/")
         return response
@@ -429,7 +429,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         async def stream() -> AsyncIterator[bytes]:
             last, quiet = first, time.monotonic()
             yield b"retry: 2000\n\n"
-            while sessions.get(session.id) is not None:
+            while await anyio.to_thread.run_sync(sessions.get, session.id) is not None:
                 if order_id:
                     # The desk's own wait: woken at once by writes through this desk,
                     # polling for writes by other processes.

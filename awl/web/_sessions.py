@@ -1,8 +1,14 @@
 """Who is signed in to the approval page: one-time sign-in codes and sessions (BIND-9, BIND-10).
 
-Everything here lives in memory: a restart of ``awl web`` signs everybody out, and a code
-printed by an earlier run never works again. A session id and its CSRF token are each 256
-random bits; the cookie carries only the id.
+Sessions are kept in the desk's store (:class:`~awl.store.protocol.WebSessions`), by the
+hash of their id only, so a restart of ``awl web`` signs nobody out and every ``awl web`` in
+front of one store (on any host) knows the same sessions; a store that keeps none (not one of
+this package's) leaves them in this process. A session id and its CSRF token are each 256
+random bits; the cookie carries only the id, which the store never sees. Expiry is wall-clock
+time, the same on every host.
+
+Sign-in codes stay in memory: a code is printed by one ``awl web`` and works once, on it,
+and a code printed by an earlier run never works again.
 """
 
 from __future__ import annotations
@@ -13,6 +19,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from awl.desk.tokens import token_hash
+from awl.store.memory import MemoryStore
+from awl.store.protocol import WebSession, WebSessions
 
 __all__ = ["Session", "Sessions"]
 
@@ -28,9 +38,11 @@ class Session:
     """One signed-in browser."""
 
     id: str
+    """The session id, as the cookie carries it (the store keeps only its hash)."""
     principal: str
     csrf: str
     expires: float
+    """When it ends, in seconds since the epoch."""
     token_hash: str | None = None
     """The hash of the desk token it signed in with (None for a one-time code)."""
 
@@ -40,15 +52,17 @@ class Session:
 
 
 class Sessions:
-    """The page's sign-in codes and live sessions."""
+    """The page's sign-in codes, and its sessions as ``keeper`` keeps them.
 
-    def __init__(self, *, ttl: float = DEFAULT_TTL,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    The store methods block; async callers run them in a worker thread."""
+
+    def __init__(self, keeper: WebSessions | None = None, *, ttl: float = DEFAULT_TTL,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.keeper: WebSessions = keeper if keeper is not None else MemoryStore()
         self.ttl = ttl
         self._clock = clock
         self._lock = threading.Lock()
         self._codes: dict[str, tuple[str, float]] = {}
-        self._live: dict[str, Session] = {}
 
     def new_code(self, principal: str) -> str:
         """A code that signs ``principal`` in once."""
@@ -65,26 +79,25 @@ class Sessions:
             return None
         return found[0]
 
-    def start(self, principal: str, token_hash: str | None = None) -> Session:
+    def start(self, principal: str, token_hash_: str | None = None) -> Session:
         """A new session for ``principal`` (signed in with the desk token of this hash)."""
+        now = self._clock()
         session = Session(secrets.token_urlsafe(32), principal, secrets.token_urlsafe(32),
-                          self._clock() + self.ttl, token_hash)
-        with self._lock:
-            self._live[session.id] = session
+                          now + self.ttl, token_hash_)
+        self.keeper.start_web_session(WebSession(
+            token_hash(session.id), principal, session.csrf, session.expires, token_hash_),
+            now=now)
         return session
 
     def get(self, session_id: str | None) -> Session | None:
-        """The live session with this id; an expired one is forgotten."""
+        """The live session with this id; None for an unknown, ended or expired one."""
         if not session_id:
             return None
-        with self._lock:
-            session = self._live.get(session_id)
-            if session is not None and session.expires < self._clock():
-                del self._live[session_id]
-                session = None
-        return session
+        kept = self.keeper.web_session(token_hash(session_id), now=self._clock())
+        if kept is None:
+            return None
+        return Session(session_id, kept.principal, kept.csrf, kept.expires_at, kept.token_hash)
 
     def end(self, session_id: str) -> None:
-        """Sign the session out."""
-        with self._lock:
-            self._live.pop(session_id, None)
+        """Sign the session out, on every ``awl web`` that shares the store."""
+        self.keeper.end_web_session(token_hash(session_id))

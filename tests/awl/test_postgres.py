@@ -6,6 +6,7 @@ waits woken by NOTIFY. Every test runs against the real server of ``scripts/post
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +25,7 @@ from awl.documents.errors import AWLError
 from awl.store.postgres import SCHEMA_VERSION, PostgresStore
 from awl.store.protocol import LockInfo, OverBudget, Reservation, Reserved, Scope
 from gateway._lock import OrderLock
+from tests.awl.desk_support import reserved
 from tests.awl.test_store import T0, create, ev, refusal, reserve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -508,3 +510,68 @@ def test_a_webhook_removed_while_an_event_notifies_it_leaves_nothing_pending(
         [note] = other.notifications()
         assert (note.state, note.error) == ("dead", "its webhook was removed")
         assert other.claim_notifications(now=T2, lease_until=T2, limit=5) == []
+
+
+@pytest.mark.spec("GW-20", "GW-7")
+def test_outcomes_waiting_together_commit_together_and_none_returns_before_it(
+        pg_url: str) -> None:
+    """Outcomes that wait while another group of outcomes commits are set in one statement
+    (group commit), and no finish_call returns before its own outcome is committed; the
+    same call finished twice in one group is set once, the other caller told so."""
+    with PostgresStore(pg_url) as store:
+        create(store)
+        refs = [reserved(reserve(store)).ref for _ in range(20)]
+        before = store.endings_batches
+        errors: list[BaseException] = []
+        returned: list[str] = []
+        guard = threading.Lock()
+
+        def finish(ref: str) -> None:
+            try:
+                store.finish_call("o1", ref, outcome="ok", result={"content": []}, error=None,
+                                  ended_at=T0)
+                with guard:
+                    returned.append(ref)
+            except AWLError as exc:
+                with guard:
+                    errors.append(exc)
+
+        with psycopg.connect(pg_url) as holder:
+            holder.execute("SELECT 1 FROM calls WHERE order_id = 'o1' AND n = 1 FOR UPDATE")
+            first = threading.Thread(target=finish, args=(refs[0],))
+            first.start()
+            time.sleep(0.3)  # the first group ([#1]) now waits for the row
+            rest = [threading.Thread(target=finish, args=(r,)) for r in [*refs[1:], refs[1]]]
+            for t in rest:
+                t.start()
+            time.sleep(0.5)
+            assert returned == [] and errors == []  # nobody is answered before its commit
+            assert [c.outcome for c in store.calls("o1")] == ["pending"] * 20
+            holder.rollback()
+        for t in [first, *rest]:
+            t.join(30)
+        assert sorted(returned) == sorted(refs)
+        assert len(errors) == 1 and "already has outcome 'ok'" in str(errors[0])
+        assert [c.outcome for c in store.calls("o1")] == ["ok"] * 20
+        assert store.endings_batches - before == 2
+
+
+def _application_names(url: str) -> set[str]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute("SELECT application_name FROM pg_stat_activity").fetchall()
+    return {name for (name,) in rows}
+
+
+def test_connections_name_their_host_and_process_unless_the_url_names_them(
+        pg_url: str) -> None:
+    """pg_stat_activity shows which awl process on which host holds each connection; an
+    ``application_name`` in the URL is kept as it is."""
+    mine = f"awl {socket.gethostname()} pid {os.getpid()}"
+    with PostgresStore(pg_url) as store:
+        store.schema_version()
+        assert mine in _application_names(pg_url)
+    joiner = "&" if "?" in pg_url else "?"
+    with PostgresStore(f"{pg_url}{joiner}application_name=desk-a") as store:
+        store.schema_version()
+        names = _application_names(pg_url)
+        assert "desk-a" in names and mine not in names

@@ -57,10 +57,17 @@ def test_connections_are_wal_and_fully_synchronous(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA synchronous").fetchone() == (2,)  # 2 is FULL
 
 
+_WEB_SESSIONS = next(n for n, steps in enumerate(MIGRATIONS, 1) if any(
+    isinstance(step, str) and "CREATE TABLE web_sessions" in step for step in steps))
+"""The migration that makes the table of the approval page's sessions."""
+
+
 def _back_to(path: Path, version: int, *undo: str) -> None:
     """Make the desk file look as an older version left it: run ``undo`` and forget the
     migrations after ``version``."""
     conn = sqlite3.connect(path, isolation_level=None)
+    if version < _WEB_SESSIONS:  # the approval page's sessions, which that migration makes
+        undo = (*undo, "DROP TABLE web_sessions")
     if version < 8:  # the track tallies and the indexes migration 8 makes again
         undo = (*undo, "DROP TABLE track_tally", "DROP TABLE track_values",
                 "DROP TABLE question_queue", *(f"DROP INDEX {name}" for name in (

@@ -744,3 +744,23 @@ def test_wait_for_events_wakes_at_an_append_and_times_out(
     assert not isinstance(polled, Subscriptions)
     polled.close()
     store.close()
+
+
+@pytest.mark.spec("BIND-19")
+def test_web_sessions_are_kept_by_hash_expire_and_end(store: Store) -> None:
+    from awl.store.protocol import WebSession, WebSessions
+
+    assert isinstance(store, WebSessions)
+    old = WebSession("sha256:old", "human:m", "csrf-old", 100.0)
+    store.start_web_session(old, now=50.0)
+    assert store.web_session("sha256:old", now=99.0) == old
+    assert store.web_session("sha256:old", now=100.0) is None  # expired
+    new = WebSession("sha256:new", "human:m", "csrf-new", 500.0, token_hash="sha256:tok")
+    store.start_web_session(new, now=200.0)  # forgets the expired one
+    assert store.web_session("sha256:old", now=0.0) is None
+    assert store.web_session("sha256:new", now=200.0) == new
+    with pytest.raises(Conflict):
+        store.start_web_session(new, now=200.0)
+    assert store.end_web_session("sha256:new")
+    assert not store.end_web_session("sha256:new")
+    assert store.web_session("sha256:new", now=200.0) is None

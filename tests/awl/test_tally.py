@@ -233,7 +233,7 @@ def test_an_older_sqlite_desk_gets_its_tallies_and_queue_filled(tmp_path: Path) 
     path = tmp_path / "desk.sqlite3"
 
     def reopen() -> SQLiteStore:
-        _back_to(path, SCHEMA_VERSION - 1)
+        _back_to(path, 7)  # before migration 8, which makes the tallies and the queue
         return SQLiteStore(path)
 
     _filled_again(SQLiteStore(path), reopen, SCHEMA_VERSION)
@@ -241,20 +241,25 @@ def test_an_older_sqlite_desk_gets_its_tallies_and_queue_filled(tmp_path: Path) 
 
 @pytest.mark.spec("BIND-18")
 def test_an_older_postgres_desk_gets_its_tallies_and_queue_filled(pg_url: str) -> None:
-    """Migration 3 fills the tallies and the question queue from the orders there."""
+    """Migration 4 fills the tallies and the question queue from the orders there."""
     import psycopg
 
-    from awl.store.postgres import SCHEMA_VERSION, PostgresStore
+    from awl.store.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresStore
+
+    tallies = next(n for n, steps in enumerate(MIGRATIONS, 1) if any(
+        isinstance(step, str) and "CREATE TABLE track_tally" in step for step in steps))
+    assert tallies == 4
 
     def reopen() -> PostgresStore:
         with psycopg.connect(pg_url, autocommit=True) as conn:
             for statement in (
+                    "DROP TABLE web_sessions",  # migration 5's, made again after the tallies
                     "DROP TABLE track_tally", "DROP TABLE track_values",
                     "DROP TABLE question_queue", "DROP INDEX orders_by_worker_state",
                     "DROP INDEX orders_by_manager_state", "DROP INDEX orders_by_parent_state",
                     "DROP INDEX orders_by_pos_state"):
                 conn.execute(statement)
-            conn.execute("DELETE FROM awl_schema WHERE version > %s", (SCHEMA_VERSION - 1,))
+            conn.execute("DELETE FROM awl_schema WHERE version >= %s", (tallies,))
         return PostgresStore(pg_url)
 
     _filled_again(PostgresStore(pg_url), reopen, SCHEMA_VERSION)

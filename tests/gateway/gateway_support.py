@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import mcp_types as types
+import pytest
 from mcp import Client, StdioServerParameters, stdio_client
 
 from awl.desk import Desk, OrderView
@@ -154,29 +156,51 @@ async def connect(env: Env, **options: Any) -> AsyncIterator[tuple[Gateway, Clie
             yield gw, client
 
 
-def gateway_params(env: Env, *extra: str,
-                   env_extra: dict[str, str] | None = None) -> StdioServerParameters:
-    """``awl gateway`` for the env's order, as a stdio server command."""
+def gateway_params(env: Env, *extra: str, env_extra: dict[str, str] | None = None,
+                   host: str | None = None) -> StdioServerParameters:
+    """``awl gateway`` for the env's order, as a stdio server command; with ``host``, run in
+    a UTS namespace of its own whose host name is ``host`` (see :func:`require_host_names`)."""
+    command = [sys.executable, "-m", "awl", "gateway", "--order", env.order_id,
+               "--config", str(env.config), "--home", str(env.home), *extra]
+    if host is not None:
+        command = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host, *command]
     return StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "awl", "gateway", "--order", env.order_id, "--config", str(env.config),
-              "--home", str(env.home), *extra],
+        command=command[0],
+        args=command[1:],
         env={"PYTHONPATH": str(ROOT), "PATH": os.environ.get("PATH", ""), **(env_extra or {})},
         cwd=str(env.home),
     )
 
 
 @asynccontextmanager
-async def gateway_client(env: Env, *extra: str,
-                         env_extra: dict[str, str] | None = None) -> AsyncIterator[Client]:
-    """An SDK client connected to ``awl gateway`` running as a stdio subprocess.
+async def gateway_client(env: Env, *extra: str, env_extra: dict[str, str] | None = None,
+                         host: str | None = None) -> AsyncIterator[Client]:
+    """An SDK client connected to ``awl gateway`` running as a stdio subprocess (on a host
+    name of its own with ``host``).
 
     The gateway's stderr goes to ``gateway.err`` in the home folder.
     """
     with open(env.home / "gateway.err", "a") as errlog:
-        params = gateway_params(env, *extra, env_extra=env_extra)
+        params = gateway_params(env, *extra, env_extra=env_extra, host=host)
         async with Client(stdio_client(params, errlog=errlog)) as client:
             yield client
+
+
+def require_host_names() -> None:
+    """Skip the test (fail it under ``CI=true``) unless processes can be given host names of
+    their own (``unshare --uts``, which needs root): the stand-in for gateways on several
+    hosts."""
+    try:
+        done = subprocess.run(["unshare", "--uts", "hostname", "awl-probe"],
+                              capture_output=True, timeout=10, check=False)
+        why = done.stderr.decode(errors="replace").strip() if done.returncode else ""
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        why = str(exc)
+    if why:
+        message = f"cannot give a process a host name of its own ({why}); run as root"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
 
 
 def final(result: types.CallToolResult | types.InputRequiredResult) -> types.CallToolResult:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import anyio
 import mcp_types as types
+import psycopg
 import pytest
 from mcp import Client
 
@@ -18,6 +19,7 @@ from tests.gateway.gateway_support import (
     connect,
     gateway_client,
     make_env,
+    require_host_names,
     server_entry,
     text,
 )
@@ -62,9 +64,10 @@ async def test_a_hundred_concurrent_calls_spend_exactly_ten(tmp_path: Path,
 @pytest.mark.spec("GW-5", "GW-20")
 async def test_four_gateway_processes_forward_exactly_the_budget(
         tmp_path: Path, store_url: str | None) -> None:
-    """100 concurrent calls from 4 ``awl gateway`` processes (distinct hosts' worth) on one
-    order with ``tool_calls: 10``, on SQLite and on PostgreSQL, forward exactly 10, numbered 1
-    to 100 without a gap or a twin."""
+    """100 concurrent calls from 4 ``awl gateway`` processes, each on a host name of its own,
+    on one order with ``tool_calls: 10``, on SQLite and on PostgreSQL, forward exactly 10,
+    numbered 1 to 100 without a gap or a twin; the PostgreSQL server sees the four hosts."""
+    require_host_names()
     (tmp_path / "home").mkdir()
     store: Store = (SQLiteStore(tmp_path / "home" / "desk.sqlite3") if store_url is None
                     else PostgresStore(store_url))
@@ -73,10 +76,14 @@ async def test_four_gateway_processes_forward_exactly_the_budget(
         answers: list[types.CallToolResult] = []
         extra = {"AWL_STORE": store_url} if store_url is not None else None
 
+        hosts: set[str] = set()
+
         async def hammer(tag: str) -> None:
-            async with (gateway_client(env, env_extra=extra) as client,
+            async with (gateway_client(env, env_extra=extra, host=f"gw-{tag}") as client,
                         anyio.create_task_group() as tg):
                 await client.list_tools()
+                if isinstance(store, PostgresStore):
+                    hosts.update(await anyio.to_thread.run_sync(_hosts_connected, store_url))
                 for i in range(25):
                     tg.start_soon(_deliver, client, f"{tag}{i}", answers)
 
@@ -92,8 +99,19 @@ async def test_four_gateway_processes_forward_exactly_the_budget(
         records = env.calls()
         assert sorted(int(r.ref.rpartition("#")[2]) for r in records) == list(range(1, 101))
         assert [r.outcome for r in records].count("ok") == 10
+        if isinstance(store, PostgresStore):
+            assert {"gw-a", "gw-b", "gw-c", "gw-d"} <= hosts
     finally:
         store.close()
+
+
+def _hosts_connected(url: str | None) -> set[str]:
+    """The host names of the awl processes connected to the server (their connections'
+    ``application_name`` is ``awl HOST pid PID``)."""
+    assert url is not None
+    with psycopg.connect(url, autocommit=True) as conn:
+        names = conn.execute("SELECT application_name FROM pg_stat_activity").fetchall()
+    return {name.split()[1] for (name,) in names if name.startswith("awl ")}
 
 
 @pytest.mark.spec("GW-5")

@@ -228,3 +228,87 @@ async def test_a_sub_order_stops_when_the_order_above_it_ends(tmp_path: Path) ->
         assert answer.is_error and text(answer).startswith("AWL_NOT_ACTIVE: ")
         assert env.order_id in text(answer) and "cancelled" in text(answer)
     assert [d["arguments"]["to"] for d in env.deliveries()] == ["a"]
+
+
+def _commit_process(env: Env, order_id: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    """``awl gateway --commit`` for ``order_id`` as its own process."""
+    command = [sys.executable, "-m", "awl", "gateway", "--order", order_id, "--config",
+               str(env.config), "--commit", "--home", str(env.home), *extra]
+    return subprocess.run(command, capture_output=True, text=True, cwd=str(ROOT), timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+async def _held_and_approved(child: Env, to: str) -> str:
+    """One delivery held by the real gateway under ``child``, reported and approved by the
+    sub-order's manager (the parent's worker); returns its ref."""
+    async with connect(child) as (_gw, client):
+        held = await client.call_tool("receiver__deliver", {"to": to})
+    assert not held.is_error
+    (call,) = child.store.calls(child.order_id)
+    child.desk.report(child.order_id, child.view().order.to, {
+        "status": "done", "result": {"summary": "ready to deliver"},
+        "evidence": [{"criterion": "c1", "type": "tool_call", "ref": call.ref}],
+        "cost": {"tool_calls": 1, "usd": 0}, "tools_used": ["receiver/deliver"],
+        "effects": [{"ref": call.ref, "tool": call.tool, "arguments": call.arguments}]})
+    child.desk.review(child.order_id, WORKER, "approve")
+    return call.ref
+
+
+@pytest.mark.spec("LC-22", "CM-4", "CM-12")
+async def test_a_sub_order_s_approved_effects_never_run_after_the_order_above_ends(
+        tmp_path: Path) -> None:
+    """A sub-order staging its own delivery: while the order above is working, its approved
+    effect commits through ``awl gateway --commit``; a second sub-order's approved effect,
+    committed after the manager cancelled the order above, reaches nothing: the effect is
+    dropped with the reason, one line says why, the exit is non-zero; a retry is refused."""
+    env = make_env(tmp_path, staged=[], budget={"tool_calls": 10, "usd": 1})
+    live = _working_child(env, SUB, staged=["receiver/deliver"])
+    late = _working_child(env, SUB2, staged=["receiver/deliver"])
+    with anyio.fail_after(90):
+        live_ref = await _held_and_approved(live, "live")
+        late_ref = await _held_and_approved(late, "late")
+        done = await anyio.to_thread.run_sync(lambda: _commit_process(env, live.order_id))
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert [d["arguments"]["to"] for d in env.deliveries()] == ["live"]
+        assert [e.state for e in env.store.effects(live.order_id)] == ["committed"]
+
+        env.desk.cancel(env.order_id, MANAGER, "the customer withdrew")
+        done = await anyio.to_thread.run_sync(lambda: _commit_process(env, late.order_id))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr == ""
+    why = [line for line in done.stdout.splitlines() if "nothing ran" in line]
+    assert len(why) == 1 and env.order_id in why[0] and "cancelled" in why[0], done.stdout
+    assert [d["arguments"]["to"] for d in env.deliveries()] == ["live"]
+    (effect,) = env.store.effects(late.order_id)
+    assert effect.ref == late_ref and effect.state == "dropped"
+    assert effect.error is not None and env.order_id in effect.error
+    drops = [e for e in env.store.events(late.order_id) if e.action == "drop"]
+    assert [d.data["refs"] for d in drops if d.data] == [[late_ref]]
+    again = await anyio.to_thread.run_sync(
+        lambda: _commit_process(env, late.order_id, "--json"))
+    summary = json.loads(again.stdout)
+    assert again.returncode == 1 and env.order_id in summary["refused"]
+    assert [d["arguments"]["to"] for d in env.deliveries()] == ["live"]
+    assert live_ref == late_ref  # each sub-order numbers its own calls
+
+
+@pytest.mark.spec("LC-22", "CM-11")
+async def test_a_sub_order_s_retry_is_refused_after_the_order_above_ends(
+        tmp_path: Path) -> None:
+    """An unknown effect of a sub-order, settled as not sent, is not retried once the order
+    above has ended: refused with the reason, nothing sent, the effect stays unknown."""
+    env = make_env(tmp_path, staged=[], budget={"tool_calls": 10, "usd": 1})
+    child = _working_child(env, SUB, staged=["receiver/deliver"])
+    with anyio.fail_after(60):
+        ref = await _held_and_approved(child, "x")
+    env.store.set_effect(child.order_id, ref, expect=["held"], state="dispatching",
+                         count_dispatch=True, at=format_time(env.desk.now()))
+    config = load_config(env.config)
+    await commit(child.order_id, store=env.store, pool_or_config=config)  # finds it unknown
+    settle(child.order_id, ref, "did_not_happen", "no trace at the receiver", WORKER,
+           store=env.store)
+    env.desk.cancel(env.order_id, MANAGER, "the customer withdrew")
+    with pytest.raises(InvalidTransition, match=f"order {env.order_id}.*cancelled"):
+        await retry(child.order_id, ref, WORKER, store=env.store, pool_or_config=config)
+    assert env.deliveries() == []
+    assert [e.state for e in env.store.effects(child.order_id)] == ["unknown"]

@@ -13,6 +13,7 @@ from starlette.testclient import TestClient
 from awl.desk import Desk
 from awl.desk.tokens import issue_token
 from awl.documents.models import format_time
+from awl.store.protocol import Store
 from awl.store.sqlite import SQLiteStore
 from awl.web import Sessions, WebConfig, build_app
 from tests.gateway.commit_support import MANAGER, WORKER, hold, report_doc, write_config
@@ -25,7 +26,7 @@ class Desked:
     """A fresh desk home with a receiver config beside it."""
 
     home: Path
-    store: SQLiteStore
+    store: Store
     desk: Desk
     config: Path
     log: Path

@@ -17,7 +17,7 @@ from awl.desk.views import OrderView, Question
 from awl.documents.errors import BadRequest
 from awl.documents.lifecycle import ACTIVE, TERMINAL
 from awl.documents.limits import check_integer
-from awl.documents.models import Event, parse_time
+from awl.documents.models import Event, parse_time, stored_time
 
 __all__ = ["DeskQueries"]
 
@@ -106,9 +106,9 @@ class DeskQueries(DeskCore):
                         row.questions or self._asked(row.order_id, row.seq, ()),
                         row.updated_at, 1 + row.below)
                for row in self.store.blocked_orders(actor)
-               if parse_time(row.deadline) >= now
+               if stored_time(row.deadline) >= now
                or self._fresh(self.store.load(row.order_id)).state == "blocked"]
-        out.sort(key=lambda q: (-q.blocking, parse_time(q.asked_at), q.order_id))
+        out.sort(key=lambda q: (-q.blocking, stored_time(q.asked_at), q.order_id))
         return out
 
     def track(self, worker: str, *, viewer: str | None = None) -> TrackRecord:

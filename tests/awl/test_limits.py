@@ -23,7 +23,7 @@ from awl.documents.limits import (
     loads,
     read_regular_file,
 )
-from awl.documents.models import format_epoch, format_time, parse_time
+from awl.documents.models import format_epoch, format_time, parse_time, stored_time
 from tests.awl.test_checks import make_order
 
 
@@ -123,6 +123,17 @@ def test_times_are_written_in_utc_to_the_millisecond_and_read_back() -> None:
     assert parse_time(format_time(moment)) == moment.replace(microsecond=123000)
     assert format_epoch(1800000000) == "2027-01-15T08:00:00Z"
     assert format_epoch(1800000000.999) == "2027-01-15T08:00:00Z"
+
+
+@pytest.mark.parametrize("text", [
+    "2027-01-15T08:00:00.123Z", "2027-01-15t08:00:00z", "2027-01-15T10:00:00+02:00",
+    "2027-01-15T08:00:00.1234567Z", "0001-01-01T00:30:00+00:30", "2027-01-15T08:00:00-00:00",
+])
+def test_a_stored_time_is_the_instant_parse_time_reads(text: str) -> None:
+    """stored_time, the quick read of a checked timestamp, gives what parse_time gives, also
+    for the spellings its quicker parse refuses (lowercase letters, seven digits)."""
+    assert stored_time(text) == parse_time(text)
+    assert stored_time(text).utcoffset() == parse_time(text).utcoffset()
 
 
 @pytest.mark.spec("DOC-14", "O1")

@@ -339,17 +339,20 @@ def test_a_party_s_pages_are_its_orders_as_worker_and_as_manager(store: Store) -
         view = desk.create(order_fields(**fields), (MANAGER, HELPER, OTHER)[i % 3])
         if i % 4 == 0:
             desk.cancel(view.id, view.order.manager, "not needed")
-    for filters in ({}, {"state": "offered"}):
-        mine = [v.id for v in desk.list(**filters, limit=None)
+    states: tuple[str | None, ...] = (None, "offered")
+    for state in states:
+        filters = {} if state is None else {"state": state}
+        mine = [v.id for v in desk.list(state=state, limit=None)
                 if OTHER in (v.order.to, v.order.manager)]
         assert len(mine) == (6 if not filters else 4)
-        by_offset = [[v.id for v in desk.list(**filters, party=OTHER, limit=2, offset=n)]
+        by_offset = [[v.id for v in desk.list(state=state, party=OTHER, limit=2, offset=n)]
                      for n in range(0, 8, 2)]
         by_cursor: list[list[str]] = []
-        page = [v.id for v in desk.list(**filters, party=OTHER, limit=2)]
+        page = [v.id for v in desk.list(state=state, party=OTHER, limit=2)]
         while page:
             by_cursor.append(page)
-            page = [v.id for v in desk.list(**filters, party=OTHER, limit=2, before=page[-1])]
+            page = [v.id for v in desk.list(state=state, party=OTHER, limit=2,
+                                            before=page[-1])]
         assert [i for p in by_offset for i in p] == mine, filters
         assert by_cursor == [p for p in by_offset if p], filters
 

@@ -129,9 +129,28 @@ def _desk_orders(store: Store, records: Sequence[OrderRecord]) -> list[DeskOrder
             for record in records for oid in (record.order.id,)]
 
 
-def _batches(store: Store, records: Sequence[OrderRecord]) -> Iterator[list[DeskOrder]]:
-    for i in range(0, len(records), BATCH):
-        yield _desk_orders(store, records[i:i + BATCH])
+def _ids(store: Store) -> list[str]:
+    """Every order's id, newest first: read a page at a time, only the ids kept (a copy of
+    a large desk never holds its documents whole)."""
+    return [record.order.id for page in _pages(store) for record in page]
+
+
+def _batches(store: Store, ids: Sequence[str]) -> Iterator[list[DeskOrder]]:
+    """The orders ``ids`` names (newest first), oldest first, :data:`BATCH` at a time, each
+    batch one page read by cursor with everything its orders carry.
+
+    Raises:
+        CopyMismatch: the source's orders changed while it was being copied.
+    """
+    end = len(ids)
+    while end > 0:
+        start = max(0, end - BATCH)
+        page = store.list_orders(limit=end - start, before=ids[start - 1] if start else None)
+        if [record.order.id for record in page] != list(ids[start:end]):
+            raise CopyMismatch(["the source's orders changed while it was being copied"])
+        page.reverse()
+        yield _desk_orders(store, page)
+        end = start
 
 
 def _copy_log(record: OrderRecord, events: Sequence[Event], target: Store) -> None:
@@ -207,12 +226,11 @@ def copy_store(source: Store, target: Store) -> CopyCounts:
         CopyMismatch: the copy does not read back equal to the source.
     """
     _empty_or_refuse(target)
-    records = source.list_orders(limit=None)
-    records.reverse()  # oldest first, so the target lists them in the same order
+    ids = _ids(source)  # written oldest first, so the target lists them in the same order
     counts = Counter[str]()
 
     def counted() -> Iterator[list[DeskOrder]]:
-        for batch in _batches(source, records):
+        for batch in _batches(source, ids):
             for order in batch:
                 counts.update(events=len(order.events), calls=len(order.calls),
                               effects=len(order.effects), passes=len(order.passes),
@@ -241,7 +259,7 @@ def copy_store(source: Store, target: Store) -> CopyCounts:
     if differences:
         raise CopyMismatch(differences)
     return CopyCounts(
-        orders=len(records), events=counts["events"], reports=counts["reports"],
+        orders=len(ids), events=counts["events"], reports=counts["reports"],
         reviews=counts["reviews"], calls=counts["calls"], effects=counts["effects"],
         passes=counts["passes"], revocations=len(revocations), tokens=len(tokens),
         public_keys=public_keys)
@@ -255,10 +273,10 @@ def compare_stores(a: Store, b: Store) -> list[str]:
 def _pages(store: Store) -> Iterator[list[OrderRecord]]:
     """The store's orders, newest first, :data:`BATCH` at a time (so a large desk is never
     held whole)."""
-    offset = 0
-    while page := store.list_orders(limit=BATCH, offset=offset):
+    page = store.list_orders(limit=BATCH)
+    while page:
         yield page
-        offset += len(page)
+        page = store.list_orders(limit=BATCH, before=page[-1].order.id)
 
 
 def _differences(a: Store, b: Store) -> Iterator[str]:

@@ -23,6 +23,7 @@ from awl.store.memory import MemoryStore
 from awl.store.protocol import (
     KeyDirectory,
     LockInfo,
+    OrderRecord,
     PassRecord,
     Scope,
     Settlement,
@@ -179,6 +180,45 @@ def test_a_copy_and_its_comparison_go_page_by_page(
         desk.create(order_fields(), MANAGER)
         assert compare_stores(source, copied) == [
             "the orders differ: 5 in the source, 6 in the copy (or listed in another order)"]
+
+
+class _Paged(MemoryStore):
+    """A memory store that records the size of every page of orders read from it, and can
+    take an order in while it is being read (``intrude``: after that many pages)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.limits: list[int | None] = []
+        self.intrude: int | None = None
+
+    def list_orders(self, **filters: Any) -> list[OrderRecord]:
+        self.limits.append(filters.get("limit", 100))
+        if self.intrude is not None and len(self.limits) > self.intrude:
+            self.intrude = None
+            Desk(self, clock=Clock()).create(order_fields(), MANAGER)
+        return super().list_orders(**filters)
+
+
+@pytest.mark.spec("BIND-15")
+def test_a_copy_never_reads_the_source_whole_and_sees_it_change(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                ) -> None:
+    """The copy reads its source a page of orders at a time (never every order at once),
+    and an order created in the source while the copy reads it is a mismatch, not a copy
+    that silently lacks it."""
+    monkeypatch.setattr("awl.store.copy.BATCH", 2)
+    source = _Paged()
+    fill(source)
+    with SQLiteStore(tmp_path / "copy.sqlite3") as copied:
+        assert copy_store(source, copied).orders == 5
+    assert source.limits and all(limit is not None and limit <= 2 for limit in source.limits)
+    changing = _Paged()
+    fill(changing)
+    changing.intrude = 3  # once the ids are read, before the orders are
+    with SQLiteStore(tmp_path / "second.sqlite3") as second:
+        with pytest.raises(CopyMismatch, match="changed while it was being copied"):
+            copy_store(changing, second)
+        assert second.list_orders(limit=None) == []
 
 
 @pytest.mark.spec("BIND-15")

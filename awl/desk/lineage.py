@@ -20,7 +20,7 @@ Orders never change (LC-4), so a chain read once stays true.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -28,7 +28,7 @@ from awl.documents.errors import NotFound
 from awl.documents.lifecycle import TERMINAL
 from awl.documents.models import WorkOrder, parse_time
 from awl.documents.patterns import matches_any
-from awl.store.protocol import Store, Usage
+from awl.store.protocol import OrderRecord, Store, Usage
 
 __all__ = ["MAX_DEPTH", "ancestors", "ended_above", "remaining_of", "self_review_problem",
            "staging_ancestor"]
@@ -44,18 +44,22 @@ def ancestors(store: Store, order: WorkOrder) -> tuple[WorkOrder, ...]:
     only a damaged store can hold such a sub-order). A cycle, possible only in a damaged
     store, ends at the first repeat.
     """
-    found: list[WorkOrder] = []
+    return tuple(record.order for record in _records_above(store, order))
+
+
+def _records_above(store: Store, order: WorkOrder) -> Iterator[OrderRecord]:
+    """The stored records of the orders above ``order``, its parent first, read one at a
+    time as the caller walks up (see :func:`ancestors` for where the walk ends)."""
     seen = {order.id}
     parent_id = order.parent_id
-    while parent_id is not None and parent_id not in seen and len(found) < MAX_DEPTH:
+    while parent_id is not None and parent_id not in seen and len(seen) <= MAX_DEPTH:
         try:
-            parent = store.load(parent_id).order
+            record = store.load(parent_id)
         except NotFound:
-            break
-        found.append(parent)
+            return
+        yield record
         seen.add(parent_id)
-        parent_id = parent.parent_id
-    return tuple(found)
+        parent_id = record.order.parent_id
 
 
 def self_review_problem(doc: Mapping[str, Any], above: Sequence[WorkOrder]) -> str | None:
@@ -98,18 +102,10 @@ def ended_above(store: Store, order: WorkOrder) -> str | None:
     order above has ended that authority is gone, so nothing more reaches the world under
     it. States change, so they are read anew on every call.
     """
-    seen = {order.id}
-    parent_id = order.parent_id
-    while parent_id is not None and parent_id not in seen and len(seen) <= MAX_DEPTH:
-        try:
-            record = store.load(parent_id)
-        except NotFound:
-            return None
+    for record in _records_above(store, order):
         if record.state in TERMINAL:
-            return (f"order {parent_id}, which order {order.id} is split from, is "
+            return (f"order {record.order.id}, which order {order.id} is split from, is "
                     f"{record.state}; nothing more runs under an order whose parent ended")
-        seen.add(parent_id)
-        parent_id = record.order.parent_id
     return None
 
 

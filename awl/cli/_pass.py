@@ -89,7 +89,8 @@ def register(subparsers: Any) -> None:
                     "pass it signed, and every pass derived from one, is refused from the next "
                     "request of any running gateway; the current key cannot be retired "
                     "(rotate first).")
-    retire.add_argument("kid", metavar="KID", help="the key's kid (`awl pass jwks` lists them)")
+    retire.add_argument("kid", metavar="KID", help="the key's kid (`awl pass jwks` lists them); "
+                        "a kid beginning with '-' goes after `--`")
     _common(retire, desk=True)
     retire.set_defaults(func=_retire)
 

@@ -91,8 +91,13 @@ class KeyStore:
             return f.read()
 
     def _new_key(self) -> str:
-        key = Ed25519PrivateKey.generate()
-        kid = _thumbprint(_public_x(key.public_key()))
+        # A kid is typed as a command word (`awl pass retire KID`); one that began with "-"
+        # would read as an option there, so such a key (1 in 64) is drawn again.
+        while True:
+            key = Ed25519PrivateKey.generate()
+            kid = _thumbprint(_public_x(key.public_key()))
+            if not kid.startswith("-"):
+                break
         pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption())
         self._write_new(f"{kid}.pem", pem)

@@ -125,6 +125,26 @@ def test_kid_is_the_rfc7638_thumbprint(keys: KeyStore) -> None:
     assert jwk["kid"] == _b64(hashlib.sha256(canonical).digest())
 
 
+def test_no_kid_begins_with_a_dash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key whose thumbprint begins with "-" is drawn again: the kid is typed as a command
+    word (`awl pass retire KID`), where a leading dash would read as an option."""
+    from awl.passes import keys as keys_module
+
+    real = keys_module._thumbprint
+    drawn: list[str] = []
+
+    def dash_first(x: str) -> str:
+        kid = real(x)
+        drawn.append(kid)
+        return "-" + kid[1:] if len(drawn) == 1 else kid
+
+    monkeypatch.setattr(keys_module, "_thumbprint", dash_first)
+    kid = KeyStore(tmp_path).current_kid
+    assert len(drawn) == 2 and drawn[0].lstrip("-") != kid.lstrip("-")
+    assert kid == drawn[1] and not kid.startswith("-")
+    assert [p.name for p in (tmp_path / "keys").glob("*.pem")] == [f"{kid}.pem"]
+
+
 def test_jwks_holds_only_public_parts(keys: KeyStore) -> None:
     """The JWKS document publishes no private member."""
     keys.rotate()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from awl import Desk, Forbidden, WorkOrder
+from awl import Desk, Forbidden, MemoryStore, WorkOrder
 from awl.desk.access import (
     acting_as,
     check_action,
@@ -28,7 +28,7 @@ OUTSIDER = "agent:outsider"
 @pytest.fixture
 def desk() -> Desk:
     """A desk on a memory store (what is decided here does not depend on the store)."""
-    return Desk(clock=Clock())
+    return Desk(MemoryStore(), clock=Clock())
 
 
 @pytest.mark.spec("SEC-1")

@@ -6,7 +6,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY=${PYTHON:-python3}
-STAMP="$ROOT/.venv/.demo-installed"
+STAMP="$ROOT/.venv/.awl-installed"  # left by scripts/dev-install.sh
 # Install on the first run, and again whenever pyproject.toml changed since (the install is
 # editable, so code changes need none). AWL_DEMO_INSTALL=1 forces it.
 if [ "${AWL_DEMO_INSTALL:-}" = 1 ] || [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] \
@@ -17,6 +17,5 @@ if [ "${AWL_DEMO_INSTALL:-}" = 1 ] || [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.to
   fi
   echo "demo: installing the project into .venv (the first time takes a minute) ..." >&2
   PYTHON="$PY" bash "$ROOT/scripts/dev-install.sh"
-  touch "$STAMP"
 fi
 exec "$ROOT/.venv/bin/python" "$ROOT/examples/demo.py" "$@"

@@ -2,7 +2,8 @@
 # Creates .venv (if missing) and installs the project with its test tools and the agent
 # frameworks the integration tests drive (PydanticAI, the OpenAI Agents SDK), and the
 # OpenTelemetry extra the tracing tests use, and the PostgreSQL store's driver (psycopg 3
-# and its pool). Idempotent.
+# and its pool). Idempotent. It leaves .venv/.awl-installed behind, so scripts/demo.sh
+# installs nothing more until pyproject.toml changes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -10,3 +11,4 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev,pydantic-ai,openai-agents,otel,postgres]"
+touch .venv/.awl-installed

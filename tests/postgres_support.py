@@ -87,7 +87,13 @@ def _tests_database() -> str:
             found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
                                  (DATABASE,)).fetchone()
             if found is None:
-                conn.execute(f"CREATE DATABASE {DATABASE}")
+                import psycopg
+
+                # Another pytest process (an xdist worker) may create it at the same moment:
+                # it then exists, which is all this needs.
+                with contextlib.suppress(psycopg.errors.DuplicateDatabase,
+                                         psycopg.errors.UniqueViolation):
+                    conn.execute(f"CREATE DATABASE {DATABASE}")
         _ready.add(url)
     return in_database(url, DATABASE)
 

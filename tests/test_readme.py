@@ -109,9 +109,28 @@ def test_the_set_up_block_names_the_demo_and_the_ci_script(tmp_path: Path) -> No
 
 @pytest.mark.slow
 def test_the_install_block_installs(world: tuple[Path, dict[str, str]]) -> None:
-    """``pip install -e .`` works from the project folder."""
-    _, env = world
-    run_bash(find("bash", "pip install -e ."), ROOT, env)
+    """``pip install -e .`` works from the project folder: run in a new virtual environment
+    (never the project's ``.venv``, which other tests' processes are running from at the
+    same time), it installs the package there, ``awl`` command and all. The new environment
+    sees the project's installed dependencies and pip (a ``.pth`` file), so nothing is
+    downloaded but the build backend."""
+    folder, env = world
+    venv = folder / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120, stdin=subprocess.DEVNULL)
+    [site] = venv.glob("lib/python*/site-packages")
+    [deps] = BIN.parent.glob("lib/python*/site-packages")
+    (site / "awl-test-deps.pth").write_text(f"{deps}\n")
+    pip = venv / "bin" / "pip"  # the project's pip, run by the new environment's python
+    pip.write_text('#!/bin/sh\nexec "$(dirname "$0")/python" -m pip "$@"\n')
+    pip.chmod(0o755)
+    path = f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+    run_bash(find("bash", "pip install -e ."), ROOT,
+             {**env, "PATH": path, "VIRTUAL_ENV": str(venv)})
+    installed = run_bash('awl --help >/dev/null && python -c "import awl, gateway; '
+                         'print(awl.__file__)"', folder, {**env, "PATH": path})
+    assert installed.strip() == str(ROOT / "awl" / "__init__.py")
+    assert (venv / "bin" / "awl").is_file()
 
 
 @pytest.mark.slow

@@ -44,7 +44,9 @@ from playwright.sync_api import (  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-TIMEOUT_MS = 10_000
+TIMEOUT_MS = 30_000
+"""How long a page waits for what it expects (every wait is on a condition, so a generous
+limit costs nothing when all is well; a commit starts processes, slow on a loaded machine)."""
 TWO = [("receiver/deliver", {"to": "a@example.com", "body": "first"}),
        ("receiver/deliver", {"to": "b@example.com", "body": "second"})]
 

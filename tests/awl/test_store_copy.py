@@ -406,23 +406,20 @@ def _kill_when(copying: subprocess.Popen[str], writing: Any, after: float = 0.0)
     assert copying.returncode == -signal.SIGKILL
 
 
-@pytest.fixture(scope="module")
-def large_desk(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A SQLite desk of 3,000 orders, built once for the tests that only copy from it."""
+def _large_desk(tmp_path: Path, orders: int) -> Path:
     from bench.desk import build
 
-    source = tmp_path_factory.mktemp("large") / "large.sqlite3"
-    build(source, 3000)
+    source = tmp_path / "large.sqlite3"
+    build(source, orders)
     return source
 
 
 @pytest.mark.slow
 @pytest.mark.spec("BIND-17")
-def test_a_copy_killed_half_way_into_sqlite_leaves_it_empty(
-        tmp_path: Path, large_desk: Path) -> None:
+def test_a_copy_killed_half_way_into_sqlite_leaves_it_empty(tmp_path: Path) -> None:
     """`kill -9` of `awl store copy` while it writes a SQLite target: the target holds
     nothing (the copy is one transaction), and a second copy into it succeeds."""
-    source = large_desk
+    source = _large_desk(tmp_path, 3000)
     target = tmp_path / "copy.sqlite3"
     wal = tmp_path / "copy.sqlite3-wal"
     copying = _copy_process(source, str(target))
@@ -440,14 +437,14 @@ def test_a_copy_killed_half_way_into_sqlite_leaves_it_empty(
 @pytest.mark.slow
 @pytest.mark.spec("BIND-17")
 def test_a_copy_killed_half_way_into_postgresql_leaves_it_empty(
-        pg_url: str, large_desk: Path) -> None:
+        tmp_path: Path, pg_url: str) -> None:
     """`kill -9` of `awl store copy` while it writes a PostgreSQL target: the server rolls
     the copy's one transaction back, so the target holds nothing and a second copy works."""
     import psycopg
 
     from awl.store.postgres import PostgresStore
 
-    source = large_desk
+    source = _large_desk(tmp_path, 3000)
     PostgresStore(pg_url).close()  # the schema, so the watcher can find the copy's lock
     with psycopg.connect(pg_url, autocommit=True) as watcher:
         def writing() -> bool:

@@ -520,6 +520,13 @@ _SET_ENDINGS = """
         AND c.doc->>'outcome' = 'pending'
     RETURNING c.order_id, c.n"""
 
+# The same for a batch of one ending (the usual case when calls do not overlap): scalar
+# parameters, which cost the client about a third of the CPU the four arrays do.
+_SET_ENDING = """
+    UPDATE calls SET doc = (doc - 'result' - 'error') || %s::jsonb
+    WHERE order_id = %s AND n = %s AND doc->>'tool' = %s AND doc->>'outcome' = 'pending'
+    RETURNING order_id, n"""
+
 
 @dataclass(frozen=True, slots=True)
 class _Row:
@@ -1010,9 +1017,14 @@ class PostgresStore(SQLStore):
         first = list({(e.order_id, e.n): e for e in reversed(batch)}.values())
         try:
             with self._statement(durable=True) as conn:
-                set_now = {(str(o), int(n)) for o, n in conn.execute(_SET_ENDINGS, (
-                    [e.order_id for e in first], [e.n for e in first],
-                    [e.tool for e in first], [e.text for e in first])).fetchall()}
+                if len(first) == 1:
+                    e = first[0]
+                    rows = conn.execute(_SET_ENDING, (e.text, e.order_id, e.n, e.tool))
+                else:
+                    rows = conn.execute(_SET_ENDINGS, (
+                        [e.order_id for e in first], [e.n for e in first],
+                        [e.tool for e in first], [e.text for e in first]))
+                set_now = {(str(o), int(n)) for o, n in rows.fetchall()}
         except BaseException as exc:
             for e in batch:
                 e.error, e.done = exc, True

@@ -294,5 +294,5 @@ def test_a_bulk_filled_desk_reads_like_one_the_desk_wrote(
         assert desk.track("agent:busy") == summarize("agent:busy",
                                                      opened.track_rows("agent:busy"))
         assert desk.track("agent:busy", viewer="human:m0").orders == 4
-        assert len(desk.questions()) == 5
-        assert [len(desk.questions(f"human:m{i}")) for i in range(5)] == [1, 1, 1, 1, 1]
+        assert len(desk.questions().questions) == 5
+        assert [len(desk.questions(f"human:m{i}").questions) for i in range(5)] == [1, 1, 1, 1, 1]

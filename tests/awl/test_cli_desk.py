@@ -172,7 +172,8 @@ def test_questions_answers_and_cancel(home: Path, capsys: pytest.CaptureFixture[
     code, out, _ = run(capsys, "order", "questions", "--as", MANAGER)
     assert out.startswith(f"{order_id} · blocks 1 · {WORKER}")
     assert "  - Which quarter?" in out
-    assert run_json(capsys, "order", "questions", "--all")[0]["questions"] == ["Which quarter?"]
+    assert run_json(capsys, "order", "questions", "--all")["questions"][0]["questions"] == [
+        "Which quarter?"]
     code, _, err = run(capsys, "order", "questions")
     assert code == 2
     one_line_error(err)

@@ -319,3 +319,40 @@ def test_a_postgres_desk_of_version_5_gets_its_queue_keyed(pg_url: str) -> None:
         assert again.schema_version() == SCHEMA_VERSION == 6
         assert again.blocked_orders() == queue
         assert again.blocked_orders(HELPER) == queue[1:]
+
+
+@pytest.mark.spec("BIND-21")
+def test_a_postgres_write_that_reweighs_waits_for_a_write_to_an_order_above(
+        pg_url: str) -> None:
+    """An order ending under one another transaction is ending too waits for it, then sees
+    it ended and takes nothing from the orders above it (which that ending already took
+    from): without the hold it would read the order above as still working, and count the
+    change twice."""
+    import threading
+
+    import psycopg
+
+    from awl.store.postgres import PostgresStore
+
+    store = PostgresStore(pg_url)
+    try:
+        desk = Desk(store, clock=Clock())
+        top = working(desk).id
+        middle = sub(desk, top, "agent:a")
+        low = sub(desk, middle, "agent:b")
+        desk.report(top, WORKER, report_fields("blocked"))
+        assert weights(desk) == {top: 3}
+        with psycopg.connect(pg_url) as other:
+            other.execute("SELECT 1 FROM orders WHERE id = %s FOR NO KEY UPDATE", (middle,))
+            other.execute("UPDATE orders SET state = 'cancelled' WHERE id = %s", (middle,))
+            ended = threading.Thread(target=desk.cancel, args=(low, "agent:a", "stop"))
+            ended.start()
+            ended.join(1.0)
+            assert ended.is_alive()  # waiting for the order above
+            other.commit()
+        ended.join(10)
+        assert not ended.is_alive()
+        assert store.load(low).state == "cancelled"
+        assert weights(desk) == {top: 3}  # the other write's to change, not this one's
+    finally:
+        store.close()

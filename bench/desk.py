@@ -39,7 +39,7 @@ from typing import Any
 
 from awl import Desk, Event, MemoryStore, Review, WorkOrder, WorkReport, open_store
 from awl.store.protocol import Store
-from awl.store.sqlite import fill_current as fill_sqlite_derived
+from awl.store.sqlite import fill_current as fill_sqlite_current
 from bench.stores import Stores, add_options, ratio
 from bench.stores import columns as columns_text
 
@@ -230,7 +230,7 @@ def _fill_sqlite(path: str, orders: int) -> None:
         for table, columns in _COLUMNS.items():
             conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
                              f"({', '.join('?' for _ in columns)})", rows[table])
-    fill_sqlite_derived(conn)
+    fill_sqlite_current(conn)
     conn.execute("COMMIT")
     conn.execute("ANALYZE")
     conn.close()
@@ -239,7 +239,7 @@ def _fill_sqlite(path: str, orders: int) -> None:
 def _fill_postgres(url: str, orders: int) -> None:
     import psycopg
 
-    from awl.store.postgres import fill_current as fill_postgres_derived
+    from awl.store.postgres import fill_current as fill_postgres_current
 
     with psycopg.connect(url) as conn:
         conn.execute("SET synchronous_commit = off")
@@ -249,7 +249,7 @@ def _fill_postgres(url: str, orders: int) -> None:
                     with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
                         for row in rows[table]:
                             copy.write_row(row)
-        fill_postgres_derived(conn)
+        fill_postgres_current(conn)
         conn.commit()
         conn.autocommit = True
         conn.execute("VACUUM ANALYZE")

@@ -34,6 +34,7 @@ from awl.documents.errors import ValidationFailed
 from awl.documents.lifecycle import ACTIVE, TERMINAL
 from awl.documents.limits import MAX_QUESTION_PAGE, QUESTION_PAGE, check_integer
 from awl.documents.models import Event, WorkOrder
+from awl.store.urls import shown_url
 
 __all__ = ["register"]
 
@@ -475,9 +476,14 @@ def _questions(args: argparse.Namespace) -> int:
     for q in page.questions:
         print("\n".join(_question_lines(q)))
     if page.next is not None:
-        who = "--all" if actor is None else f"--as {shlex.quote(actor)}"
-        size = "" if limit == QUESTION_PAGE else f" --limit {limit}"
-        print(f"next page: awl order questions {who}{size} --after {page.next}")
+        words = ["--all"] if actor is None else ["--as", actor]
+        if args.home:
+            words += ["--home", args.home]
+        if args.store:  # a password stays out of the line, as every message keeps it
+            words += ["--store", shown_url(args.store)]
+        if limit != QUESTION_PAGE:
+            words += ["--limit", str(limit)]
+        print(f"next page: awl order questions {shlex.join(words)} --after {page.next}")
     return 0
 
 

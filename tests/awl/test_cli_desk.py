@@ -274,6 +274,12 @@ def test_questions_come_a_page_at_a_time_with_the_command_for_the_next(
         args = command[1:]
     assert seen == mine
     assert "no more open questions" not in out
+    code, out, _ = run(capsys, "order", "questions", "--all", "--limit", "5",
+                       "--home", str(home / "home"))
+    command = shlex.split(out.splitlines()[-1].removeprefix("next page: "))
+    assert command[3:8] == ["--all", "--home", str(home / "home"), "--limit", "5"]
+    code, out, _ = run(capsys, *command[1:])
+    assert code == 0 and out.startswith(f"{oids[5]} · blocks 1")
     page = run_json(capsys, "order", "questions", "--all", "--limit", "4")
     assert [q["order_id"] for q in page["questions"]] == oids[:4] and page["next"]
     rest = run_json(capsys, "order", "questions", "--all", "--after", page["next"])

@@ -24,8 +24,9 @@ import pytest
 
 from awl import BadRequest, Desk, ValidationFailed
 from awl.cli import main
+from awl.desk.lineage import ended_above, first_ended
 from awl.store.memory import MemoryStore
-from awl.store.protocol import OverBudget, Scope, Store
+from awl.store.protocol import OrderRecord, OverBudget, Scope, Store
 from tests.awl.desk_support import MANAGER, WORKER, Clock, open_store, order_fields, working
 
 HELPER = "agent:helper"
@@ -199,6 +200,42 @@ def test_usd_is_charged_up_the_chain_too() -> None:
         "filings/search#1", f"order {root.id}"]
     assert store.usage(child.id).usd == pytest.approx(0.4)
     assert store.usage(root.id).usd == pytest.approx(0.9)
+
+
+# --------------------------------------------------------------------------- LC-16 / LC-22
+
+@pytest.mark.spec("LC-16", "LC-22")
+def test_the_order_above_that_ended_is_found_parent_first_by_one_rule(desk: Desk) -> None:
+    """first_ended is the one rule the gateway (before each call, on the ids it read at
+    start) and the commit (ended_above) ask: the nearest order above that has ended, read
+    as stored now, and nothing read past it."""
+    root = working(desk)
+    child = desk.create(child_fields(root.id, WORKER), WORKER)
+    desk.accept(child.id, HELPER)
+    desk.start(child.id, HELPER)
+    deep = desk.create(child_fields(child.id, HELPER, to=DEEP,
+                                    budget={"usd": 1, "tool_calls": 1}), HELPER)
+    store, order = desk.store, desk.store.load(deep.id).order
+    above = (child.id, root.id)
+    assert first_ended(store.load(i) for i in above) is None
+    assert ended_above(store, order) is None
+    desk.cancel(root.id, MANAGER, "no longer needed")
+    ended = first_ended(store.load(i) for i in above)
+    assert ended is not None and (ended.order.id, ended.state) == (root.id, "cancelled")
+    assert f"order {root.id}, which order {deep.id} is split from, is cancelled" in (
+        ended_above(store, order) or "")
+    desk.cancel(child.id, WORKER, "done without it")
+    read: list[str] = []
+
+    def loaded() -> Iterator[OrderRecord]:
+        for order_id in above:
+            read.append(order_id)
+            yield store.load(order_id)
+
+    ended = first_ended(loaded())
+    assert ended is not None and (ended.order.id, ended.state) == (child.id, "cancelled")
+    assert read == [child.id]
+    assert f"order {child.id}, which" in (ended_above(store, order) or "")
 
 
 # --------------------------------------------------------------------------- the CLI

@@ -27,7 +27,15 @@ from awl.cli import main
 from awl.desk.lineage import ended_above, first_ended
 from awl.store.memory import MemoryStore
 from awl.store.protocol import OrderRecord, OverBudget, Scope, Store
-from tests.awl.desk_support import MANAGER, WORKER, Clock, open_store, order_fields, working
+from tests.awl.desk_support import (
+    MANAGER,
+    WORKER,
+    Clock,
+    open_store,
+    order_fields,
+    report_fields,
+    working,
+)
 
 HELPER = "agent:helper"
 DEEP = "agent:deep"
@@ -200,6 +208,26 @@ def test_usd_is_charged_up_the_chain_too() -> None:
         "filings/search#1", f"order {root.id}"]
     assert store.usage(child.id).usd == pytest.approx(0.4)
     assert store.usage(root.id).usd == pytest.approx(0.9)
+
+
+@pytest.mark.spec("C1", "LC-15", "R7")
+def test_tokens_are_only_reported_so_they_are_not_charged_up_the_chain(desk: Desk) -> None:
+    """``tokens`` are what a worker's report says it spent (R6, R7 against its own order):
+    no gateway or store counts them, so, as LC-15 says, they stay whole down the chain. A
+    sub-order that reported the parent's whole token budget spent takes none of it from a
+    sibling made afterwards, and the parent's own report of its whole budget has no limit finding.
+    (The counted units are exact up the chain: tests/awl/test_suborder_chain_processes.py.)"""
+    tokens = {"usd": 1, "tool_calls": 3, "tokens": 1000}
+    root = working(desk, budget={"usd": 10, "tool_calls": 40, "tokens": 1000})
+    child = desk.create(child_fields(root.id, WORKER, budget=tokens), WORKER)
+    desk.accept(child.id, HELPER)
+    desk.start(child.id, HELPER)
+    spent = {"usd": 0, "tool_calls": 0, "tokens": 1000}
+    assert desk.report(child.id, HELPER, report_fields(cost=spent)).state == "submitted"
+    sibling = desk.create(child_fields(root.id, WORKER, to=DEEP, budget=tokens), WORKER)
+    assert sibling.order.budget.tokens == 1000
+    mine = desk.report(root.id, WORKER, report_fields(cost={**spent, "usd": 2, "tool_calls": 7}))
+    assert mine.state == "submitted"  # a limit finding (R7) would have expired it
 
 
 # --------------------------------------------------------------------------- LC-16 / LC-22

@@ -63,6 +63,7 @@ from awl.store.rules import (
     new_call,
     new_notifications,
     next_effect,
+    notification_conflict,
     notification_not_found,
     notification_payload,
     order_event_kind,
@@ -634,6 +635,13 @@ class MemoryStore:
                      and (webhook_id is None or n.webhook_id == webhook_id)
                      and (order_id is None or n.order_id == order_id)]
         return found if limit is None else found[:limit]
+
+    def restore_notification(self, note: Notification) -> None:
+        """Keep a notification as it stands (a copy of a desk). Conflict if its id is kept."""
+        with self._lock:
+            if note.id in self._outbox:
+                raise notification_conflict(note.id)
+            self._outbox[note.id] = note
 
     def __enter__(self) -> MemoryStore:
         return self

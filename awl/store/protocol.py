@@ -751,6 +751,12 @@ class WebhookStore(Protocol):
         """Notifications matching every filter given, newest first."""
         ...
 
+    def restore_notification(self, note: Notification) -> None:
+        """Keep a notification exactly as it stands, its id, state and attempts included (a
+        copy of a desk, :mod:`awl.store.copy`), after those kept before it. Conflict if its id
+        is kept already. Atomic, durable."""
+        ...
+
 
 @runtime_checkable
 class WebSessions(Protocol):
@@ -866,15 +872,18 @@ class Restore(Protocol):
 
     def restore(self, orders: Iterable[Sequence[DeskOrder]], *,
                 revocations: Mapping[str, Revocation], tokens: Sequence[TokenRecord],
-                keys: Mapping[str, Any] | None = None) -> None:
+                keys: Mapping[str, Any] | None = None, webhooks: Sequence[Webhook] = (),
+                notifications: Iterable[Notification] = ()) -> None:
         """Store every order of ``orders`` (batches, oldest order first, each order after
         the orders above it) with everything it carries, then the revocations (in the order
-        given), the tokens and, for a :class:`KeyDirectory`, the published key set, all in one
-        transaction, keeping every total and charge a store derives from calls as the
-        calls' own writes would.
+        given), the tokens, for a :class:`KeyDirectory` the published key set, and for a
+        :class:`WebhookStore` the webhooks and the notifications as they stand (oldest first;
+        restoring the orders writes none), all in one transaction, keeping every total and
+        charge a store derives from calls as the calls' own writes would.
 
         The store must be empty: BadRequest (:func:`~awl.store.rules.not_empty`) when it
-        holds orders, revocations, tokens or published keys, checked inside the transaction
+        holds orders, revocations, tokens, published keys, webhooks or notifications, checked
+        inside the transaction
         (which holds off other writers until it ends). A call's ref must be numbered as the
         store would number it, after the calls before it. Nothing is written unless all of it
         is: a restore that raises, or whose process is killed, leaves the store as it was.

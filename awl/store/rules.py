@@ -584,6 +584,12 @@ def webhook_conflict(webhook_id: str) -> Conflict:
     return Conflict(f"a webhook with id {webhook_id!r} already exists; choose another id")
 
 
+def notification_conflict(notification_id: str) -> Conflict:
+    """The Conflict for restoring a notification whose id is kept already."""
+    return Conflict(f"a notification with id {notification_id!r} is kept already; copy into "
+                    "an empty store")
+
+
 def web_session_conflict() -> Conflict:
     """The Conflict for keeping a web session under a hash already kept."""
     return Conflict("a web session with this id is kept already; start another")

@@ -64,6 +64,7 @@ from awl.store.rules import (
     new_notifications,
     next_effect,
     not_empty,
+    notification_conflict,
     notification_not_found,
     notification_payload,
     order_event_kind,
@@ -192,6 +193,16 @@ def _webhook_from(doc: str) -> Webhook:
     orders = data.pop("orders")
     return Webhook(**data | {"events": tuple(data["events"])},
                    orders=None if orders is None else tuple(orders))
+
+
+_OUTBOX_INSERT = ("INSERT INTO outbox (id, webhook_id, order_id, state, next_at, doc)"
+                  " VALUES (?, ?, ?, ?, ?, ?{jsonb})")
+
+
+def _outbox_row(note: Notification) -> tuple[Any, ...]:
+    """The outbox row of ``note``, in :data:`_OUTBOX_INSERT`'s order."""
+    return (note.id, note.webhook_id, note.order_id, note.state, timestamp(note.next_at),
+            dump_json(asdict(note)))
 
 
 def _notification_from(doc: str) -> Notification:
@@ -702,11 +713,13 @@ class SQLStore(ABC):
             return payload(kind, WorkOrder.model_validate_json(doc[0]), counts)
 
         for note in new_notifications(hooks, kind, order_id, at, body):
-            conn.execute(q(
-                "INSERT INTO outbox (id, webhook_id, order_id, state, next_at, doc)"
-                " VALUES (?, ?, ?, ?, ?, ?{jsonb})"),
-                (note.id, note.webhook_id, order_id, note.state, timestamp(note.next_at),
-                 dump_json(asdict(note))))
+            cls._add_notification(conn, note)
+
+    @classmethod
+    def _add_notification(cls, conn: Connection, note: Notification) -> bool:
+        """Put ``note`` in the outbox as it stands; False if its id is there already."""
+        return bool(conn.execute(cls.dialect.sql(_OUTBOX_INSERT + " ON CONFLICT (id) DO NOTHING"),
+                                 _outbox_row(note)).rowcount)
 
     def add_webhook(self, webhook: Webhook) -> None:
         """Keep a webhook subscription (durable). Conflict if its id exists."""
@@ -802,9 +815,16 @@ class SQLStore(ABC):
                 (*params, self.dialect.no_limit if limit is None else limit)).fetchall()
         return [_notification_from(doc) for (doc,) in rows]
 
+    def restore_notification(self, note: Notification) -> None:
+        """Keep a notification as it stands (durable). Conflict if its id is kept."""
+        with self._write() as conn:
+            if not self._add_notification(conn, note):
+                raise notification_conflict(note.id)
+
     # Copying a desk (BulkRead, Restore) ---------------------------------------------------
     _DESK_TABLES: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("orders", "orders"), ("revocations", "revocations"), ("tokens", "tokens"))
+        ("orders", "orders"), ("revocations", "revocations"), ("tokens", "tokens"),
+        ("webhooks", "webhooks"), ("notifications", "outbox"))
     """What an empty store holds none of, and the table that holds it (see :meth:`restore`)."""
 
     @abstractmethod
@@ -863,7 +883,8 @@ class SQLStore(ABC):
 
     def restore(self, orders: Iterable[Sequence[DeskOrder]], *,
                 revocations: Mapping[str, Revocation], tokens: Sequence[TokenRecord],
-                keys: Mapping[str, Any] | None = None) -> None:
+                keys: Mapping[str, Any] | None = None, webhooks: Sequence[Webhook] = (),
+                notifications: Iterable[Notification] = ()) -> None:
         """Load a whole desk into this empty store in one transaction (see
         :class:`~awl.store.protocol.Restore`): a restore that stops half way (an error, a
         ``kill -9``) writes nothing."""
@@ -898,3 +919,7 @@ class SQLStore(ABC):
             self._insert_rows(conn, q("INSERT INTO tokens (token_hash, principal, created_at)"
                                       " VALUES (?, ?, ?)"),
                               [(t.token_hash, t.principal, t.created_at) for t in tokens])
+            self._insert_rows(conn, q("INSERT INTO webhooks (id, doc) VALUES (?, ?{jsonb})"),
+                              [(w.id, dump_json(asdict(w))) for w in webhooks])
+            # Oldest first, so the outbox lists them as it did.
+            self._insert_rows(conn, q(_OUTBOX_INSERT), [_outbox_row(n) for n in notifications])

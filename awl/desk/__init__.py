@@ -36,7 +36,7 @@ from awl.desk.effects import (
     valid_settlement,
 )
 from awl.desk.home import default_store, home_dir
-from awl.desk.lineage import ancestors, ended_above, staging_ancestor
+from awl.desk.lineage import ancestors, ended_above, first_ended, staging_ancestor
 from awl.desk.settlement import settle
 from awl.desk.views import OrderView, Question, QuestionPage
 from awl.desk.waiting import Subscription
@@ -57,6 +57,7 @@ __all__ = [
     "effect_of",
     "ended_above",
     "find_call",
+    "first_ended",
     "held_calls",
     "home_dir",
     "list_effects",

@@ -13,7 +13,9 @@ need the whole chain, not just the parent, and each has its one home here:
 - :func:`remaining_of`: what is left of an order's budget, its sub-orders' spending
   included, which caps a new sub-order's budget (C1, LC-15).
 - :func:`ended_above`: why nothing more reaches the world under a sub-order, when an order
-  above it has ended: the commit and a retry send none of its effects (LC-22).
+  above it has ended: the commit and a retry send none of its effects (LC-22). The rule
+  itself, which order above has ended, is :func:`first_ended`, which the gateway also
+  asks before every call (LC-16).
 
 Orders never change (LC-4), so a chain read once stays true.
 """
@@ -30,8 +32,8 @@ from awl.documents.models import WorkOrder, parse_time
 from awl.documents.patterns import matches_any
 from awl.store.protocol import OrderRecord, Store, Usage
 
-__all__ = ["MAX_DEPTH", "ancestors", "ended_above", "remaining_of", "self_review_problem",
-           "staging_ancestor"]
+__all__ = ["MAX_DEPTH", "ancestors", "ended_above", "first_ended", "remaining_of",
+           "self_review_problem", "staging_ancestor"]
 
 MAX_DEPTH = 64
 """The most orders above any order; a longer (or cyclic, corrupt) chain stops there."""
@@ -102,10 +104,21 @@ def ended_above(store: Store, order: WorkOrder) -> str | None:
     order above has ended that authority is gone, so nothing more reaches the world under
     it. States change, so they are read anew on every call.
     """
-    for record in _records_above(store, order):
+    record = first_ended(_records_above(store, order))
+    if record is None:
+        return None
+    return (f"order {record.order.id}, which order {order.id} is split from, is "
+            f"{record.state}; nothing more runs under an order whose parent ended")
+
+
+def first_ended(above: Iterable[OrderRecord]) -> OrderRecord | None:
+    """The first of ``above`` (the records of the orders above one, parent first, as stored
+    now) that has ended, approved, declined, expired or cancelled, or None: the one rule
+    behind LC-16 (the gateway, on the ids it read at start) and LC-22 (:func:`ended_above`).
+    It stops reading ``above`` at the first that has ended."""
+    for record in above:
         if record.state in TERMINAL:
-            return (f"order {record.order.id}, which order {order.id} is split from, is "
-                    f"{record.state}; nothing more runs under an order whose parent ended")
+            return record
     return None
 
 

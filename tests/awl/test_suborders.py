@@ -24,9 +24,18 @@ import pytest
 
 from awl import BadRequest, Desk, ValidationFailed
 from awl.cli import main
+from awl.desk.lineage import ended_above, first_ended
 from awl.store.memory import MemoryStore
-from awl.store.protocol import OverBudget, Scope, Store
-from tests.awl.desk_support import MANAGER, WORKER, Clock, open_store, order_fields, working
+from awl.store.protocol import OrderRecord, OverBudget, Scope, Store
+from tests.awl.desk_support import (
+    MANAGER,
+    WORKER,
+    Clock,
+    open_store,
+    order_fields,
+    report_fields,
+    working,
+)
 
 HELPER = "agent:helper"
 DEEP = "agent:deep"
@@ -199,6 +208,62 @@ def test_usd_is_charged_up_the_chain_too() -> None:
         "filings/search#1", f"order {root.id}"]
     assert store.usage(child.id).usd == pytest.approx(0.4)
     assert store.usage(root.id).usd == pytest.approx(0.9)
+
+
+@pytest.mark.spec("C1", "LC-15", "R7")
+def test_tokens_are_only_reported_so_they_are_not_charged_up_the_chain(desk: Desk) -> None:
+    """``tokens`` are what a worker's report says it spent (R6, R7 against its own order):
+    no gateway or store counts them, so, as LC-15 says, they stay whole down the chain. A
+    sub-order that reported the parent's whole token budget spent takes none of it from a
+    sibling made afterwards, and the parent's own report of its whole budget has no limit finding.
+    (The counted units are exact up the chain: tests/awl/test_suborder_chain_processes.py.)"""
+    tokens = {"usd": 1, "tool_calls": 3, "tokens": 1000}
+    root = working(desk, budget={"usd": 10, "tool_calls": 40, "tokens": 1000})
+    child = desk.create(child_fields(root.id, WORKER, budget=tokens), WORKER)
+    desk.accept(child.id, HELPER)
+    desk.start(child.id, HELPER)
+    spent = {"usd": 0, "tool_calls": 0, "tokens": 1000}
+    assert desk.report(child.id, HELPER, report_fields(cost=spent)).state == "submitted"
+    sibling = desk.create(child_fields(root.id, WORKER, to=DEEP, budget=tokens), WORKER)
+    assert sibling.order.budget.tokens == 1000
+    mine = desk.report(root.id, WORKER, report_fields(cost={**spent, "usd": 2, "tool_calls": 7}))
+    assert mine.state == "submitted"  # a limit finding (R7) would have expired it
+
+
+# --------------------------------------------------------------------------- LC-16 / LC-22
+
+@pytest.mark.spec("LC-16", "LC-22")
+def test_the_order_above_that_ended_is_found_parent_first_by_one_rule(desk: Desk) -> None:
+    """first_ended is the one rule the gateway (before each call, on the ids it read at
+    start) and the commit (ended_above) ask: the nearest order above that has ended, read
+    as stored now, and nothing read past it."""
+    root = working(desk)
+    child = desk.create(child_fields(root.id, WORKER), WORKER)
+    desk.accept(child.id, HELPER)
+    desk.start(child.id, HELPER)
+    deep = desk.create(child_fields(child.id, HELPER, to=DEEP,
+                                    budget={"usd": 1, "tool_calls": 1}), HELPER)
+    store, order = desk.store, desk.store.load(deep.id).order
+    above = (child.id, root.id)
+    assert first_ended(store.load(i) for i in above) is None
+    assert ended_above(store, order) is None
+    desk.cancel(root.id, MANAGER, "no longer needed")
+    ended = first_ended(store.load(i) for i in above)
+    assert ended is not None and (ended.order.id, ended.state) == (root.id, "cancelled")
+    assert f"order {root.id}, which order {deep.id} is split from, is cancelled" in (
+        ended_above(store, order) or "")
+    desk.cancel(child.id, WORKER, "done without it")
+    read: list[str] = []
+
+    def loaded() -> Iterator[OrderRecord]:
+        for order_id in above:
+            read.append(order_id)
+            yield store.load(order_id)
+
+    ended = first_ended(loaded())
+    assert ended is not None and (ended.order.id, ended.state) == (child.id, "cancelled")
+    assert read == [child.id]
+    assert f"order {child.id}, which" in (ended_above(store, order) or "")
 
 
 # --------------------------------------------------------------------------- the CLI

@@ -16,20 +16,28 @@ the active orders below it then.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import UTC
+from datetime import UTC, datetime
 
 from awl.documents.lifecycle import ACTIVE
 from awl.documents.models import stored_time
 from awl.store.protocol import QueueKey
 from awl.store.rules import MAX_CHAIN
 
-__all__ = ["KEY_INDEXES", "KEY_SQL", "QueueKey", "keyed", "queue_key", "queue_time", "reweighed"]
+__all__ = ["KEY_INDEXES", "KEY_SQL", "QueueKey", "keyed", "queue_instant", "queue_key",
+           "queue_time", "reweighed"]
+
+
+def queue_instant(moment: datetime) -> str:
+    """An aware datetime as fixed-width UTC text to the microsecond, so that text order is
+    time order (``2027-01-15T08:00:00.000000Z``): the queue's ``asked`` and the deadline it
+    finds overdue questions by."""
+    utc = moment.astimezone(UTC).replace(tzinfo=None)
+    return utc.isoformat(sep="T", timespec="microseconds") + "Z"  # the year always 4 digits
+
 
 def queue_time(text: str) -> str:
-    """A stored RFC 3339 time as fixed-width UTC text to the microsecond, so that text order
-    is time order (``2027-01-15T08:00:00.000000Z``): the queue's ``asked`` and the deadline
-    it finds overdue questions by."""
-    return stored_time(text).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """A stored RFC 3339 time as :func:`queue_instant` writes it."""
+    return queue_instant(stored_time(text))
 
 
 def queue_key(blocking: int, asked_at: str, order_id: str) -> QueueKey:

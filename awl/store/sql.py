@@ -40,7 +40,6 @@ from awl.documents.models import (
     Review,
     WorkOrder,
     WorkReport,
-    format_time,
 )
 from awl.store.protocol import (
     BlockedRow,
@@ -59,7 +58,7 @@ from awl.store.protocol import (
     Webhook,
     WebSession,
 )
-from awl.store.queue import KEY_SQL, keyed, queue_time, reweighed
+from awl.store.queue import KEY_SQL, keyed, queue_instant, reweighed
 from awl.store.rules import (
     after_attempt,
     call_not_found,
@@ -475,7 +474,7 @@ class SQLStore(ABC):
         with self._read() as conn:
             rows = conn.execute(self.dialect.sql(
                 "SELECT order_id FROM question_queue WHERE due < ?"),
-                (queue_time(format_time(now)),)).fetchall()
+                (queue_instant(now),)).fetchall()
         return [str(row[0]) for row in rows]
 
     def track_rows(self, worker: str) -> list[TrackRow]:

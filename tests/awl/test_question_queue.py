@@ -211,7 +211,11 @@ def test_a_page_reads_its_questions_alone_and_leaves_an_overdue_one_out(
     monkeypatch.setattr(store, "blocked_orders", spy)
     loaded: list[str] = []
     real_load = store.load
-    monkeypatch.setattr(store, "load", lambda oid: loaded.append(oid) or real_load(oid))
+    def load(oid: str) -> Any:
+        loaded.append(oid)
+        return real_load(oid)
+
+    monkeypatch.setattr(store, "load", load)
     page = desk.questions(MANAGER, limit=2)
     assert page.next is not None and asked == [(3, 3)] and loaded == []
     deep = desk.questions(MANAGER, limit=2, after=desk.questions(MANAGER, limit=4).next)

@@ -356,7 +356,8 @@ def test_the_inbox_shows_questions_a_page_at_a_time_with_a_next_page_link(
     from html import unescape
 
     d = make_desk(tmp_path)
-    mine, theirs = [], []
+    mine: list[str] = []
+    theirs: list[str] = []
     for i in range(5):
         manager = "human:bob" if i == 1 else MANAGER
         oid = d.desk.create({

@@ -1222,6 +1222,10 @@ class PostgresStore(SQLStore):
         try:
             held.conn.execute("DELETE FROM locks WHERE name = %s AND backend = pg_backend_pid()",
                               (name,))
+            # Let go of the advisory lock itself before closing: the server frees a closed
+            # connection's locks only when its backend has exited, a moment later, and a
+            # holder taking the lock meanwhile would find it busy with no record.
+            held.conn.execute("SELECT pg_advisory_unlock(%s, %s)", self._lock_keys(name))
         except psycopg.Error:
             pass  # a dead connection held nothing any more
         finally:

@@ -606,8 +606,14 @@ def _unavailable(url: str, exc: BaseException) -> StoreUnavailable:
             or isinstance(exc, PoolTimeout):
         return StoreUnavailable(f"cannot reach {where} ({_last_line(text) or 'no answer'}); start "
                         "the server or fix the host and port in the store URL")
-    return StoreUnavailable(f"{where}: {_last_line(text) or type(exc).__name__}; nothing was "
-                            "written")
+    # The server's own one-line message, when it sent one (the last line of the text may
+    # be a HINT that says nothing by itself).
+    primary = getattr(getattr(exc, "diag", None), "message_primary", None)
+    said = primary or _last_line(text) or type(exc).__name__
+    if isinstance(exc, (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)):
+        return StoreUnavailable(f"{where}: {said} (another session held what this one "
+                                "needed); nothing was written, try again")
+    return StoreUnavailable(f"{where}: {said}; nothing was written")
 
 
 def _last_line(text: str) -> str:

@@ -38,7 +38,7 @@ from awl.desk.effects import (
 from awl.desk.home import default_store, home_dir
 from awl.desk.lineage import ancestors, ended_above, first_ended, staging_ancestor
 from awl.desk.settlement import settle
-from awl.desk.views import OrderView, Question
+from awl.desk.views import OrderView, Question, QuestionPage
 from awl.desk.waiting import Subscription
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "EffectView",
     "OrderView",
     "Question",
+    "QuestionPage",
     "Subscription",
     "acting_as",
     "ancestors",

@@ -73,7 +73,6 @@ from awl.documents.errors import Conflict, StoreUnavailable
 from awl.documents.lifecycle import ACTIVE
 from awl.documents.models import CallRecord
 from awl.store.protocol import (
-    BlockedRow,
     DeskOrder,
     LockInfo,
     OrderRecord,
@@ -84,6 +83,7 @@ from awl.store.protocol import (
     TrackRow,
     Usage,
 )
+from awl.store.queue import KEY_INDEXES, KEY_SQL, keyed
 from awl.store.rules import (
     MAX_CHAIN,
     USD_TOLERANCE,
@@ -101,7 +101,6 @@ from awl.store.rules import (
     order_not_found,
     outcome_conflict,
     over_limit,
-    read_blocked_rows,
     read_lock,
     read_track_row,
     record_order_id,
@@ -111,7 +110,7 @@ from awl.store.rules import (
     stored_lock,
     timestamp,
 )
-from awl.store.sql import Connection, Dialect, SQLStore
+from awl.store.sql import QUEUE_COLUMNS, Connection, Dialect, SQLStore
 from awl.store.tally import filled, write_sql
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
@@ -326,6 +325,20 @@ MIGRATIONS: tuple[tuple[str | Callable[[psycopg.Connection[Any]], None], ...], .
         )""",
         "CREATE INDEX web_sessions_by_expiry ON web_sessions (expires_at)",
     ),
+    (
+        # The question queue in its order, a page at a time (BIND-20): each question's key
+        # (`rank`, minus its weight, then `asked`, then the order id, both compared by code
+        # point as every backend compares them) and its deadline as text that sorts as time
+        # (awl.store.queue), kept by every write that changes them; the questions already
+        # there keyed here. The indexes by position go: no read orders the queue by
+        # creation any more.
+        "ALTER TABLE question_queue ADD COLUMN rank INTEGER NOT NULL DEFAULT -1,"
+        ' ADD COLUMN asked TEXT COLLATE "C" NOT NULL DEFAULT \'\','
+        ' ADD COLUMN due TEXT COLLATE "C" NOT NULL DEFAULT \'\','
+        ' ALTER COLUMN order_id TYPE TEXT COLLATE "C"',
+        lambda conn: fill_queue(conn),
+        *KEY_INDEXES,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -334,7 +347,7 @@ SCHEMA_VERSION = len(MIGRATIONS)
 DIALECT = Dialect(
     param="%s", no_limit=None, effect_state="doc->>'state'", text="::text", jsonb="::jsonb",
     lock=" FOR UPDATE", lock_order=" FOR NO KEY UPDATE", share=" FOR KEY SHARE",
-    skip_locked=" FOR UPDATE SKIP LOCKED", rowid="pos")
+    skip_locked=" FOR UPDATE SKIP LOCKED", rowid="pos", hold=" FOR SHARE")
 """PostgreSQL's spelling of the shared statements: documents are JSONB, and a write locks
 the rows it checks (there is no one write lock)."""
 
@@ -390,6 +403,30 @@ _ACTIVE_BELOW = """
     SELECT root, COUNT(DISTINCT id) FROM below WHERE id != root GROUP BY root"""
 
 
+def _active_below(conn: psycopg.Connection[Any], ids: list[str]) -> dict[str, int]:
+    """How many active orders are below each of the orders ``ids`` (absent: none)."""
+    if not ids:
+        return {}
+    return dict(conn.execute(_ACTIVE_BELOW, {"ids": ids, "active": sorted(ACTIVE),
+                                             "depth": MAX_CHAIN}).fetchall())
+
+
+def fill_queue(conn: psycopg.Connection[Any]) -> None:
+    """Write the key of every question in the queue afresh (:func:`awl.store.queue.keyed`):
+    a migration step, and what a restore and a benchmark run after filling the queue."""
+    rows = conn.execute("SELECT order_id, asked_at, deadline FROM question_queue").fetchall()
+    with conn.cursor() as cur:
+        cur.executemany(DIALECT.sql(KEY_SQL),
+                        keyed(rows, _active_below(conn, [row[0] for row in rows])))
+
+
+def fill_current(conn: psycopg.Connection[Any]) -> None:
+    """Fill the track tallies and the question queue with its keys afresh, as this version
+    keeps them (:func:`fill_derived`, then :func:`fill_queue`)."""
+    fill_derived(conn)
+    fill_queue(conn)
+
+
 def fill_derived(conn: psycopg.Connection[Any]) -> None:
     """Fill the track tallies and the question queue afresh from the orders stored (the
     tallies oldest first): a migration step, and what a benchmark that bulk-inserts orders
@@ -399,7 +436,7 @@ def fill_derived(conn: psycopg.Connection[Any]) -> None:
                           in conn.execute(f"SELECT o.worker, o.manager, {_TRACK_FIELDS}"
                                           " FROM orders o ORDER BY o.pos"))
     conn.execute("DELETE FROM question_queue")
-    conn.execute(f"INSERT INTO question_queue {_QUEUED}")
+    conn.execute(f"INSERT INTO question_queue ({QUEUE_COLUMNS}) {_QUEUED}")
     conn.execute("DELETE FROM track_tally")
     conn.execute("DELETE FROM track_values")
     with conn.cursor() as cur:
@@ -764,21 +801,8 @@ class PostgresStore(SQLStore):
         with cast(psycopg.Connection[Any], conn).cursor() as cur:
             write_sql(cur.executemany, "%s", worker, manager, order_id, old, new)
 
-    def blocked_orders(self, answerer: str | None = None) -> list[BlockedRow]:
-        """One row per blocked order ``answerer`` may answer, newest first, from the question
-        queue (by its indexes by manager and by escalate_to), and their active sub-orders
-        counted in one query."""
-        mine = "" if answerer is None else " WHERE manager = %(a)s OR escalate_to = %(a)s"
-        with self._tx(durable=False) as conn:
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            rows = conn.execute(
-                "SELECT order_id, goal, worker, manager, escalate_to, deadline, seq, asked_at,"
-                f" latest, reworks FROM question_queue{mine} ORDER BY pos DESC",
-                {"a": answerer}).fetchall()
-            below = dict(conn.execute(_ACTIVE_BELOW, {
-                "ids": [row[0] for row in rows], "active": sorted(ACTIVE),
-                "depth": MAX_CHAIN}).fetchall()) if rows else {}
-        return read_blocked_rows(rows, below)
+    def _below(self, conn: Connection, ids: list[str]) -> dict[str, int]:
+        return _active_below(cast(psycopg.Connection[Any], conn), ids)
 
     def list_orders(
         self,
@@ -1279,7 +1303,7 @@ class PostgresStore(SQLStore):
             # The track tallies and the question queue, from the orders just written (with
             # COPY, which a pipeline cannot carry); then the planner's statistics, so the
             # first reads of a large new desk are planned for its size, not for empty tables.
-            fill_derived(conn)
+            fill_current(conn)
             conn.execute("ANALYZE")
 
     def _restore_keys(self, conn: Connection, keys: Mapping[str, Any]) -> None:

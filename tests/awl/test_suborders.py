@@ -31,6 +31,7 @@ from awl.desk.lineage import ended_above, first_ended, reports_below
 from awl.documents.checks import iter_report_findings
 from awl.store.memory import MemoryStore
 from awl.store.protocol import OrderRecord, OverBudget, Scope, Store
+from awl.store.urls import open_store as open_url
 from tests.awl.desk_support import (
     MANAGER,
     WORKER,
@@ -45,12 +46,17 @@ HELPER = "agent:helper"
 DEEP = "agent:deep"
 THIRD = "agent:third"
 T = "2030-01-01T09:00:00Z"
+EVERY_STORE = pytest.mark.parametrize("desk", ["memory", "sqlite", "postgresql"], indirect=True)
+"""For the rules that read sub-orders' reports through the store's listing by parent."""
 
 
 @pytest.fixture(params=["memory", "sqlite"])
 def desk(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Desk]:
-    """A desk on each kind of store."""
-    opened = open_store(request.param, tmp_path)
+    """A desk on each kind of store (PostgreSQL too where a test asks for EVERY_STORE)."""
+    if request.param == "postgresql":
+        opened = open_url(request.getfixturevalue("pg_url"))
+    else:
+        opened = open_store(request.param, tmp_path)
     yield Desk(opened, clock=Clock())
     opened.close()
 
@@ -236,6 +242,7 @@ def reported(desk: Desk, order_id: str, worker: str, tokens: int) -> OrderView:
     return desk.report(order_id, worker, spent(tokens))
 
 
+@EVERY_STORE
 @pytest.mark.spec("C1", "LC-15", "R7", "R20")
 def test_tokens_spent_through_sub_orders_are_charged_to_the_parent(desk: Desk) -> None:
     """The attack: under a budget of 1000 tokens the worker splits three sub-orders of 1000
@@ -266,6 +273,7 @@ def test_tokens_spent_through_sub_orders_are_charged_to_the_parent(desk: Desk) -
                 last.note or "")
 
 
+@EVERY_STORE
 @pytest.mark.spec("C1", "LC-15", "R20")
 def test_tokens_are_taken_from_the_parent_as_its_sub_orders_report_them(desk: Desk) -> None:
     """A sub-order that has not reported has taken nothing: a sibling of the whole 1000
@@ -298,6 +306,7 @@ def test_tokens_are_taken_from_the_parent_as_its_sub_orders_report_them(desk: De
     assert desk.review(root.id, MANAGER, "approve").state == "approved"
 
 
+@EVERY_STORE
 @pytest.mark.spec("R20", "LC-7")
 def test_a_parent_leaving_out_its_sub_orders_tokens_is_expired_with_r20(desk: Desk) -> None:
     """A parent whose budget has room states fewer tokens than its sub-order reported: an

@@ -1222,6 +1222,10 @@ class PostgresStore(SQLStore):
         try:
             held.conn.execute("DELETE FROM locks WHERE name = %s AND backend = pg_backend_pid()",
                               (name,))
+            # Let go of the advisory lock itself before closing: the server frees a closed
+            # connection's locks only when its backend has exited, a moment later, and a
+            # holder taking the lock meanwhile would find it busy with no record.
+            held.conn.execute("SELECT pg_advisory_unlock(%s, %s)", self._lock_keys(name))
         except psycopg.Error:
             pass  # a dead connection held nothing any more
         finally:
@@ -1304,7 +1308,12 @@ class PostgresStore(SQLStore):
             # COPY, which a pipeline cannot carry); then the planner's statistics, so the
             # first reads of a large new desk are planned for its size, not for empty tables.
             fill_current(conn)
-            conn.execute("ANALYZE")
+            # Only this desk's tables: a bare ANALYZE reads (and locks, briefly) every
+            # table of the database, other desks' schemas and other programs' included.
+            tables = [name for (name,) in conn.execute(
+                "SELECT quote_ident(tablename) FROM pg_tables"
+                " WHERE schemaname = current_schema()").fetchall()]
+            conn.execute("ANALYZE " + ", ".join(tables))
 
     def _restore_keys(self, conn: Connection, keys: Mapping[str, Any]) -> None:
         conn.execute("INSERT INTO public_keys (id, doc) VALUES (1, %s::jsonb)",

@@ -413,6 +413,32 @@ def test_awl_store_copy_moves_a_sqlite_desk_to_postgresql_and_back(
     assert "already holds orders" in capsys.readouterr().err
 
 
+def test_a_copy_into_postgresql_analyzes_only_its_own_schema(
+        pg_url: str, fresh_pg_url: str) -> None:
+    """The planner's statistics a copy refreshes are its own desk's: another desk's schema in
+    the same database is left alone (a bare ANALYZE locks every table of the database, and
+    deadlocked with another desk's migration)."""
+    import psycopg
+
+    from awl.store.postgres import PostgresStore
+
+    source = MemoryStore()
+    fill(source)
+    with PostgresStore(fresh_pg_url):  # another desk, migrated, in the same database
+        pass
+    with PostgresStore(pg_url) as target:
+        copy_store(source, target)
+
+    def analyzed(url: str) -> set[str]:
+        with psycopg.connect(url, autocommit=True) as conn:
+            return {name for (name,) in conn.execute(
+                "SELECT relname FROM pg_stat_user_tables WHERE schemaname = current_schema()"
+                " AND last_analyze IS NOT NULL").fetchall()}
+
+    assert {"orders", "events", "outbox", "question_queue"} <= analyzed(pg_url)
+    assert analyzed(fresh_pg_url) == set()
+
+
 @pytest.mark.spec("BIND-15")
 def test_postgresql_to_postgresql_carries_the_published_keys(
         pg_url: str, fresh_pg_url: str, tmp_path: Path) -> None:

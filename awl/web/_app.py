@@ -41,6 +41,7 @@ from awl.desk import Desk, OrderView
 from awl.desk.access import check_party
 from awl.desk.criteria import check_question
 from awl.desk.effects import find_call, list_effects, manager_only
+from awl.desk.lineage import reports_below
 from awl.desk.settlement import settle
 from awl.desk.tokens import principal_for_token, token_hash
 from awl.documents.checks import iter_report_findings
@@ -273,7 +274,8 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         findings = []
         if report is not None:
             findings = list(iter_report_findings(report.to_json(), order.to_json(),
-                                                 [c.to_json() for c in calls]))
+                                                 [c.to_json() for c in calls], None,
+                                                 reports_below(store, order_id) or None))
         evidence = {c.id: [e for e in (report.evidence if report else ())
                            if e.criterion == c.id] for c in order.criteria}
         checks = desk.check_results(order_id)

@@ -252,6 +252,7 @@ def test_a_copy_never_reads_the_source_whole_and_sees_it_change(tmp_path: Path,
     assert source.limits and all(limit is not None and limit <= 2 for limit in source.limits)
     changing = _Paged()
     fill(changing)
+    changing.limits.clear()
     changing.intrude = 3  # once the ids are read, before the orders are
     with SQLiteStore(tmp_path / "second.sqlite3") as second:
         with pytest.raises(CopyMismatch, match="changed while it was being copied"):

@@ -10,7 +10,7 @@ import typing
 from awl.documents.lazy import lazy_exports as _lazy_exports
 
 if typing.TYPE_CHECKING:
-    from awl.desk import AsyncDesk, Desk, OrderView, Question, Subscription
+    from awl.desk import AsyncDesk, Desk, OrderView, Question, QuestionPage, Subscription
     from awl.desk.effects import EffectView, list_effects
     from awl.desk.home import default_store, home_dir
     from awl.desk.settlement import settle
@@ -88,7 +88,7 @@ if typing.TYPE_CHECKING:
     from awl.store.urls import open_store
 
 _HOMES = {name: home for home, names in {
-    "awl.desk": ("AsyncDesk", "Desk", "OrderView", "Question", "Subscription"),
+    "awl.desk": ("AsyncDesk", "Desk", "OrderView", "Question", "QuestionPage", "Subscription"),
     "awl.desk.effects": ("EffectView", "list_effects"),
     "awl.desk.home": ("default_store", "home_dir"),
     "awl.desk.settlement": ("settle",),
@@ -155,6 +155,7 @@ __all__ = [
     "PassClaims",
     "PassError",
     "Question",
+    "QuestionPage",
     "Review",
     "SQLiteStore",
     "StoreUnavailable",

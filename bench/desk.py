@@ -14,9 +14,10 @@
    Then the median latency of: a track record (typical and busiest worker, and the busiest
    as one manager sees it), listing pages (newest, by worker, by state, by manager and
    state, by two states, a deep page by offset and by cursor, and a deep page by worker),
-   getting one order, and the question queue (one manager's, and every blocked order).
-   The target for list pages, track records and a manager's question queue is under 20 ms
-   each, shown as a ratio.
+   getting one order, and pages of the question queue (BIND-20: one manager's first page,
+   the first page of every blocked order, and a page half way down it by cursor). The
+   target for list pages, track records and question pages is under 20 ms each, shown as
+   a ratio.
 
 ``--store`` and ``--postgres-url`` are described in :mod:`bench.stores`.
 """
@@ -38,7 +39,7 @@ from typing import Any
 
 from awl import Desk, Event, MemoryStore, Review, WorkOrder, WorkReport, open_store
 from awl.store.protocol import Store
-from awl.store.sqlite import fill_derived as fill_sqlite_derived
+from awl.store.sqlite import fill_current as fill_sqlite_current
 from bench.stores import Stores, add_options, ratio
 from bench.stores import columns as columns_text
 
@@ -229,7 +230,7 @@ def _fill_sqlite(path: str, orders: int) -> None:
         for table, columns in _COLUMNS.items():
             conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
                              f"({', '.join('?' for _ in columns)})", rows[table])
-    fill_sqlite_derived(conn)
+    fill_sqlite_current(conn)
     conn.execute("COMMIT")
     conn.execute("ANALYZE")
     conn.close()
@@ -238,7 +239,7 @@ def _fill_sqlite(path: str, orders: int) -> None:
 def _fill_postgres(url: str, orders: int) -> None:
     import psycopg
 
-    from awl.store.postgres import fill_derived as fill_postgres_derived
+    from awl.store.postgres import fill_current as fill_postgres_current
 
     with psycopg.connect(url) as conn:
         conn.execute("SET synchronous_commit = off")
@@ -248,7 +249,7 @@ def _fill_postgres(url: str, orders: int) -> None:
                     with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
                         for row in rows[table]:
                             copy.write_row(row)
-        fill_postgres_derived(conn)
+        fill_postgres_current(conn)
         conn.commit()
         conn.autocommit = True
         conn.execute("VACUUM ANALYZE")
@@ -275,8 +276,9 @@ def large_desk(desk: Desk, orders: int, rounds: int) -> list[tuple[str, float]]:
     busy = desk.track("agent:busy").orders
     typical = desk.track("agent:w07").orders
     shared = desk.track("agent:busy", viewer="human:m3").orders
-    blocked = len(desk.questions())
-    mine = len(desk.questions("human:m3"))
+    blocked, _ = queue_place(desk, None, None)
+    mine, _ = queue_place(desk, "human:m3", None)
+    half, deep = queue_place(desk, None, blocked // 2)
     deep_worker = busy // 2
     cursor = desk.list(limit=1, offset=orders // 2 - 1)[0].id  # the page before the deep one
     reads: list[tuple[str, Callable[[], object], int]] = [
@@ -301,24 +303,39 @@ def large_desk(desk: Desk, orders: int, rounds: int) -> list[tuple[str, float]]:
         (f"list 50 by worker at offset {deep_worker:,} (deep filtered page)",
          lambda: desk.list(worker="agent:busy", limit=50, offset=deep_worker), rounds),
         ("get one order", lambda: desk.get("wo_bench0000123"), rounds),
-        (f"question queue of one manager ({mine:,} of {blocked:,} blocked)",
+        (f"question queue of one manager, first page (50 of {mine:,}; {blocked:,} blocked)",
          lambda: desk.questions("human:m3"), rounds),
-        (f"question queue, every blocked order ({blocked:,})",
-         lambda: desk.questions(), max(3, rounds // 3)),
+        (f"question queue, first page of every blocked order (50 of {blocked:,})",
+         lambda: desk.questions(), rounds),
+        (f"question queue, the page after {half:,} questions (by `after`)",
+         lambda: desk.questions(after=deep), rounds),
     ]
     return [(name, median_ms(call, times)) for name, call, times in reads]
 
 
+def queue_place(desk: Desk, actor: str | None, stop: int | None,
+                size: int = 200) -> tuple[int, str | None]:
+    """How many questions ``actor``'s queue holds, paged through (``size`` a page) to the
+    end (``stop`` None) or to the first page end at or past ``stop``, with the cursor there."""
+    seen, after = 0, None
+    while stop is None or seen < stop:
+        page = desk.questions(actor, limit=size, after=after)
+        seen += len(page.questions)
+        if page.next is None:
+            break
+        after = page.next
+    return seen, after
+
+
 TARGET_MS = 20.0
-"""The target for a list page, a track record and a manager's question queue on the large
+"""The target for a list page, a track record and a page of the question queue on the large
 desk (issue #21): the floor each read is shown against."""
 
 
 def over_target(reads: list[tuple[str, float]]) -> list[str]:
-    """The list, track-record and manager's question-queue reads slower than
-    :data:`TARGET_MS` (the whole queue of every blocked order is shown, not held to it)."""
+    """The list, track-record and question-queue reads slower than :data:`TARGET_MS`."""
     return [name for name, ms in reads
-            if name.startswith(("list", "track", "question queue of one")) and ms > TARGET_MS]
+            if name.startswith(("list", "track", "question queue")) and ms > TARGET_MS]
 
 
 @dataclass
@@ -357,7 +374,7 @@ def table(columns: dict[str, Column], floor: tuple[float, dict[str, float]], *, 
              columns_text(rows, names), ""]
     for name, column in columns.items():
         over = over_target(column.reads)
-        lines.append(f"{name}: list pages, track records and a manager's question queue "
+        lines.append(f"{name}: list pages, track records and question queue pages "
                      + (f"OVER the {TARGET_MS:.0f} ms target: {', '.join(over)}" if over
                         else f"within the {TARGET_MS:.0f} ms target"))
     return "\n".join(lines)

@@ -60,9 +60,8 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
-from awl.desk import Desk, acting_as, ancestors, staging_ancestor
+from awl.desk import Desk, acting_as, ancestors, first_ended, staging_ancestor
 from awl.documents import (
-    TERMINAL,
     CallRecord,
     Conflict,
     DocumentError,
@@ -434,13 +433,13 @@ class Gateway:
         return None if refusal is None else refusal.text
 
     def _ended_above(self) -> tuple[str, str] | None:
-        """``(id, state)`` of the first order above this one that has ended (LC-16), or
-        None; states change, so they are read anew each time."""
-        for above_id in self._above_ids:
-            above_state = self.store.load(above_id).state
-            if above_state in TERMINAL:
-                return above_id, above_state
-        return None
+        """``(id, state)`` of the first order above this one that has ended (LC-16, the
+        rule of :func:`awl.desk.first_ended`), or None; states change, so they are read
+        anew each time, by the ids read at start (orders never change)."""
+        if not self._above_ids:  # no order above: none can have ended
+            return None
+        ended = first_ended(map(self.store.load, self._above_ids))
+        return None if ended is None else (ended.order.id, ended.state)
 
     def verify(self, token: str | None) -> Authority:
         """Who ``token`` makes the caller, checked now (revocation and expiry included).

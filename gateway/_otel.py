@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
 import threading
 import time
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
+from types import FrameType
 from typing import Any
 
 from opentelemetry import metrics, trace
@@ -298,8 +300,9 @@ def from_env(wanted: Signals) -> OTelTelemetry:
     """Set up the global providers the environment asks for (OBS-1), unless the application
     already set its own, and answer the telemetry that reports to them.
 
-    Their exporters read the other ``OTEL_*`` settings themselves. At exit the providers
-    are shut down, which sends what is still buffered, for at most :data:`EXIT_FLUSH`."""
+    Their exporters read the other ``OTEL_*`` settings themselves. At exit, and on SIGTERM,
+    the providers are shut down, which sends what is still buffered, for at most
+    :data:`EXIT_FLUSH` (OBS-6)."""
     given = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": SERVICE}
     resource = Resource.create(given)
     providers: list[TracerProvider | MeterProvider] = []
@@ -316,18 +319,44 @@ def from_env(wanted: Signals) -> OTelTelemetry:
         metrics.set_meter_provider(meter_provider)
         providers.append(meter_provider)
     if providers:
-        atexit.register(_shut_down, providers)
+        stop = _Stop(providers)
+        atexit.register(stop)
+        stop.on_sigterm()
     return shared()
 
 
-def _shut_down(providers: list[TracerProvider | MeterProvider]) -> None:
-    """Shut the providers down side by side, waiting at most :data:`EXIT_FLUSH` for them."""
-    threads = [threading.Thread(target=p.shutdown, daemon=True) for p in providers]
-    for thread in threads:
-        thread.start()
-    end = time.monotonic() + EXIT_FLUSH
-    for thread in threads:
-        thread.join(max(end - time.monotonic(), 0))
+class _Stop:
+    """Shuts the providers down side by side, once, waiting at most :data:`EXIT_FLUSH` for
+    them however often it is called (at exit, and on SIGTERM, which may come during it)."""
+
+    def __init__(self, providers: list[TracerProvider | MeterProvider]) -> None:
+        self._providers = providers
+        self._threads: list[threading.Thread] = []
+        self._end = 0.0
+
+    def __call__(self) -> None:
+        if not self._threads:
+            self._end = time.monotonic() + EXIT_FLUSH
+            threads = [threading.Thread(target=p.shutdown, name="awl-otel-flush", daemon=True)
+                       for p in self._providers]
+            for thread in threads:
+                thread.start()
+            self._threads = threads
+        for thread in self._threads:
+            thread.join(max(self._end - time.monotonic(), 0))
+
+    def on_sigterm(self) -> None:
+        """Flush before SIGTERM ends the process (OBS-6), which it then does as it would
+        have: by the signal. Only where nobody else handles SIGTERM, and only from the main
+        thread (Python lets no other set a handler)."""
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
+            signal.signal(signal.SIGTERM, self._terminated)
+
+    def _terminated(self, signum: int, frame: FrameType | None) -> None:
+        self()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 _shared: list[OTelTelemetry] = []

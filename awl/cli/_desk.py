@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+import shlex
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -31,8 +32,9 @@ from awl.desk.track import TrackRecord
 from awl.documents.checks import load_document
 from awl.documents.errors import ValidationFailed
 from awl.documents.lifecycle import ACTIVE, TERMINAL
-from awl.documents.limits import check_integer
+from awl.documents.limits import MAX_QUESTION_PAGE, QUESTION_PAGE, check_integer
 from awl.documents.models import Event, WorkOrder
+from awl.store.urls import shown_url
 
 __all__ = ["register"]
 
@@ -176,9 +178,16 @@ def register(subparsers: Any) -> None:
 
     questions = sub.add_parser(
         "questions", help="open questions of blocked orders, most blocking first",
-        description="The questions waiting for an answer. With --as (or $AWL_ACTOR), only "
-                    "those that principal may answer; with --all, every one.")
+        description="The questions waiting for an answer, a page at a time, most blocking "
+                    "first (BIND-20). With --as (or $AWL_ACTOR), only those that principal "
+                    "may answer; with --all, every one. When more follow, the last line is "
+                    "the command that shows the next page (with --json: `next`).")
     questions.add_argument("--all", action="store_true", help="every open question")
+    questions.add_argument("--limit", type=int, default=QUESTION_PAGE, metavar="N",
+                           help=f"at most N questions, 1 to {MAX_QUESTION_PAGE} "
+                                f"(default {QUESTION_PAGE})")
+    questions.add_argument("--after", metavar="CURSOR",
+                           help="the page after this cursor (the one the page before printed)")
     _common(questions, writes=False)
     questions.set_defaults(func=_questions)
 
@@ -456,15 +465,25 @@ def _questions(args: argparse.Namespace) -> int:
     actor = None if args.all else args.actor or os.environ.get(ACTOR_ENV) or None
     if actor is None and not args.all:
         raise _fail(f"whose questions? pass --as PRINCIPAL, set {ACTOR_ENV}, or use --all")
+    limit = check_integer(args.limit, name="--limit", minimum=1, maximum=MAX_QUESTION_PAGE)
     with _desk(args) as desk:
-        queue = desk.questions(actor)
+        page = desk.questions(actor, limit=limit, after=args.after)
     if args.json:
-        _print_json([q.to_json() for q in queue])
-    elif not queue:
-        print("no open questions")
-    else:
-        for q in queue:
-            print("\n".join(_question_lines(q)))
+        _print_json(page.to_json())
+        return 0
+    if not page.questions:
+        print("no more open questions" if args.after is not None else "no open questions")
+    for q in page.questions:
+        print("\n".join(_question_lines(q)))
+    if page.next is not None:
+        words = ["--all"] if actor is None else ["--as", actor]
+        if args.home:
+            words += ["--home", args.home]
+        if args.store:  # a password stays out of the line, as every message keeps it
+            words += ["--store", shown_url(args.store)]
+        if limit != QUESTION_PAGE:
+            words += ["--limit", str(limit)]
+        print(f"next page: awl order questions {shlex.join(words)} --after {page.next}")
     return 0
 
 

@@ -24,7 +24,7 @@ def register(subparsers: Any) -> None:
                     f"{USAGE}.")
     sub = group.add_subparsers(dest="store_command", metavar="SUBCOMMAND", required=True)
     copy = sub.add_parser(
-        "copy", help="copy every order, log, call, effect, pass, revocation and token",
+        "copy", help="copy every order, log, call, effect, pass, revocation, token and webhook",
         description="Copy a whole desk into an empty store, then read both back and compare "
                     "them; exits 0 only when the copy is equal. A target that holds anything "
                     "is refused, and nothing is written to it. A SQLite or PostgreSQL "

@@ -36,9 +36,9 @@ from awl.desk.effects import (
     valid_settlement,
 )
 from awl.desk.home import default_store, home_dir
-from awl.desk.lineage import ancestors, ended_above, staging_ancestor
+from awl.desk.lineage import ancestors, ended_above, first_ended, staging_ancestor
 from awl.desk.settlement import settle
-from awl.desk.views import OrderView, Question
+from awl.desk.views import OrderView, Question, QuestionPage
 from awl.desk.waiting import Subscription
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "EffectView",
     "OrderView",
     "Question",
+    "QuestionPage",
     "Subscription",
     "acting_as",
     "ancestors",
@@ -56,6 +57,7 @@ __all__ = [
     "effect_of",
     "ended_above",
     "find_call",
+    "first_ended",
     "held_calls",
     "home_dir",
     "list_effects",

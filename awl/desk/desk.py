@@ -37,7 +37,7 @@ from typing import Any, Literal
 from awl.desk.access import check_action, check_author, check_manager, check_splitter
 from awl.desk.core import Write
 from awl.desk.criteria import CheckRun, latest_checks, run_checks, take_snapshot, workspace_root
-from awl.desk.lineage import ancestors, remaining_of, self_review_problem
+from awl.desk.lineage import ancestors, remaining_of, reports_below, self_review_problem
 from awl.desk.notify import add_webhook as subscribe
 from awl.desk.notify import remove_webhook as unsubscribe
 from awl.desk.notify import webhook_store
@@ -208,7 +208,8 @@ class Desk(DeskWaiting):
         if problem is not None:
             raise BadRequest(problem)
         if parent is not None:
-            left = remaining_of(parent.order, self.store.usage(parent.id), now)
+            left = remaining_of(parent.order, self.store.usage(parent.id), now,
+                                below=reports_below(self.store, parent.id))
             findings = list(iter_suborder_findings(doc, parent.order, left))
             _raise_invalid("sub-order", findings)
         else:
@@ -384,9 +385,10 @@ class Desk(DeskWaiting):
         1 + the reworks so far; a report naming another attempt is refused.
 
         The report is checked against the order (and against its gateway call records when
-        there are any: R16-R18). ``limit`` findings (cost over budget, finished after the
-        deadline) are accepted: the report is kept and the order expires. A report that
-        arrives after the deadline is kept the same way.
+        there are any: R16-R18; against the latest reports of its sub-orders when they have
+        reported: R20). ``limit`` findings (cost over budget, finished after the deadline,
+        fewer tokens than the sub-orders reported) are accepted: the report is kept and the
+        order expires. A report that arrives after the deadline is kept the same way.
 
         Raises:
             ValidationFailed: the report has ``invalid`` findings.
@@ -415,9 +417,10 @@ class Desk(DeskWaiting):
                                  f"{order.id!r} is on attempt {attempt}")
             full["attempt"] = attempt
             calls = self.store.calls(order.id)
+            below = reports_below(self.store, order.id)
             findings = list(iter_report_findings(full, order, calls or None,
                                                  [run.to_json() for run in runs]
-                                                 if runs else None))
+                                                 if runs else None, below or None))
             late = parse_time(order.deadline) < now
             if _invalid(findings):
                 if late:  # the order is over either way; expire it, keep nothing invalid

@@ -11,9 +11,13 @@ need the whole chain, not just the parent, and each has its one home here:
   commit check it again (LC-14), because an effect's only approval is its own order's
   manager's.
 - :func:`remaining_of`: what is left of an order's budget, its sub-orders' spending
-  included, which caps a new sub-order's budget (C1, LC-15).
+  included, which caps a new sub-order's budget (C1, LC-15). Tokens, which no gateway
+  counts, are what the sub-orders' latest reports say (:func:`reports_below`), which the
+  order's own report must cover (R20).
 - :func:`ended_above`: why nothing more reaches the world under a sub-order, when an order
-  above it has ended: the commit and a retry send none of its effects (LC-22).
+  above it has ended: the commit and a retry send none of its effects (LC-22). The rule
+  itself, which order above has ended, is :func:`first_ended`, which the gateway also
+  asks before every call (LC-16).
 
 Orders never change (LC-4), so a chain read once stays true.
 """
@@ -24,14 +28,15 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from awl.documents.checks import reported_tokens
 from awl.documents.errors import NotFound
 from awl.documents.lifecycle import TERMINAL
-from awl.documents.models import WorkOrder, parse_time
+from awl.documents.models import WorkOrder, WorkReport, parse_time
 from awl.documents.patterns import matches_any
 from awl.store.protocol import OrderRecord, Store, Usage
 
-__all__ = ["MAX_DEPTH", "ancestors", "ended_above", "remaining_of", "self_review_problem",
-           "staging_ancestor"]
+__all__ = ["MAX_DEPTH", "ancestors", "ended_above", "first_ended", "remaining_of",
+           "reports_below", "self_review_problem", "staging_ancestor"]
 
 MAX_DEPTH = 64
 """The most orders above any order; a longer (or cyclic, corrupt) chain stops there."""
@@ -102,19 +107,33 @@ def ended_above(store: Store, order: WorkOrder) -> str | None:
     order above has ended that authority is gone, so nothing more reaches the world under
     it. States change, so they are read anew on every call.
     """
-    for record in _records_above(store, order):
+    record = first_ended(_records_above(store, order))
+    if record is None:
+        return None
+    return (f"order {record.order.id}, which order {order.id} is split from, is "
+            f"{record.state}; nothing more runs under an order whose parent ended")
+
+
+def first_ended(above: Iterable[OrderRecord]) -> OrderRecord | None:
+    """The first of ``above`` (the records of the orders above one, parent first, as stored
+    now) that has ended, approved, declined, expired or cancelled, or None: the one rule
+    behind LC-16 (the gateway, on the ids it read at start) and LC-22 (:func:`ended_above`).
+    It stops reading ``above`` at the first that has ended."""
+    for record in above:
         if record.state in TERMINAL:
-            return (f"order {record.order.id}, which order {order.id} is split from, is "
-                    f"{record.state}; nothing more runs under an order whose parent ended")
+            return record
     return None
 
 
-def remaining_of(order: WorkOrder, spent: Usage, now: datetime) -> dict[str, float]:
+def remaining_of(order: WorkOrder, spent: Usage, now: datetime, *,
+                 below: Sequence[WorkReport]) -> dict[str, float]:
     """What is left of each unit of ``order``'s budget after ``spent`` (never below 0).
 
     ``spent`` is the order's usage with its sub-orders' charged to it
     (:meth:`awl.Store.usage`). ``seconds`` runs from the first call under the order or any
-    sub-order; ``tokens`` are not counted by the desk, so they are left whole.
+    sub-order. ``tokens`` are counted by no gateway: what is taken of them is what the
+    direct sub-orders have reported, ``below`` (:func:`reports_below`), each report
+    covering the sub-orders under it (R20).
     """
     left: dict[str, float] = {}
     for unit, limit in order.budget.units().items():
@@ -123,7 +142,18 @@ def remaining_of(order: WorkOrder, spent: Usage, now: datetime) -> dict[str, flo
             used = spent.tool_calls
         elif unit == "usd":
             used = spent.usd
+        elif unit == "tokens":
+            used = reported_tokens(below)
         elif unit == "seconds" and spent.first_call_at is not None:
             used = (now - parse_time(spent.first_call_at)).total_seconds()
         left[unit] = max(0.0, limit - used)
     return left
+
+
+def reports_below(store: Store, order_id: str) -> list[WorkReport]:
+    """The latest report of each direct sub-order of ``order_id`` that has reported, read
+    in one listing by ``parent_id``: what the order's tokens went to below it, as far as
+    anyone has said (LC-15, R20). A sub-order with no report yet has taken none."""
+    return [record.reports[-1]
+            for record in store.list_orders(parent_id=order_id, limit=None)
+            if record.reports]

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import base64
 import builtins
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,13 +15,56 @@ from awl.desk.core import DeskCore
 from awl.desk.criteria import latest_checks
 from awl.desk.lineage import ancestors
 from awl.desk.track import TrackRecord, track_record
-from awl.desk.views import OrderView, Question
+from awl.desk.views import OrderView, Question, QuestionPage
 from awl.documents.errors import BadRequest
 from awl.documents.lifecycle import ACTIVE, TERMINAL
-from awl.documents.limits import check_integer
+from awl.documents.limits import (
+    INT64_MAX,
+    MAX_QUESTION_PAGE,
+    QUESTION_PAGE,
+    check_integer,
+    show_value,
+)
 from awl.documents.models import Event, parse_time, stored_time
+from awl.store.protocol import QueueKey
+from awl.store.queue import queue_key, queue_time
 
-__all__ = ["DeskQueries"]
+__all__ = ["DeskQueries", "read_cursor", "write_cursor"]
+
+_CURSOR = "q1."
+"""What every cursor of the question queue starts with (its format's version)."""
+
+
+def write_cursor(key: QueueKey) -> str:
+    """The cursor of the question at ``key`` (BIND-20): ``q1.`` then the URL-safe base64,
+    unpadded, of the JSON array ``[weight, asked, order_id]``, so it can be typed as one
+    command word and sits in a URL as it is."""
+    rank, asked, order_id = key
+    data = json.dumps([-rank, asked, order_id], separators=(",", ":")).encode()
+    return _CURSOR + base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def read_cursor(text: object) -> QueueKey:
+    """The queue key a cursor from :func:`write_cursor` names.
+
+    Raises:
+        BadRequest: ``text`` is not such a cursor (one line, saying what to give).
+    """
+    refusal = BadRequest(f"after: {show_value(text)} is not a cursor of the question queue; "
+                         "give the `next` of the page before, or nothing for the first page")
+    if not isinstance(text, str) or not text.startswith(_CURSOR) or len(text) > 2000:
+        raise refusal
+    body = text[len(_CURSOR):]
+    try:
+        weight, asked, order_id = json.loads(base64.urlsafe_b64decode(
+            body + "=" * (-len(body) % 4)).decode())
+        fits = (type(weight) is int and 1 <= weight <= INT64_MAX and isinstance(order_id, str)
+                and isinstance(asked, str) and queue_time(asked) == asked)
+    except (ValueError, TypeError):
+        raise refusal from None
+    if not fits:
+        raise refusal
+    return -weight, asked, order_id
 
 
 class DeskQueries(DeskCore):
@@ -88,28 +133,41 @@ class DeskQueries(DeskCore):
         self.get(order_id)
         return self.store.events(order_id, after=after, limit=limit)
 
-    def questions(self, actor: str | None = None) -> builtins.list[Question]:
-        """The open questions of blocked orders, most blocking first.
+    def questions(self, actor: str | None = None, *, limit: int = QUESTION_PAGE,
+                  after: str | None = None) -> QuestionPage:
+        """A page of the open questions of blocked orders, most blocking first (BIND-20).
 
         Args:
             actor: only the questions this principal may answer (as manager or
                 ``escalate_to``); None for every open question.
+            limit: how many, from 1 to :data:`~awl.documents.limits.MAX_QUESTION_PAGE`.
+            after: the ``next`` cursor of the page before; None for the first page.
 
         The weight of a question is how many active orders wait on its answer: the blocked
-        order itself plus its active sub-orders, transitively. Ties go to the oldest.
-        Read from the store's blocked rows (:meth:`~awl.store.protocol.OrderStore.
-        blocked_orders`), no document parsed; an order found past its deadline is expired
-        first and left out.
+        order itself plus its active sub-orders, transitively; ties go to the oldest asked,
+        then to the lower order id. The store keeps that order (:mod:`awl.store.queue`),
+        so a page is read by index and costs the same however deep. Blocked orders past
+        their deadline (found by an index of the queue's deadlines) are expired first and
+        left out. The page's ``next`` is None when no question follows it.
+
+        Raises:
+            BadRequest: a limit out of range, or ``after`` not a cursor of this queue.
         """
+        limit = check_integer(limit, name="limit", minimum=1, maximum=MAX_QUESTION_PAGE)
+        start = None if after is None else read_cursor(after)
         now = self.now()
+        for order_id in self.store.overdue_blocked(now):
+            self._fresh(self.store.load(order_id))
+        rows = self.store.blocked_orders(actor, after=start, limit=limit + 1)
         out = [Question(row.order_id, row.goal, row.worker, row.answerers, row.attempt,
                         row.questions or self._asked(row.order_id, row.seq, ()),
-                        row.updated_at, 1 + row.below)
-               for row in self.store.blocked_orders(actor)
+                        row.updated_at, row.blocking)
+               for row in rows[:limit]
                if stored_time(row.deadline) >= now
                or self._fresh(self.store.load(row.order_id)).state == "blocked"]
-        out.sort(key=lambda q: (-q.blocking, stored_time(q.asked_at), q.order_id))
-        return out
+        last = rows[limit - 1] if len(rows) > limit else None
+        return QuestionPage(out, None if last is None else write_cursor(
+            queue_key(last.blocking, last.updated_at, last.order_id)))
 
     def track(self, worker: str, *, viewer: str | None = None) -> TrackRecord:
         """How the worker's orders turned out, as ``viewer`` may see it (SEC-8); see

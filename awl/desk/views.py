@@ -10,7 +10,7 @@ from awl.documents.lifecycle import ACTIVE
 from awl.documents.models import Review, WorkReport
 from awl.store.protocol import OrderRecord
 
-__all__ = ["OrderView", "Question"]
+__all__ = ["OrderView", "Question", "QuestionPage"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,3 +106,15 @@ class Question(NamedTuple):
             "questions": list(self.questions), "asked_at": self.asked_at,
             "blocking": self.blocking,
         }
+
+
+class QuestionPage(NamedTuple):
+    """One page of the question queue (BIND-20): its questions in the queue's order, and
+    ``next``, the cursor to pass as ``after`` for the page after it (None on the last)."""
+
+    questions: list[Question]
+    next: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The page as JSON-ready data: ``{questions, next}`` (``next`` null on the last)."""
+        return {"questions": [q.to_json() for q in self.questions], "next": self.next}

@@ -75,6 +75,7 @@ __all__ = [
     "json_equal",
     "load_document",
     "pass_rule_findings",
+    "reported_tokens",
     "to_plain",
     "validate_call",
     "validate_event",
@@ -423,8 +424,9 @@ def validate_suborder(child: Any, parent: Any,
 
 def iter_report_findings(doc: Any, order: Any = None,
                          calls: Iterable[Any] | None = None,
-                         checks: Iterable[Any] | None = None) -> Iterator[Finding]:
-    """Every finding of a Work Report (V1, R1-R19).
+                         checks: Iterable[Any] | None = None,
+                         sub_reports: Iterable[Any] | None = None) -> Iterator[Finding]:
+    """Every finding of a Work Report (V1, R1-R20).
 
     Args:
         doc: the report.
@@ -434,13 +436,16 @@ def iter_report_findings(doc: Any, order: Any = None,
         checks: the desk's runs of the order's criteria checks, as evidence of type
             ``check`` (``{criterion, type, check: {outcome, ...}}``). With them and the
             order, R19 runs too.
+        sub_reports: the latest report of each direct sub-order of the order that has one
+            (reports or their JSON). With them R20 runs too.
 
     Raises:
-        DocumentError: ``doc`` cannot be a JSON document, or ``order`` / a call record is not
-            a valid one.
+        DocumentError: ``doc`` cannot be a JSON document, or ``order`` / a call record / a
+            sub-order's report is not a valid one.
     """
     order_model = None if order is None else context_model(order, "order", WorkOrder, "order")
     call_models = None if calls is None else _calls(calls)
+    below = None if sub_reports is None else _sub_reports(sub_reports)
     data, model, found = check_structure(doc, "report")
     yield from found
     if model is None:
@@ -453,6 +458,35 @@ def iter_report_findings(doc: Any, order: Any = None,
         yield from _report_call_rules(report, order_model, call_models)
     if checks is not None and order_model is not None:
         yield from _report_check_rules(report, order_model, _check_runs(checks))
+    if below is not None:
+        yield from _report_below_rules(report, below)
+
+
+def _sub_reports(reports: Iterable[Any]) -> list[WorkReport]:
+    if isinstance(reports, str | bytes | Mapping) or not isinstance(reports, Iterable):
+        raise DocumentError("sub_reports must be a list of work reports")
+    return [r if isinstance(r, WorkReport)  # a stored report was checked when it came in
+            else context_model(r, "report", WorkReport, f"sub-order report #{i}")
+            for i, r in enumerate(reports)]
+
+
+def reported_tokens(reports: Iterable[WorkReport]) -> int:
+    """The tokens sub-orders have spent, as their reports say: the sum of each report's
+    ``cost.tokens`` (0 for one that states none). Given the latest report of each direct
+    sub-order, it is what they took of their parent's tokens (LC-15, R20)."""
+    return sum(r.cost.tokens or 0 for r in reports)
+
+
+def _report_below_rules(report: WorkReport, below: Sequence[WorkReport]) -> Iterator[Finding]:
+    spent = report.cost.tokens
+    total = reported_tokens(below)
+    if spent is not None and spent < total:
+        named = [f"{r.cost.tokens} in {_show(r.order_id, 40)}" for r in below if r.cost.tokens]
+        more = f" and {len(named) - 5} more" if len(named) > 5 else ""
+        yield Finding("R20", "limit", "/cost/tokens",
+                      f"tokens spent {spent} is less than the {total} its sub-orders reported "
+                      f"({', '.join(named[:5])}{more}); the cost of an order includes its "
+                      "sub-orders'")
 
 
 def _check_runs(checks: Iterable[Any]) -> dict[str, Mapping[str, Any]]:
@@ -1046,7 +1080,8 @@ def detect_type(doc: Any) -> DocType:
 
 def check(doc: Any, type: DocType | None = None, *, order: Any = None, parent: Any = None,
           calls: Iterable[Any] | None = None, remaining: Any = None,
-          now: Any = None, checks: Iterable[Any] | None = None) -> list[Finding]:
+          now: Any = None, checks: Iterable[Any] | None = None,
+          sub_reports: Iterable[Any] | None = None) -> list[Finding]:
     """Every finding of any document, its type detected from ``spec`` unless given.
 
     Args:
@@ -1060,6 +1095,8 @@ def check(doc: Any, type: DocType | None = None, *, order: Any = None, parent: A
             left of the parent's budget.
         now: for a pass, the time to check against (seconds since the epoch).
         checks: for a report, the desk's runs of the order's criteria checks (R19).
+        sub_reports: for a report, the latest report of each direct sub-order of its order
+            (R20).
 
     Raises:
         DocumentError: the input cannot be read, its type cannot be told, or a context
@@ -1073,7 +1110,7 @@ def check(doc: Any, type: DocType | None = None, *, order: Any = None, parent: A
             return list(iter_suborder_findings(doc, parent, remaining))
         return list(iter_order_findings(doc))
     if doc_type == "report":
-        return list(iter_report_findings(doc, order, calls, checks))
+        return list(iter_report_findings(doc, order, calls, checks, sub_reports))
     if doc_type == "pass":
         return list(iter_pass_findings(doc, order=order, parent=parent, remaining=remaining,
                                        now=now))

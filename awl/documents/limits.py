@@ -35,9 +35,11 @@ __all__ = [
     "MAX_DOCUMENT_BYTES",
     "MAX_EPOCH",
     "MAX_INT_DIGITS",
+    "MAX_QUESTION_PAGE",
     "MAX_YEAR",
     "MIN_EPOCH",
     "MIN_YEAR",
+    "QUESTION_PAGE",
     "check_amounts",
     "check_epoch",
     "check_instant",
@@ -66,6 +68,10 @@ MIN_EPOCH = int(datetime(MIN_YEAR, 1, 1, tzinfo=UTC).timestamp())
 MAX_EPOCH = int(datetime(MAX_YEAR, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp())
 """[DOC-14] Latest time in seconds since the epoch (9999-12-31T23:59:59Z)."""
 MAX_CONTENT_BLOCKS = 1000
+QUESTION_PAGE = 50
+"""[BIND-20] Questions on a page of the question queue when the caller names no limit."""
+MAX_QUESTION_PAGE = 200
+"""[BIND-20] Most questions on one page of the question queue."""
 """[DOC-15] Most content blocks of one upstream answer the gateway passes on."""
 
 _DEPTH_CEILING = 512  # beyond this the recursive walk itself would be at risk

@@ -296,20 +296,24 @@ class DeskServer:
         before = args.get("before")
         wanted = None if state is None else {state} if isinstance(state, str) else set(state)
         orders: list[Data]
+        more: dict[str, str] = {}
         if role == "answerer":
+            # The queue's own page, read by its key however deep (BIND-20).
+            if before is not None or offset:
+                raise BadRequest("role=answerer pages by after= (the next of the page "
+                                 "before), not by before or offset")
+            page = await self.desk.questions(actor, limit=limit, after=args.get("after"))
             orders = []
-            questions = await self.desk.questions(actor)
-            if before is not None:
-                ids = [q.order_id for q in questions]
-                if before not in ids:
-                    raise BadRequest(f"before: {before!r} is not in your question queue; "
-                                     "give the order_id of the last question of a page")
-                questions = questions[ids.index(before) + 1:]
-            for q in questions[offset:offset + limit]:
+            for q in page.questions:
                 view = await self.desk.get(q.order_id)
                 if wanted is None or view.state in wanted:
                     orders.append({**_summary(view, actor), "blocking": q.blocking})
+            if page.next is not None:
+                more["next"] = page.next
         else:
+            if args.get("after") is not None:
+                raise BadRequest("after= pages role=answerer; other roles page by before= "
+                                 "(the last order_id of the page before)")
             # The desk's own page, found by index however deep the offset or cursor
             # (BIND-18), rather than every order up to it read in full.
             found = await self.desk.list(
@@ -318,8 +322,8 @@ class DeskServer:
                 worker=actor if role == "worker" else None,
                 party=actor if role == "any" else None)
             orders = [_summary(v, actor) for v in found]
-        return ({"role": role, "orders": orders, "count": len(orders)},
-                f"{len(orders)} order(s)")
+        return ({"role": role, "orders": orders, "count": len(orders), **more},
+                f"{len(orders)} order(s)" + ("; more: give after=next" if more else ""))
 
     async def _get(self, actor: str, args: Data) -> tuple[Data, str]:
         view = await self._visible(args["order_id"], actor)

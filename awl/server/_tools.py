@@ -269,7 +269,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "The orders you are part of, newest first. role=worker: issued to you; "
             "role=manager: issued by you; role=answerer: blocked orders whose questions you "
             "may answer, most blocking first; role=any (default): issued by or to you. "
-            "Filter by state; for the next page give before=the last order_id of this one."),
+            "Filter by state; for the next page give before=the last order_id of this one "
+            "(role=answerer: after=the next of this one)."),
         input_schema=_object({
             "role": {"enum": ["any", "manager", "worker", "answerer"], "default": "any"},
             "state": {"description": "Only orders in this state (or any of these states).",
@@ -279,12 +280,18 @@ TOOLS: tuple[ToolSpec, ...] = (
             "before": {"type": "string", "minLength": 1,
                        "description": "The order_id of the last order of a page: the next "
                                       "page starts after it (as cheap however deep; for "
-                                      "role=answerer, after it in the queue)."},
+                                      "not for role=answerer)."},
+            "after": {"type": "string", "minLength": 1,
+                      "description": "With role=answerer: the next of the page before; the "
+                                     "page after it in the queue (as cheap however deep)."},
         }),
         output_schema=_object({
             "role": {"enum": ["any", "manager", "worker", "answerer"]},
             "orders": {"type": "array", "items": _SUMMARY},
             "count": _COUNT,
+            "next": {"type": "string", "description": (
+                "With role=answerer, when more questions follow: give it as after= for the "
+                "next page.")},
         }, ("role", "orders", "count")),
         read_only=True, idempotent=True,
     ),

@@ -6,10 +6,14 @@ events, reports and reviews; each order's calls are numbered again in N order (a
 call reserved with the usd it counted, then finished or held; a refusal recorded as it was),
 so the target computes the same refs, totals and charges to the orders above; then come the
 effects (each restored as it stands: a copy replays no commit), the passes, the revocations,
-the tokens, and the desk's published public keys when both stores keep them
+the tokens, the desk's published public keys when both stores keep them
 (:class:`~awl.store.protocol.KeyDirectory`; a target that keeps none is said to, the keys
-staying in the desk's home folder). Locks are not copied: a lock belongs to a committer
-running against the source, and leases run out on their own.
+staying in the desk's home folder), and the webhooks with every notification as it stands
+(:class:`~awl.store.protocol.WebhookStore`: ids, states and attempts kept, so a pending one
+is delivered once, from the target, under the ``webhook-id`` it had; they come after the
+orders, so restoring the orders notifies no one). Locks are not copied: a lock belongs to
+a committer running against the source, and leases run out on their own. Nor are the
+approval page's sessions: whoever was signed in signs in again.
 
 A target that implements :class:`~awl.store.protocol.Restore` (SQLite, PostgreSQL) takes
 the same content in one transaction instead, in batches of :data:`BATCH` orders read from
@@ -31,17 +35,20 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import zip_longest
 
-from awl.documents.errors import AWLError
+from awl.documents.errors import AWLError, BadRequest
 from awl.documents.models import Event, Review, WorkReport
 from awl.store.protocol import (
     BulkRead,
     DeskOrder,
     KeyDirectory,
+    Notification,
     OrderRecord,
     OverBudget,
     Restore,
     Store,
     Usage,
+    Webhook,
+    WebhookStore,
 )
 from awl.store.rules import USD_TOLERANCE, not_empty
 
@@ -61,6 +68,8 @@ class CopyCounts:
     passes: int = 0
     revocations: int = 0
     tokens: int = 0
+    webhooks: int = 0
+    notifications: int = 0
     public_keys: str = "none"
     """The source's published public key set: ``none``, ``copied``, or ``not kept`` (the
     target keeps no key set)."""
@@ -73,7 +82,8 @@ class CopyCounts:
         return (f"{self.orders} orders ({self.events} events, {self.reports} reports, "
                 f"{self.reviews} reviews, {self.calls} calls, {self.effects} effects, "
                 f"{self.passes} passes), {self.revocations} revocations, {self.tokens} "
-                f"tokens{keys}")
+                f"tokens, {self.webhooks} webhooks ({self.notifications} notifications)"
+                f"{keys}; the approval page's sessions are not copied (sign in again)")
 
 
 class CopyMismatch(AWLError):
@@ -113,6 +123,11 @@ def _empty_or_refuse(target: Store) -> None:
         held.append("tokens")
     if isinstance(target, KeyDirectory) and target.published_keys() is not None:
         held.append("published keys")
+    if isinstance(target, WebhookStore):
+        if target.webhooks():
+            held.append("webhooks")
+        if target.notifications(limit=1):
+            held.append("notifications")
     refusal = not_empty(held)
     if refusal is not None:
         raise refusal
@@ -212,6 +227,23 @@ def _write_one_by_one(batches: Iterable[Sequence[DeskOrder]], target: Store) -> 
             target.save_pass(issued)
 
 
+def _outbox(source: Store, target: Store) -> tuple[list[Webhook], list[Notification]]:
+    """The source's webhooks (oldest first) and notifications (oldest first, every state).
+
+    Raises:
+        BadRequest: the source has some and the target keeps none (nothing was written).
+    """
+    if not isinstance(source, WebhookStore):
+        return [], []
+    hooks, notes = source.webhooks(), source.notifications(limit=None)
+    if (hooks or notes) and not isinstance(target, WebhookStore):
+        raise BadRequest(f"the source has {len(hooks)} webhooks and {len(notes)} "
+                         "notifications, which the target store cannot keep; copy into a "
+                         "store that keeps webhooks (SQLite, PostgreSQL); nothing was written")
+    notes.reverse()
+    return hooks, notes
+
+
 def copy_store(source: Store, target: Store) -> CopyCounts:
     """Copy everything ``source`` holds into the empty ``target``, then compare the two.
 
@@ -240,13 +272,15 @@ def copy_store(source: Store, target: Store) -> CopyCounts:
 
     revocations = source.revocations()
     tokens = source.tokens()
+    hooks, notes = _outbox(source, target)
     keys = source.published_keys() if isinstance(source, KeyDirectory) else None
     public_keys = "none"
     if keys is not None:
         public_keys = "copied" if isinstance(target, KeyDirectory) else "not kept"
     if isinstance(target, Restore):
         target.restore(counted(), revocations=revocations, tokens=tokens,
-                       keys=keys if isinstance(target, KeyDirectory) else None)
+                       keys=keys if isinstance(target, KeyDirectory) else None,
+                       webhooks=hooks, notifications=notes)
     else:
         _write_one_by_one(counted(), target)
         for jti, revocation in revocations.items():
@@ -255,6 +289,11 @@ def copy_store(source: Store, target: Store) -> CopyCounts:
             target.save_token(token.token_hash, token.principal, created_at=token.created_at)
         if keys is not None and isinstance(target, KeyDirectory):
             target.publish_keys(keys)
+        if isinstance(target, WebhookStore):  # after the orders: their writes notify no one
+            for hook in hooks:
+                target.add_webhook(hook)
+            for note in notes:
+                target.restore_notification(note)
     differences = compare_stores(source, target)
     if differences:
         raise CopyMismatch(differences)
@@ -262,7 +301,7 @@ def copy_store(source: Store, target: Store) -> CopyCounts:
         orders=len(ids), events=counts["events"], reports=counts["reports"],
         reviews=counts["reviews"], calls=counts["calls"], effects=counts["effects"],
         passes=counts["passes"], revocations=len(revocations), tokens=len(tokens),
-        public_keys=public_keys)
+        webhooks=len(hooks), notifications=len(notes), public_keys=public_keys)
 
 
 def compare_stores(a: Store, b: Store) -> list[str]:
@@ -325,6 +364,11 @@ def _differences(a: Store, b: Store) -> Iterator[str]:
     if (isinstance(a, KeyDirectory) and isinstance(b, KeyDirectory)
             and a.published_keys() != b.published_keys()):
         yield "the published public keys differ"
+    if isinstance(a, WebhookStore) and isinstance(b, WebhookStore):
+        if a.webhooks() != b.webhooks():
+            yield "the webhooks differ"
+        if a.notifications(limit=None) != b.notifications(limit=None):
+            yield "the notifications differ"
 
 
 def _usages(store: Store, orders: Sequence[DeskOrder]) -> list[Usage]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from awl.documents.lifecycle import ACTIVE
@@ -20,6 +21,7 @@ from awl.documents.models import (
     Review,
     WorkOrder,
     WorkReport,
+    stored_time,
 )
 from awl.store.protocol import (
     BlockedRow,
@@ -30,6 +32,7 @@ from awl.store.protocol import (
     OrderRecord,
     OverBudget,
     PassRecord,
+    QueueKey,
     Reservation,
     Reserved,
     Revocation,
@@ -42,6 +45,7 @@ from awl.store.protocol import (
     Webhook,
     WebSession,
 )
+from awl.store.queue import queue_key, reweighed
 from awl.store.rules import (
     MAX_CHAIN,
     after_attempt,
@@ -63,6 +67,7 @@ from awl.store.rules import (
     new_call,
     new_notifications,
     next_effect,
+    notification_conflict,
     notification_not_found,
     notification_payload,
     order_event_kind,
@@ -79,7 +84,7 @@ from awl.store.rules import (
     web_session_conflict,
     webhook_conflict,
 )
-from awl.store.tally import Tally, may_change
+from awl.store.tally import Tally, may_change, queued
 
 __all__ = ["MemoryStore"]
 
@@ -115,7 +120,7 @@ class _Order:
     def track_row(self) -> TrackRow:
         return TrackRow.of(self.record(), self.events[1] if len(self.events) > 1 else None)
 
-    def blocked_row(self, below: int) -> BlockedRow:
+    def blocked_row(self, blocking: int) -> BlockedRow:
         latest = self.reports[-1] if self.reports else None
         return BlockedRow(
             order_id=self.order.id, goal=self.order.goal, worker=self.order.to,
@@ -125,7 +130,7 @@ class _Order:
             report_attempt=latest.attempt if latest is not None else None,
             reworks=self.record().reworks,
             questions=tuple(latest.questions or ()) if latest is not None else (),
-            below=below)
+            blocking=blocking)
 
     def record(self) -> OrderRecord:
         return OrderRecord(
@@ -135,15 +140,16 @@ class _Order:
         )
 
 
-def _active_below(children: dict[str, list[str]], order_id: str) -> int:
-    """Active orders below ``order_id`` (``children``: each order's active children),
-    reached through active orders only, each once (which also guards against a damaged
-    store's cycle)."""
+def _active_below(orders: dict[str, _Order], children: dict[str, list[str]],
+                  order_id: str) -> int:
+    """Active orders below ``order_id`` (``children``: each order's children), reached
+    through active orders only, each once (which also guards against a damaged store's
+    cycle)."""
     seen = {order_id}
     frontier = [order_id]
     while frontier:
         for child in children.get(frontier.pop(), ()):
-            if child not in seen:
+            if child not in seen and orders[child].state in ACTIVE:
                 seen.add(child)
                 frontier.append(child)
     return len(seen) - 1
@@ -172,6 +178,8 @@ class MemoryStore:
         self._webhooks: dict[str, Webhook] = {}
         self._outbox: dict[str, Notification] = {}
         self._tally = Tally()
+        self._children: dict[str, list[str]] = {}
+        self._weights: dict[str, int] = {}  # each blocked order's, as awl.store.queue says
         self._web_sessions: dict[str, WebSession] = {}
 
     def _get(self, order_id: str) -> _Order:
@@ -193,6 +201,13 @@ class MemoryStore:
                 reports=[], reviews=[], calls={}, effects={},
             )
             self._tally.write(order.to, order.manager, order.id, None, new.track_row())
+            if order.parent_id is not None:
+                self._children.setdefault(order.parent_id, []).append(order.id)
+            if queued(event.to):
+                self._weights[order.id] = 1 + _active_below(self._orders, self._children,
+                                                            order.id)
+            if event.to in ACTIVE:
+                self._reweigh(order.parent_id, 1)
 
     def load(self, order_id: str) -> OrderRecord:
         """The order and all it carries. NotFound if absent."""
@@ -215,8 +230,17 @@ class MemoryStore:
             if event.seq != seq + 1:
                 raise seq_conflict(order_id, event, seq)
             old = found.track_row() if may_change(found.state, state, report, review) else None
+            old_state = found.state
             found.events.append(event)
             found.state = state
+            if queued(old_state):
+                del self._weights[order_id]
+            if queued(state):
+                self._weights[order_id] = 1 + _active_below(self._orders, self._children,
+                                                             order_id)
+            if old_state in ACTIVE and state not in ACTIVE:
+                self._reweigh(found.order.parent_id,
+                              -1 - _active_below(self._orders, self._children, order_id))
             if report is not None:
                 found.reports.append(report)
             if review is not None:
@@ -253,17 +277,35 @@ class MemoryStore:
         with self._lock:
             return self._tally.record(worker, manager)
 
-    def blocked_orders(self, answerer: str | None = None) -> list[BlockedRow]:
-        """One row per blocked order ``answerer`` may answer, most recently created first."""
+    def _reweigh(self, parent_id: str | None, delta: int) -> None:
+        """Add ``delta`` to the weight of each blocked order above an order under
+        ``parent_id`` that starts (+1) or stops being active (:func:`awl.store.queue.
+        reweighed`)."""
+        def step(order_id: str) -> tuple[str | None, str] | None:
+            found = self._orders.get(order_id)
+            return None if found is None else (found.order.parent_id, found.state)
+
+        for above in list(reweighed(parent_id, step)):
+            self._weights[above] += delta
+
+    def blocked_orders(self, answerer: str | None = None, *, after: QueueKey | None = None,
+                       limit: int | None = None) -> list[BlockedRow]:
+        """One row per blocked order ``answerer`` may answer, in the queue's order, after
+        ``after`` (at most ``limit``)."""
         with self._lock:
-            children: dict[str, list[str]] = {}
-            for o in self._orders.values():
-                if o.order.parent_id is not None and o.state in ACTIVE:
-                    children.setdefault(o.order.parent_id, []).append(o.order.id)
-            return [o.blocked_row(_active_below(children, o.order.id))
-                    for o in reversed(self._orders.values())
-                    if o.state == "blocked"
-                    and (answerer is None or answerer in o.order.answerers)]
+            queue = sorted(
+                (queue_key(weight, o.events[-1].at, o.order.id), o, weight)
+                for o, weight in ((self._orders[oid], w) for oid, w in self._weights.items())
+                if answerer is None or answerer in o.order.answerers)
+            rows = [o.blocked_row(weight) for key, o, weight in queue
+                    if after is None or key > after]
+        return rows if limit is None else rows[:limit]
+
+    def overdue_blocked(self, now: datetime) -> list[str]:
+        """The blocked orders past their deadline at ``now``."""
+        with self._lock:
+            return [order_id for order_id in self._weights
+                    if stored_time(self._orders[order_id].order.deadline) < now]
 
     def list_orders(
         self,
@@ -634,6 +676,13 @@ class MemoryStore:
                      and (webhook_id is None or n.webhook_id == webhook_id)
                      and (order_id is None or n.order_id == order_id)]
         return found if limit is None else found[:limit]
+
+    def restore_notification(self, note: Notification) -> None:
+        """Keep a notification as it stands (a copy of a desk). Conflict if its id is kept."""
+        with self._lock:
+            if note.id in self._outbox:
+                raise notification_conflict(note.id)
+            self._outbox[note.id] = note
 
     def __enter__(self) -> MemoryStore:
         return self

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from awl.documents.effect_states import EffectStateName
@@ -281,6 +282,11 @@ class TrackRecord:
         }
 
 
+QueueKey = tuple[int, str, str]
+"""Where a question stands in the queue: ``(rank, asked, order_id)``, compared ascending
+(:mod:`awl.store.queue`)."""
+
+
 class BlockedRow(NamedTuple):
     """What the question queue needs of one blocked order, read without its documents (a
     named tuple: a whole queue is thousands of them, built as cheaply as a row)."""
@@ -298,8 +304,9 @@ class BlockedRow(NamedTuple):
     reworks: int
     questions: tuple[str, ...]
     """Its latest report's questions."""
-    below: int
-    """Its active sub-orders, transitively (through active orders only)."""
+    blocking: int
+    """Its question's weight: itself plus its active sub-orders, transitively (through
+    active orders only), as the store keeps it (:mod:`awl.store.queue`)."""
 
     @property
     def attempt(self) -> int:
@@ -452,12 +459,21 @@ class OrderStore(Protocol):
         (BIND-18)."""
         ...
 
-    def blocked_orders(self, answerer: str | None = None) -> list[BlockedRow]:
+    def blocked_orders(self, answerer: str | None = None, *, after: QueueKey | None = None,
+                       limit: int | None = None) -> list[BlockedRow]:
         """One :class:`BlockedRow` per blocked order (only those ``answerer`` may answer, as
-        manager or ``escalate_to``, if given), most recently created first.
+        manager or ``escalate_to``, if given), in the queue's order (:mod:`awl.store.queue`:
+        most blocking first, then the oldest asked, then by order id): the first ``limit``
+        (None: all) of those whose key comes after ``after`` (None: from the start).
 
-        Read without parsing documents, from indexes of the blocked orders by manager and
-        by ``escalate_to``; past deadlines are not checked (the desk does)."""
+        Read without parsing documents, from indexes of the queue by its key (for every
+        question, by manager and by ``escalate_to``), so a page costs the same however deep;
+        past deadlines are not checked (the desk does, with :meth:`overdue_blocked`)."""
+        ...
+
+    def overdue_blocked(self, now: datetime) -> list[str]:
+        """The ids of the blocked orders whose deadline is before ``now``, read from the
+        question queue by an index of its deadlines (only those, not every question)."""
         ...
 
 
@@ -751,6 +767,12 @@ class WebhookStore(Protocol):
         """Notifications matching every filter given, newest first."""
         ...
 
+    def restore_notification(self, note: Notification) -> None:
+        """Keep a notification exactly as it stands, its id, state and attempts included (a
+        copy of a desk, :mod:`awl.store.copy`), after those kept before it. Conflict if its id
+        is kept already. Atomic, durable."""
+        ...
+
 
 @runtime_checkable
 class WebSessions(Protocol):
@@ -866,15 +888,18 @@ class Restore(Protocol):
 
     def restore(self, orders: Iterable[Sequence[DeskOrder]], *,
                 revocations: Mapping[str, Revocation], tokens: Sequence[TokenRecord],
-                keys: Mapping[str, Any] | None = None) -> None:
+                keys: Mapping[str, Any] | None = None, webhooks: Sequence[Webhook] = (),
+                notifications: Iterable[Notification] = ()) -> None:
         """Store every order of ``orders`` (batches, oldest order first, each order after
         the orders above it) with everything it carries, then the revocations (in the order
-        given), the tokens and, for a :class:`KeyDirectory`, the published key set, all in one
-        transaction, keeping every total and charge a store derives from calls as the
-        calls' own writes would.
+        given), the tokens, for a :class:`KeyDirectory` the published key set, and for a
+        :class:`WebhookStore` the webhooks and the notifications as they stand (oldest first;
+        restoring the orders writes none), all in one transaction, keeping every total and
+        charge a store derives from calls as the calls' own writes would.
 
         The store must be empty: BadRequest (:func:`~awl.store.rules.not_empty`) when it
-        holds orders, revocations, tokens or published keys, checked inside the transaction
+        holds orders, revocations, tokens, published keys, webhooks or notifications, checked
+        inside the transaction
         (which holds off other writers until it ends). A call's ref must be numbered as the
         store would number it, after the calls before it. Nothing is written unless all of it
         is: a restore that raises, or whose process is killed, leaves the store as it was.

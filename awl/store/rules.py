@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, replace
 from typing import Any, Literal, cast, get_args
 
@@ -584,6 +584,12 @@ def webhook_conflict(webhook_id: str) -> Conflict:
     return Conflict(f"a webhook with id {webhook_id!r} already exists; choose another id")
 
 
+def notification_conflict(notification_id: str) -> Conflict:
+    """The Conflict for restoring a notification whose id is kept already."""
+    return Conflict(f"a notification with id {notification_id!r} is kept already; copy into "
+                    "an empty store")
+
+
 def web_session_conflict() -> Conflict:
     """The Conflict for keeping a web session under a hash already kept."""
     return Conflict("a web session with this id is kept already; start another")
@@ -632,18 +638,17 @@ def first_track_row(order: WorkOrder, event: Event) -> TrackRow:
     return TrackRow.of(OrderRecord(order=order, state=event.to, seq=1))
 
 
-def read_blocked_rows(rows: Sequence[Sequence[Any]],
-                      below: Mapping[str, int]) -> list[BlockedRow]:
-    """The blocked rows from the fields a store picked out of its documents, ``(order_id,
-    goal, worker, manager, escalate_to, deadline, seq, updated_at, latest, reworks)`` each,
-    where ``latest`` is the JSON array ``[attempt, questions]`` of the order's latest report
-    (None without one), and ``below`` counts each order's active sub-orders (absent: none).
+def read_blocked_rows(rows: Sequence[Sequence[Any]]) -> list[BlockedRow]:
+    """The blocked rows from the fields a store picked out of its question queue,
+    ``(order_id, goal, worker, manager, escalate_to, deadline, seq, updated_at, latest,
+    reworks, weight)`` each, where ``latest`` is the JSON array ``[attempt, questions]`` of
+    the order's latest report (None without one).
 
-    Every ``latest`` is parsed in one JSON array: a whole queue is thousands of rows."""
+    Every ``latest`` is parsed in one JSON array: a page may be hundreds of rows."""
     latest = json.loads(f"[{','.join(row[8] or 'null' for row in rows)}]")
     return [BlockedRow(row[0], row[1], row[2], row[3], row[4], row[5], int(row[6]), row[7],
                        last[0] if last else None, int(row[9]),
-                       tuple(last[1] or ()) if last else (), below.get(row[0], 0))
+                       tuple(last[1] or ()) if last else (), int(row[10]))
             for row, last in zip(rows, latest, strict=True)]
 
 

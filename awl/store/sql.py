@@ -29,17 +29,27 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
 from typing import Any, ClassVar, Protocol, Self
 
 from awl.documents.errors import BadRequest, StoreUnavailable
-from awl.documents.models import CallRecord, Event, Review, WorkOrder, WorkReport
+from awl.documents.lifecycle import ACTIVE
+from awl.documents.models import (
+    CallRecord,
+    Event,
+    Review,
+    WorkOrder,
+    WorkReport,
+)
 from awl.store.protocol import (
+    BlockedRow,
     DeliveryAttempt,
     DeskOrder,
     EffectState,
     Notification,
     OrderRecord,
     PassRecord,
+    QueueKey,
     Revocation,
     Settlement,
     TokenRecord,
@@ -48,6 +58,7 @@ from awl.store.protocol import (
     Webhook,
     WebSession,
 )
+from awl.store.queue import KEY_SQL, keyed, queue_instant, reweighed
 from awl.store.rules import (
     after_attempt,
     call_not_found,
@@ -64,6 +75,7 @@ from awl.store.rules import (
     new_notifications,
     next_effect,
     not_empty,
+    notification_conflict,
     notification_not_found,
     notification_payload,
     order_event_kind,
@@ -71,6 +83,7 @@ from awl.store.rules import (
     order_not_found,
     orphaned,
     pass_doc,
+    read_blocked_rows,
     read_effect,
     read_pass,
     read_record,
@@ -109,7 +122,17 @@ class Connection(Protocol):
 
 
 _TOKENS = ("text", "jsonb", "lock", "lock_order", "share", "skip_locked", "rowid",
-           "effect_state")
+           "effect_state", "hold")
+
+QUEUE_COLUMNS = ("pos, order_id, goal, worker, manager, escalate_to, deadline, seq, asked_at,"
+                 " latest, reworks")
+"""The question queue's columns a backend's ``queued_rows`` fills (the rest, its key, are
+written next: :mod:`awl.store.queue`)."""
+
+QUEUE_PICKED = ("order_id, goal, worker, manager, escalate_to, deadline, seq, asked_at, latest,"
+                " reworks, -rank AS weight, rank, asked")
+"""What a page of the queue reads of each row (:func:`~awl.store.rules.read_blocked_rows`'s
+fields, then the key it is ordered by)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -139,6 +162,9 @@ class Dialect:
     being deleted till the write ends."""
     skip_locked: str = ""
     """Ends a claim: it locks the rows it takes and skips those another claim holds."""
+    hold: str = ""
+    """Ends a read of an order's state a write depends on: it waits for, and then reads,
+    a write that changes the order's row (and keeps any from starting) till the write ends."""
     rowid: str = "rowid"
     """The column that keeps a table's rows in the order they were added."""
     _cache: dict[str, str] = field(default_factory=dict, repr=False)
@@ -194,6 +220,16 @@ def _webhook_from(doc: str) -> Webhook:
                    orders=None if orders is None else tuple(orders))
 
 
+_OUTBOX_INSERT = ("INSERT INTO outbox (id, webhook_id, order_id, state, next_at, doc)"
+                  " VALUES (?, ?, ?, ?, ?, ?{jsonb})")
+
+
+def _outbox_row(note: Notification) -> tuple[Any, ...]:
+    """The outbox row of ``note``, in :data:`_OUTBOX_INSERT`'s order."""
+    return (note.id, note.webhook_id, note.order_id, note.state, timestamp(note.next_at),
+            dump_json(asdict(note)))
+
+
 def _notification_from(doc: str) -> Notification:
     """A notification from its stored JSON text."""
     data = json.loads(doc)
@@ -237,6 +273,11 @@ class SQLStore(ABC):
     fields, picked from their documents)."""
     queued_rows: ClassVar[str]
     """The backend's SELECT of the question queue's rows of the blocked orders ``o``."""
+
+    @abstractmethod
+    def _below(self, conn: Connection, ids: list[str]) -> dict[str, int]:
+        """How many active orders are below each of the orders ``ids``, reached through
+        active orders only (absent: none), as the write ``conn`` is in sees them."""
 
     @abstractmethod
     def _tally(self, conn: Connection, worker: str, manager: str, order_id: str,
@@ -348,6 +389,8 @@ class SQLStore(ABC):
             self._tally(conn, order.to, order.manager, order.id, None,
                         first_track_row(order, event))
             self._queue(conn, order.id, None, event.to)
+            if event.to in ACTIVE:
+                self._reweigh(conn, order.parent_id, 1)
             self._announce(conn, order.id, 1)
 
     def _position(self, order_id: str) -> int:
@@ -370,13 +413,69 @@ class SQLStore(ABC):
 
     def _queue(self, conn: Connection, order_id: str, old_state: str | None,
                state: str) -> None:
-        """Keep the order's row of the question queue as the write leaves it."""
+        """Keep the order's row of the question queue as the write leaves it: a blocked
+        order's row weighs one plus the active orders below it (:mod:`awl.store.queue`)."""
+        q = self.dialect.sql
         if queued(old_state):
-            conn.execute(self.dialect.sql("DELETE FROM question_queue WHERE order_id = ?"),
-                         (order_id,))
+            conn.execute(q("DELETE FROM question_queue WHERE order_id = ?"), (order_id,))
         if queued(state):
-            conn.execute(self.dialect.sql(
-                f"INSERT INTO question_queue {self.queued_rows} AND o.id = ?"), (order_id,))
+            conn.execute(q(f"INSERT INTO question_queue ({QUEUE_COLUMNS}) {self.queued_rows}"
+                           " AND o.id = ?"), (order_id,))
+            asked_at, deadline = conn.execute(q(
+                "SELECT asked_at, deadline FROM question_queue WHERE order_id = ?"),
+                (order_id,)).fetchone()
+            conn.execute(q(KEY_SQL), keyed([(order_id, asked_at, deadline)],
+                                           self._below(conn, [order_id]))[0])
+
+    def _reweigh(self, conn: Connection, parent_id: str | None, delta: int) -> None:
+        """Add ``delta`` to the weight of each blocked order above an order under
+        ``parent_id`` that starts (+1) or stops being active (:func:`~awl.store.queue.
+        reweighed`); each order above is read with its row held, so a write that changes
+        one waits, or is waited for, and no change is counted twice or missed."""
+        if parent_id is None:
+            return
+        q = self.dialect.sql
+
+        def step(order_id: str) -> tuple[str | None, str] | None:
+            row = conn.execute(q("SELECT parent_id, state FROM orders WHERE id = ?{hold}"),
+                               (order_id,)).fetchone()
+            return None if row is None else (row[0], str(row[1]))
+
+        for above in list(reweighed(parent_id, step)):
+            conn.execute(q("UPDATE question_queue SET rank = rank - ? WHERE order_id = ?"),
+                         (delta, above))
+
+    def blocked_orders(self, answerer: str | None = None, *, after: QueueKey | None = None,
+                       limit: int | None = None) -> list[BlockedRow]:
+        """One row per blocked order ``answerer`` may answer, in the queue's order, after
+        ``after``: read by the index of the queue's key (for an answerer, the first
+        ``limit`` of its index by manager and of its index by escalate_to, merged)."""
+        q = self.dialect.sql
+        key = "rank, asked, order_id"
+        later = "" if after is None else f" AND ({key}) > (?, ?, ?)"
+        cut = "" if limit is None else " LIMIT ?"
+        params: list[Any] = [*(after or ()), *(() if limit is None else (limit,))]
+        one = (f"SELECT {QUEUE_PICKED} FROM question_queue WHERE {{who}}{later}"
+               f" ORDER BY {key}{cut}")
+        if answerer is None:
+            sql, values = one.format(who="TRUE"), params
+        else:
+            sql = (f"SELECT * FROM ({one.format(who='manager = ?')}) AS m UNION"
+                   f" SELECT * FROM ({one.format(who='escalate_to = ?')}) AS e"
+                   f" ORDER BY {key}{cut}")
+            values = [answerer, *params, answerer, *params,
+                      *(() if limit is None else (limit,))]
+        with self._read() as conn:
+            rows = conn.execute(q(sql), values).fetchall()
+        return read_blocked_rows(rows)
+
+    def overdue_blocked(self, now: datetime) -> list[str]:
+        """The blocked orders past their deadline at ``now``, by the queue's deadline index."""
+        with self._read() as conn:
+            rows = conn.execute(self.dialect.sql(
+                "SELECT order_id FROM question_queue WHERE due < ?"),
+                (queue_instant(now),)).fetchall()
+        return [str(row[0]) for row in rows]
 
     def track_rows(self, worker: str) -> list[TrackRow]:
         """One track row per order addressed to ``worker``, newest first, in one query: the
@@ -441,11 +540,12 @@ class SQLStore(ABC):
         notifications it calls for, in the same durable transaction (HOOK-3)."""
         q = self.dialect.sql
         with self._write() as conn:
-            found = conn.execute(q("SELECT seq, state FROM orders WHERE id = ?{lock_order}"),
-                                 (order_id,)).fetchone()
+            found = conn.execute(q(
+                "SELECT seq, state, parent_id FROM orders WHERE id = ?{lock_order}"),
+                (order_id,)).fetchone()
             if found is None:
                 raise order_not_found(order_id)
-            seq, old_state = int(found[0]), str(found[1])
+            seq, old_state, parent_id = int(found[0]), str(found[1]), found[2]
             if event.seq != seq + 1:
                 raise seq_conflict(order_id, event, seq)
             # The tallies change only with a report, a review or an order leaving the
@@ -467,6 +567,10 @@ class SQLStore(ABC):
                 self._tally(conn, worker, manager, order_id, before,
                             self._track_row(conn, order_id)[2])
             self._queue(conn, order_id, old_state, state)
+            if parent_id is not None and old_state in ACTIVE and state not in ACTIVE:
+                # It and the active orders below it no longer wait on the orders above.
+                self._reweigh(conn, parent_id,
+                              -1 - self._below(conn, [order_id]).get(order_id, 0))
             self._notify(conn, order_event_kind(event), order_id, event.at,
                          lambda kind, order, counts: notification_payload(
                              kind, order, state, event.at, counts, event=event))
@@ -702,11 +806,13 @@ class SQLStore(ABC):
             return payload(kind, WorkOrder.model_validate_json(doc[0]), counts)
 
         for note in new_notifications(hooks, kind, order_id, at, body):
-            conn.execute(q(
-                "INSERT INTO outbox (id, webhook_id, order_id, state, next_at, doc)"
-                " VALUES (?, ?, ?, ?, ?, ?{jsonb})"),
-                (note.id, note.webhook_id, order_id, note.state, timestamp(note.next_at),
-                 dump_json(asdict(note))))
+            cls._add_notification(conn, note)
+
+    @classmethod
+    def _add_notification(cls, conn: Connection, note: Notification) -> bool:
+        """Put ``note`` in the outbox as it stands; False if its id is there already."""
+        return bool(conn.execute(cls.dialect.sql(_OUTBOX_INSERT + " ON CONFLICT (id) DO NOTHING"),
+                                 _outbox_row(note)).rowcount)
 
     def add_webhook(self, webhook: Webhook) -> None:
         """Keep a webhook subscription (durable). Conflict if its id exists."""
@@ -802,9 +908,16 @@ class SQLStore(ABC):
                 (*params, self.dialect.no_limit if limit is None else limit)).fetchall()
         return [_notification_from(doc) for (doc,) in rows]
 
+    def restore_notification(self, note: Notification) -> None:
+        """Keep a notification as it stands (durable). Conflict if its id is kept."""
+        with self._write() as conn:
+            if not self._add_notification(conn, note):
+                raise notification_conflict(note.id)
+
     # Copying a desk (BulkRead, Restore) ---------------------------------------------------
     _DESK_TABLES: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("orders", "orders"), ("revocations", "revocations"), ("tokens", "tokens"))
+        ("orders", "orders"), ("revocations", "revocations"), ("tokens", "tokens"),
+        ("webhooks", "webhooks"), ("notifications", "outbox"))
     """What an empty store holds none of, and the table that holds it (see :meth:`restore`)."""
 
     @abstractmethod
@@ -863,7 +976,8 @@ class SQLStore(ABC):
 
     def restore(self, orders: Iterable[Sequence[DeskOrder]], *,
                 revocations: Mapping[str, Revocation], tokens: Sequence[TokenRecord],
-                keys: Mapping[str, Any] | None = None) -> None:
+                keys: Mapping[str, Any] | None = None, webhooks: Sequence[Webhook] = (),
+                notifications: Iterable[Notification] = ()) -> None:
         """Load a whole desk into this empty store in one transaction (see
         :class:`~awl.store.protocol.Restore`): a restore that stops half way (an error, a
         ``kill -9``) writes nothing."""
@@ -898,3 +1012,7 @@ class SQLStore(ABC):
             self._insert_rows(conn, q("INSERT INTO tokens (token_hash, principal, created_at)"
                                       " VALUES (?, ?, ?)"),
                               [(t.token_hash, t.principal, t.created_at) for t in tokens])
+            self._insert_rows(conn, q("INSERT INTO webhooks (id, doc) VALUES (?, ?{jsonb})"),
+                              [(w.id, dump_json(asdict(w))) for w in webhooks])
+            # Oldest first, so the outbox lists them as it did.
+            self._insert_rows(conn, q(_OUTBOX_INSERT), [_outbox_row(n) for n in notifications])

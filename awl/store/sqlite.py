@@ -56,7 +56,6 @@ from awl.documents.lifecycle import ACTIVE
 from awl.documents.models import CallRecord
 from awl.store.files import create_private, make_private
 from awl.store.protocol import (
-    BlockedRow,
     DeskOrder,
     LockInfo,
     OrderRecord,
@@ -67,6 +66,7 @@ from awl.store.protocol import (
     TrackRow,
     Usage,
 )
+from awl.store.queue import KEY_INDEXES, KEY_SQL, keyed
 from awl.store.rules import (
     MAX_CHAIN,
     call_number,
@@ -82,7 +82,6 @@ from awl.store.rules import (
     new_call,
     order_not_found,
     outcome_conflict,
-    read_blocked_rows,
     read_lock,
     read_track_row,
     record_order_id,
@@ -91,7 +90,7 @@ from awl.store.rules import (
     stored_call,
     timestamp,
 )
-from awl.store.sql import Connection, Dialect, SQLStore
+from awl.store.sql import QUEUE_COLUMNS, Connection, Dialect, SQLStore
 from awl.store.tally import adding_sql, filled, value_sql, write_sql
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -387,6 +386,18 @@ MIGRATIONS: tuple[tuple[str | Callable[[sqlite3.Connection], None], ...], ...] =
         )""",
         "CREATE INDEX web_sessions_by_expiry ON web_sessions (expires_at)",
     ),
+    (
+        # The question queue in its order, a page at a time (BIND-20): each question's key
+        # (`rank`, minus its weight, then `asked`, then the order id) and its deadline as
+        # text that sorts as time (awl.store.queue), kept by every write that changes
+        # them; the questions already there keyed here. The indexes by position go: no
+        # read orders the queue by creation any more.
+        "ALTER TABLE question_queue ADD COLUMN rank INTEGER NOT NULL DEFAULT -1",
+        "ALTER TABLE question_queue ADD COLUMN asked TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE question_queue ADD COLUMN due TEXT NOT NULL DEFAULT ''",
+        lambda conn: fill_queue(conn),
+        *KEY_INDEXES,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -443,11 +454,33 @@ def fill_derived(conn: sqlite3.Connection) -> None:
                           in conn.execute(f"SELECT o.worker, o.manager, {_TRACK_FIELDS}"
                                           " FROM orders o ORDER BY o.pos"))
     conn.execute("DELETE FROM question_queue")
-    conn.execute(f"INSERT INTO question_queue {_QUEUED}")
+    conn.execute(f"INSERT INTO question_queue ({QUEUE_COLUMNS}) {_QUEUED}")
     conn.execute("DELETE FROM track_tally")
     conn.execute("DELETE FROM track_values")
     conn.executemany(adding_sql("?"), rows)
     conn.executemany(value_sql("?"), values)
+
+
+def _active_below(conn: sqlite3.Connection, ids: list[str]) -> dict[str, int]:
+    """How many active orders are below each of the orders ``ids`` (absent: none)."""
+    if not ids:
+        return {}
+    return dict(conn.execute(_ACTIVE_BELOW, (json.dumps(ids), MAX_CHAIN,
+                                             json.dumps(sorted(ACTIVE)))).fetchall())
+
+
+def fill_queue(conn: sqlite3.Connection) -> None:
+    """Write the key of every question in the queue afresh (:func:`awl.store.queue.keyed`):
+    a migration step, and what a restore and a benchmark run after filling the queue."""
+    rows = conn.execute("SELECT order_id, asked_at, deadline FROM question_queue").fetchall()
+    conn.executemany(KEY_SQL, keyed(rows, _active_below(conn, [row[0] for row in rows])))
+
+
+def fill_current(conn: sqlite3.Connection) -> None:
+    """Fill the track tallies and the question queue with its keys afresh, as this version
+    keeps them (:func:`fill_derived`, then :func:`fill_queue`)."""
+    fill_derived(conn)
+    fill_queue(conn)
 
 
 # One call added to a pass's running totals (see migration 3). In an upsert's SET every
@@ -765,20 +798,8 @@ class SQLiteStore(SQLStore):
         write_sql(cast(sqlite3.Connection, conn).executemany, "?", worker, manager, order_id,
                   old, new)
 
-    def blocked_orders(self, answerer: str | None = None) -> list[BlockedRow]:
-        """One row per blocked order ``answerer`` may answer, newest first, from the question
-        queue (by its indexes by manager and by escalate_to), and their active sub-orders
-        counted in one query."""
-        mine = "" if answerer is None else " WHERE manager = ?1 OR escalate_to = ?1"
-        with self._read() as conn:
-            rows = conn.execute(
-                "SELECT order_id, goal, worker, manager, escalate_to, deadline, seq, asked_at,"
-                f" latest, reworks FROM question_queue{mine} ORDER BY pos DESC",
-                () if answerer is None else (answerer,)).fetchall()
-            below = dict(conn.execute(_ACTIVE_BELOW, (
-                json.dumps([row[0] for row in rows]), MAX_CHAIN, json.dumps(sorted(ACTIVE)),
-            )).fetchall()) if rows else {}
-        return read_blocked_rows(rows, below)
+    def _below(self, conn: Connection, ids: list[str]) -> dict[str, int]:
+        return _active_below(cast(sqlite3.Connection, conn), ids)
 
     def list_orders(
         self,
@@ -1032,7 +1053,7 @@ class SQLiteStore(SQLStore):
         # statistics, for the first reads of a large new desk.
         with self._write() as conn:
             yield conn
-            fill_derived(conn)
+            fill_current(conn)
             conn.execute("ANALYZE")
 
     def _restore_calls(self, conn: Connection, order: DeskOrder) -> None:

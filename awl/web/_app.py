@@ -41,10 +41,12 @@ from awl.desk import Desk, OrderView
 from awl.desk.access import check_party
 from awl.desk.criteria import check_question
 from awl.desk.effects import find_call, list_effects, manager_only
+from awl.desk.lineage import reports_below
 from awl.desk.settlement import settle
 from awl.desk.tokens import principal_for_token, token_hash
 from awl.documents.checks import iter_report_findings
 from awl.documents.errors import AWLError, BadRequest
+from awl.documents.limits import QUESTION_PAGE
 from awl.documents.models import parse_time
 from awl.documents.pointers import pointer
 from awl.store.protocol import Store
@@ -231,7 +233,8 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         response.delete_cookie(COOKIE, path="/")
         return response
 
-    def inbox_data(me: str) -> dict[str, Any]:
+    def inbox_data(me: str, after: str | None = None,
+                   limit: int = QUESTION_PAGE) -> dict[str, Any]:
         mine = desk.list(manager=me, limit=None)
         review = sorted((v for v in mine if v.state == "submitted"),
                         key=lambda v: v.updated_at)
@@ -244,12 +247,21 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         near = sorted({v.id: v for v in [*mine, *working]
                        if v.active and parse_time(v.order.deadline) <= soon_by}.values(),
                       key=lambda v: v.order.deadline)
-        return {"review": review, "questions": desk.questions(actor=me), "unknown": unknown,
-                "near": near, "working": working,
+        questions = desk.questions(actor=me, limit=limit, after=after)
+        more = None if questions.next is None else (
+            f"/?after={quote(questions.next)}"
+            + ("" if limit == QUESTION_PAGE else f"&limit={limit}") + "#questions")
+        return {"review": review, "questions": questions.questions, "more_questions": more,
+                "unknown": unknown, "near": near, "working": working,
                 "others": [v for v in mine if v.state not in ("submitted",)][:50]}
 
     async def inbox(request: Request, session: Session) -> Response:
-        data = await anyio.to_thread.run_sync(inbox_data, session.principal)
+        # The question queue a page at a time (BIND-20): ?after= the cursor of the page
+        # before, as its "next page" link gives it, and ?limit= its size.
+        limit = request.query_params.get("limit")
+        data = await anyio.to_thread.run_sync(
+            inbox_data, session.principal, request.query_params.get("after"),
+            QUESTION_PAGE if limit is None else _whole(limit, "limit"))
         return page("inbox.html", session, watch="", **data)
 
     def order_data(order_id: str, me: str) -> dict[str, Any]:
@@ -262,7 +274,8 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         findings = []
         if report is not None:
             findings = list(iter_report_findings(report.to_json(), order.to_json(),
-                                                 [c.to_json() for c in calls]))
+                                                 [c.to_json() for c in calls], None,
+                                                 reports_below(store, order_id) or None))
         evidence = {c.id: [e for e in (report.evidence if report else ())
                            if e.criterion == c.id] for c in order.criteria}
         checks = desk.check_results(order_id)
@@ -471,6 +484,14 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         Route("/static/{name}", static),
     ]
     return _Guard(Starlette(routes=routes), cfg.hosts)
+
+
+def _whole(text: str, name: str) -> int:
+    """A whole number given in the query string (the desk checks its range)."""
+    try:
+        return int(text, 10)
+    except ValueError:
+        raise BadRequest(f"{name} must be a whole number, not {text[:40]!r}") from None
 
 
 def _same_origin(request: Request) -> bool:

@@ -15,6 +15,7 @@ from awl import (
     PassClaims,
     ValidationFailed,
     WorkOrder,
+    WorkReport,
     is_valid_pass,
     iter_pass_findings,
     validate_pass,
@@ -419,6 +420,34 @@ def test_r18_tools_used_equals_called_tools() -> None:
     earlier = make_call(ref="filings/list#4", tool="filings/list", attempt=2)
     assert list(iter_report_findings(make_report(), make_order(),
                                      [*make_calls(), refused, earlier])) == []
+
+
+@pytest.mark.spec("R20")
+def test_r20_a_report_s_tokens_cover_its_sub_orders_reports() -> None:
+    """Fewer tokens than the given sub-order reports state is an R20 limit finding at
+    /cost/tokens naming both figures and each sub-order's share; a sub-order report without
+    tokens counts 0, a report stating none is not judged, and stored report models are
+    taken as they are (the desk's way), through ``check`` too."""
+    order = make_order(budget={"usd": 1, "tool_calls": 10, "tokens": 1000})
+    below = [make_report(order_id=f"wo_1.{n}", cost={"tokens": n * 100}) for n in (2, 4)]
+    below.append(make_report(order_id="wo_1.9", cost={"usd": 0.1}))
+    short = make_report(cost={"usd": 0.2, "tool_calls": 2, "tokens": 599})
+    found = list(iter_report_findings(short, order, None, None, below))
+    assert [(f.rule, f.kind, f.path) for f in found] == [("R20", "limit", "/cost/tokens")]
+    assert found[0].message.startswith("tokens spent 599 is less than the 600 its sub-orders "
+                                       "reported (200 in 'wo_1.2', 400 in 'wo_1.4')")
+    assert is_valid_report(short, order)  # a limit never makes a report invalid
+    models = [WorkReport.model_validate(r) for r in below]
+    assert check(short, order=order, sub_reports=models) == found
+    covered = make_report(cost={"usd": 0.2, "tool_calls": 2, "tokens": 600})
+    assert list(iter_report_findings(covered, order, None, None, below)) == []
+    assert list(iter_report_findings(make_report(), None, None, None, below)) == []
+    many = [make_report(order_id=f"wo_1.{n}", cost={"tokens": 1}) for n in range(7)]
+    assert "1 in 'wo_1.4' and 2 more); " in next(iter_report_findings(
+        make_report(cost={"tokens": 0}), None, None, None, many)).message
+    for bad in ("reports", [{"spec": "awl/work-report@0.3"}]):
+        with pytest.raises(DocumentError):
+            list(iter_report_findings(short, order, None, None, bad))
 
 
 def test_report_without_order_runs_own_rules_only() -> None:

@@ -172,7 +172,8 @@ def test_questions_answers_and_cancel(home: Path, capsys: pytest.CaptureFixture[
     code, out, _ = run(capsys, "order", "questions", "--as", MANAGER)
     assert out.startswith(f"{order_id} · blocks 1 · {WORKER}")
     assert "  - Which quarter?" in out
-    assert run_json(capsys, "order", "questions", "--all")[0]["questions"] == ["Which quarter?"]
+    assert run_json(capsys, "order", "questions", "--all")["questions"][0]["questions"] == [
+        "Which quarter?"]
     code, _, err = run(capsys, "order", "questions")
     assert code == 2
     one_line_error(err)
@@ -227,3 +228,71 @@ def test_the_installed_command_runs_as_a_process(tmp_path: Path) -> None:
     assert refused.returncode == 1
     assert refused.stderr.startswith("awl: INVALID_TRANSITION: ")
     assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+
+
+def _blocked(home: Path, managers: list[str]) -> list[str]:
+    """Blocked orders, one from each of ``managers`` in turn, written by the desk itself."""
+    from awl.desk import Desk
+    from awl.desk.home import default_store
+    from tests.awl.desk_support import Clock, working
+
+    clock = Clock()
+    store = default_store(None)
+    try:
+        desk = Desk(store, clock=clock)
+        out = []
+        for manager in managers:
+            oid = working(desk, manager=manager).id
+            desk.report(oid, WORKER, report_fields("blocked", questions=[f"{oid}?"]))
+            out.append(oid)
+            clock.advance(seconds=1)
+        return out
+    finally:
+        store.close()
+
+
+@pytest.mark.spec("BIND-20")
+def test_questions_come_a_page_at_a_time_with_the_command_for_the_next(
+        home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`awl order questions --limit N` ends with the command that shows the next page, and
+    running it does; a manager never sees another's question; --json carries `next`."""
+    import shlex
+
+    oids = _blocked(home, [MANAGER, "human:bo", MANAGER, MANAGER, "human:bo", MANAGER])
+    mine = [oid for i, oid in enumerate(oids) if i not in (1, 4)]
+    seen: list[str] = []
+    args = ["order", "questions", "--as", MANAGER, "--limit", "3"]
+    while True:
+        code, out, err = run(capsys, *args)
+        assert code == 0, err
+        lines = out.splitlines()
+        seen += [line.split(" · ")[0] for line in lines if line.startswith("wo_")]
+        if not lines[-1].startswith("next page: "):
+            break
+        command = shlex.split(lines[-1].removeprefix("next page: "))
+        assert command[:5] == ["awl", "order", "questions", "--as", MANAGER]
+        args = command[1:]
+    assert seen == mine
+    assert "no more open questions" not in out
+    code, out, _ = run(capsys, "order", "questions", "--all", "--limit", "5",
+                       "--home", str(home / "home"))
+    command = shlex.split(out.splitlines()[-1].removeprefix("next page: "))
+    assert command[3:8] == ["--all", "--home", str(home / "home"), "--limit", "5"]
+    code, out, _ = run(capsys, *command[1:])
+    assert code == 0 and out.startswith(f"{oids[5]} · blocks 1")
+    page = run_json(capsys, "order", "questions", "--all", "--limit", "4")
+    assert [q["order_id"] for q in page["questions"]] == oids[:4] and page["next"]
+    rest = run_json(capsys, "order", "questions", "--all", "--after", page["next"])
+    assert [q["order_id"] for q in rest["questions"]] == oids[4:] and rest["next"] is None
+
+
+@pytest.mark.spec("BIND-20")
+@pytest.mark.parametrize("bad", [["--limit", "0"], ["--limit", "-3"], ["--limit", "201"],
+                                 ["--after", "garbled"], ["--after", "q1.W10"]])
+def test_a_bad_page_of_questions_is_one_line(home: Path, capsys: pytest.CaptureFixture[str],
+                                             bad: list[str]) -> None:
+    _blocked(home, [MANAGER])
+    code, out, err = run(capsys, "order", "questions", "--as", MANAGER, *bad)
+    assert code != 0 and out == ""
+    one_line_error(err)
+    assert bad[0] in err or "cursor" in err

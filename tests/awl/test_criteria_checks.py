@@ -135,7 +135,7 @@ def test_same_failure_twice_blocks_the_order_with_a_question(repo: Path, tmp_pat
     assert view.state == "blocked"
     assert "failed the same way twice" in desk.open_questions(view)[0]
     assert "failed the same way twice" in desk.handoff(order_id)
-    [question] = desk.questions(MANAGER)
+    [question] = desk.questions(MANAGER).questions
     assert question.order_id == order_id
     assert "failed the same way twice" in question.questions[0]
     desk.answer(order_id, MANAGER, "the test is right; fix add()")

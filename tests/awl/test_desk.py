@@ -567,20 +567,20 @@ def test_questions_come_most_blocking_first(desk: Desk, clock: Clock) -> None:
     desk.report(big.id, WORKER, report_fields("blocked", questions=["big?"]))
     other = working(desk, manager=HELPER)
     desk.report(other.id, WORKER, report_fields("blocked"))
-    queue = desk.questions(MANAGER)
+    queue = desk.questions(MANAGER).questions
     assert [(q.order_id, q.blocking, q.questions) for q in queue] == [
         (big.id, 4, ("big?",)), (lone.id, 1, ("lone?",))]
-    assert {q.order_id for q in desk.questions()} == {big.id, lone.id, other.id}
+    assert {q.order_id for q in desk.questions().questions} == {big.id, lone.id, other.id}
     desk.answer(big.id, MANAGER, "go")
-    assert [q.order_id for q in desk.questions(MANAGER)] == [lone.id]
+    assert [q.order_id for q in desk.questions(MANAGER).questions] == [lone.id]
 
 
 def test_the_escalation_contact_sees_the_question(desk: Desk) -> None:
     """An order escalating to someone puts its question in their queue too."""
     view = working(desk, escalate_to=HELPER)
     desk.report(view.id, WORKER, report_fields("blocked"))
-    assert [q.order_id for q in desk.questions(HELPER)] == [view.id]
-    assert desk.questions("human:nobody") == []
+    assert [q.order_id for q in desk.questions(HELPER).questions] == [view.id]
+    assert desk.questions("human:nobody").questions == []
 
 
 # ----------------------------------------------------------------------------- ends
@@ -982,7 +982,7 @@ async def test_the_async_desk_runs_a_whole_order(store: Store, clock: Clock) -> 
     await adesk.report(view.id, WORKER, report_fields())
     done = await adesk.review(view.id, MANAGER, "approve")
     assert done.state == "approved"
-    assert [q.order_id for q in await adesk.questions(MANAGER)] == []
+    assert [q.order_id for q in (await adesk.questions(MANAGER)).questions] == []
     assert (await adesk.track(WORKER)).approved_first_time == 1
     assert "# Handoff" in await adesk.handoff(view.id)
     with anyio.fail_after(30):

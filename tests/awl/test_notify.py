@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -243,7 +244,11 @@ def test_a_removed_webhook_is_never_sent_its_pending_notifications(desk: Desk) -
 
 def test_stopping_never_waits_for_a_receiver(desk: Desk) -> None:
     """With every worker stuck on a receiver that never answers, stop() returns at once;
-    the claimed notification is left to its lease, never lost."""
+    the claimed notification is left to its lease, never lost: once the receiver goes away
+    the POST still in flight ends, and its attempt is recorded for a later try.
+
+    (What the notification holds is read while the receiver still holds the POST: closing
+    the receiver ends that POST at once, and its attempt is recorded.)"""
     with DeadReceiver() as dead:
         desk.add_webhook(dead.url, "submitted")
         desk.report(working(desk), WORKER, report_fields())
@@ -254,10 +259,14 @@ def test_stopping_never_waits_for_a_receiver(desk: Desk) -> None:
         started = time.monotonic()
         deliverer.stop(wait=20)
         assert time.monotonic() - started < 5 and not deliverer.alive  # the POST waits 30 s
-        # Read while the receiver still holds the POST open: once it closes, the POST left
-        # running fails (connection reset) and may record that attempt at any moment.
         [note] = desk.notifications()
-    assert (note.state, note.attempts) == ("pending", ())
+        assert (note.state, note.attempts) == ("pending", ())
+        assert note.next_at != before.next_at  # the claim's lease
+        [post] = [t for t in threading.enumerate() if t.name == f"awl-notify-{note.id}"]
+    post.join(20)
+    assert not post.is_alive()
+    [note] = desk.notifications()
+    assert note.state == "pending" and [a.status for a in note.attempts] == [None]
 
 
 def test_a_store_that_keeps_no_webhooks_refuses_them_in_one_line() -> None:

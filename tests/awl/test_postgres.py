@@ -125,6 +125,41 @@ def test_unreachable_server_and_wrong_credentials_are_one_line_each(
         assert code == 1 and err.count("\n") == 1 and message in err, err
 
 
+def test_a_deadlock_is_one_line_that_says_to_try_again(fresh_pg_url: str) -> None:
+    """A real deadlock between two sessions becomes the server's own message and what to do,
+    not the HINT line that ends the server's text."""
+    import threading
+
+    import psycopg
+
+    from awl.store.postgres import _unavailable
+
+    with psycopg.connect(fresh_pg_url, autocommit=True) as setup:
+        setup.execute("CREATE TABLE pair (id INT PRIMARY KEY)")
+        setup.execute("INSERT INTO pair VALUES (1), (2)")
+    raised: list[BaseException] = []
+    both = threading.Barrier(2)
+
+    def lock(first: int, second: int) -> None:
+        with psycopg.connect(fresh_pg_url) as conn:
+            try:
+                conn.execute("SELECT 1 FROM pair WHERE id = %s FOR UPDATE", (first,))
+                both.wait(timeout=10)
+                conn.execute("SELECT 1 FROM pair WHERE id = %s FOR UPDATE", (second,))
+            except psycopg.Error as exc:
+                raised.append(exc)
+
+    threads = [threading.Thread(target=lock, args=pair) for pair in ((1, 2), (2, 1))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert len(raised) == 1 and "HINT" in str(raised[0])
+    said = str(_unavailable(fresh_pg_url, raised[0]))
+    assert "\n" not in said and "deadlock detected" in said and "try again" in said
+    assert "HINT" not in said and "server log" not in said
+
+
 _HOLDER = """
 import sys, time
 from awl.store.postgres import PostgresStore

@@ -83,7 +83,7 @@ def _now() -> str:
     ("legacy", "legacy", "2025-11-25"),
     ("auto", "2026-07-28", "2026-07-28"),
 ])
-@pytest.mark.spec("BIND-2", "BIND-3", "SEC-1")
+@pytest.mark.spec("BIND-2", "BIND-3", "SEC-1", "BIND-20")
 async def test_an_order_runs_its_whole_course_between_two_bound_connections(
         tmp_path: Path, manager_mode: str, worker_mode: str, version: str) -> None:
     """A manager and a worker, each through its own `awl serve` on one desk, take an order
@@ -147,6 +147,9 @@ async def _course(m: Desk, w: Desk, store: SQLiteStore) -> None:
     await _all_refused(w, oid, MANAGER_CALLS)
     queue = await m.call("list_work_orders", role="answerer")
     assert [(o["id"], o["blocking"]) for o in queue["orders"]] == [(oid, 1)]
+    assert "next" not in queue  # the last page (BIND-20)
+    garbled = await m.refused("list_work_orders", role="answerer", after="garbled")
+    assert garbled["code"] == "BAD_REQUEST" and "cursor" in garbled["message"]
     answered = await m.call("answer_question", order_id=oid, answer="Q3")
     assert answered["state"] == "working"
 

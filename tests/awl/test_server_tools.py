@@ -378,10 +378,54 @@ async def test_every_role_pages_by_cursor_and_any_asks_the_store_for_its_page() 
             page = await caller.call("list_work_orders", role=role, limit=2)
             while page["orders"]:
                 pages.append([o["id"] for o in page["orders"]])
-                page = await caller.call("list_work_orders", role=role, limit=2,
-                                         before=pages[-1][-1])
+                if role == "answerer":  # the queue pages by its own cursor (BIND-20)
+                    if "next" not in page:
+                        break
+                    more: dict[str, Any] = {"after": page["next"]}
+                else:
+                    more = {"before": pages[-1][-1]}
+                page = await caller.call("list_work_orders", role=role, limit=2, **more)
             assert pages == [every[:2], every[2:4], every[4:]], role
         with _listings(store, asked):
             page = await m.call("list_work_orders", limit=2, offset=3)
             assert [o["id"] for o in page["orders"]] == every_any[3:5]
     assert [(a["party"], a["limit"], a["offset"]) for a in asked] == [(MANAGER, 2, 3)]
+
+
+@pytest.mark.anyio
+@pytest.mark.spec("BIND-20")
+async def test_the_answerer_queue_pages_by_after_and_shows_no_other_manager_s_question(
+        ) -> None:
+    """role=answerer gives `next` while more questions follow, and `after=next` the page
+    after; another manager's question is on no page; a garbled cursor, a cursor for
+    another role, `before` or `offset` with role=answerer and limit 0 are refused."""
+    store = MemoryStore()
+    blocked = {"status": "blocked", "result": {"summary": "stuck"}, "evidence": [],
+               "cost": {"usd": 0, "tool_calls": 0}, "tools_used": [], "questions": ["Q?"]}
+    with anyio.fail_after(60):
+        async with desks(store, MANAGER, WORKER, ESCALATION) as (m, w, e):
+            for manager in (m, e, m, m, e, m, m):
+                oid = await _working(manager, w)
+                await w.call("submit_work_report", order_id=oid, report=blocked)
+            whole = (await m.call("list_work_orders", role="answerer", limit=200))
+            assert "next" not in whole and whole["count"] == 5
+            pages: list[list[str]] = []
+            page = await m.call("list_work_orders", role="answerer", limit=2)
+            while True:
+                pages.append([o["id"] for o in page["orders"]])
+                if "next" not in page:
+                    break
+                page = await m.call("list_work_orders", role="answerer", limit=2,
+                                    after=page["next"])
+            assert pages == [[o["id"] for o in whole["orders"]][i:i + 2] for i in (0, 2, 4)]
+            theirs = {o["id"] for o in (await e.call(
+                "list_work_orders", role="answerer"))["orders"]}
+            assert len(theirs) == 2 and not theirs & {i for p in pages for i in p}
+            cursor = (await m.call("list_work_orders", role="answerer", limit=1))["next"]
+            for args in ({"after": "garbled"}, {"before": pages[0][0]}, {"offset": 1}):
+                error = await m.refused("list_work_orders", role="answerer", **args)
+                assert error["code"] == "BAD_REQUEST", args
+                assert "\n" not in error["message"]
+            assert (await m.refused("list_work_orders", role="manager", after=cursor))[
+                "code"] == "BAD_REQUEST"
+            await m.refused("list_work_orders", role="answerer", limit=0)

@@ -9,7 +9,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +19,12 @@ import pytest
 
 from awl.cli import main
 from awl.desk.desk import Desk
+from awl.desk.notify import webhook_store
 from awl.documents.errors import BadRequest
 from awl.store.copy import CopyMismatch, compare_stores, copy_store
 from awl.store.memory import MemoryStore
 from awl.store.protocol import (
+    DeliveryAttempt,
     KeyDirectory,
     LockInfo,
     OrderRecord,
@@ -55,6 +59,9 @@ def _hold(store: Store, order_id: str, n: int) -> str:
 def fill(store: Store) -> dict[str, str]:
     """A desk with something of everything a store holds; the ids of its orders."""
     desk = Desk(store, clock=Clock())
+    # Two webhooks, so the orders' events below leave notifications in the outbox.
+    hook = desk.add_webhook("https://hooks.example/awl", "submitted,blocked,committed")
+    gone = desk.add_webhook("https://old.example/awl", "submitted")
     # An order worked, with calls of every kind, a sub-order, effects and an approval.
     a = desk.create(order_fields(), MANAGER)
     desk.accept(a.id, WORKER)
@@ -114,6 +121,15 @@ def fill(store: Store) -> dict[str, str]:
     store.revoke("p-other", reason="leaked", at="2030-01-01T10:00:00Z")
     store.save_token("h" * 64, MANAGER, created_at=T)
     store.save_token("k" * 64, WORKER, created_at="2030-01-01T10:00:00Z")
+    # The outbox in every state: one notification delivered, one retried after a failure
+    # (still pending), and the removed webhook's pending ones dead.
+    outbox = webhook_store(store)
+    delivered, retried, *_ = outbox.notifications(webhook_id=hook.id, limit=None)[::-1]
+    outbox.record_attempt(delivered.id, DeliveryAttempt(T, 200, None, 12.5),
+                          state="delivered", next_at=T)
+    outbox.record_attempt(retried.id, DeliveryAttempt(T, 503, "HTTP 503", 40.0),
+                          state="pending", next_at="2030-01-01T09:31:00Z")
+    desk.remove_webhook(gone.id)
     # A lock: it belongs to a running committer and is not copied.
     assert store.acquire_lock(LockInfo(name=f"commit:{a.id}", holder="x", pid=1, host="h",
                                        lease_until=2e9))
@@ -130,7 +146,14 @@ def test_a_copy_between_memory_and_sqlite_reads_back_equal(tmp_path: Path) -> No
         assert (counts.orders, counts.reports, counts.reviews, counts.calls) == (5, 3, 2, 7)
         assert (counts.effects, counts.passes, counts.revocations, counts.tokens) == (
             2, 2, 3, 2)
+        assert (counts.webhooks, counts.notifications) == (1, 6)
+        assert "1 webhooks (6 notifications)" in counts.line()
         assert compare_stores(source, copied) == []
+        # The outbox as it stood, ids and attempts kept: no notification was written anew
+        # for the events the copy replayed.
+        assert copied.notifications(limit=None) == source.notifications(limit=None)
+        assert Counter(n.state for n in copied.notifications(limit=None)) == {
+            "pending": 3, "dead": 2, "delivered": 1}
         # A few reads spelt out, so the comparison itself is not all there is.
         assert [c.ref for c in copied.calls(ids["a"])] == [
             "filings/search#1", "mail/delete#2", "filings/get#3", "mail/send#4",
@@ -144,6 +167,15 @@ def test_a_copy_between_memory_and_sqlite_reads_back_equal(tmp_path: Path) -> No
         back = MemoryStore()
         copy_store(copied, back)
         assert compare_stores(source, back) == []
+        # The copy delivers: the retried notification is due again from it under the
+        # webhook-id the receiver saw, with the attempt made from the source.
+        retried = next(n for n in source.notifications(limit=None) if n.attempts
+                       and n.state == "pending")
+        due = copied.claim_notifications(now="2030-01-01T09:31:00Z",
+                                         lease_until="2030-01-01T09:32:00Z", limit=10)
+        assert retried.id in [n.id for n, _ in due]
+        assert next(hook for _, hook in due) == source.webhooks()[0]
+        assert next(n for n, _ in due if n.id == retried.id).attempts == retried.attempts
 
 
 def test_the_comparison_finds_every_kind_of_difference(tmp_path: Path) -> None:
@@ -158,11 +190,16 @@ def test_the_comparison_finds_every_kind_of_difference(tmp_path: Path) -> None:
                        ended_at=T)
     copied.save_pass(PassRecord(jti="p-new", order_id=ids["b"], parent_jti=None,
                                 subject=WORKER, exp=1, issued_at=T))
+    copied.add_webhook(replace(copied.webhooks()[0], id="wh_new"))
+    pending = copied.notifications(state="pending", limit=1)[0]
+    copied.record_attempt(pending.id, DeliveryAttempt(T, 200, None, 1.0), state="delivered",
+                          next_at=T)
     found = compare_stores(source, copied)
     assert found == [f"order {ids['b']}: its passes differ",
                      f"order {ids['a']}: its calls differ",
                      "the revocations differ", "the revoked passes differ",
-                     "the desk tokens differ"]
+                     "the desk tokens differ", "the webhooks differ",
+                     "the notifications differ"]
 
 
 @pytest.mark.spec("BIND-15")
@@ -209,11 +246,13 @@ def test_a_copy_never_reads_the_source_whole_and_sees_it_change(tmp_path: Path,
     monkeypatch.setattr("awl.store.copy.BATCH", 2)
     source = _Paged()
     fill(source)
+    source.limits.clear()  # the desk's own listings while it was filled (sub-orders, say)
     with SQLiteStore(tmp_path / "copy.sqlite3") as copied:
         assert copy_store(source, copied).orders == 5
     assert source.limits and all(limit is not None and limit <= 2 for limit in source.limits)
     changing = _Paged()
     fill(changing)
+    changing.limits.clear()
     changing.intrude = 3  # once the ids are read, before the orders are
     with SQLiteStore(tmp_path / "second.sqlite3") as second:
         with pytest.raises(CopyMismatch, match="changed while it was being copied"):
@@ -223,22 +262,33 @@ def test_a_copy_never_reads_the_source_whole_and_sees_it_change(tmp_path: Path,
 
 @pytest.mark.spec("BIND-15")
 def test_a_store_that_holds_anything_is_not_copied_into(tmp_path: Path) -> None:
-    """A target with orders, revocations or tokens is refused and left as it was."""
+    """A target with orders, revocations, tokens, webhooks or notifications is refused and
+    left as it was, in memory and in SQLite."""
     source = MemoryStore()
     fill(source)
-    for seed in ("order", "revocation", "token"):
-        target = MemoryStore()
-        if seed == "order":
-            fill(target)
-        elif seed == "revocation":
-            target.revoke("j", reason="r", at=T)
-        else:
-            target.save_token("t" * 64, MANAGER, created_at=T)
-        before = (target.list_orders(limit=None), target.revocations(), target.tokens())
-        with pytest.raises(Exception, match="already holds") as caught:
-            copy_store(source, target)
-        assert not isinstance(caught.value, CopyMismatch)
-        assert (target.list_orders(limit=None), target.revocations(), target.tokens()) == before
+    note = source.notifications(limit=1)[0]
+    for i, (seed, held) in enumerate((
+            ("order", "orders"), ("revocation", "revocations"), ("token", "tokens"),
+            ("webhook", "webhooks"), ("notification", "notifications"))):
+        for target in (MemoryStore(), SQLiteStore(tmp_path / f"target-{i}.sqlite3")):
+            if seed == "order":
+                fill(target)
+            elif seed == "revocation":
+                target.revoke("j", reason="r", at=T)
+            elif seed == "token":
+                target.save_token("t" * 64, MANAGER, created_at=T)
+            elif seed == "webhook":
+                target.add_webhook(source.webhooks()[0])
+            else:
+                target.restore_notification(note)
+            def held_now(store: Any) -> tuple[Any, ...]:
+                return (store.list_orders(limit=None), store.revocations(), store.tokens(),
+                        store.webhooks(), store.notifications(limit=None))
+            before = held_now(target)
+            with pytest.raises(BadRequest, match=f"already holds {held}"):
+                copy_store(source, target)
+            assert held_now(target) == before
+            target.close()
 
 
 class KeyedMemoryStore(MemoryStore):
@@ -363,6 +413,32 @@ def test_awl_store_copy_moves_a_sqlite_desk_to_postgresql_and_back(
         assert moved.usage(ids["a"]).tool_calls == 6
     assert main(["store", "copy", "--from", str(desk_file), "--to", pg_url]) == 1
     assert "already holds orders" in capsys.readouterr().err
+
+
+def test_a_copy_into_postgresql_analyzes_only_its_own_schema(
+        pg_url: str, fresh_pg_url: str) -> None:
+    """The planner's statistics a copy refreshes are its own desk's: another desk's schema in
+    the same database is left alone (a bare ANALYZE locks every table of the database, and
+    deadlocked with another desk's migration)."""
+    import psycopg
+
+    from awl.store.postgres import PostgresStore
+
+    source = MemoryStore()
+    fill(source)
+    with PostgresStore(fresh_pg_url):  # another desk, migrated, in the same database
+        pass
+    with PostgresStore(pg_url) as target:
+        copy_store(source, target)
+
+    def analyzed(url: str) -> set[str]:
+        with psycopg.connect(url, autocommit=True) as conn:
+            return {name for (name,) in conn.execute(
+                "SELECT relname FROM pg_stat_user_tables WHERE schemaname = current_schema()"
+                " AND last_analyze IS NOT NULL").fetchall()}
+
+    assert {"orders", "events", "outbox", "question_queue"} <= analyzed(pg_url)
+    assert analyzed(fresh_pg_url) == set()
 
 
 @pytest.mark.spec("BIND-15")

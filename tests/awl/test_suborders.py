@@ -4,12 +4,14 @@
   would approve the sub-agent's held call itself (C6, LC-14).
 - Sub-orders multiply the budget: each asks the parent's whole budget (C1 against what is
   left, LC-15; the charging itself is tested here on both stores and through the real
-  gateway in tests/gateway/test_suborder_attacks.py).
+  gateway in tests/gateway/test_suborder_attacks.py). Tokens, which no gateway counts, are
+  taken from the parent as its sub-orders report them, and its own report must cover
+  theirs (LC-15, R20).
 - An order issued to its own manager, at any depth, so one principal approves its own work
   (LC-13).
 
-Doors: the library (:class:`awl.Desk`), the CLI (``awl order create``) and the MCP desk
-(``create_work_order``).
+Doors: the library (:class:`awl.Desk`), the CLI (``awl order create``, ``awl work report``)
+and the MCP desk (``create_work_order``, ``submit_work_report``).
 """
 
 from __future__ import annotations
@@ -24,19 +26,37 @@ import pytest
 
 from awl import BadRequest, Desk, ValidationFailed
 from awl.cli import main
+from awl.desk import OrderView
+from awl.desk.lineage import ended_above, first_ended, reports_below
+from awl.documents.checks import iter_report_findings
 from awl.store.memory import MemoryStore
-from awl.store.protocol import OverBudget, Scope, Store
-from tests.awl.desk_support import MANAGER, WORKER, Clock, open_store, order_fields, working
+from awl.store.protocol import OrderRecord, OverBudget, Scope, Store
+from awl.store.urls import open_store as open_url
+from tests.awl.desk_support import (
+    MANAGER,
+    WORKER,
+    Clock,
+    open_store,
+    order_fields,
+    report_fields,
+    working,
+)
 
 HELPER = "agent:helper"
 DEEP = "agent:deep"
+THIRD = "agent:third"
 T = "2030-01-01T09:00:00Z"
+EVERY_STORE = pytest.mark.parametrize("desk", ["memory", "sqlite", "postgresql"], indirect=True)
+"""For the rules that read sub-orders' reports through the store's listing by parent."""
 
 
 @pytest.fixture(params=["memory", "sqlite"])
 def desk(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Desk]:
-    """A desk on each kind of store."""
-    opened = open_store(request.param, tmp_path)
+    """A desk on each kind of store (PostgreSQL too where a test asks for EVERY_STORE)."""
+    if request.param == "postgresql":
+        opened = open_url(request.getfixturevalue("pg_url"))
+    else:
+        opened = open_store(request.param, tmp_path)
     yield Desk(opened, clock=Clock())
     opened.close()
 
@@ -201,6 +221,149 @@ def test_usd_is_charged_up_the_chain_too() -> None:
     assert store.usage(root.id).usd == pytest.approx(0.9)
 
 
+TOKENS = {"usd": 1, "tool_calls": 3, "tokens": 1000}
+"""A sub-order's budget asking the parent's whole 1000 tokens."""
+
+
+def tokens_root(desk: Desk) -> OrderView:
+    """A working order with a budget of 1000 tokens."""
+    return working(desk, budget={"usd": 10, "tool_calls": 40, "tokens": 1000})
+
+
+def spent(tokens: int, **cost: float) -> dict[str, Any]:
+    """A report's fields stating ``tokens`` spent (and nothing of the counted units)."""
+    return report_fields(cost={"usd": 0, "tool_calls": 0, "tokens": tokens, **cost})
+
+
+def reported(desk: Desk, order_id: str, worker: str, tokens: int) -> OrderView:
+    """Accept, start and report on a sub-order as its worker, ``tokens`` spent."""
+    desk.accept(order_id, worker)
+    desk.start(order_id, worker)
+    return desk.report(order_id, worker, spent(tokens))
+
+
+@EVERY_STORE
+@pytest.mark.spec("C1", "LC-15", "R7", "R20")
+def test_tokens_spent_through_sub_orders_are_charged_to_the_parent(desk: Desk) -> None:
+    """The attack: under a budget of 1000 tokens the worker splits three sub-orders of 1000
+    each (none has reported yet, so each fits) and every helper truthfully reports its 1000.
+    A fourth is refused (C1: 0 left after their reports), and the worker's own report cannot
+    pass as within budget: stating its budget's 1000 is less than its sub-orders reported
+    (R20), stating their 3000 is over its budget (R7). Either way the report is kept and the
+    order expired, the finding in the expire event, as for every limit finding."""
+    for mine, rule in ((1000, "R20"), (3000, "R7")):
+        root = tokens_root(desk)
+        helpers = (HELPER, DEEP, THIRD)
+        children = [desk.create(child_fields(root.id, WORKER, to=helper, budget=TOKENS), WORKER)
+                    for helper in helpers]
+        for child, helper in zip(children, helpers, strict=True):
+            assert reported(desk, child.id, helper, 1000).state == "submitted"
+        with pytest.raises(ValidationFailed) as caught:
+            desk.create(child_fields(root.id, WORKER, budget=TOKENS), WORKER)
+        assert [(f.rule, f.path) for f in caught.value.findings] == [("C1", "/budget/tokens")]
+        assert "0 left of the parent's 1000" in caught.value.findings[0].message
+        view = desk.report(root.id, WORKER, spent(mine, usd=2, tool_calls=7))
+        assert view.state == "expired"
+        assert view.latest_report is not None and view.latest_report.cost.tokens == mine
+        last = desk.store.events(root.id)[-1]
+        assert last.action == "expire" and last.data is not None
+        assert [(f["rule"], f["path"]) for f in last.data["findings"]] == [(rule, "/cost/tokens")]
+        if rule == "R20":
+            assert "tokens spent 1000 is less than the 3000 its sub-orders reported" in (
+                last.note or "")
+
+
+@EVERY_STORE
+@pytest.mark.spec("C1", "LC-15", "R20")
+def test_tokens_are_taken_from_the_parent_as_its_sub_orders_report_them(desk: Desk) -> None:
+    """A sub-order that has not reported has taken nothing: a sibling of the whole 1000
+    still fits beside it. Once another reports 700 (its own sub-order's 500 inside), a new
+    sub-order fits only within the 300 left, and the parent's report of those 700 has no
+    finding: only direct sub-orders count, each report covering those below it."""
+    root = tokens_root(desk)
+    desk.create(child_fields(root.id, WORKER, budget=TOKENS), WORKER)  # never reports
+    spender = desk.create(child_fields(root.id, WORKER, to=DEEP, budget=TOKENS), WORKER)
+    desk.accept(spender.id, DEEP)
+    desk.start(spender.id, DEEP)
+    below = desk.create(child_fields(spender.id, DEEP, to=THIRD,
+                                     budget={"usd": 1, "tool_calls": 1, "tokens": 500}), DEEP)
+    assert reported(desk, below.id, THIRD, 500).state == "submitted"
+    assert desk.report(spender.id, DEEP, spent(700)).state == "submitted"
+    with pytest.raises(ValidationFailed) as caught:
+        desk.create(child_fields(root.id, WORKER, to=THIRD, budget={**TOKENS, "tokens": 301}),
+                    WORKER)
+    assert [(f.rule, f.path) for f in caught.value.findings] == [("C1", "/budget/tokens")]
+    assert "300 left" in caught.value.findings[0].message
+    fits = desk.create(child_fields(root.id, WORKER, to=THIRD, budget={**TOKENS, "tokens": 300}),
+                       WORKER)
+    assert fits.order.budget.tokens == 300
+    view = desk.report(root.id, WORKER, spent(700, usd=2, tool_calls=7))
+    assert view.state == "submitted"
+    report = view.latest_report
+    assert report is not None
+    assert list(iter_report_findings(report, view.order, None, None,
+                                     reports_below(desk.store, root.id))) == []
+    assert desk.review(root.id, MANAGER, "approve").state == "approved"
+
+
+@EVERY_STORE
+@pytest.mark.spec("R20", "LC-7")
+def test_a_parent_leaving_out_its_sub_orders_tokens_is_expired_with_r20(desk: Desk) -> None:
+    """A parent whose budget has room states fewer tokens than its sub-order reported: an
+    R20 limit finding naming both figures; the report is kept and the order expired. Its
+    sub-order's later report does not reach back, and with no sub-order report a parent's
+    figure is its own word (the order beside it is submitted)."""
+    root = tokens_root(desk)
+    child = desk.create(child_fields(root.id, WORKER, budget={**TOKENS, "tokens": 400}), WORKER)
+    reported(desk, child.id, HELPER, 400)
+    view = desk.report(root.id, WORKER, spent(150))
+    assert view.state == "expired"
+    last = desk.store.events(root.id)[-1]
+    assert last.data is not None
+    assert [(f["rule"], f["kind"]) for f in last.data["findings"]] == [("R20", "limit")]
+    assert ("tokens spent 150 is less than the 400 its sub-orders reported "
+            f"(400 in '{child.id}')") in last.data["findings"][0]["message"]
+    alone = tokens_root(desk)
+    desk.create(child_fields(alone.id, WORKER, budget=TOKENS), WORKER)  # offered, no report
+    assert desk.report(alone.id, WORKER, spent(0)).state == "submitted"
+
+
+# --------------------------------------------------------------------------- LC-16 / LC-22
+
+@pytest.mark.spec("LC-16", "LC-22")
+def test_the_order_above_that_ended_is_found_parent_first_by_one_rule(desk: Desk) -> None:
+    """first_ended is the one rule the gateway (before each call, on the ids it read at
+    start) and the commit (ended_above) ask: the nearest order above that has ended, read
+    as stored now, and nothing read past it."""
+    root = working(desk)
+    child = desk.create(child_fields(root.id, WORKER), WORKER)
+    desk.accept(child.id, HELPER)
+    desk.start(child.id, HELPER)
+    deep = desk.create(child_fields(child.id, HELPER, to=DEEP,
+                                    budget={"usd": 1, "tool_calls": 1}), HELPER)
+    store, order = desk.store, desk.store.load(deep.id).order
+    above = (child.id, root.id)
+    assert first_ended(store.load(i) for i in above) is None
+    assert ended_above(store, order) is None
+    desk.cancel(root.id, MANAGER, "no longer needed")
+    ended = first_ended(store.load(i) for i in above)
+    assert ended is not None and (ended.order.id, ended.state) == (root.id, "cancelled")
+    assert f"order {root.id}, which order {deep.id} is split from, is cancelled" in (
+        ended_above(store, order) or "")
+    desk.cancel(child.id, WORKER, "done without it")
+    read: list[str] = []
+
+    def loaded() -> Iterator[OrderRecord]:
+        for order_id in above:
+            read.append(order_id)
+            yield store.load(order_id)
+
+    ended = first_ended(loaded())
+    assert ended is not None and (ended.order.id, ended.state) == (child.id, "cancelled")
+    assert read == [child.id]
+    assert f"order {child.id}, which" in (ended_above(store, order) or "")
+
+
 # --------------------------------------------------------------------------- the CLI
 
 @pytest.fixture
@@ -223,13 +386,21 @@ def _create(capsys: pytest.CaptureFixture[str], folder: Path, actor: str,
     return _cli(capsys, "order", "create", str(path), "--as", actor, "--json")
 
 
-def _cli_working(capsys: pytest.CaptureFixture[str], folder: Path) -> str:
-    code, out, err = _create(capsys, folder, MANAGER, order_fields())
+def _cli_working(capsys: pytest.CaptureFixture[str], folder: Path, creator: str = MANAGER,
+                 worker: str = WORKER, **fields: Any) -> str:
+    code, out, err = _create(capsys, folder, creator, fields or order_fields())
     assert code == 0, err
     order_id: str = json.loads(out)["order"]["id"]
     for verb in ("accept", "start"):
-        assert _cli(capsys, "work", verb, order_id, "--as", WORKER)[0] == 0
+        assert _cli(capsys, "work", verb, order_id, "--as", worker)[0] == 0
     return order_id
+
+
+def _cli_report(capsys: pytest.CaptureFixture[str], folder: Path, order_id: str, worker: str,
+                tokens: int) -> tuple[int, str, str]:
+    path = folder / "report.json"
+    path.write_text(json.dumps(spent(tokens)), encoding="utf-8")
+    return _cli(capsys, "work", "report", order_id, str(path), "--as", worker)
 
 
 @pytest.mark.spec("LC-13")
@@ -264,6 +435,30 @@ def test_the_cli_refuses_a_sub_order_with_a_staged_tool_or_more_than_is_left(
     assert json.loads(out)["order"]["parent_id"] == root
 
 
+@pytest.mark.spec("C1", "LC-15", "R20")
+def test_the_cli_carves_tokens_by_report_and_shows_the_r20_expiry(
+        home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With `awl`: a sub-order's report of 600 of the order's 1000 tokens leaves 400 for the
+    next sub-order (one of 500 is refused in one line naming C1), and the worker's report of
+    100 expires the order, `awl order show` naming R20 and both figures."""
+    root = _cli_working(capsys, home, **order_fields(
+        budget={"usd": 10, "tool_calls": 40, "tokens": 1000}))
+    child = _cli_working(capsys, home, WORKER, HELPER,
+                         **child_fields(root, WORKER, budget={**TOKENS, "tokens": 600}))
+    assert _cli_report(capsys, home, child, HELPER, 600)[0] == 0
+    code, _, err = _create(capsys, home, WORKER, child_fields(
+        root, WORKER, to=DEEP, budget={**TOKENS, "tokens": 500}))
+    assert code != 0 and err.count("\n") == 1
+    assert "C1 /budget/tokens: tokens 500 is more than the 400 left" in err
+    code, out, err = _cli_report(capsys, home, root, WORKER, 100)
+    assert code == 0, err
+    assert out == f"reported on {root}: now expired (seq 4)\n"
+    code, out, _ = _cli(capsys, "order", "show", root, "--as", MANAGER)
+    assert code == 0
+    assert "expire (working → expired): R20 /cost/tokens: tokens spent 100 is less than the " \
+           "600 its sub-orders reported" in out
+
+
 # --------------------------------------------------------------------------- the MCP desk
 
 @pytest.mark.slow
@@ -289,3 +484,40 @@ async def test_the_mcp_desk_refuses_the_same_sub_orders() -> None:
             assert staged["code"] == "VALIDATION_FAILED"
             assert [(f["rule"], f["path"]) for f in staged["findings"]] == [("C6", "/tools/1")]
     assert [r.order.id for r in store.list_orders()] == [oid]
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+@pytest.mark.spec("C1", "LC-15", "R20")
+async def test_the_mcp_desk_carves_tokens_by_report_and_expires_an_under_report() -> None:
+    """Over MCP (create_work_order, submit_work_report, each client bound to its principal):
+    after the helper reports 600 of the order's 1000 tokens, a sub-order of 500 is refused
+    as VALIDATION_FAILED with C1 at /budget/tokens, and the worker's report of 100 tokens
+    is kept and the order expired by R20."""
+    from tests.awl.test_server_tools import desks
+
+    store = MemoryStore()
+    with anyio.fail_after(30):
+        async with desks(store, MANAGER, WORKER, HELPER) as (m, w, h):
+            created = await m.call("create_work_order", order=order_fields(
+                to=WORKER, budget={"usd": 10, "tool_calls": 40, "tokens": 1000}))
+            oid = created["order"]["id"]
+            await w.call("accept_work_order", order_id=oid)
+            await w.call("start_work_order", order_id=oid)
+            sub = await w.call("create_work_order", order=child_fields(
+                oid, WORKER, budget={**TOKENS, "tokens": 600}))
+            sid = sub["order"]["id"]
+            await h.call("accept_work_order", order_id=sid)
+            await h.call("start_work_order", order_id=sid)
+            done = await h.call("submit_work_report", order_id=sid, report=spent(600))
+            assert done["state"] == "submitted"
+            over = await w.refused("create_work_order", order=child_fields(
+                oid, WORKER, to=DEEP, budget={**TOKENS, "tokens": 500}))
+            assert over["code"] == "VALIDATION_FAILED"
+            assert [(f["rule"], f["path"]) for f in over["findings"]] == [("C1", "/budget/tokens")]
+            mine = await w.call("submit_work_report", order_id=oid, report=spent(100))
+            assert mine["state"] == "expired"
+            assert mine["reports"][-1]["cost"]["tokens"] == 100
+    last = store.events(oid)[-1]
+    assert last.action == "expire" and last.data is not None
+    assert [(f["rule"], f["path"]) for f in last.data["findings"]] == [("R20", "/cost/tokens")]

@@ -169,7 +169,7 @@ def test_memory_sqlite_and_postgres_give_identical_records_and_queues(
                     [desk.track(WORKER, viewer=m).to_json() for m in (MANAGER, HELPER)
                      if desk.store.track_record(WORKER, manager=m).orders],
                     [(q.goal, q.worker, q.answerers, q.attempt, q.questions, q.asked_at,
-                      q.blocking) for q in desk.questions()],
+                      q.blocking) for q in desk.questions().questions],
                 ))
 
             _history(desk, clock, snap)

@@ -35,7 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from awl.desk import Desk
-from awl.desk.lineage import ancestors, remaining_of
+from awl.desk.lineage import ancestors, remaining_of, reports_below
 from awl.documents.errors import AWLError
 from awl.documents.models import WorkOrder, format_time
 from awl.documents.patterns import covered_by_any, matches_any, overlap
@@ -150,7 +150,8 @@ class World:
             staged = [p for p in staged if covered_by_any(tools, p)]
             if shape == "attack" and by_worker:
                 staged = sorted({*staged, *parent.staged})
-            left = remaining_of(parent, self.store.usage(parent.id), self.now)
+            left = remaining_of(parent, self.store.usage(parent.id), self.now,
+                                below=reports_below(self.store, parent.id))
             budget = {unit: min(value, left.get(unit, value)) for unit, value in budget.items()}
         self.add({"to": to, "parent_id": parent.id, "goal": "a part", "tools": tools,
                   "staged": staged, "budget": budget, "deadline": parent.deadline,

@@ -344,3 +344,75 @@ def test_the_order_page_shows_each_check_result_beside_its_criterion(tmp_path: P
     assert "1 failed" in bad
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in bad
     assert hostile not in page
+
+
+@pytest.mark.spec("R20", "BIND-11")
+def test_the_order_page_shows_a_report_leaving_out_its_sub_orders_tokens(tmp_path: Path) -> None:
+    """The manager's page of an order whose worker reported fewer tokens than its sub-order
+    did lists the R20 limit finding at /cost/tokens with both figures, beside the expiry."""
+    d = make_desk(tmp_path)
+    deadline = format_time(datetime.now(UTC) + timedelta(hours=2))
+    fields = {"goal": "Survey the suppliers", "criteria": [{"id": "c1", "text": "surveyed"}],
+              "deadline": deadline, "tools": ["receiver/*"]}
+    root = d.desk.create({**fields, "to": WORKER,
+                          "budget": {"usd": 5, "tool_calls": 50, "tokens": 1000}}, MANAGER).id
+    d.desk.accept(root, WORKER)
+    d.desk.start(root, WORKER)
+    child = d.desk.create({**fields, "to": "agent:helper", "parent_id": root,
+                           "budget": {"usd": 1, "tool_calls": 5, "tokens": 600}}, WORKER).id
+
+    def report(tokens: int) -> dict[str, object]:
+        return {"status": "done", "result": {"summary": "surveyed"}, "tools_used": [],
+                "cost": {"usd": 0, "tool_calls": 0, "tokens": tokens},
+                "evidence": [{"criterion": "c1", "type": "note", "note": "read"}]}
+
+    d.desk.accept(child, "agent:helper")
+    d.desk.start(child, "agent:helper")
+    d.desk.report(child, "agent:helper", report(600))
+    assert d.desk.report(root, WORKER, report(100)).state == "expired"
+    page = signed_in(d, MANAGER).get(f"/orders/{root}").text
+    found = page.split('<section id="findings">', 1)[1].split("</section>", 1)[0]
+    assert '<li class="limit"><b>R20</b> limit at <code>/cost/tokens</code>' in found
+    assert "tokens spent 100 is less than the 600 its sub-orders reported" in found
+
+
+@pytest.mark.spec("BIND-20")
+def test_the_inbox_shows_questions_a_page_at_a_time_with_a_next_page_link(
+        tmp_path: Path) -> None:
+    """The inbox's questions come a page at a time, with a "next page" link while more
+    follow; following the links shows each of the manager's questions once and no other
+    manager's; a garbled cursor or limit is refused in one line."""
+    import re
+    from html import unescape
+
+    d = make_desk(tmp_path)
+    mine: list[str] = []
+    theirs: list[str] = []
+    for i in range(5):
+        manager = "human:bob" if i == 1 else MANAGER
+        oid = d.desk.create({
+            "to": WORKER, "goal": f"Ask {i}", "criteria": [{"id": "c1", "text": "asked"}],
+            "budget": {"tool_calls": 5}, "deadline": "2099-01-01T00:00:00Z",
+            "tools": ["receiver/*"]}, manager).id
+        d.desk.accept(oid, WORKER)
+        d.desk.start(oid, WORKER)
+        d.desk.report(oid, WORKER, {
+            "status": "blocked", "result": {"summary": "stuck"}, "evidence": [],
+            "cost": {"tool_calls": 0}, "tools_used": [], "questions": [f"Which {i}?"]})
+        (theirs if manager != MANAGER else mine).append(oid)
+    client = signed_in(d, MANAGER)
+    seen: list[str] = []
+    link = "/?limit=2"
+    while link:
+        page = client.get(link)
+        assert page.status_code == 200
+        section = page.text.split('<section id="questions">')[1].split("</section>")[0]
+        seen += re.findall(r'href="/orders/([^"]+)"', section)
+        found = re.search(r'<a class="next" href="([^"]+)">next page of questions</a>', section)
+        link = unescape(found.group(1)) if found else ""
+        assert not found or "&limit=2" in link
+    assert seen == mine and not set(theirs) & set(seen)
+    for bad in ("/?after=garbled", "/?limit=0", "/?limit=abc", "/?limit=9999"):
+        refused = client.get(bad)
+        assert refused.status_code == 400, bad
+        assert "cursor of the question queue" in refused.text or "limit" in refused.text

@@ -20,9 +20,11 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
+
+from tests.service_support import unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE_DIR = ROOT / "node"
@@ -34,12 +36,9 @@ TIMEOUT = 120.0
 """Seconds one Node run may take before the test fails (an Inspector run takes about 2)."""
 
 
-def missing(what: str) -> None:
+def missing(what: str) -> NoReturn:
     """Skip the test, or fail it under CI, because ``what`` is not installed."""
-    message = f"{what} is not installed: run `bash scripts/node-tools.sh`"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    unavailable(f"{what} is not installed: run `bash scripts/node-tools.sh`")
 
 
 def node() -> str:

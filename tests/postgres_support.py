@@ -15,22 +15,21 @@ import contextlib
 import os
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 import pytest
+
+from tests.service_support import unavailable
 
 ENV = "AWL_TEST_POSTGRES"
 DATABASE = "awl_tests"
 
 
-def missing(why: str) -> None:
+def missing(why: str) -> NoReturn:
     """Skip the test, or fail it under CI, because the server cannot be used."""
-    message = (f"no PostgreSQL server for the tests ({why}): run "
-               f"`export {ENV}=$(bash scripts/postgres.sh)`")
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    unavailable(f"no PostgreSQL server for the tests ({why}): run "
+                f"`export {ENV}=$(bash scripts/postgres.sh)`")
 
 
 def server_url() -> str:

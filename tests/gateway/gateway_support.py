@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import mcp_types as types
-import pytest
 from mcp import Client, StdioServerParameters, stdio_client
 
 from awl.desk import Desk, OrderView
@@ -31,6 +30,7 @@ from awl.store.protocol import Store
 from awl.store.sqlite import SQLiteStore
 from gateway._gateway import Gateway
 from gateway._serve import open_gateway
+from tests.service_support import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 MANAGER = "human:ana"
@@ -197,10 +197,7 @@ def require_host_names() -> None:
     except (OSError, subprocess.TimeoutExpired) as exc:
         why = str(exc)
     if why:
-        message = f"cannot give a process a host name of its own ({why}); run as root"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(f"cannot give a process a host name of its own ({why}); run as root")
 
 
 def final(result: types.CallToolResult | types.InputRequiredResult) -> types.CallToolResult:

@@ -25,14 +25,13 @@ import pytest
 from awl.desk.tokens import issue_token
 from tests.gateway.commit_support import ROOT
 from tests.servers.receiver import read_log
+from tests.service_support import unavailable
 from tests.web.web_support import MANAGER, WORKER, Desked, make_desk, submit_order
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 if CHROMIUM is None or not __import__("importlib").util.find_spec("playwright"):
-    if os.environ.get("CI") == "true":
-        raise RuntimeError("the browser tests need chromium (apt-get install chromium) and "
-                           "playwright (pip install playwright); CI must have both")
-    pytest.skip("chromium or playwright is not installed", allow_module_level=True)
+    unavailable("the browser tests need chromium (apt-get install chromium) and playwright "
+                "(pip install playwright)", module=True)
 
 from playwright.sync_api import (  # noqa: E402
     Browser,

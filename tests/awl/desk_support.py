@@ -6,6 +6,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from awl.desk import Desk, OrderView
 from awl.documents.models import CallRecord
 from awl.store.memory import MemoryStore
@@ -110,3 +112,21 @@ def submitted(desk: Desk, **report: Any) -> OrderView:
     """A new order with a submitted done report."""
     view = working(desk)
     return desk.report(view.id, WORKER, report_fields(**report))
+
+
+STORES = ["memory", "sqlite", "postgres"]
+"""The backends a test of every store runs on (the ``store`` fixture in conftest.py)."""
+
+
+def open_backend(kind: str, path: Path, request: pytest.FixtureRequest) -> Store:
+    """A new, empty store of ``kind`` (one of :data:`STORES`): SQLite in ``path``,
+    PostgreSQL in the test's own schema."""
+    if kind == "memory":
+        return MemoryStore()
+    if kind == "postgres":
+        from awl.store.postgres import PostgresStore
+
+        return PostgresStore(request.getfixturevalue("pg_url"))
+    from awl.store.sqlite import SQLiteStore
+
+    return SQLiteStore(path / "desk.sqlite3")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +25,8 @@ from tests.awl.desk_support import (
     report_fields,
     working,
 )
-from tests.awl.test_store import _open
 
 ESCALATION = "human:esc"
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    opened = _open(request.param, tmp_path, request)
-    yield opened
-    opened.close()
 
 
 def sub(desk: Desk, parent: str, worker: str, *, start: bool = True) -> str:

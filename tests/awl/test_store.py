@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,6 @@ import pytest
 from awl.documents.effect_states import STATES, TABLE
 from awl.documents.errors import BadRequest, Conflict, InvalidTransition, NotFound
 from awl.documents.models import Event, Review, WorkOrder, WorkReport
-from awl.store.memory import MemoryStore
 from awl.store.protocol import (
     EffectState,
     LockInfo,
@@ -29,31 +27,11 @@ from awl.store.protocol import (
     Subscriptions,
     TokenRecord,
 )
-from tests.awl.desk_support import reserved
+from tests.awl.desk_support import open_backend, reserved
 
 T0 = "2030-01-01T00:00:00Z"
 
 
-def _open(kind: str, path: Path, request: pytest.FixtureRequest) -> Store:
-    if kind == "memory":
-        return MemoryStore()
-    if kind == "postgres":
-        from awl.store.postgres import PostgresStore
-
-        return PostgresStore(request.getfixturevalue("pg_url"))
-    from awl.store.sqlite import SQLiteStore
-
-    return SQLiteStore(path / "desk.sqlite3")
-
-
-STORES = ["memory", "sqlite", "postgres"]
-
-
-@pytest.fixture(params=STORES)
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    opened = _open(request.param, tmp_path, request)
-    yield opened
-    opened.close()
 
 
 def make_order(order_id: str = "o1", *, to: str = "agent:w", manager: str = "human:m",
@@ -722,7 +700,7 @@ SUBSCRIBING = ["memory", "postgres"]
 def test_wait_for_events_wakes_at_an_append_and_times_out(
         kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """A waiter wakes when another thread appends; without news it returns False in time."""
-    store = _open(kind, tmp_path, request)
+    store = open_backend(kind, tmp_path, request)
     assert isinstance(store, Subscriptions)
     create(store)
     assert store.wait_for_events("o1", 0, 5) is True  # already past seq 0
@@ -740,7 +718,7 @@ def test_wait_for_events_wakes_at_an_append_and_times_out(
     with pytest.raises(NotFound):
         store.wait_for_events("nope", 0, 0.1)
     (tmp_path / "other").mkdir()
-    polled = _open("sqlite", tmp_path / "other", request)
+    polled = open_backend("sqlite", tmp_path / "other", request)
     assert not isinstance(polled, Subscriptions)
     polled.close()
     store.close()

@@ -17,7 +17,8 @@ from awl.store.protocol import (
     Webhook,
     WebhookStore,
 )
-from tests.awl.test_store import STORES, T0, _open, create, ev, report, reserve
+from tests.awl.desk_support import STORES, open_backend
+from tests.awl.test_store import T0, create, ev, report, reserve
 
 T1 = "2030-01-01T00:00:05Z"
 T2 = "2030-01-01T00:01:00Z"
@@ -30,7 +31,7 @@ class OutboxStore(Store, WebhookStore, Protocol):
 
 @pytest.fixture(params=STORES)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OutboxStore]:
-    opened = _open(request.param, tmp_path, request)
+    opened = open_backend(request.param, tmp_path, request)
     assert isinstance(opened, WebhookStore)
     yield cast(OutboxStore, opened)
     opened.close()

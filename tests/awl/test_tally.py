@@ -9,7 +9,7 @@ writes. A desk from before the tallies gets them filled when it is opened.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,20 +23,13 @@ from tests.awl.desk_support import (
     MANAGER,
     WORKER,
     Clock,
+    open_backend,
     order_fields,
     report_fields,
     working,
 )
-from tests.awl.test_store import _open
 
 OTHER = "agent:other"
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    opened = _open(request.param, tmp_path, request)
-    yield opened
-    opened.close()
 
 
 def _flat(record: TrackRecord) -> dict[str, Any]:
@@ -157,7 +150,7 @@ def test_memory_sqlite_and_postgres_give_identical_records_and_queues(
     for kind in ("memory", "sqlite", "postgres"):
         folder = tmp_path / kind
         folder.mkdir()
-        store = _open(kind, folder, request)
+        store = open_backend(kind, folder, request)
         try:
             clock = Clock()
             desk = Desk(store, clock=clock)
@@ -369,7 +362,7 @@ def test_a_copied_desk_keeps_its_tallies_and_queue(
     source = MemoryStore()
     clock = Clock()
     _history(Desk(source, clock=clock), clock, lambda: None)
-    target = _open(kind, tmp_path, request)
+    target = open_backend(kind, tmp_path, request)
     try:
         copy_store(source, target)
         for worker in (WORKER, OTHER):

@@ -13,6 +13,9 @@ example outbox server, and a client calls its read-only ``get_note`` tool:
   with ``--store sqlite,postgres`` one gateway per store, **gateway (sqlite)** and
   **gateway (postgres)** (a fresh PostgreSQL schema, see :mod:`bench.stores`), each rated
   against the same bare proxy;
+- **gateway (memory store)**: the same gateway on the in-memory store
+  (:mod:`bench.memory_gateway`): every check and record, none of them written to a file,
+  so the gateway's own work apart from the persistent store's two writes per call;
 - **bare proxy (control)**: a second, identical bare proxy.
 
 For each it measures the median and p99 latency of sequential calls, then calls per
@@ -44,12 +47,15 @@ from contextlib import AsyncExitStack, ExitStack, closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import anyio
 from mcp import Client, StdioServerParameters, stdio_client
 
 from bench.stores import Stores, add_options
+
+if TYPE_CHECKING:
+    from awl.store.protocol import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTBOX_SERVER = ROOT / "examples" / "outbox_server.py"
@@ -59,6 +65,9 @@ TARGET_P99 = 1.25
 """The most the gateway may add to a bare proxy's p99 latency."""
 BARE = "bare proxy"
 CONTROL = "bare proxy (control)"
+MEMORY = "gateway (memory store)"
+"""The gateway on the in-memory store (:mod:`bench.memory_gateway`): its checks without the
+persistent store's writes."""
 BURST = 2
 """Calls per concurrent caller in one turn of the concurrent phase."""
 
@@ -187,27 +196,34 @@ def gateway_name(store: str, stores: tuple[str, ...]) -> str:
     return "gateway" if stores == ("sqlite",) else f"gateway ({store})"
 
 
+def new_working_order(store: Store, calls: int, tools: tuple[str, ...] = ("notes/*",)) -> str:
+    """A working order in ``store`` allowed ``calls`` calls of ``tools`` (the outbox
+    server's)."""
+    from awl.desk import Desk
+
+    desk = Desk(store)
+    deadline = datetime.now(UTC) + timedelta(hours=1)
+    view = desk.create({
+        "to": "agent:bench",
+        "goal": "Measure the gateway",
+        "criteria": [{"id": "c1", "text": "calls were made"}],
+        "budget": {"tool_calls": calls},
+        "deadline": deadline.isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "tools": list(tools),
+    }, "human:bench")
+    desk.accept(view.id, "agent:bench")
+    desk.start(view.id, "agent:bench")
+    return view.id
+
+
 def _working_order(home: Path, calls: int, tools: tuple[str, ...] = ("notes/*",),
                    url: str | None = None) -> str:
     """A fresh desk (the store ``url`` names, else the home's SQLite desk) with one working
     order allowed to call ``tools`` (the outbox server's)."""
-    from awl.desk import Desk
     from awl.store.urls import open_store
 
     with closing(open_store(url or home / "desk.sqlite3")) as store:
-        desk = Desk(store)
-        deadline = datetime.now(UTC) + timedelta(hours=1)
-        view = desk.create({
-            "to": "agent:bench",
-            "goal": "Measure the gateway",
-            "criteria": [{"id": "c1", "text": "calls were made"}],
-            "budget": {"tool_calls": calls * 10 + 10_000},
-            "deadline": deadline.isoformat(timespec="seconds").replace("+00:00", "Z"),
-            "tools": list(tools),
-        }, "human:bench")
-        desk.accept(view.id, "agent:bench")
-        desk.start(view.id, "agent:bench")
-        return view.id
+        return new_working_order(store, calls * 10 + 10_000, tools)
 
 
 async def run(calls: int, callers: int, per_caller: int,
@@ -232,6 +248,11 @@ async def run(calls: int, callers: int, per_caller: int,
                 args=["-m", "awl", "gateway", "--order", order_id, "--config", str(config),
                       "--home", str(home), *(["--store", url] if store != "sqlite" else [])],
                 env=env, cwd=ROOT), "notes__get_note"))
+        # The floor of the gateway's own work: the same gateway on the in-memory store.
+        gateways.append((MEMORY, StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "bench.memory_gateway", "--config", str(config)],
+            env=env, cwd=ROOT), "notes__get_note"))
         bare = StdioServerParameters(
             command=sys.executable, args=["-m", "gateway._bare_proxy", "--config", str(config)],
             env=env, cwd=ROOT)

@@ -1,4 +1,5 @@
-"""The start and memory floor, :mod:`bench.bare_proxy`: a proxy on the MCP SDK alone."""
+"""The floors of the benchmarks: :mod:`bench.bare_proxy` (the MCP SDK alone) and
+:mod:`bench.memory_gateway` (the gateway on the in-memory store)."""
 
 from __future__ import annotations
 
@@ -46,3 +47,26 @@ async def test_the_floor_lists_and_forwards_every_tool(tmp_path: Path) -> None:
                      "notes__create_issue"}
     assert not sent.is_error
     assert len(outbox.read_text().splitlines()) == 1
+
+
+async def test_the_memory_store_gateway_checks_and_records_each_call(tmp_path: Path) -> None:
+    """:mod:`bench.memory_gateway` is the whole gateway: it hands out refs, and refuses what
+    its order does not allow without forwarding it."""
+    outbox = tmp_path / "outbox.jsonl"
+    config = tmp_path / "upstream.json"
+    config.write_text(json.dumps({"mcpServers": {"notes": {
+        "command": sys.executable, "args": [str(NOTES)], "env": {"OUTBOX_PATH": str(outbox)}}}}))
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "bench.memory_gateway", "--config", str(config),
+                                         "--calls", "1"],
+                                   env={"PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
+    with anyio.fail_after(60), open(tmp_path / "gateway.err", "w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            first = await client.call_tool("notes__get_note", {"id": "n1"})
+            second = await client.call_tool("notes__send_email",
+                                            {"to": "a@example.test", "subject": "s", "body": "b"})
+    assert not first.is_error
+    assert (first.meta or {}).get("awl/ref") == "notes/get_note#1"
+    assert second.is_error
+    assert second.content[0].text.startswith("AWL_BUDGET_EXHAUSTED:")  # type: ignore[union-attr]
+    assert not outbox.exists() or outbox.read_text() == ""

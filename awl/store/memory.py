@@ -116,6 +116,10 @@ class _Order:
     calls: dict[int, _Call]
     effects: dict[int, EffectState]
     charged: _Charged = field(default_factory=_Charged)
+    counted_calls: int = 0
+    """Its own counted calls, kept as they are reserved so a reservation reads no list."""
+    counted_usd: float = 0.0
+    """Their usd, summed in N order (as a sum over the calls would be)."""
 
     def track_row(self) -> TrackRow:
         return TrackRow.of(self.record(), self.events[1] if len(self.events) > 1 else None)
@@ -357,18 +361,18 @@ class MemoryStore:
             if seq is not None and found.events[-1].seq != seq:
                 raise stale_order(order_id, seq, found.events[-1].seq)
             def spent(jtis: frozenset[str] | None) -> tuple[int, float]:
-                mine = [c.usd for c in found.calls.values()
-                        if c.counted and (jtis is None or c.record.pass_jti in jtis)]
                 if jtis is None:
-                    return len(mine) + found.charged.calls, sum(mine) + found.charged.usd
+                    return (found.counted_calls + found.charged.calls,
+                            found.counted_usd + found.charged.usd)
+                mine = [c.usd for c in found.calls.values()
+                        if c.counted and c.record.pass_jti in jtis]
                 return len(mine), sum(mine)
 
             over = exceeded_scope(scopes, spent, usd)
             above = self._above(found)
             over = over or exceeded_above([
                 (o.order.id, o.order.budget.tool_calls, o.order.budget.usd,
-                 sum(1 for c in o.calls.values() if c.counted) + o.charged.calls,
-                 sum(c.usd for c in o.calls.values() if c.counted) + o.charged.usd)
+                 o.counted_calls + o.charged.calls, o.counted_usd + o.charged.usd)
                 for o in above], usd)
             if over is not None:
                 return OverBudget(over)
@@ -378,6 +382,8 @@ class MemoryStore:
                 pass_jti=pass_jti, started_at=started_at,
             )
             call = found.calls[n] = _Call(record, True, usd, timestamp(started_at))
+            found.counted_calls += 1
+            found.counted_usd += usd
             self._charge(above, call)
             return Reserved(record)
 

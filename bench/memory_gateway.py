@@ -18,13 +18,12 @@ import argparse
 import anyio
 
 from awl.store.memory import MemoryStore
+from bench.gateway import new_working_order
 from gateway import open_gateway, serve_stdio
 
 
 async def serve(config: str, calls: int) -> None:
     """Serve a gateway for a new working order with budget for ``calls`` calls."""
-    from bench.gateway import new_working_order
-
     store = MemoryStore()
     order_id = new_working_order(store, calls)
     async with open_gateway(order_id, config, store=store) as gateway:

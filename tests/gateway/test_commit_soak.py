@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -34,17 +35,9 @@ RUNS = int(os.environ.get("AWL_SOAK_RUNS", "5"))
 SEED = int(os.environ.get("AWL_SOAK_SEED", "20261130"))
 
 
-def _kill_somewhere(setup: Setup, rng: random.Random, folder: Path, figures: Counter[str]
-                    ) -> None:
-    """Start a committer and kill it at a moment chosen by ``rng`` (if it still runs)."""
-    mode = rng.choice(["mark", "receipt", "random", "random"])
-    victim = rng.choice(setup.refs)
-    marker = folder / f"marker-{time.monotonic_ns()}"
-    pause = (marker, victim) if mode == "mark" else None
-    setup.control_receiver(hang_after=[victim] if mode == "receipt" else [],
-                           delay=rng.choice([0, 0.002, 0.01]))
-    before = sum(setup.counts().values())
-    proc = start_committer(setup, pause=pause)
+def _wait_for_the_moment(setup: Setup, rng: random.Random, proc: subprocess.Popen[str],
+                         mode: str, victim: str, marker: Path, before: int) -> None:
+    """Wait until the moment ``mode`` kills at (or until the committer has finished)."""
     if mode == "mark":
         wait_for(lambda: marker.exists() or proc.poll() is not None, timeout=60,
                  what="the dispatching marker")
@@ -56,6 +49,27 @@ def _kill_somewhere(setup: Setup, rng: random.Random, folder: Path, figures: Cou
         wait_for(lambda: sum(setup.counts().values()) >= target or proc.poll() is not None,
                  timeout=60, what=f"{target} deliveries")
         time.sleep(rng.uniform(0, 0.04))  # the random moment itself, not a wait for a state
+
+
+def _kill_somewhere(setup: Setup, rng: random.Random, folder: Path, figures: Counter[str]
+                    ) -> None:
+    """Start a committer and kill it at a moment chosen by ``rng`` (if it still runs)."""
+    mode = rng.choice(["mark", "receipt", "random", "random"])
+    victim = rng.choice(setup.refs)
+    marker = folder / f"marker-{time.monotonic_ns()}"
+    pause = (marker, victim) if mode == "mark" else None
+    setup.control_receiver(hang_after=[victim] if mode == "receipt" else [],
+                           delay=rng.choice([0, 0.002, 0.01]))
+    before = sum(setup.counts().values())
+    proc = start_committer(setup, pause=pause)
+    try:
+        _wait_for_the_moment(setup, rng, proc, mode, victim, marker, before)
+    except BaseException:
+        if proc.poll() is None:  # a failed wait must not leave the committer running
+            kill9(proc)
+        else:
+            proc.communicate()
+        raise
     if proc.poll() is None:
         kill9(proc)
         figures["kills"] += 1

@@ -191,10 +191,14 @@ async def _main() -> None:
 
 
 def read_log(path: str) -> list[dict[str, Any]]:
-    """Every delivery the receiver logged at ``path`` (empty if it logged none)."""
+    """Every delivery the receiver logged at ``path`` (empty if it logged none).
+
+    A reader polling while the receiver appends can see a line whose write is still under
+    way: a last line without its newline is not yet a delivery and is left for the next read.
+    """
     try:
         with open(path, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
+            return [json.loads(line) for line in f if line.endswith("\n") and line.strip()]
     except FileNotFoundError:
         return []
 

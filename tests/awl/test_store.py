@@ -399,6 +399,13 @@ def test_stores_hand_back_json_never_the_callers_objects(store: Store) -> None:
     arguments["d"]["k"].append(2)
     assert record.arguments == {"t": [1, 2], "d": {"k": [1]}}
     assert store.calls("o1")[0].arguments == {"t": [1, 2], "d": {"k": [1]}}
+    second = reserved(store.reserve_call(
+        "o1", attempt=1, tool="srv/read", arguments={}, pass_jti=None, usd=0.0,
+        started_at=T0, scopes=[]))
+    result: dict[str, Any] = {"t": (4,), "d": {"k": [1]}}
+    store.finish_call("o1", second.ref, outcome="ok", result=result, error=None, ended_at=T0)
+    result["d"]["k"].append(2)
+    assert store.calls("o1")[1].result == {"t": [4], "d": {"k": [1]}}
     made = store.set_effect("o1", record.ref, expect=None, state="held",
                             result={"t": (3,)}, at=T0)
     assert made.result == {"t": [3]} and store.effects("o1") == [made]

@@ -1,7 +1,7 @@
 """Gateway overhead: one small tool call, direct, through a bare proxy, through the gateway.
 
 ``python -m bench.gateway [--quick] [--calls N] [--callers C] [--per-caller K] [--repeat R]
-[--store sqlite,postgres] [--postgres-url URL]``
+[--store sqlite,postgres] [--postgres-url URL] [--against DIR]``
 
 Four MCP servers are started as subprocesses over stdio, each in front of (or being) the
 example outbox server, and a client calls its read-only ``get_note`` tool:
@@ -16,7 +16,12 @@ example outbox server, and a client calls its read-only ``get_note`` tool:
 - **gateway (memory store)**: the same gateway on the in-memory store
   (:mod:`bench.memory_gateway`): every check and record, none of them written to a file,
   so the gateway's own work apart from the persistent store's two writes per call;
-- **bare proxy (control)**: a second, identical bare proxy.
+- **bare proxy (control)**: a second, identical bare proxy;
+- with ``--against DIR``, another checkout of this project (say ``git worktree add
+  /tmp/base main``): **gateway (against NAME)** and **gateway (memory store, against
+  NAME)**, its own SQLite gateway and in-memory gateway, its order made by its own code,
+  in the same run, so a change to the gateway is measured side by side with the code
+  before it rather than across runs.
 
 For each it measures the median and p99 latency of sequential calls, then calls per
 second with ``--callers`` concurrent callers, and the CPU time its own process (not its
@@ -40,6 +45,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -66,6 +72,23 @@ TARGET_P99 = 1.25
 BARE = "bare proxy"
 CONTROL = "bare proxy (control)"
 MEMORY = "gateway (memory store)"
+
+
+def against_names(checkout: Path) -> tuple[str, str]:
+    """The names of the SQLite and in-memory gateways of the checkout ``checkout``."""
+    return f"gateway (against {checkout.name})", f"gateway (memory store, against {checkout.name})"
+
+
+def check_checkout(checkout: Path) -> str | None:
+    """Why ``checkout`` cannot be measured against (None when it can)."""
+    missing = [part for part in ("awl/__main__.py", "gateway/__init__.py",
+                                 "bench/gateway.py", "bench/memory_gateway.py")
+               if not (checkout / part).is_file()]
+    if missing:
+        return (f"{checkout} is not a checkout of agent-work-layer that has the memory-store "
+                f"gateway (no {', '.join(missing)}); give a work tree of this project, for "
+                "example one made by `git worktree add /tmp/base main`")
+    return None
 """The gateway on the in-memory store (:mod:`bench.memory_gateway`): its checks without the
 persistent store's writes."""
 BURST = 2
@@ -226,9 +249,46 @@ def _working_order(home: Path, calls: int, tools: tuple[str, ...] = ("notes/*",)
         return new_working_order(store, calls * 10 + 10_000, tools)
 
 
+def _order_in(checkout: Path, home: Path, calls: int) -> str:
+    """A working order in ``home``'s SQLite desk, made by the code of ``checkout`` (whose
+    store may have another schema than this one's)."""
+    made = subprocess.run(
+        [sys.executable, "-c", "import sys; from pathlib import Path; "
+         "from bench.gateway import _working_order; "
+         "print(_working_order(Path(sys.argv[1]), int(sys.argv[2])))", str(home), str(calls)],
+        cwd=checkout, env={**os.environ, "PYTHONPATH": str(checkout)}, capture_output=True,
+        text=True, check=False)
+    if made.returncode != 0:
+        last = (made.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"bench.gateway: the checkout {checkout} could not make its order: "
+                         f"{last}")
+    return made.stdout.strip().splitlines()[-1]
+
+
+def against_targets(checkout: Path, folder: Path, config: Path, calls: int
+                    ) -> list[tuple[str, StdioServerParameters, str]]:
+    """The SQLite gateway (in a home of its own under ``folder``) and the in-memory gateway
+    of another checkout, in front of the upstreams of ``config``."""
+    home = folder / "against-home"
+    home.mkdir()
+    order_id = _order_in(checkout, home, calls)
+    env = {"PYTHONPATH": str(checkout)}
+    sqlite_name, memory_name = against_names(checkout)
+    return [
+        (sqlite_name, StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "awl", "gateway", "--order", order_id, "--config", str(config),
+                  "--home", str(home)], env=env, cwd=checkout), "notes__get_note"),
+        (memory_name, StdioServerParameters(
+            command=sys.executable, args=["-m", "bench.memory_gateway", "--config", str(config)],
+            env=env, cwd=checkout), "notes__get_note"),
+    ]
+
+
 async def run(calls: int, callers: int, per_caller: int,
-              stores: Stores | None = None) -> list[Figures]:
-    """Measure the targets (one gateway per store) in a fresh temporary folder."""
+              stores: Stores | None = None, against: Path | None = None) -> list[Figures]:
+    """Measure the targets (one gateway per store, and ``against``'s two) in a fresh
+    temporary folder."""
     stores = stores or Stores(("sqlite",))
     with tempfile.TemporaryDirectory(prefix="awl-bench-") as tmp, ExitStack() as fresh:
         folder = Path(tmp)
@@ -253,6 +313,8 @@ async def run(calls: int, callers: int, per_caller: int,
             command=sys.executable,
             args=["-m", "bench.memory_gateway", "--config", str(config)],
             env=env, cwd=ROOT), "notes__get_note"))
+        if against is not None:
+            gateways += against_targets(against, folder, config, calls + callers * per_caller)
         bare = StdioServerParameters(
             command=sys.executable, args=["-m", "gateway._bare_proxy", "--config", str(config)],
             env=env, cwd=ROOT)
@@ -381,16 +443,22 @@ def main(argv: list[str] | None = None) -> int:
     call_options(parser)
     parser.add_argument("--repeat", type=int, default=1,
                         help="measure this many times, fresh processes each time (1)")
+    parser.add_argument("--against", type=Path, metavar="DIR",
+                        help="also measure the gateways of another checkout of this project")
     add_options(parser)
     args = parser.parse_args(argv)
     stores = Stores.of(parser, args)
     if args.repeat < 1:
         parser.error("--repeat needs a count of 1 or more")
+    against: Path | None = None if args.against is None else args.against.resolve()
+    if against is not None and (problem := check_checkout(against)) is not None:
+        parser.error(f"--against: {problem}")
     calls, per_caller = call_sizes(args)
     runs: dict[str, list[Ratios]] = {}
     controls: list[Ratios] = []
     for i in range(args.repeat):
-        figures: list[Figures] = anyio.run(run, calls, args.callers, per_caller, stores)
+        figures: list[Figures] = anyio.run(run, calls, args.callers, per_caller, stores,
+                                             against)
         if args.repeat > 1:
             print(f"run {i + 1} of {args.repeat}")
         print(report(figures, callers=args.callers), flush=True)

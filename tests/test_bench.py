@@ -302,3 +302,41 @@ def test_a_bulk_filled_desk_reads_like_one_the_desk_wrote(
         assert [q.blocking for q in first.questions] == [1, 1]  # keyed as a migration keys
         assert queue_place(desk, None, None) == (5, None)
         assert queue_place(desk, None, 2, size=2) == (2, first.next)
+
+
+def test_another_checkout_is_measured_in_the_same_run(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """``--against DIR``: the other checkout's gateways join the run under their own names,
+    their order made by that checkout's own code; a folder that is no checkout is refused
+    in one line before anything starts."""
+    from bench.gateway import (
+        ROOT,
+        against_names,
+        against_targets,
+        check_checkout,
+        gateways,
+        main,
+    )
+
+    assert check_checkout(ROOT) is None
+    with pytest.raises(SystemExit) as stopped:
+        main(["--against", str(tmp_path)])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith(f"python -m bench.gateway: error: --against: {tmp_path} is not a "
+                            "checkout of agent-work-layer")
+    assert "git worktree add" in error
+    config = tmp_path / "upstream.json"
+    config.write_text('{"mcpServers": {}}')
+    made = against_targets(ROOT, tmp_path, config, 10)
+    assert [name for name, _, _ in made] == list(against_names(ROOT))
+    sqlite, memory = (params for _, params, _ in made)
+    assert sqlite.cwd == ROOT and sqlite.env == {"PYTHONPATH": str(ROOT)}
+    order_id = sqlite.args[sqlite.args.index("--order") + 1]
+    assert order_id.startswith("wo_")
+    assert (tmp_path / "against-home" / "desk.sqlite3").is_file()
+    assert memory.args[:2] == ["-m", "bench.memory_gateway"]
+    figures = [Figures("bare proxy", 8.0, 16.0, 300.0),
+               *(Figures(name, 8.8, 17.6, 280.0) for name in against_names(ROOT))]
+    assert gateways(figures) == list(against_names(ROOT))
+    assert f"{against_names(ROOT)[0]} / bare proxy: median 1.10x" in report(figures, callers=16)

@@ -23,6 +23,7 @@ from awl.store.postgres import PostgresStore
 from awl.store.protocol import Store
 from awl.store.sqlite import SQLiteStore
 from tests.gateway.gateway_support import ROOT, connect, make_env, server_entry, text
+from tests.servers.receiver import read_log
 
 pytestmark = pytest.mark.anyio
 
@@ -50,9 +51,9 @@ def pg_store(pg_url: str) -> Iterator[PostgresStore]:
 
 async def _wait_for_line(path: Path, timeout: float) -> dict[str, Any]:
     with anyio.fail_after(timeout):
-        while not (path.exists() and path.read_text().strip()):
+        while not (lines := read_log(str(path))):  # whole lines only: one may be under way
             await anyio.sleep(0.02)
-    return dict(json.loads(path.read_text().splitlines()[0]))
+    return lines[0]
 
 
 @pytest.mark.spec("GW-7", "GW-5", "GW-20")

@@ -7,7 +7,6 @@ reached the upstream is read from the upstream's own log (``CHATTY_LOG``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,6 +20,7 @@ from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from tests.gateway.gateway_support import Env, gateway_params, make_env, server_entry, text
+from tests.servers.receiver import read_log
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -37,10 +37,7 @@ def chatty_env(tmp: Path, *, upstream: str = "modern", tools: list[str] | None =
 
 
 def upstream_log(env: Env) -> list[dict[str, Any]]:
-    path = env.outbox.parent / "chatty.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_log(str(env.outbox.parent / "chatty.jsonl"))
 
 
 async def sampling(context: ClientRequestContext,

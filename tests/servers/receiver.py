@@ -191,10 +191,11 @@ async def _main() -> None:
 
 
 def read_log(path: str) -> list[dict[str, Any]]:
-    """Every delivery the receiver logged at ``path`` (empty if it logged none).
+    """Every delivery the receiver logged at ``path`` (empty if it logged none); any JSON
+    lines log a test server appends to (the chatty server's too).
 
-    A reader polling while the receiver appends can see a line whose write is still under
-    way: a last line without its newline is not yet a delivery and is left for the next read.
+    A reader polling while the server appends can see a line whose write is still under
+    way: a last line without its newline is not yet written and is left for the next read.
     """
     try:
         with open(path, encoding="utf-8") as f:

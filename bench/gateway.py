@@ -72,6 +72,10 @@ TARGET_P99 = 1.25
 BARE = "bare proxy"
 CONTROL = "bare proxy (control)"
 MEMORY = "gateway (memory store)"
+"""The gateway on the in-memory store (:mod:`bench.memory_gateway`): its checks without the
+persistent store's writes."""
+BURST = 2
+"""Calls per concurrent caller in one turn of the concurrent phase."""
 
 
 def against_names(checkout: Path) -> tuple[str, str]:
@@ -89,10 +93,6 @@ def check_checkout(checkout: Path) -> str | None:
                 f"gateway (no {', '.join(missing)}); give a work tree of this project, for "
                 "example one made by `git worktree add /tmp/base main`")
     return None
-"""The gateway on the in-memory store (:mod:`bench.memory_gateway`): its checks without the
-persistent store's writes."""
-BURST = 2
-"""Calls per concurrent caller in one turn of the concurrent phase."""
 
 
 @dataclass(frozen=True)
@@ -272,17 +272,27 @@ def against_targets(checkout: Path, folder: Path, config: Path, calls: int
     home = folder / "against-home"
     home.mkdir()
     order_id = _order_in(checkout, home, calls)
-    env = {"PYTHONPATH": str(checkout)}
     sqlite_name, memory_name = against_names(checkout)
-    return [
-        (sqlite_name, StdioServerParameters(
-            command=sys.executable,
-            args=["-m", "awl", "gateway", "--order", order_id, "--config", str(config),
-                  "--home", str(home)], env=env, cwd=checkout), "notes__get_note"),
-        (memory_name, StdioServerParameters(
-            command=sys.executable, args=["-m", "bench.memory_gateway", "--config", str(config)],
-            env=env, cwd=checkout), "notes__get_note"),
-    ]
+    return [(sqlite_name, _gateway_params(checkout, order_id, config, home), "notes__get_note"),
+            (memory_name, _memory_params(checkout, config), "notes__get_note")]
+
+
+def _gateway_params(root: Path, order_id: str, config: Path, home: Path,
+                    url: str | None = None) -> StdioServerParameters:
+    """``awl gateway`` of the checkout ``root`` for ``order_id`` (on ``url``, else the home's
+    SQLite desk)."""
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "awl", "gateway", "--order", order_id, "--config", str(config),
+              "--home", str(home), *(["--store", url] if url is not None else [])],
+        env={"PYTHONPATH": str(root)}, cwd=root)
+
+
+def _memory_params(root: Path, config: Path) -> StdioServerParameters:
+    """The in-memory gateway (:mod:`bench.memory_gateway`) of the checkout ``root``."""
+    return StdioServerParameters(
+        command=sys.executable, args=["-m", "bench.memory_gateway", "--config", str(config)],
+        env={"PYTHONPATH": str(root)}, cwd=root)
 
 
 async def run(calls: int, callers: int, per_caller: int,
@@ -303,16 +313,11 @@ async def run(calls: int, callers: int, per_caller: int,
         for store in stores.names:
             url = fresh.enter_context(stores.fresh(store, home, "desk"))  # home/desk.sqlite3
             order_id = _working_order(home, calls + callers * per_caller, url=url)
-            gateways.append((gateway_name(store, stores.names), StdioServerParameters(
-                command=sys.executable,
-                args=["-m", "awl", "gateway", "--order", order_id, "--config", str(config),
-                      "--home", str(home), *(["--store", url] if store != "sqlite" else [])],
-                env=env, cwd=ROOT), "notes__get_note"))
+            gateways.append((gateway_name(store, stores.names), _gateway_params(
+                ROOT, order_id, config, home, url if store != "sqlite" else None),
+                "notes__get_note"))
         # The floor of the gateway's own work: the same gateway on the in-memory store.
-        gateways.append((MEMORY, StdioServerParameters(
-            command=sys.executable,
-            args=["-m", "bench.memory_gateway", "--config", str(config)],
-            env=env, cwd=ROOT), "notes__get_note"))
+        gateways.append((MEMORY, _memory_params(ROOT, config), "notes__get_note"))
         if against is not None:
             gateways += against_targets(against, folder, config, calls + callers * per_caller)
         bare = StdioServerParameters(

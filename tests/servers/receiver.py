@@ -191,8 +191,8 @@ async def _main() -> None:
 
 
 def read_log(path: str) -> list[dict[str, Any]]:
-    """Every delivery the receiver logged at ``path`` (empty if it logged none); any JSON
-    lines log a test server appends to (the chatty server's too).
+    """Every line of a JSON-lines log a test server appends to at ``path``, such as this
+    receiver's deliveries or the chatty server's requests (empty if there is none yet).
 
     A reader polling while the server appends can see a line whose write is still under
     way: a last line without its newline is not yet written and is left for the next read.

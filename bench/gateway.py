@@ -3,7 +3,7 @@
 ``python -m bench.gateway [--quick] [--calls N] [--callers C] [--per-caller K] [--repeat R]
 [--store sqlite,postgres] [--postgres-url URL] [--against DIR]``
 
-Four MCP servers are started as subprocesses over stdio, each in front of (or being) the
+MCP servers are started as subprocesses over stdio, each in front of (or being) the
 example outbox server, and a client calls its read-only ``get_note`` tool:
 
 - **direct**: the outbox server itself;
@@ -16,6 +16,9 @@ example outbox server, and a client calls its read-only ``get_note`` tool:
 - **gateway (memory store)**: the same gateway on the in-memory store
   (:mod:`bench.memory_gateway`): every check and record, none of them written to a file,
   so the gateway's own work apart from the persistent store's two writes per call;
+- **recording floor**: the bare proxy plus the least recording there is, a budget counter
+  and two lines appended to a file per call (:mod:`bench.recording_floor`): what keeping
+  evidence of each call before answering costs at the least;
 - **bare proxy (control)**: a second, identical bare proxy;
 - with ``--against DIR``, another checkout of this project (say ``git worktree add
   /tmp/base main``): **gateway (against NAME)** and **gateway (memory store, against
@@ -72,6 +75,9 @@ TARGET_P99 = 1.25
 BARE = "bare proxy"
 CONTROL = "bare proxy (control)"
 MEMORY = "gateway (memory store)"
+"""The gateway on the in-memory store (:mod:`bench.memory_gateway`)."""
+FLOOR = "recording floor"
+"""The bare proxy plus a counter and two appended lines per call (:mod:`bench.recording_floor`)."""
 """The gateway on the in-memory store (:mod:`bench.memory_gateway`): its checks without the
 persistent store's writes."""
 BURST = 2
@@ -320,6 +326,11 @@ async def run(calls: int, callers: int, per_caller: int,
         gateways.append((MEMORY, _memory_params(ROOT, config), "notes__get_note"))
         if against is not None:
             gateways += against_targets(against, folder, config, calls + callers * per_caller)
+        gateways.append((FLOOR, StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "bench.recording_floor", "--config", str(config),
+                  "--journal", str(folder / "floor-journal.jsonl")],
+            env=env, cwd=ROOT), "notes__get_note"))
         bare = StdioServerParameters(
             command=sys.executable, args=["-m", "gateway._bare_proxy", "--config", str(config)],
             env=env, cwd=ROOT)
@@ -422,6 +433,10 @@ def report(figures: list[Figures], *, callers: int) -> str:
     for name, each in ratios.items():
         if each is not None:
             lines.append(each.line(f"{name} / bare proxy"))
+    floor = Ratios.of(figures, FLOOR)
+    if floor is not None:
+        lines.append(floor.line(f"{FLOOR} / bare proxy (the least recording costs)",
+                                verdict=False))
     if control is not None:
         lines.append(control.line("control / bare proxy (two identical proxies: this run's "
                                   "noise)", verdict=False))
@@ -461,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     calls, per_caller = call_sizes(args)
     runs: dict[str, list[Ratios]] = {}
     controls: list[Ratios] = []
+    floors: list[Ratios] = []
     for i in range(args.repeat):
         figures: list[Figures] = anyio.run(run, calls, args.callers, per_caller, stores,
                                              against)
@@ -474,10 +490,15 @@ def main(argv: list[str] | None = None) -> int:
         control = Ratios.of(figures, CONTROL)
         if control is not None:
             controls.append(control)
+        if (floor := Ratios.of(figures, FLOOR)) is not None:
+            floors.append(floor)
     if args.repeat > 1 and runs:
         print()
         print("\n".join(summary(each, controls if k == 0 else None, name)
                         for k, (name, each) in enumerate(runs.items())))
+        if floors:
+            print(_median(floors).line(f"median of {len(floors)} runs, {FLOOR} / bare proxy",
+                                       verdict=False))
     return 0
 
 

@@ -340,3 +340,53 @@ def test_another_checkout_is_measured_in_the_same_run(tmp_path: Path,
                *(Figures(name, 8.8, 17.6, 280.0) for name in against_names(ROOT))]
     assert gateways(figures) == list(against_names(ROOT))
     assert f"{against_names(ROOT)[0]} / bare proxy: median 1.10x" in report(figures, callers=16)
+
+
+def test_the_recording_floor_writes_each_call_before_answering(tmp_path: Path) -> None:
+    """The floor row's proxy (a real subprocess in front of the outbox server, over stdio)
+    appends a pending line before forwarding and the outcome with the result before
+    answering, answers with the call's ``awl/ref``, and refuses past its budget without
+    forwarding; the report rates it against the bare proxy with no verdict."""
+    import json
+    import sys
+
+    import anyio
+    import mcp_types as types
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    from bench.gateway import FLOOR, OUTBOX_SERVER, ROOT
+
+    outbox = tmp_path / "outbox.jsonl"
+    config = tmp_path / "upstream.json"
+    config.write_text(json.dumps({"mcpServers": {"notes": {
+        "command": sys.executable, "args": [str(OUTBOX_SERVER)],
+        "env": {"OUTBOX_PATH": str(outbox)}}}}))
+    journal = tmp_path / "journal.jsonl"
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "bench.recording_floor", "--config", str(config), "--journal",
+              str(journal), "--calls", "1"],
+        env={"PYTHONPATH": str(ROOT)}, cwd=ROOT)
+
+    async def calls() -> list[types.CallToolResult]:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            return [await s.call_tool("notes__send_email",
+                                      {"to": to, "subject": "s", "body": "hi"})
+                    for to in ("a", "b")]
+
+    first, second = anyio.run(calls)
+    assert not first.is_error and first.meta == {"awl/ref": "notes/send_email#1"}
+    assert second.is_error and "AWL_BUDGET_EXCEEDED" in str(second.content[0])
+    lines = [json.loads(line) for line in journal.read_text().splitlines()]
+    assert [(r["ref"], r["outcome"]) for r in lines] == [
+        ("notes/send_email#1", "pending"), ("notes/send_email#1", "ok")]
+    assert lines[0]["arguments"] == {"to": "a", "subject": "s", "body": "hi"}
+    assert lines[1]["result"]["content"] == first.model_dump(
+        by_alias=True, exclude_none=True)["content"]
+    sent = [json.loads(line) for line in outbox.read_text().splitlines()]
+    assert [m["to"] for m in sent] == ["a"]  # the refused call never reached the upstream
+    figures = [Figures("bare proxy", 8.0, 16.0, 300.0), Figures(FLOOR, 8.4, 16.4, 290.0)]
+    assert report(figures, callers=16).splitlines()[-1] == (
+        "recording floor / bare proxy (the least recording costs): median 1.05x, "
+        "p99 1.02x, time per call under load 1.03x")

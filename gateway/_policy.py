@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Literal, Protocol
 
 from awl.desk import staging_ancestor
 from awl.documents import WORKING, Grant, WorkOrder, is_tool_name, matches_any, parse_time
@@ -98,6 +98,21 @@ def allowed(tool: str, order: WorkOrder, grant: Grant | None = None) -> bool:
     return grant is None or matches_any(grant.tools, tool)
 
 
+class _Limits(Protocol):
+    """A budget's limits the gateway checks (an order's or a grant's ``budget``)."""
+
+    @property
+    def tool_calls(self) -> int | None: ...
+    @property
+    def usd(self) -> float | None: ...
+    @property
+    def seconds(self) -> float | None: ...
+
+
+_NOTHING = Usage()
+"""What nothing spent is: the usage of a scope whose usage was not read."""
+
+
 def _elapsed(usage: Usage, now: datetime) -> float:
     if usage.first_call_at is None:
         return 0.0
@@ -106,21 +121,22 @@ def _elapsed(usage: Usage, now: datetime) -> float:
 
 def _budget_problem(
     who: str,
-    limits: dict[str, float],
-    usage: Usage,
+    limits: _Limits,
+    usage: Usage | None,
     *,
     now: datetime,
     usd: float,
 ) -> str | None:
-    calls, money = limits.get("tool_calls"), limits.get("usd")
-    over = over_limit(usage.tool_calls, usage.usd, usd, max_calls=calls, max_usd=money)
+    used = usage or _NOTHING
+    calls, money = limits.tool_calls, limits.usd
+    over = over_limit(used.tool_calls, used.usd, usd, max_calls=calls, max_usd=money)
     if over == "tool_calls":
-        return f"{who} has used {usage.tool_calls} of {calls:g} tool_calls"
+        return f"{who} has used {used.tool_calls} of {calls:g} tool_calls"
     if over == "usd":
-        return (f"{who} has spent {usage.usd:g} of {money:g} usd and this call costs {usd:g}")
-    seconds = limits.get("seconds")
+        return (f"{who} has spent {used.usd:g} of {money:g} usd and this call costs {usd:g}")
+    seconds = limits.seconds
     if seconds is not None:
-        elapsed = _elapsed(usage, now)
+        elapsed = _elapsed(used, now)
         if elapsed >= seconds:
             return (f"{who} has run {elapsed:.0f} of {seconds:g} seconds since its first "
                     "tool call")
@@ -207,15 +223,13 @@ def decide(
                       f"tool {tool!r} is staged by order {stager.id}, which order {order.id} "
                       f"is split from; only its manager {stager.manager} may approve it, so "
                       "it cannot be called here; call only the tools listed by tools/list")
-    problem = _budget_problem(f"order {order.id}", order.budget.units(), usage or Usage(),
-                              now=now, usd=usd)
+    problem = _budget_problem(f"order {order.id}", order.budget, usage, now=now, usd=usd)
     for parent, spent in above:
         problem = problem or _budget_problem(
-            f"order {parent.id}, which this order is split from,", parent.budget.units(),
-            spent, now=now, usd=usd)
+            f"order {parent.id}, which this order is split from,", parent.budget, spent,
+            now=now, usd=usd)
     if problem is None and grant is not None:
-        problem = _budget_problem("your pass", grant.budget.units(), pass_usage or Usage(),
-                                  now=now, usd=usd)
+        problem = _budget_problem("your pass", grant.budget, pass_usage, now=now, usd=usd)
     if problem is not None:
         return refuse(AWL_BUDGET_EXHAUSTED,
                       f"{problem}; stop calling tools and submit your report")

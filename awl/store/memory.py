@@ -58,9 +58,9 @@ from awl.store.rules import (
     check_takeover,
     effect_counts,
     effect_event_kind,
+    ended_call,
     exceeded_above,
     exceeded_scope,
-    finished_call,
     held_call,
     make_call,
     may_take,
@@ -430,11 +430,9 @@ class MemoryStore:
         """Set the outcome of a reserved call."""
         check_ending(outcome, result, error, ended_at)
         with self._lock:
-            n, call = self._call(order_id, ref)
-            call.record, _ = finished_call(
-                call.record.to_json(), n, ref, outcome=outcome, result=result, error=error,
-                ended_at=ended_at,
-            )
+            _, call = self._call(order_id, ref)
+            call.record = ended_call(call.record, ref, outcome=outcome, result=result,
+                                     error=error, ended_at=ended_at)
 
     def _call(self, order_id: str, ref: str) -> tuple[int, _Call]:
         n, tool = call_number(order_id, ref)

@@ -341,12 +341,21 @@ def _not_json(value: Any) -> Any:
 # no circular check a value that contains itself fails as too deep, like a very deep one.
 _STRICT = json.JSONEncoder(ensure_ascii=False, allow_nan=False, check_circular=False,
                            separators=(",", ":"), default=_not_json)
+# The same encoder's C half, made once: JSONEncoder.encode makes it again for every value,
+# and call records are encoded on every call.
+_make_c = json.encoder.c_make_encoder  # type: ignore[attr-defined]
+_C_STRICT = None if _make_c is None else _make_c(
+    None, _not_json, json.encoder.encode_basestring, None, ":", ",", False, False, False)
+
+
+def _encode(value: Any) -> str:
+    return _STRICT.encode(value) if _C_STRICT is None else "".join(_C_STRICT(value, 0))
 
 
 def json_text(value: Any, what: str) -> str:
     """``value`` as the compact JSON text stores keep; BadRequest when it is not JSON data."""
     try:
-        return _STRICT.encode(value)
+        return _encode(value)
     except (TypeError, ValueError) as exc:
         raise BadRequest(f"{what} must be JSON data: {exc}") from None
     except RecursionError:
@@ -383,6 +392,25 @@ def finished_call(old: dict[str, Any], n: int, ref: str, *, outcome: str,
               "ended_at": ended_at}
     del fields["ref"]
     return stored_call(fields, n)
+
+
+def ended_call(record: CallRecord, ref: str, *, outcome: str, result: dict[str, Any] | None,
+               error: str | None, ended_at: str) -> CallRecord:
+    """``record`` with its outcome set, its result a copy of its own; Conflict when the
+    outcome was set already.
+
+    For a store that keeps records as objects: the stored record was valid when stored and
+    the new fields were checked with :func:`check_ending`, so only they are new (no second
+    validation of the whole record).
+    """
+    if record.outcome != "pending":
+        raise outcome_conflict(record.order_id, ref, record.outcome)
+    update: dict[str, Any] = {"outcome": outcome, "ended_at": ended_at}
+    if result is not None:
+        update["result"] = json.loads(json_text(result, "a call's result"))
+    if error is not None:
+        update["error"] = error
+    return record.model_copy(update=update)
 
 
 def effect_conflict(order_id: str, ref: str, actual: str | None,

@@ -390,3 +390,31 @@ def test_the_recording_floor_writes_each_call_before_answering(tmp_path: Path) -
     assert report(figures, callers=16).splitlines()[-1] == (
         "recording floor / bare proxy (the least recording costs): median 1.05x, "
         "p99 1.02x, time per call under load 1.03x")
+
+
+def test_instructions_are_rated_against_the_pool_call(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """``bench.instructions``: each target's count over the pool call's; without valgrind,
+    one line saying what to install and nothing run; a counted run that fails is named."""
+    import subprocess
+
+    from bench.instructions import Count, count, main, report
+
+    table = report([Count("pool call", 1_200_000), Count("gateway (memory store)", 1_680_000)])
+    assert table.splitlines()[2:] == ["| pool call | 1200 | +0 k | 1.00x |",
+                                      "| gateway (memory store) | 1680 | +480 k | 1.40x |"]
+    assert report([Count("gateway (sqlite)", 1_800_000)]).splitlines()[2] == (
+        "| gateway (sqlite) | 1800 | n/a | n/a |")
+    monkeypatch.setattr("bench.instructions.shutil.which", lambda name: None)
+    assert main(["--quick"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "bench.instructions: valgrind is not installed; install it (apt-get install -y "
+        "valgrind) and run again")
+
+    def failed(args: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(args, 1, "", "valgrind: no such tool\n")
+
+    monkeypatch.setattr("bench.instructions.subprocess.run", failed)
+    with pytest.raises(RuntimeError, match="the counted run of gateway on sqlite failed: "
+                                           "valgrind: no such tool"):
+        count("sqlite", "gateway", warm=1, calls=1)

@@ -33,6 +33,9 @@ def register(subparsers: Any) -> None:
                           help="the parent order of a sub-order, or the parent pass claims")
     validate.add_argument("--calls", metavar="CALLS.json",
                           help="a JSON array of the order's call records (report rules R16-R18)")
+    validate.add_argument("--sub-reports", metavar="REPORTS.json",
+                          help="a JSON array of the latest report of each direct sub-order of "
+                               "the order (report rule R20)")
     validate.add_argument("--json", action="store_true", help="print one JSON array of results")
     validate.set_defaults(func=_validate)
 
@@ -86,12 +89,13 @@ def _validate(args: argparse.Namespace) -> int:
     order = _context(args.order, "--order")
     parent = _context(args.parent, "--parent")
     calls = _context(args.calls, "--calls")
+    sub_reports = _context(args.sub_reports, "--sub-reports")
     results: list[dict[str, Any]] = []
     status = 0
     for name in args.files:
         try:
             findings = check(_read(name), cast(DocType | None, args.type), order=order,
-                             parent=parent, calls=calls)
+                             parent=parent, calls=calls, sub_reports=sub_reports)
         except AWLError as exc:
             results.append({"file": name, "valid": False, "error": exc.message})
             status = 1

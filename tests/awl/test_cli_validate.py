@@ -60,6 +60,28 @@ def test_limit_findings_print_but_pass(tmp_path: Path) -> None:
     assert f"{report}: R7 limit /cost/usd: " in result.stdout
 
 
+@pytest.mark.spec("R20")
+def test_sub_reports_run_r20(tmp_path: Path) -> None:
+    """``--sub-reports`` gives the sub-orders' latest reports: a report stating fewer tokens
+    than they did prints its R20 limit finding (and still exits 0); without the option R20
+    does not run; a file that is not a list of reports is one line and a non-zero exit."""
+    order = write(tmp_path / "order.json",
+                  make_order(budget={"usd": 1, "tool_calls": 10, "tokens": 1000}))
+    below = write(tmp_path / "below.json", [
+        make_report(order_id=f"wo_1.{n}", cost={"tokens": n * 100}) for n in (2, 4)])
+    report = write(tmp_path / "report.json",
+                   make_report(cost={"usd": 0.2, "tool_calls": 2, "tokens": 599}))
+    result = awl("validate", report, "--order", order, "--sub-reports", below)
+    assert result.returncode == 0, result.stderr
+    assert (f"{report}: R20 limit /cost/tokens: tokens spent 599 is less than the 600 its "
+            "sub-orders reported (200 in 'wo_1.2', 400 in 'wo_1.4')") in result.stdout
+    assert awl("validate", report, "--order", order).stdout.strip() == f"{report}: valid"
+    not_reports = write(tmp_path / "not-reports.json", {"reports": []})
+    failed = awl("validate", report, "--order", order, "--sub-reports", not_reports)
+    assert_one_line_error(failed)
+    assert "sub_reports must be a list of work reports" in failed.stderr
+
+
 @pytest.mark.spec("BIND-1")
 def test_json_output(tmp_path: Path) -> None:
     """--json prints one array with each file's verdict and findings."""

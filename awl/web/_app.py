@@ -10,7 +10,9 @@ reloads the page when the desk changes.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import shlex
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
@@ -144,6 +146,16 @@ def _placeholders(value: Any, path: tuple[str | int, ...] = ()) -> Iterator[tupl
             yield from _placeholders(item, (*path, i))
 
 
+
+def _digest(fingerprint: str) -> str:
+    """A fingerprint of the desk's state (see ``fingerprint`` in :func:`build_app`) in short
+    form, as a page carries it (``data-since``): it names no order."""
+    return hashlib.sha256(fingerprint.encode()).hexdigest()[:32]
+
+
+_DIGEST = re.compile(r"[0-9a-f]{32}")
+
+
 def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None, *,
               desk: Desk | None = None) -> ASGIApp:
     """The approval page over ``store``."""
@@ -259,10 +271,11 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         # The question queue a page at a time (BIND-20): ?after= the cursor of the page
         # before, as its "next page" link gives it, and ?limit= its size.
         limit = request.query_params.get("limit")
+        since = _digest(await anyio.to_thread.run_sync(fingerprint, session.principal, ""))
         data = await anyio.to_thread.run_sync(
             inbox_data, session.principal, request.query_params.get("after"),
             QUESTION_PAGE if limit is None else _whole(limit, "limit"))
-        return page("inbox.html", session, watch="", **data)
+        return page("inbox.html", session, watch="", since=since, **data)
 
     def order_data(order_id: str, me: str) -> dict[str, Any]:
         view = desk.get(order_id)
@@ -306,8 +319,11 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
 
     async def order_page(request: Request, session: Session) -> Response:
         oid = request.path_params["order_id"]
+        # Read before the page's data: the page's event stream compares against it, so a
+        # change between this page and its stream (a commit ending, say) still reloads it.
+        since = _digest(await anyio.to_thread.run_sync(fingerprint, session.principal, oid))
         data = await anyio.to_thread.run_sync(order_data, oid, session.principal)
-        return page("order.html", session, watch=oid, **data)
+        return page("order.html", session, watch=oid, since=since, **data)
 
     async def call_page(request: Request, session: Session) -> Response:
         oid = request.path_params["order_id"]
@@ -438,10 +454,16 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         order_id = request.query_params.get("order", "")
         me = session.principal
         first = await anyio.to_thread.run_sync(fingerprint, me, order_id)
+        # The state the page was made from (``since``, see order_page): a change between
+        # the page and this stream is told at once. Anything else starts from now.
+        since = request.query_params.get("since", "")
+        changed = _DIGEST.fullmatch(since) is not None and since != _digest(first)
 
         async def stream() -> AsyncIterator[bytes]:
             last, quiet = first, time.monotonic()
             yield b"retry: 2000\n\n"
+            if changed:
+                yield b"event: change\ndata: changed\n\n"
             while await anyio.to_thread.run_sync(sessions.get, session.id) is not None:
                 if order_id:
                     # The desk's own wait: woken at once by writes through this desk,

@@ -15,10 +15,12 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -174,6 +176,35 @@ def test_approve_one_of_two_and_commit_it_once(web: Web, manager: BrowserContext
     page.locator(".flash", has_text="already committed before this run").wait_for()
     assert delivered(web, oid) == {refs[0]: 1}
     page.close()
+
+
+def _first_lines(web: Web, context: BrowserContext, query: str, count: int) -> list[bytes]:
+    """The first ``count`` lines of the page's event stream, as the context's session."""
+    cookie = "; ".join(f"{c['name']}={c['value']}" for c in context.cookies())
+    request = urllib.request.Request(f"{web.url}/events?{query}", headers={"Cookie": cookie})
+    with urllib.request.urlopen(request, timeout=TIMEOUT_MS / 1000) as stream:
+        return [stream.readline() for _ in range(count)]
+
+
+@pytest.mark.spec("BIND-11")
+def test_a_change_before_the_page_s_event_stream_opens_still_reloads_it(
+        web: Web, manager: BrowserContext) -> None:
+    """The page carries the state it was made from (``data-since``) and its event stream
+    starts from it: a change made after the page and before its stream opened (a commit
+    that ended in between, whose note would otherwise never show) is told at once; a
+    ``since`` that is no digest starts the stream from now."""
+    oid, _ = submit_order(web.desk, TWO)
+    page = open_order(manager, web, oid)
+    since = page.locator("body").get_attribute("data-since")
+    page.close()
+    assert since is not None and re.fullmatch("[0-9a-f]{32}", since)
+    assert oid not in since  # a digest: the page's attribute names no order
+    web.desk.desk.review(oid, MANAGER, "rework", reason="send them again")
+    lines = _first_lines(web, manager, f"order={quote(oid)}&since={quote(since)}", 3)
+    assert lines == [b"retry: 2000\n", b"\n", b"event: change\n"]
+    for bogus in ("not a digest", "[" * 5000, "0" * 31, "G" * 32):
+        assert _first_lines(web, manager, f"order={quote(oid)}&since={quote(bogus)}", 2) == [
+            b"retry: 2000\n", b"\n"]
 
 
 @pytest.mark.spec("BIND-12")

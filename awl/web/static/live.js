@@ -5,9 +5,12 @@
   var body = document.body;
   if (!body || !body.hasAttribute("data-watch") || !window.EventSource) { return; }
   var watch = body.getAttribute("data-watch");
+  // The desk's state this page was made from: a change before the stream opens still counts.
+  var since = body.getAttribute("data-since") || "";
   var touched = false;
   document.addEventListener("input", function () { touched = true; });
-  var source = new EventSource("/events" + (watch ? "?order=" + encodeURIComponent(watch) : ""));
+  var source = new EventSource("/events?order=" + encodeURIComponent(watch) +
+                               "&since=" + encodeURIComponent(since));
   source.addEventListener("change", function () {
     if (touched) {
       // Someone is filling in a form: say so instead of throwing their input away.

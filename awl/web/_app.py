@@ -169,9 +169,11 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
     committing: set[str] = set()
     finished: dict[str, int] = {}
 
-    def page(name: str, session: Session | None, status: int = 200,
-             **context: Any) -> HTMLResponse:
-        notes = flashes.pop(session.id, []) if session is not None else []
+    def page(name: str, session: Session | None, status: int = 200, *,
+             keep_notes: bool = False, **context: Any) -> HTMLResponse:
+        # keep_notes: the page is already stale and its event stream will reload it; the
+        # notes wait for that reload instead of flashing by.
+        notes = flashes.pop(session.id, []) if session is not None and not keep_notes else []
         body = env.get_template(name).render(me=session, flashes=notes, **context)
         return HTMLResponse(body, status_code=status)
 
@@ -319,11 +321,17 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
 
     async def order_page(request: Request, session: Session) -> Response:
         oid = request.path_params["order_id"]
-        # Read before the page's data: the page's event stream compares against it, so a
-        # change between this page and its stream (a commit ending, say) still reloads it.
-        since = _digest(await anyio.to_thread.run_sync(fingerprint, session.principal, oid))
+        # The state the page is made from, read before its data: the page's event stream
+        # compares against it, so a change between the page and its stream still reloads
+        # it. The commit runs are taken first, on the loop, where a run ends together with
+        # its note: a run that ends while the page is read makes the page stale, and its
+        # note waits for the reload.
+        runs = commit_runs(oid)
+        since = _digest(await anyio.to_thread.run_sync(fingerprint, session.principal, oid,
+                                                       runs))
         data = await anyio.to_thread.run_sync(order_data, oid, session.principal)
-        return page("order.html", session, watch=oid, since=since, **data)
+        return page("order.html", session, keep_notes=commit_runs(oid) != runs, watch=oid,
+                    since=since, **data)
 
     async def call_page(request: Request, session: Session) -> Response:
         oid = request.path_params["order_id"]
@@ -439,13 +447,18 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
             lambda: desk.track(worker, viewer=session.principal))
         return page("track.html", session, worker=worker, record=record.to_json())
 
-    def fingerprint(me: str, order_id: str) -> str:
+    def commit_runs(order_id: str) -> tuple[bool, int]:
+        """Whether a commit of the order runs now, and how many have ended."""
+        return order_id in committing, finished.get(order_id, 0)
+
+    def fingerprint(me: str, order_id: str, runs: tuple[bool, int] | None = None) -> str:
+        """The state a page shows, to tell when it changed (``runs``: the order's commit
+        runs as taken, else now)."""
         if order_id:
             view = desk.get(order_id)
             check_party(view.order, me)
             states = [(e.ref, e.state) for e in list_effects(order_id, store=store)]
-            return json.dumps([view.seq, states, order_id in committing,
-                               finished.get(order_id, 0)])
+            return json.dumps([view.seq, states, *(runs or commit_runs(order_id))])
         views = {v.id: v.seq for v in desk.list(manager=me, limit=None)}
         views.update({v.id: v.seq for v in desk.list(worker=me, limit=None)})
         return json.dumps(sorted(views.items()))

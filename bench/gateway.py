@@ -301,6 +301,15 @@ def _memory_params(root: Path, config: Path) -> StdioServerParameters:
         env={"PYTHONPATH": str(root)}, cwd=root)
 
 
+def _floor_params(config: Path, journal: Path) -> StdioServerParameters:
+    """The recording floor (:mod:`bench.recording_floor`), its journal at ``journal``."""
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "bench.recording_floor", "--config", str(config), "--journal",
+              str(journal)],
+        env={"PYTHONPATH": str(ROOT)}, cwd=ROOT)
+
+
 async def run(calls: int, callers: int, per_caller: int,
               stores: Stores | None = None, against: Path | None = None) -> list[Figures]:
     """Measure the targets (one gateway per store, and ``against``'s two) in a fresh
@@ -326,11 +335,8 @@ async def run(calls: int, callers: int, per_caller: int,
         gateways.append((MEMORY, _memory_params(ROOT, config), "notes__get_note"))
         if against is not None:
             gateways += against_targets(against, folder, config, calls + callers * per_caller)
-        gateways.append((FLOOR, StdioServerParameters(
-            command=sys.executable,
-            args=["-m", "bench.recording_floor", "--config", str(config),
-                  "--journal", str(folder / "floor-journal.jsonl")],
-            env=env, cwd=ROOT), "notes__get_note"))
+        gateways.append((FLOOR, _floor_params(config, folder / "floor-journal.jsonl"),
+                         "notes__get_note"))
         bare = StdioServerParameters(
             command=sys.executable, args=["-m", "gateway._bare_proxy", "--config", str(config)],
             env=env, cwd=ROOT)

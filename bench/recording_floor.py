@@ -29,8 +29,8 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 
 from awl.mcp import coded_error, stdio_frames
+from gateway._bare_proxy import exposed_tools
 from gateway._config import load_config
-from gateway._names import NameTable
 from gateway._upstream import UpstreamError, UpstreamPool
 
 
@@ -71,10 +71,7 @@ async def serve(config_path: str, journal_path: str, calls: int) -> None:
     journal = Journal(journal_path, calls)
     try:
         async with UpstreamPool(config) as pool:
-            upstream = await pool.tools()
-            table = NameTable(upstream)
-            listed = [tool.model_copy(update={"name": table.exposed(canonical)})
-                      for canonical, tool in upstream.items()]
+            table, listed = await exposed_tools(pool)
 
             async def list_tools(ctx: ServerRequestContext[Any],
                                  params: types.PaginatedRequestParams | None,

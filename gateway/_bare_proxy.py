@@ -29,12 +29,18 @@ from gateway._names import NameTable
 from gateway._upstream import UpstreamError, UpstreamPool
 
 
-async def build_bare_proxy(pool: UpstreamPool) -> Server[Any]:
-    """An MCP server forwarding every tool of the open ``pool``, unchecked."""
+async def exposed_tools(pool: UpstreamPool) -> tuple[NameTable, list[types.Tool]]:
+    """The name table of every tool of the open ``pool``, and the tools under their exposed
+    names (as the gateway lists them)."""
     upstream = await pool.tools()
     table = NameTable(upstream)
-    listed = [tool.model_copy(update={"name": table.exposed(canonical)})
-              for canonical, tool in upstream.items()]
+    return table, [tool.model_copy(update={"name": table.exposed(canonical)})
+                   for canonical, tool in upstream.items()]
+
+
+async def build_bare_proxy(pool: UpstreamPool) -> Server[Any]:
+    """An MCP server forwarding every tool of the open ``pool``, unchecked."""
+    table, listed = await exposed_tools(pool)
 
     async def list_tools(ctx: ServerRequestContext[Any],
                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:

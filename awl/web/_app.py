@@ -146,7 +146,6 @@ def _placeholders(value: Any, path: tuple[str | int, ...] = ()) -> Iterator[tupl
             yield from _placeholders(item, (*path, i))
 
 
-
 def _digest(fingerprint: str) -> str:
     """A fingerprint of the desk's state (see ``fingerprint`` in :func:`build_app`) in short
     form, as a page carries it (``data-since``): it names no order."""

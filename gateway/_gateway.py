@@ -71,11 +71,12 @@ from awl.documents import (
     format_time,
     matches_any,
     parse_ref,
+    parse_time,
     utc_now,
 )
 from awl.mcp import coded_error, identity_of
 from awl.passes import DEFAULT_AUDIENCE, VerifiedPass, pass_scopes, verify_pass
-from awl.store import OrderRecord, OverBudget, Scope, Store, stale_order
+from awl.store import OrderRecord, OverBudget, Reservation, Scope, Store, stale_order
 from gateway._authority import Authority
 from gateway._config import GatewayConfig
 from gateway._names import NameTable, server_of, split_canonical
@@ -211,10 +212,12 @@ def _answered(decision: Decision) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _Admission:
-    """What the store-side half of a call decided, and the record it wrote (as reserved)."""
+    """What the store-side half of a call decided, and the ref and attempt of the record it
+    wrote (None: it wrote none)."""
 
     decision: Decision
-    record: CallRecord | None = None
+    ref: str | None = None
+    attempt: int | None = None
     answer: types.CallToolResult | None = None
 
 
@@ -277,6 +280,9 @@ class Gateway:
         self._clock: Clock = clock or utc_now
         self._tools: Mapping[str, types.Tool] = {}
         self._known_facts: dict[str, tuple[float, bool, bool | None]] = {}
+        # Decisions kept per exposed name: (the order record it was made on, canonical,
+        # decision, usd, deadline); see _kept_decision.
+        self._decisions: dict[str, tuple[OrderRecord, str, Decision, float, datetime]] = {}
         self._schemas = OutputSchemas()
         self._table = NameTable((), reserved=WORKER_TOOL_NAMES)
         self._order: WorkOrder | None = None
@@ -381,6 +387,7 @@ class Gateway:
                 self._table = NameTable(tools, reserved=WORKER_TOOL_NAMES)
             self._tools = tools
             self._known_facts.clear()  # a tool listed anew may have new annotations
+            self._decisions = {}
         return self._table
 
     def _facts(self, canonical: str) -> tuple[float, bool, bool | None]:
@@ -615,13 +622,12 @@ class Gateway:
             self._admit, name, canonical, args, token if token is not None else self._pass_token,
             unavailable)
         if admission.answer is not None:
-            done = admission.record
-            span.done(tool=canonical, ref=done.ref if done else None,
-                      attempt=done.attempt if done else None,
+            span.done(tool=canonical, ref=admission.ref, attempt=admission.attempt,
                       outcome=_answered(admission.decision), code=admission.decision.code)
             return admission.answer
-        record = admission.record
-        assert record is not None and server is not None and tool is not None
+        ref, attempt = admission.ref, admission.attempt
+        assert ref is not None and attempt is not None
+        assert server is not None and tool is not None
         assert canonical is not None
         outcome, result, error = "error", None, None
         answer: types.CallToolResult | types.InputRequiredResult
@@ -630,8 +636,8 @@ class Gateway:
                 answer = await self._forward(
                     server, tool, args, ctx=ctx, input_responses=input_responses,
                     request_state=request_state,
-                    meta=forward_meta(meta, ref=record.ref, order_id=self.order_id,
-                                      attempt=record.attempt))
+                    meta=forward_meta(meta, ref=ref, order_id=self.order_id,
+                                      attempt=attempt))
             outcome = "error" if getattr(answer, "is_error", False) else "ok"
             result = _wire(answer)  # what the upstream answered (bounded), as evidence
             if isinstance(answer, types.CallToolResult):
@@ -641,22 +647,22 @@ class Gateway:
             answer = coded_error(error)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
-                await self._finish(record, "error", None,
+                await self._finish(ref, "error", None,
                                    f"{AWL_CANCELLED}: the worker cancelled the call before the "
                                    "upstream answered; the cancellation was passed on to the "
                                    "upstream, and the call may have run")
             raise
         except Exception as exc:  # the gateway must outlive any upstream surprise
-            log.exception("call %s failed unexpectedly", record.ref)
+            log.exception("call %s failed unexpectedly", ref)
             error = f"{AWL_UPSTREAM_ERROR}: the call to {canonical} failed: {exc}"[:1000]
             answer = coded_error(error)
-        await self._finish(record, outcome, result, error)
-        span.done(tool=canonical, ref=record.ref, attempt=record.attempt, outcome=outcome,
+        await self._finish(ref, outcome, result, error)
+        span.done(tool=canonical, ref=ref, attempt=attempt, outcome=outcome,
                   code=error.split(":", 1)[0] if error else None)
         # The worker cites this ref as evidence; the answer is its only way to learn it.
         # (The answer was made for this call alone, by the upstream pool or above: setting
         # its _meta in place saves a model copy per call.)
-        answer.meta = {**(answer.meta or {}), META_REF: record.ref}
+        answer.meta = {**(answer.meta or {}), META_REF: ref}
         return answer
 
     async def _forward(self, server: str, tool: str, args: dict[str, Any], *,
@@ -715,10 +721,10 @@ class Gateway:
         if self.store.events(self.order_id, after=record.seq, limit=1):
             raise stale_order(self.order_id, record.seq, record.seq + 1)
 
-    async def _finish(self, record: CallRecord, outcome: str, result: dict[str, Any] | None,
+    async def _finish(self, ref: str, outcome: str, result: dict[str, Any] | None,
                       error: str | None) -> None:
         def finish() -> None:
-            self.store.finish_call(self.order_id, record.ref, outcome=outcome, result=result,
+            self.store.finish_call(self.order_id, ref, outcome=outcome, result=result,
                                    error=error, ended_at=format_time(self.now()))
 
         await self._run(finish)
@@ -732,7 +738,7 @@ class Gateway:
             "arguments": arguments, "outcome": "refused", "error": decision.text,
             "started_at": started, "ended_at": format_time(self.now()),
         })
-        return _Admission(decision, record, coded_error(decision.text))
+        return _Admission(decision, record.ref, record.attempt, coded_error(decision.text))
 
     def _scopes(self, verified: VerifiedPass | None) -> list[Scope]:
         """The budget scopes of a call: the order's, then one per link of its pass chain
@@ -778,6 +784,17 @@ class Gateway:
         """:meth:`_admit` on the order as of ``record`` at ``now`` (written as ``started``);
         Conflict if it is stale."""
         attempt = record.attempt
+        kept = self._kept_decision(record, name, canonical, token, now, unavailable)
+        if kept is not None:
+            # Decided before on this very record: only the reservation is new.
+            decision, usd = kept
+            assert canonical is not None
+            reserved = self.store.reserve_call(
+                self.order_id, attempt=attempt, tool=canonical, arguments=arguments,
+                pass_jti=None, usd=usd, started_at=started, scopes=self._scopes(None),
+                seq=record.seq)
+            return self._reserved(reserved, decision, canonical, arguments, attempt, None,
+                                  started)
         authority = self.verify(token)
         verified = authority.verified
         # A pass that did not verify names no one: its claims are not recorded.
@@ -806,16 +823,54 @@ class Gateway:
             return self._refused(decision, tool=canonical or UNRESOLVED_TOOL,
                                  arguments=arguments, attempt=attempt, jti=jti, started=started)
         assert canonical is not None
+        if verified is None and self._keeps_decisions(record, token, unavailable):
+            self._keep_decision(record, name, canonical, decision, usd)
         reserved = self.store.reserve_call(
             self.order_id, attempt=attempt, tool=canonical, arguments=arguments, pass_jti=jti,
             usd=usd, started_at=started, scopes=scopes, seq=record.seq)
+        return self._reserved(reserved, decision, canonical, arguments, attempt, jti, started,
+                              scopes)
+
+    def _reserved(self, reserved: Reservation, decision: Decision, canonical: str,
+                  arguments: dict[str, Any], attempt: int, jti: str | None, started: str,
+                  scopes: list[Scope] | None = None) -> _Admission:
+        """The admission of a call the store reserved (held, when ``decision`` says so), or
+        its refusal on the scope the store named."""
         if isinstance(reserved, OverBudget):
+            scopes = scopes if scopes is not None else self._scopes(None)
             hit = next((sc for sc in scopes if sc.name == reserved.scope), reserved.scope)
             return self._refused(budget_refusal(hit, self.order_id), tool=canonical,
                                  arguments=arguments, attempt=attempt, jti=jti, started=started)
         if decision.action == "hold":
             return self._hold(reserved.record, decision)
-        return _Admission(decision, reserved.record)
+        return _Admission(decision, reserved.ref, reserved.attempt)
+
+    # A decision to forward or hold depends on the order as read (its state, its log), the
+    # catalog, the pass and the clock. Without a pass, a seconds budget, orders above or an
+    # upstream that failed to start, the order's record and the catalog alone decide it
+    # until the deadline: so it is kept per tool, for as long as that record is the one
+    # read and the catalog is the one listed. (The budget's calls and usd are checked by
+    # the store's reservation every time.)
+    def _keeps_decisions(self, record: OrderRecord, token: str | None,
+                         unavailable: str | None) -> bool:
+        return (token is None and unavailable is None and not self._above_ids
+                and record.order.budget.seconds is None)
+
+    def _kept_decision(self, record: OrderRecord, name: str, canonical: str | None,
+                       token: str | None, now: datetime,
+                       unavailable: str | None) -> tuple[Decision, float] | None:
+        """The decision kept for ``name`` on ``record`` that still holds at ``now``."""
+        kept = self._decisions.get(name)
+        if kept is None or kept[0] is not record or kept[1] != canonical or now >= kept[4]:
+            return None
+        if not self._keeps_decisions(record, token, unavailable):
+            return None
+        return kept[2], kept[3]
+
+    def _keep_decision(self, record: OrderRecord, name: str, canonical: str,
+                       decision: Decision, usd: float) -> None:
+        self._decisions[name] = (record, canonical, decision, usd,
+                                 parse_time(record.order.deadline))
 
     def _hold(self, record: CallRecord, decision: Decision) -> _Admission:
         """Check and store a held call. Runs in a worker thread."""
@@ -839,7 +894,8 @@ class Gateway:
             # The call was made and counts, so it is answered with its ref like any other.
             answer = coded_error(text)
             answer.meta = {**(answer.meta or {}), META_REF: record.ref}
-            return _Admission(refuse(AWL_INVALID_ARGUMENTS, text), record, answer)
+            return _Admission(refuse(AWL_INVALID_ARGUMENTS, text), record.ref, record.attempt,
+                              answer)
         if matches_any(self.order.staged, record.tool):
             advice = (f"Held for the manager's approval, not run. List it in your report's "
                       f"effects as {{\"ref\": \"{record.ref}\", \"tool\": \"{record.tool}\", "
@@ -857,4 +913,4 @@ class Gateway:
             meta={META_REF: record.ref},
         )
         self.store.hold_call(self.order_id, record.ref, result=_wire(answer), ended_at=ended)
-        return _Admission(decision, record, answer)
+        return _Admission(decision, record.ref, record.attempt, answer)

@@ -22,7 +22,6 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     StrictStr,
-    create_model,
     model_validator,
 )
 
@@ -520,15 +519,6 @@ class CallRecord(_Model):
     error: Maybe[StrictStr] = None
     started_at: Timestamp
     ended_at: Timestamp
-
-
-_ENDING: dict[str, Any] = {
-    name: (CallRecord.model_fields[name].annotation, CallRecord.model_fields[name])
-    for name in ("outcome", "result", "error", "ended_at")
-}
-CALL_ENDING: type[BaseModel] = create_model("CallEnding", __base__=_Model, **_ENDING)
-"""The fields that end a call (outcome, result, error, ended_at), checked by CallRecord's own
-rules: a store validates them before it sets them on a stored record."""
 
 
 class Event(_Model):

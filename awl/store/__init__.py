@@ -9,7 +9,8 @@ A store imports documents only.
 
 The gateway talks to a store only through the protocol, and imports only the names
 re-exported here: :class:`Store` and the records it reads and writes (and
-:class:`OverBudget`, what a refused reservation returns), and
+:class:`Reservation`, what a reservation returns: :class:`Reserved` or
+:class:`OverBudget`), and
 :func:`stale_order`, the Conflict a store raises when an order's log moved past the ``seq``
 a caller decided on (the gateway raises the same one when it sees that before reserving).
 """
@@ -21,6 +22,8 @@ from awl.store.protocol import (
     LockInfo,
     OrderRecord,
     OverBudget,
+    Reservation,
+    Reserved,
     Revocation,
     Scope,
     Store,
@@ -35,6 +38,8 @@ __all__ = [
     "LockInfo",
     "OrderRecord",
     "OverBudget",
+    "Reservation",
+    "Reserved",
     "Revocation",
     "Scope",
     "Store",

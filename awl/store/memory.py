@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from awl.documents.lifecycle import ACTIVE
@@ -58,7 +59,7 @@ from awl.store.rules import (
     check_takeover,
     effect_counts,
     effect_event_kind,
-    ended_call,
+    ended_data,
     exceeded_above,
     exceeded_scope,
     held_call,
@@ -74,6 +75,8 @@ from awl.store.rules import (
     order_exists_conflict,
     order_not_found,
     orphaned,
+    own_json,
+    record_from,
     record_order_id,
     restored_effect,
     seq_conflict,
@@ -89,12 +92,34 @@ from awl.store.tally import Tally, may_change, queued
 __all__ = ["MemoryStore"]
 
 
-@dataclass
 class _Call:
-    record: CallRecord
-    counted: bool
-    usd: float
-    started: float
+    """A call as the store keeps it: its record's JSON data (the store's own, checked when
+    stored; replaced, never changed in place), and the CallRecord made from it when first
+    read (a gateway writes a call twice and reads it seldom)."""
+
+    __slots__ = ("_record", "counted", "data", "started", "usd")
+
+    def __init__(self, data: dict[str, Any], counted: bool, usd: float, started: float,
+                 record: CallRecord | None = None) -> None:
+        self.data = data
+        self.counted = counted
+        self.usd = usd
+        self.started = started
+        self._record = record
+
+    @property
+    def record(self) -> CallRecord:
+        if self._record is None:
+            self._record = CallRecord.model_validate(self.data)
+        return self._record
+
+    @record.setter
+    def record(self, record: CallRecord) -> None:
+        self.data, self._record = record.to_json(), record
+
+    @property
+    def pass_jti(self) -> str | None:
+        return self.data.get("pass_jti")
 
 
 @dataclass
@@ -365,7 +390,7 @@ class MemoryStore:
                     return (found.counted_calls + found.charged.calls,
                             found.counted_usd + found.charged.usd)
                 mine = [c.usd for c in found.calls.values()
-                        if c.counted and c.record.pass_jti in jtis]
+                        if c.counted and c.pass_jti in jtis]
                 return len(mine), sum(mine)
 
             over = exceeded_scope(scopes, spent, usd)
@@ -377,15 +402,14 @@ class MemoryStore:
             if over is not None:
                 return OverBudget(over)
             n = len(found.calls) + 1
-            record, _ = new_call(
-                order_id, n, attempt=attempt, tool=tool, arguments=arguments,
-                pass_jti=pass_jti, started_at=started_at,
-            )
-            call = found.calls[n] = _Call(record, True, usd, timestamp(started_at))
+            data = new_call(order_id, n, attempt=attempt, tool=tool, arguments=arguments,
+                            pass_jti=pass_jti, started_at=started_at)
+            data["arguments"] = own_json(arguments, "a call's arguments")
+            call = found.calls[n] = _Call(data, True, usd, timestamp(started_at))
             found.counted_calls += 1
             found.counted_usd += usd
             self._charge(above, call)
-            return Reserved(record)
+            return Reserved(data["ref"], data["attempt"], partial(record_from, data))
 
     def _above(self, found: _Order) -> list[_Order]:
         """The orders above ``found``, its parent first (see :data:`MAX_CHAIN`)."""
@@ -419,7 +443,8 @@ class MemoryStore:
             found = self._get(order_id)
             n = len(found.calls) + 1
             record = make_call(record_fields, n)
-            call = found.calls[n] = _Call(record, False, 0.0, timestamp(record.started_at))
+            call = found.calls[n] = _Call(record.to_json(), False, 0.0,
+                                          timestamp(record.started_at), record)
             self._charge(self._above(found), call)
             return record
 
@@ -431,13 +456,21 @@ class MemoryStore:
         check_ending(outcome, result, error, ended_at)
         with self._lock:
             _, call = self._call(order_id, ref)
-            call.record = ended_call(call.record, ref, outcome=outcome, result=result,
-                                     error=error, ended_at=ended_at)
+            call.data = ended_data(call.data, ref, outcome=outcome, result=result, error=error,
+                                   ended_at=ended_at)
+            call._record = None
 
     def _call(self, order_id: str, ref: str) -> tuple[int, _Call]:
+        calls = self._get(order_id).calls
+        number = ref.rpartition("#")[2]
+        if number.isdigit() and len(number) <= 18:
+            # The ref exactly as the store wrote it (a gateway's, every call): no parse.
+            found = calls.get(int(number))
+            if found is not None and found.data["ref"] == ref:
+                return int(number), found
         n, tool = call_number(order_id, ref)
-        call = self._get(order_id).calls.get(n)
-        if call is None or call.record.tool != tool:
+        call = calls.get(n)
+        if call is None or call.data["tool"] != tool:
             raise call_not_found(order_id, ref)
         return n, call
 
@@ -452,14 +485,14 @@ class MemoryStore:
         with self._lock:
             return [
                 c.record for _, c in sorted(self._get(order_id).calls.items())
-                if attempt is None or c.record.attempt == attempt
+                if attempt is None or c.data["attempt"] == attempt
             ]
 
     def usage(self, order_id: str, jtis: frozenset[str] | None = None) -> Usage:
         """Counted calls and USD so far (for the calls under ``jtis`` if given)."""
         with self._lock:
             found = self._get(order_id)
-            mine = [c for c in found.calls.values() if jtis is None or c.record.pass_jti in jtis]
+            mine = [c for c in found.calls.values() if jtis is None or c.pass_jti in jtis]
             charged = _Charged() if jtis is not None else replace(found.charged)
         counted = [c for c in mine if c.counted]
         starts = [*mine, *([] if charged.first is None else [charged.first])]
@@ -467,7 +500,7 @@ class MemoryStore:
         return Usage(
             tool_calls=len(counted) + charged.calls,
             usd=sum(c.usd for c in counted) + charged.usd,
-            first_call_at=None if first is None else first.record.started_at,
+            first_call_at=None if first is None else first.data["started_at"],
         )
 
     # Effects ---------------------------------------------------------------------------
@@ -484,7 +517,7 @@ class MemoryStore:
         with self._lock:
             n, call = self._call(order_id, ref)
             effects = self._orders[order_id].effects
-            record, _, effect = held_call(call.record.to_json(), n, ref, effects.get(n),
+            record, _, effect = held_call(call.data, n, ref, effects.get(n),
                                           result=result, ended_at=ended_at)
             call.record = record
             effects[n] = effect

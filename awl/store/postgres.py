@@ -61,6 +61,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -101,6 +102,7 @@ from awl.store.rules import (
     order_not_found,
     outcome_conflict,
     over_limit,
+    read_call,
     read_lock,
     read_track_row,
     record_order_id,
@@ -923,14 +925,13 @@ class PostgresStore(SQLStore):
             over = over or exceeded_above(above, usd)
             if over is not None:
                 return OverBudget(over)
-            record, doc = new_call(
-                order_id, row.last_n + 1, attempt=attempt, tool=tool, arguments=arguments,
-                pass_jti=pass_jti, started_at=started_at,
-            )
-            self._insert_call(conn, record, doc, row.last_n + 1, counted=True, usd=usd,
+            data = new_call(order_id, row.last_n + 1, attempt=attempt, tool=tool,
+                            arguments=arguments, pass_jti=pass_jti, started_at=started_at)
+            doc = json_text(data, "a call record")
+            self._insert_call(conn, data, doc, row.last_n + 1, counted=True, usd=usd,
                               above=[a[0] for a in above])
         self._numbered(order_id, row.last_n + 1, row.parent_id)
-        return Reserved(record)
+        return Reserved(data["ref"], data["attempt"], partial(read_call, doc))
 
     def _numbered(self, order_id: str, n: int, parent_id: str | None) -> None:
         """Remember that call ``n`` is the order's last, to number the next one at once;
@@ -947,9 +948,9 @@ class PostgresStore(SQLStore):
         takes the general path after all (a sub-order, or the number taken each try)."""
         started = timestamp(started_at)
         for _ in range(_FAST_TRIES):
-            record, doc = new_call(order_id, n, attempt=attempt, tool=tool,
-                                   arguments=arguments, pass_jti=pass_jti,
-                                   started_at=started_at)
+            data = new_call(order_id, n, attempt=attempt, tool=tool, arguments=arguments,
+                            pass_jti=pass_jti, started_at=started_at)
+            doc = json_text(data, "a call record")
             with self._statement(durable=True) as conn:
                 got = conn.execute(_RESERVE, {
                     "order_id": order_id, "n": n, "seq": seq, "jti": pass_jti,
@@ -962,7 +963,7 @@ class PostgresStore(SQLStore):
             actual, last_n, calls, used, parent_id, wrote = got
             if wrote:
                 self._numbered(order_id, n, None)
-                return Reserved(record)
+                return Reserved(data["ref"], data["attempt"], partial(read_call, doc))
             if seq is not None and actual != seq:
                 raise stale_order(order_id, seq, actual)
             if parent_id is not None:
@@ -977,23 +978,25 @@ class PostgresStore(SQLStore):
         return None
 
     @staticmethod
-    def _insert_call(conn: psycopg.Connection[Any], record: CallRecord, doc: str, n: int, *,
-                     counted: bool, usd: float, above: Sequence[str]) -> None:
-        """Store a new call numbered ``n`` with the order's totals through it, add it to its
-        pass's totals, and charge it to every order above."""
-        started = timestamp(record.started_at)
+    def _insert_call(conn: psycopg.Connection[Any], call: Mapping[str, Any], doc: str, n: int,
+                     *, counted: bool, usd: float, above: Sequence[str]) -> None:
+        """Store a new call (its record's JSON data ``call`` and text ``doc``) numbered ``n``
+        with the order's totals through it, add it to its pass's totals, and charge it to
+        every order above."""
+        order_id, pass_jti, at = call["order_id"], call.get("pass_jti"), call["started_at"]
+        started = timestamp(at)
         spends = usd if counted else 0.0
         conn.execute(_INSERT_CALL, {
-            "order_id": record.order_id, "n": n, "jti": record.pass_jti,
-            "attempt": record.attempt, "counted": counted, "usd": spends, "started": started,
-            "doc": doc, "adds": 1 if counted else 0, "at": record.started_at})
-        if record.pass_jti is not None:
-            conn.execute(_ADD_TO_PASS_TOTALS, (record.order_id, record.pass_jti,
+            "order_id": order_id, "n": n, "jti": pass_jti,
+            "attempt": call["attempt"], "counted": counted, "usd": spends, "started": started,
+            "doc": doc, "adds": 1 if counted else 0, "at": at})
+        if pass_jti is not None:
+            conn.execute(_ADD_TO_PASS_TOTALS, (order_id, pass_jti,
                                                1 if counted else 0, spends, started, n,
-                                               record.started_at))
+                                               at))
         if above:
             conn.execute(_CHARGE, {"calls": 1 if counted else 0, "usd": spends,
-                                   "started": started, "at": record.started_at,
+                                   "started": started, "at": at,
                                    "ids": list(above)})
 
     def record_call(self, record_fields: dict[str, Any]) -> CallRecord:
@@ -1003,7 +1006,8 @@ class PostgresStore(SQLStore):
             row = self._lock_order(conn, order_id)
             record, doc = stored_call(record_fields, row.last_n + 1)
             above = [] if row.parent_id is None else self._lock_above(conn, order_id)
-            self._insert_call(conn, record, doc, row.last_n + 1, counted=False, usd=0.0,
+            self._insert_call(conn, record.to_json(), doc, row.last_n + 1, counted=False,
+                              usd=0.0,
                               above=[a[0] for a in above])
         self._numbered(order_id, row.last_n + 1, row.parent_id)
         return record
@@ -1345,7 +1349,8 @@ class PostgresStore(SQLStore):
             above = [a[0] for a in self._lock_above(conn, oid)]
         for n, (record, usd) in enumerate(zip(order.calls, order.charges, strict=True), start=1):
             check_restored_ref(record, n)
-            self._insert_call(conn, record, dump_json(record.to_json()), n,
+            data = record.to_json()
+            self._insert_call(conn, data, dump_json(data), n,
                               counted=usd is not None, usd=usd or 0.0, above=above)
 
 class _Listener:

@@ -49,7 +49,7 @@ carries, live in :mod:`awl.store.rules` (``order_event_kind``, ``effect_event_ki
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
@@ -335,11 +335,28 @@ class WebSession:
     """The hash of the desk token it signed in with; None for a one-time code."""
 
 
-@dataclass(frozen=True, slots=True)
 class Reserved:
-    """A reservation that was made: the call's record, outcome ``pending``."""
+    """A reservation that was made: the call's ref and attempt, and its record (outcome
+    ``pending``), made when first asked for: a gateway needs only the ref, on every call."""
 
-    record: CallRecord
+    __slots__ = ("_make", "_record", "attempt", "ref")
+
+    def __init__(self, ref: str, attempt: int, make: Callable[[], CallRecord]) -> None:
+        self.ref = ref
+        self.attempt = attempt
+        self._make: Callable[[], CallRecord] | None = make
+        self._record: CallRecord | None = None
+
+    @property
+    def record(self) -> CallRecord:
+        """The call's record as reserved (a copy of its own)."""
+        if self._record is None:
+            assert self._make is not None
+            self._record, self._make = self._make(), None
+        return self._record
+
+    def __repr__(self) -> str:
+        return f"Reserved(ref={self.ref!r}, attempt={self.attempt})"
 
 
 @dataclass(frozen=True, slots=True)

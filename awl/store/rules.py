@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from awl.documents.effect_states import STATES, EffectStateName, is_move, moves_from
 from awl.documents.errors import BadRequest, Conflict, InvalidTransition, NotFound
 from awl.documents.models import (
-    CALL_ENDING,
+    CallOutcome,
     CallRecord,
     Event,
     Review,
@@ -28,7 +28,7 @@ from awl.documents.models import (
     WorkReport,
     parse_time,
 )
-from awl.documents.patterns import make_ref, parse_ref
+from awl.documents.patterns import TOOL_NAME_RE, make_ref, parse_ref
 from awl.documents.pointers import pointer
 from awl.store.protocol import (
     BlockedRow,
@@ -251,13 +251,62 @@ def read_pass(doc: str) -> PassRecord:
 def new_call(
     order_id: str, n: int, *, attempt: int, tool: str, arguments: dict[str, Any],
     pass_jti: str | None, started_at: str,
-) -> tuple[CallRecord, str]:
-    """A reserved call's record (outcome pending, ended when it started) and its JSON text."""
-    return stored_call({
-        "order_id": order_id, "attempt": attempt, "tool": tool, "arguments": arguments,
-        "pass_jti": pass_jti, "outcome": "pending", "started_at": started_at,
-        "ended_at": started_at,
-    }, n)
+) -> dict[str, Any]:
+    """A reserved call's record (outcome pending, ended when it started) as JSON data.
+
+    Each field is checked as CallRecord checks it, by hand: a gateway reserves on every
+    call, and validating a whole record costs several times more. (A test holds these
+    checks and CallRecord to the same answers.) ``arguments`` is the caller's object, checked
+    to be an object: a store encodes the data (:func:`json_text`) or keeps its own copy
+    (:func:`own_json`). BadRequest naming the first field that is wrong.
+    """
+    if not isinstance(order_id, str) or not order_id:
+        raise _bad_call("order_id", "a non-empty string")
+    if isinstance(attempt, float) and float.is_integer(attempt):
+        attempt = int(attempt)  # as Integer reads 2.0
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+        raise _bad_call("attempt", "a whole number of 1 or more")
+    if not isinstance(tool, str) or TOOL_NAME_RE.fullmatch(tool) is None:
+        raise _bad_call("tool", "a server/tool name")
+    if not isinstance(arguments, dict):
+        raise _bad_call("arguments", "a JSON object")
+    if pass_jti is not None and not isinstance(pass_jti, str):
+        raise _bad_call("pass_jti", "a string")
+    _check_timestamp("call record", "started_at", started_at)
+    data = {"ref": make_ref(tool, n), "order_id": order_id, "attempt": attempt, "tool": tool,
+            "arguments": arguments}
+    if pass_jti is not None:
+        data["pass_jti"] = pass_jti
+    data["outcome"] = "pending"
+    data["started_at"] = data["ended_at"] = started_at
+    return data
+
+
+def _bad_call(field: str, what: str, record: str = "call record") -> BadRequest:
+    """The BadRequest for a call record field that is not ``what``."""
+    return BadRequest(f"not a valid {record}: /{field}: must be {what}")
+
+
+def _check_timestamp(record: str, field: str, value: Any) -> None:
+    """BadRequest unless ``value`` is a Timestamp, as the models read one."""
+    if not isinstance(value, str):
+        raise _bad_call(field, "an RFC 3339 timestamp string", record)
+    try:
+        parse_time(value)
+    except ValueError as exc:
+        raise BadRequest(f"not a valid {record}: /{field}: {exc}") from None
+
+
+def own_json(value: Any, what: str) -> Any:
+    """A copy of JSON data as a store keeps it: checked as :func:`json_text` checks, shared
+    with no caller."""
+    return json.loads(json_text(value, what))
+
+
+def record_from(data: dict[str, Any]) -> CallRecord:
+    """The CallRecord of call data a store keeps (checked when it was stored), sharing
+    nothing with it."""
+    return read_call(json_text(data, "a call record"))
 
 
 def record_order_id(fields: dict[str, Any]) -> str:
@@ -313,17 +362,21 @@ def check_hold(result: dict[str, Any] | None, ended_at: str) -> None:
     _check_fields("held", result, None, ended_at)
 
 
+_OUTCOMES: frozenset[str] = frozenset(get_args(CallOutcome))
+
+
 def _check_fields(outcome: str, result: dict[str, Any] | None, error: str | None,
                   ended_at: str) -> None:
-    fields: dict[str, Any] = {"outcome": outcome, "ended_at": ended_at}
-    if result is not None:
-        fields["result"] = result
-    if error is not None:
-        fields["error"] = error
-    try:
-        CALL_ENDING.model_validate(fields)
-    except ValidationError as exc:
-        raise _invalid("call ending", exc) from None
+    """The ending fields checked as CallRecord checks them, by hand (see :func:`new_call`);
+    a result's values are checked as JSON data when it is stored."""
+    if not isinstance(outcome, str) or outcome not in _OUTCOMES:
+        raise _bad_call("outcome", "one of " + ", ".join(sorted(_OUTCOMES)), "call ending")
+    if result is not None and (not isinstance(result, dict)
+                               or not all(isinstance(key, str) for key in result)):
+        raise _bad_call("result", "a JSON object", "call ending")
+    if error is not None and not isinstance(error, str):
+        raise _bad_call("error", "a string", "call ending")
+    _check_timestamp("call ending", "ended_at", ended_at)
 
 
 def outcome_conflict(order_id: str, ref: str, outcome: str) -> Conflict:
@@ -394,23 +447,23 @@ def finished_call(old: dict[str, Any], n: int, ref: str, *, outcome: str,
     return stored_call(fields, n)
 
 
-def ended_call(record: CallRecord, ref: str, *, outcome: str, result: dict[str, Any] | None,
-               error: str | None, ended_at: str) -> CallRecord:
-    """``record`` with its outcome set, its result a copy of its own; Conflict when the
-    outcome was set already.
+def ended_data(data: dict[str, Any], ref: str, *, outcome: str,
+               result: dict[str, Any] | None, error: str | None,
+               ended_at: str) -> dict[str, Any]:
+    """Call data (as :func:`new_call` made it) with its outcome set, its result the store's
+    own copy; Conflict when the outcome was set already.
 
-    For a store that keeps records as objects: the stored record was valid when stored and
-    the new fields were checked with :func:`check_ending`, so only they are new (no second
-    validation of the whole record).
+    For a store that keeps call data: the stored data was checked when stored and the new
+    fields with :func:`check_ending`, so only they are new.
     """
-    if record.outcome != "pending":
-        raise outcome_conflict(record.order_id, ref, record.outcome)
-    update: dict[str, Any] = {"outcome": outcome, "ended_at": ended_at}
+    if data["outcome"] != "pending":
+        raise outcome_conflict(data["order_id"], ref, data["outcome"])
+    ended = {**data, "outcome": outcome, "ended_at": ended_at}
     if result is not None:
-        update["result"] = json.loads(json_text(result, "a call's result"))
+        ended["result"] = own_json(result, "a call's result")
     if error is not None:
-        update["error"] = error
-    return record.model_copy(update=update)
+        ended["error"] = error
+    return ended
 
 
 def effect_conflict(order_id: str, ref: str, actual: str | None,

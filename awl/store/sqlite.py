@@ -44,9 +44,10 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import astuple, dataclass
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
@@ -82,6 +83,7 @@ from awl.store.rules import (
     new_call,
     order_not_found,
     outcome_conflict,
+    read_call,
     read_lock,
     read_track_row,
     record_order_id,
@@ -836,29 +838,32 @@ class SQLiteStore(SQLStore):
 
     # Gateway call records --------------------------------------------------------------
     @staticmethod
-    def _insert_call(conn: sqlite3.Connection, record: CallRecord, doc: str, totals: _Totals,
-                     *, counted: bool, usd: float, above: Sequence[str] = ()) -> None:
-        """Store a new call (numbered ``totals.last_n + 1``) with the order's totals through
-        it, add it to its pass's running totals, and charge it to every order above."""
+    def _insert_call(conn: sqlite3.Connection, call: Mapping[str, Any], doc: str,
+                     totals: _Totals, *, counted: bool, usd: float,
+                     above: Sequence[str] = ()) -> None:
+        """Store a new call (its record's JSON data ``call`` and text ``doc``, numbered
+        ``totals.last_n + 1``) with the order's totals through it, add it to its pass's
+        running totals, and charge it to every order above."""
         n = totals.last_n + 1
-        started = timestamp(record.started_at)
+        order_id, pass_jti, at = call["order_id"], call.get("pass_jti"), call["started_at"]
+        started = timestamp(at)
         adds, spends = (1, usd) if counted else (0, 0.0)  # what it adds to the totals
         conn.execute(
             "INSERT INTO calls (order_id, n, pass_jti, attempt, counted, usd, started, doc,"
             " total_calls, total_usd) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (record.order_id, n, record.pass_jti, record.attempt, adds, spends, started, doc,
+            (order_id, n, pass_jti, call["attempt"], adds, spends, started, doc,
              totals.calls + adds, totals.usd + spends),
         )
         # The first call by (started, N): a later N takes its place only by starting earlier.
         if totals.first_started is None or started < totals.first_started:
             conn.execute(
                 "INSERT OR REPLACE INTO first_calls (order_id, started, n, at)"
-                " VALUES (?, ?, ?, ?)", (record.order_id, started, n, record.started_at))
-        if record.pass_jti is not None:
-            conn.execute(_ADD_TO_PASS_TOTALS, (record.order_id, record.pass_jti, adds, spends,
-                                               started, n, record.started_at))
+                " VALUES (?, ?, ?, ?)", (order_id, started, n, at))
+        if pass_jti is not None:
+            conn.execute(_ADD_TO_PASS_TOTALS, (order_id, pass_jti, adds, spends,
+                                               started, n, at))
         for above_id in above:
-            conn.execute(_CHARGE, (above_id, adds, spends, started, record.started_at))
+            conn.execute(_CHARGE, (above_id, adds, spends, started, at))
 
     @staticmethod
     def _totals(conn: sqlite3.Connection, order_id: str, seq: int | None = None) -> _Totals:
@@ -931,13 +936,12 @@ class SQLiteStore(SQLStore):
             over = over or exceeded_above(above, usd)
             if over is not None:
                 return OverBudget(over)
-            record, doc = new_call(
-                order_id, totals.last_n + 1, attempt=attempt, tool=tool, arguments=arguments,
-                pass_jti=pass_jti, started_at=started_at,
-            )
-            self._insert_call(conn, record, doc, totals, counted=True, usd=usd,
+            data = new_call(order_id, totals.last_n + 1, attempt=attempt, tool=tool,
+                            arguments=arguments, pass_jti=pass_jti, started_at=started_at)
+            doc = json_text(data, "a call record")
+            self._insert_call(conn, data, doc, totals, counted=True, usd=usd,
                               above=[a[0] for a in above])
-            return Reserved(record)
+            return Reserved(data["ref"], data["attempt"], partial(read_call, doc))
 
     def record_call(self, record_fields: dict[str, Any]) -> CallRecord:
         """Number and store a call that does not count (a refusal)."""
@@ -946,7 +950,7 @@ class SQLiteStore(SQLStore):
             totals = self._totals(conn, order_id)
             record, doc = stored_call(record_fields, totals.last_n + 1)
             above = [] if totals.parent_id is None else self._above(conn, order_id)
-            self._insert_call(conn, record, doc, totals, counted=False, usd=0.0,
+            self._insert_call(conn, record.to_json(), doc, totals, counted=False, usd=0.0,
                               above=[a[0] for a in above])
             return record
 
@@ -1063,7 +1067,8 @@ class SQLiteStore(SQLStore):
             totals = self._totals(conn, oid)
             check_restored_ref(record, totals.last_n + 1)
             above = [] if totals.parent_id is None else self._above(conn, oid)
-            self._insert_call(conn, record, dump_json(record.to_json()), totals,
+            data = record.to_json()
+            self._insert_call(conn, data, dump_json(data), totals,
                               counted=usd is not None, usd=usd or 0.0,
                               above=[a[0] for a in above])
 

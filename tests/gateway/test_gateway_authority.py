@@ -70,6 +70,24 @@ async def test_a_passed_deadline_refuses_calls(tmp_path: Path) -> None:
     assert record.outcome == "refused" and record.error == text(late)
 
 
+@pytest.mark.spec("GW-4", "GW-6")
+async def test_a_tool_forwarded_before_the_deadline_is_refused_after_it(tmp_path: Path) -> None:
+    """The gateway keeps a tool's decision between calls; the deadline still ends it, and
+    a state change still refuses the next call."""
+    clock = Clock()
+    env = make_env(tmp_path, staged=[], clock=clock)
+    with anyio.fail_after(60):
+        async with connect(env, clock=clock) as (_gw, client):
+            first = await client.call_tool("receiver__deliver", {"to": "a"})
+            again = await client.call_tool("receiver__deliver", {"to": "b"})
+            clock.advance(hours=3)
+            late = await client.call_tool("receiver__deliver", {"to": "c"})
+    assert not first.is_error and not again.is_error
+    assert late.is_error and text(late).startswith("AWL_EXPIRED: ")
+    assert [d["arguments"]["to"] for d in env.deliveries()] == ["a", "b"]
+    assert [r.outcome for r in env.calls()] == ["ok", "ok", "refused"]
+
+
 @pytest.mark.spec("GW-3", "GW-4")
 async def test_a_pass_narrows_tools_and_budget(tmp_path: Path) -> None:
     """Under a pass, only its tools are listed and callable, and its own budget runs out."""

@@ -107,9 +107,21 @@ def answerers_of(manager: str, escalate_to: str | None) -> tuple[str, ...]:
     return (manager,) if escalate_to in (None, manager) else (manager, str(escalate_to))
 
 
+_last_second: tuple[int, str] = (-1, "")
+"""The last whole second :func:`format_time` wrote (since the epoch) and its text up to the
+second: a gateway writes two times per call, nearly always within the same second."""
+
+
 def format_time(moment: datetime) -> str:
     """An aware datetime as the RFC 3339 UTC text the desk writes (milliseconds, ``Z``);
     :func:`parse_time` reads it back."""
+    global _last_second
+    if moment.tzinfo is UTC and moment.year >= 1970:
+        second = int(moment.timestamp())
+        last = _last_second
+        if last[0] != second:
+            last = _last_second = (second, moment.isoformat(timespec="seconds")[:-6])
+        return f"{last[1]}.{moment.microsecond // 1000:03d}Z"
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +123,23 @@ def test_times_are_written_in_utc_to_the_millisecond_and_read_back() -> None:
     assert parse_time(format_time(moment)) == moment.replace(microsecond=123000)
     assert format_epoch(1800000000) == "2027-01-15T08:00:00Z"
     assert format_epoch(1800000000.999) == "2027-01-15T08:00:00Z"
+
+
+def test_a_utc_time_is_written_alike_whether_its_second_was_written_before() -> None:
+    """format_time keeps the text of the last second it wrote; each moment still comes out
+    as isoformat writes it, across seconds, minutes, years and back again."""
+    starts = [datetime(1970, 1, 1, tzinfo=UTC), datetime(2026, 12, 31, 23, 59, 58, tzinfo=UTC),
+              datetime(9999, 12, 31, 23, 59, 50, tzinfo=UTC),
+              datetime(1969, 12, 31, 23, 59, 59, tzinfo=UTC)]
+    steps = [timedelta(0), timedelta(microseconds=999), timedelta(milliseconds=999),
+             timedelta(microseconds=999_999), timedelta(seconds=1), timedelta(seconds=-1)]
+    for start in starts:
+        for step in steps:
+            for moment in (start, start + step, start, start + step * 2):
+                expected = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+                assert format_time(moment) == expected
+                other = moment.astimezone(timezone(timedelta(hours=-5)))
+                assert format_time(other) == expected
 
 
 @pytest.mark.parametrize("text", [

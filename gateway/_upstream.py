@@ -466,7 +466,7 @@ class _Upstream:
             )
             for tool in page.tools:
                 canonical = f"{self.config.name}/{tool.name}"
-                if is_tool_name(canonical) and "\n" not in tool.name:
+                if is_tool_name(canonical):
                     tools[canonical] = tool
                 else:
                     # AWL names tools server/tool with [A-Za-z0-9_.-] parts only.

@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 NAME = r"[A-Za-z0-9_.-]+"
-TOOL_NAME_RE = re.compile(rf"^(?P<server>{NAME})/(?P<tool>{NAME})$")
-PATTERN_RE = re.compile(rf"^(\*|{NAME}/(\*|{NAME}))$")
-REF_RE = re.compile(rf"^(?P<server>{NAME})/(?P<tool>{NAME})#(?:call-)?(?P<n>[1-9][0-9]{{0,17}})$")
+TOOL_NAME_RE = re.compile(rf"^(?P<server>{NAME})/(?P<tool>{NAME})\Z")
+PATTERN_RE = re.compile(rf"^(\*|{NAME}/(\*|{NAME}))\Z")
+REF_RE = re.compile(rf"^(?P<server>{NAME})/(?P<tool>{NAME})#(?:call-)?(?P<n>[1-9][0-9]{{0,17}})\Z")
 
 
 def is_tool_name(name: str) -> bool:

@@ -106,3 +106,16 @@ def test_a_whole_number_attempt_is_stored_as_an_integer() -> None:
     assert data["attempt"] == 2 and isinstance(data["attempt"], int)
     assert data["ref"] == "srv/read#3" and data["pass_jti"] == "j"
     assert record_from(data).attempt == 2
+
+
+def test_names_refs_and_patterns_end_where_the_text_ends() -> None:
+    """A trailing newline makes no tool name, pattern or ref (Python's ``$`` would let one
+    through; the schemas' patterns do not)."""
+    from awl.documents.patterns import is_pattern, is_tool_name, matches, parse_ref
+
+    assert is_tool_name("srv/read") and not is_tool_name("srv/read\n")
+    assert is_pattern("srv/*") and not is_pattern("srv/*\n") and not is_pattern("*\n")
+    assert parse_ref("srv/read#3") is not None and parse_ref("srv/read#3\n") is None
+    assert matches("srv/*", "srv/read") and not matches("srv/*", "srv/read\n")
+    assert not matches("*", "srv/read\n")
+    assert not _model_accepts(_record({**START, "tool": "srv/read\n"}))

@@ -76,7 +76,7 @@ from awl.documents import (
 )
 from awl.mcp import coded_error, identity_of
 from awl.passes import DEFAULT_AUDIENCE, VerifiedPass, pass_scopes, verify_pass
-from awl.store import OrderRecord, OverBudget, Reservation, Scope, Store, stale_order
+from awl.store import OrderRecord, OverBudget, Scope, Store, stale_order
 from gateway._authority import Authority
 from gateway._config import GatewayConfig
 from gateway._names import NameTable, server_of, split_canonical
@@ -788,56 +788,43 @@ class Gateway:
         if kept is not None:
             # Decided before on this very record: only the reservation is new.
             decision, usd = kept
+            jti, scopes = None, self._scopes(None)
+        else:
+            authority = self.verify(token)
+            verified = authority.verified
+            # A pass that did not verify names no one: its claims are not recorded.
+            jti = verified.jti if verified is not None else None
+            usd, hold, read_only = self._facts(canonical) if canonical else (0.0, False, None)
+            scopes = self._scopes(verified)
+            grant = verified.claims.grant if verified is not None else None
+            # tool_calls and usd are checked exactly by reserve_call below; reading the
+            # usage here is needed only for a seconds budget (the time of the first call).
+            usage = pass_usage = None
+            if record.order.budget.seconds is not None:
+                usage = self.store.usage(self.order_id)
+            if grant is not None and grant.budget.seconds is not None:
+                pass_usage = self.store.usage(self.order_id, scopes[-1].jtis)
+            above = [(o, self.store.usage(o.id)) for o in self._timed_above]
+            decision = decide(
+                order=record.order, state=record.state, now=now, tool=canonical,
+                requested=name, usage=usage, usd=usd, grant=grant, pass_usage=pass_usage,
+                pass_problem=authority.problem, hold=[canonical] if hold and canonical else (),
+                safe=self.safe, read_only=read_only, above=above,
+                staging_above=self._staging_above, ended_above=self._ended_above(),
+                unavailable=unavailable)
+            if decision.action == "refuse":
+                self._check_fresh(record)
+                return self._refused(decision, tool=canonical or UNRESOLVED_TOOL,
+                                     arguments=arguments, attempt=attempt, jti=jti,
+                                     started=started)
             assert canonical is not None
-            reserved = self.store.reserve_call(
-                self.order_id, attempt=attempt, tool=canonical, arguments=arguments,
-                pass_jti=None, usd=usd, started_at=started, scopes=self._scopes(None),
-                seq=record.seq)
-            return self._reserved(reserved, decision, canonical, arguments, attempt, None,
-                                  started)
-        authority = self.verify(token)
-        verified = authority.verified
-        # A pass that did not verify names no one: its claims are not recorded.
-        jti = verified.jti if verified is not None else None
-        usd, hold, read_only = self._facts(canonical) if canonical else (0.0, False, None)
-        scopes = self._scopes(verified)
-        grant = verified.claims.grant if verified is not None else None
-        # tool_calls and usd are checked exactly by reserve_call below; reading the usage
-        # here is needed only for a seconds budget (the time of the first call).
-        usage = pass_usage = None
-        if record.order.budget.seconds is not None:
-            usage = self.store.usage(self.order_id)
-        if grant is not None and grant.budget.seconds is not None:
-            pass_usage = self.store.usage(self.order_id, scopes[-1].jtis)
-        above = [(o, self.store.usage(o.id)) for o in self._timed_above]
-        ended_above = self._ended_above()
-        decision = decide(
-            order=record.order, state=record.state, now=now, tool=canonical,
-            requested=name, usage=usage, usd=usd, grant=grant, pass_usage=pass_usage,
-            pass_problem=authority.problem, hold=[canonical] if hold and canonical else (),
-            safe=self.safe, read_only=read_only, above=above,
-            staging_above=self._staging_above, ended_above=ended_above,
-            unavailable=unavailable)
-        if decision.action == "refuse":
-            self._check_fresh(record)
-            return self._refused(decision, tool=canonical or UNRESOLVED_TOOL,
-                                 arguments=arguments, attempt=attempt, jti=jti, started=started)
+            if verified is None and self._keeps_decisions(record, token, unavailable):
+                self._keep_decision(record, name, canonical, decision, usd)
         assert canonical is not None
-        if verified is None and self._keeps_decisions(record, token, unavailable):
-            self._keep_decision(record, name, canonical, decision, usd)
         reserved = self.store.reserve_call(
             self.order_id, attempt=attempt, tool=canonical, arguments=arguments, pass_jti=jti,
             usd=usd, started_at=started, scopes=scopes, seq=record.seq)
-        return self._reserved(reserved, decision, canonical, arguments, attempt, jti, started,
-                              scopes)
-
-    def _reserved(self, reserved: Reservation, decision: Decision, canonical: str,
-                  arguments: dict[str, Any], attempt: int, jti: str | None, started: str,
-                  scopes: list[Scope] | None = None) -> _Admission:
-        """The admission of a call the store reserved (held, when ``decision`` says so), or
-        its refusal on the scope the store named."""
         if isinstance(reserved, OverBudget):
-            scopes = scopes if scopes is not None else self._scopes(None)
             hit = next((sc for sc in scopes if sc.name == reserved.scope), reserved.scope)
             return self._refused(budget_refusal(hit, self.order_id), tool=canonical,
                                  arguments=arguments, attempt=attempt, jti=jti, started=started)

@@ -300,7 +300,7 @@ def _check_timestamp(record: str, field: str, value: Any) -> None:
 def own_json(value: Any, what: str) -> Any:
     """A copy of JSON data as a store keeps it: checked as :func:`json_text` checks, shared
     with no caller."""
-    return json.loads(json_text(value, what))
+    return _scan(json_text(value, what), 0)[0]
 
 
 def record_from(data: dict[str, Any]) -> CallRecord:
@@ -399,6 +399,11 @@ _STRICT = json.JSONEncoder(ensure_ascii=False, allow_nan=False, check_circular=F
 _make_c = json.encoder.c_make_encoder  # type: ignore[attr-defined]
 _C_STRICT = None if _make_c is None else _make_c(
     None, _not_json, json.encoder.encode_basestring, None, ":", ",", False, False, False)
+
+
+# json.loads without its Python layers (the text is this module's own, compact and valid):
+# a store copies arguments and results with it on every call.
+_scan = json.JSONDecoder().scan_once
 
 
 def _encode(value: Any) -> str:

@@ -194,3 +194,25 @@ def test_a_regular_file_is_read_up_to_one_byte_past_the_limit(tmp_path: Path) ->
     with pytest.raises(DocumentError, match="larger than 10 bytes"):
         load_document(path, max_bytes=10)
     assert load_document(path) == [1] * 101
+
+
+@pytest.mark.parametrize("text", [
+    "2027-01-15T08:00:00.123Z", "0001-01-01T00:00:00.000Z", "9999-12-31T23:59:59.999Z",
+    "2028-02-29T12:00:00.000Z", "1969-12-31T23:59:59.999Z",
+])
+def test_the_desk_s_own_spelling_reads_as_the_general_parse_reads_it(text: str) -> None:
+    """The spelling format_time writes takes a quicker read than other RFC 3339 texts: the
+    same instant, in UTC, as the same text written with ``+00:00`` reads."""
+    general = parse_time(text.replace("Z", "+00:00"))
+    assert parse_time(text) == general
+    assert parse_time(text).utcoffset() == timedelta(0)
+    assert format_time(parse_time(text)) == text
+
+
+@pytest.mark.parametrize("text", [
+    "2027-02-29T08:00:00.000Z", "0000-01-01T00:00:00.000Z", "2027-01-15T24:00:00.000Z",
+    "2027-13-01T00:00:00.000Z", "2027-01-15T08:00:00.000Z\n", "٢٠٢٧-01-15T08:00:00.000Z",
+])
+def test_a_time_in_the_desk_s_spelling_that_does_not_exist_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match=r"^not (a date and time that exists|an RFC 3339)"):
+        parse_time(text)

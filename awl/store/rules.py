@@ -403,7 +403,7 @@ _C_STRICT = None if _make_c is None else _make_c(
 
 # json.loads without its Python layers (the text is this module's own, compact and valid):
 # a store copies arguments and results with it on every call.
-_scan = json.JSONDecoder().scan_once
+_scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def _encode(value: Any) -> str:

@@ -185,7 +185,9 @@ def forward_meta(meta: Mapping[str, Any] | None, *, ref: str, order_id: str,
     dropped; ``awl/*`` keys the worker sent are dropped too, so a worker cannot pose as
     another call.
     """
-    out = {k: v for k, v in (meta or {}).items()
+    if not meta:
+        return {META_REF: ref, META_ORDER: order_id, META_ATTEMPT: attempt}
+    out = {k: v for k, v in meta.items()
            if not k.startswith((RESERVED_META_PREFIX, "awl/"))
            and k not in ("progressToken", "progress_token")}
     out.update({META_REF: ref, META_ORDER: order_id, META_ATTEMPT: attempt})
@@ -727,7 +729,10 @@ class Gateway:
             self.store.finish_call(self.order_id, ref, outcome=outcome, result=result,
                                    error=error, ended_at=format_time(self.now()))
 
-        await self._run(finish)
+        if self.offload_store:
+            await self._run(finish)
+        else:  # on the loop, as _run would, without its await
+            finish()
 
     # ------------------------------------------------------------------ store side (thread)
 

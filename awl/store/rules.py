@@ -471,6 +471,27 @@ def ended_data(data: dict[str, Any], ref: str, *, outcome: str,
     return ended
 
 
+def ended_doc(doc: str, started_at: str, *, outcome: str, result: dict[str, Any] | None,
+              error: str | None, ended_at: str) -> str | None:
+    """The JSON text of a reserved call's record ``doc`` (:func:`new_call`'s data as
+    :func:`json_text` wrote it, started at ``started_at``) with its outcome set, as a store
+    that keeps the text writes it; None when ``doc`` does not end as such a text ends.
+
+    The new fields are checked with :func:`check_ending` first."""
+    started = _encode(started_at)
+    tail = f',"outcome":"pending","started_at":{started},"ended_at":{started}}}'
+    if not doc.endswith(tail):
+        return None
+    parts = [doc[:-len(tail)], ',"outcome":', _encode(outcome), ',"started_at":', started,
+             ',"ended_at":', _encode(ended_at)]
+    if result is not None:
+        parts += (',"result":', json_text(result, "a call's result"))
+    if error is not None:
+        parts += (',"error":', _encode(error))
+    parts.append("}")
+    return "".join(parts)
+
+
 def effect_conflict(order_id: str, ref: str, actual: str | None,
                     expect: Sequence[str] | None) -> Conflict:
     """The Conflict for an effect whose state is not the expected one."""

@@ -75,6 +75,7 @@ from awl.store.rules import (
     check_restored_ref,
     check_takeover,
     dump_json,
+    ended_doc,
     exceeded_above,
     exceeded_scope,
     json_text,
@@ -605,6 +606,10 @@ class _Checkpointer:
 
 
 
+_KEPT_RESERVATIONS = 1024
+"""The most reserved calls a store keeps the record text of, to end them (see finish_call)."""
+
+
 class SQLiteStore(SQLStore):
     """A :class:`awl.store.protocol.Store` in one SQLite file, safe across threads and processes.
 
@@ -641,6 +646,11 @@ class SQLiteStore(SQLStore):
         self._timeout = timeout
         self._idle: list[sqlite3.Connection] = []
         self._idle_fast: list[sqlite3.Connection] = []
+        # The record text of each call this store reserved and has not ended (the newest
+        # _KEPT_RESERVATIONS), by (order, ref): its ending is written as a whole new text,
+        # in place of the old one only if that is still there, without SQLite's JSON
+        # functions parsing the old one.
+        self._reserved_docs: dict[tuple[str, str], tuple[int, str, str]] = {}
         self._guard = threading.Lock()
         self._closed = False
         self._private_files()
@@ -941,7 +951,11 @@ class SQLiteStore(SQLStore):
             doc = json_text(data, "a call record")
             self._insert_call(conn, data, doc, totals, counted=True, usd=usd,
                               above=[a[0] for a in above])
-            return Reserved(data["ref"], data["attempt"], partial(read_call, doc))
+        kept = self._reserved_docs
+        if len(kept) >= _KEPT_RESERVATIONS:  # calls ended elsewhere, or never
+            kept.pop(next(iter(kept), None), None)  # type: ignore[arg-type]
+        kept[order_id, data["ref"]] = (totals.last_n + 1, doc, started_at)
+        return Reserved(data["ref"], data["attempt"], partial(read_call, doc))
 
     def record_call(self, record_fields: dict[str, Any]) -> CallRecord:
         """Number and store a call that does not count (a refusal)."""
@@ -960,6 +974,16 @@ class SQLiteStore(SQLStore):
     ) -> None:
         """Set the outcome of a reserved call."""
         check_ending(outcome, result, error, ended_at)
+        reserved = self._reserved_docs.pop((order_id, ref), None)
+        if reserved is not None:
+            kept_n, kept_doc, started_at = reserved
+            new_doc = ended_doc(kept_doc, started_at, outcome=outcome, result=result,
+                                error=error, ended_at=ended_at)
+            if new_doc is not None and self._execute(
+                    "UPDATE calls SET doc = ? WHERE order_id = ? AND n = ? AND doc = ?",
+                    (new_doc, order_id, kept_n, kept_doc)):
+                return
+            # Changed since (or not as this store writes it): the general way below.
         n, tool = call_number(order_id, ref)
         # The stored record was valid when written and the new fields are checked above, so
         # SQLite sets them in the record's JSON text (unset ones removed), only while the
@@ -973,26 +997,29 @@ class SQLiteStore(SQLStore):
         if error is not None:
             params["error"] = error
             sets += ", '$.error', :error"
+        changed = self._execute(
+            f"UPDATE calls SET doc = json_set(json_remove(doc, '$.result', '$.error'), {sets})"
+            " WHERE order_id = :order_id AND n = :n"
+            " AND json_extract(doc, '$.tool') = :tool"
+            " AND json_extract(doc, '$.outcome') = 'pending'", params)
+        if changed == 0:
+            with self._read() as reader:
+                _, old = self._call_data(reader, order_id, ref)  # NotFound if there is none
+            raise outcome_conflict(order_id, ref, old["outcome"])
+
+    def _execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> int:
+        """Run one writing statement as its own transaction; the rows it changed."""
         # _take/_give_back rather than `with self._connection()`: this runs on every forwarded
         # call, and the generator-based context manager costs ~9k instructions more a call.
         conn = self._take(False)
         try:
-            changed = conn.execute(
-                f"UPDATE calls SET doc = json_set(json_remove(doc, '$.result', '$.error'), {sets})"
-                " WHERE order_id = :order_id AND n = :n"
-                " AND json_extract(doc, '$.tool') = :tool"
-                " AND json_extract(doc, '$.outcome') = 'pending'", params,
-            ).rowcount
+            return int(conn.execute(sql, params).rowcount)
         except sqlite3.OperationalError as exc:
             if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
                 raise
             raise self._busy(exc) from None
         finally:
             self._give_back(conn, False)
-        if changed == 0:
-            with self._read() as reader:
-                _, old = self._call_data(reader, order_id, ref)  # NotFound if there is none
-            raise outcome_conflict(order_id, ref, old["outcome"])
 
     def usage(self, order_id: str, jtis: frozenset[str] | None = None) -> Usage:
         """Counted calls and USD so far (for the calls under ``jtis`` if given)."""

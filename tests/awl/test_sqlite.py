@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import sqlite3
 import threading
@@ -408,3 +409,94 @@ def test_the_background_checkpointer_runs_and_a_held_reader_delays_no_write(
         assert _unsaved_pages(path) == 0  # the thread copied the log once it could
         assert [t.name for t in threading.enumerate()].count("awl-sqlite-checkpoint") == 1
     assert "awl-sqlite-checkpoint" not in [t.name for t in threading.enumerate()]
+
+
+def _reserve(store: SQLiteStore, order_id: str, arguments: dict[str, Any],
+             jti: str | None = None) -> CallRecord:
+    return reserved(store.reserve_call(
+        order_id, attempt=1, tool="srv/tool", arguments=arguments, pass_jti=jti, usd=0.0,
+        started_at="2030-01-01T00:00:01.000Z",
+        scopes=[Scope(None, max_calls=None, max_usd=None, name="order")]))
+
+
+def test_a_call_ended_by_the_store_that_reserved_it_reads_as_one_ended_by_another(
+        tmp_path: Path) -> None:
+    """The store that reserved a call writes its ending as a new text; another store (no
+    text kept) sets it with SQLite's JSON functions: the records read the same, down to the
+    stored JSON. Arguments that spell the record's own keys change nothing."""
+    path = tmp_path / "desk.sqlite3"
+    with SQLiteStore(path) as mine, SQLiteStore(path) as other:
+        _create(mine, "o1")
+        tricky = {"a": 1, "outcome": "pending", "s": ',"outcome":"pending"}', "ended_at": "x"}
+        endings: list[dict[str, Any]] = [
+            {"outcome": "ok", "result": {"content": [], "isError": False}, "error": None},
+            {"outcome": "error", "result": None, "error": "AWL_UPSTREAM_ERROR: it broke"},
+            {"outcome": "error", "result": {"x": [1, "é"]}, "error": "lost"},
+        ]
+        for ending in endings:
+            for jti in (None, "pass-1"):
+                a = _reserve(mine, "o1", tricky, jti)
+                b = _reserve(mine, "o1", tricky, jti)
+                mine._reserved_docs.pop(("o1", b.ref))  # as if another process reserved it
+                mine.finish_call("o1", a.ref, ended_at="2030-01-01T00:00:02.500Z", **ending)
+                other.finish_call("o1", b.ref, ended_at="2030-01-01T00:00:02.500Z", **ending)
+                by_ref = {c.ref: c for c in mine.calls("o1")}
+                ended_a, ended_b = by_ref[a.ref], by_ref[b.ref]
+                assert ended_a.outcome == ending["outcome"]
+                assert ended_a.model_copy(update={"ref": b.ref}) == ended_b
+                docs = dict(sqlite3.connect(path).execute(
+                    "SELECT n, doc FROM calls WHERE order_id = 'o1'").fetchall())
+                doc_a, doc_b = (json.loads(docs[int(r.ref.rpartition("#")[2])])
+                                for r in (a, b))
+                assert {**doc_a, "ref": b.ref} == doc_b
+
+
+def test_a_call_ended_elsewhere_is_not_ended_again_by_the_store_that_reserved_it(
+        tmp_path: Path) -> None:
+    """The text a store kept of its reservation is written only in place of that same text:
+    a call another store ended meanwhile keeps that outcome, and ending it again is refused
+    as on any store."""
+    path = tmp_path / "desk.sqlite3"
+    with SQLiteStore(path) as mine, SQLiteStore(path) as other:
+        _create(mine, "o1")
+        call = _reserve(mine, "o1", {"q": 1})
+        other.finish_call("o1", call.ref, outcome="error", result=None,
+                          error="the gateway died", ended_at="2030-01-01T00:00:03.000Z")
+        with pytest.raises(AWLError, match="already has outcome 'error'"):
+            mine.finish_call("o1", call.ref, outcome="ok", result={"late": True}, error=None,
+                             ended_at="2030-01-01T00:00:04.000Z")
+        (stored,) = other.calls("o1")
+        assert (stored.outcome, stored.result, stored.error) == ("error", None,
+                                                                "the gateway died")
+
+
+def test_a_result_that_is_not_json_leaves_the_call_pending_to_be_ended_again(
+        tmp_path: Path) -> None:
+    with SQLiteStore(tmp_path / "desk.sqlite3") as store:
+        _create(store, "o1")
+        call = _reserve(store, "o1", {})
+        with pytest.raises(AWLError, match="a call's result must be JSON data"):
+            store.finish_call("o1", call.ref, outcome="ok", result={"x": float("nan")},
+                              error=None, ended_at="2030-01-01T00:00:02.000Z")
+        assert store.calls("o1")[0].outcome == "pending"
+        store.finish_call("o1", call.ref, outcome="ok", result={"x": 1}, error=None,
+                          ended_at="2030-01-01T00:00:02.000Z")
+        assert store.calls("o1")[0].result == {"x": 1}
+
+
+def test_calls_beyond_the_reservations_a_store_keeps_still_end(tmp_path: Path) -> None:
+    """A store keeps the text of its newest reservations only; an older call ends the
+    general way, with the same record."""
+    from awl.store.sqlite import _KEPT_RESERVATIONS
+
+    with SQLiteStore(tmp_path / "desk.sqlite3") as store:
+        _create(store, "o1")
+        calls = [_reserve(store, "o1", {"i": i}) for i in range(_KEPT_RESERVATIONS + 2)]
+        assert len(store._reserved_docs) == _KEPT_RESERVATIONS
+        assert ("o1", calls[0].ref) not in store._reserved_docs
+        for call in (calls[0], calls[-1]):
+            store.finish_call("o1", call.ref, outcome="ok", result={"n": call.ref}, error=None,
+                              ended_at="2030-01-01T00:00:02.000Z")
+        by_ref = {c.ref: c for c in store.calls("o1")}
+        assert by_ref[calls[0].ref].result == {"n": calls[0].ref}
+        assert by_ref[calls[-1].ref].result == {"n": calls[-1].ref}

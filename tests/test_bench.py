@@ -405,8 +405,14 @@ def test_instructions_are_rated_against_the_pool_call(monkeypatch: pytest.Monkey
                                       "| gateway (memory store) | 1680 | +480 k | 1.40x |"]
     assert report([Count("gateway (sqlite)", 1_800_000)]).splitlines()[2] == (
         "| gateway (sqlite) | 1800 | n/a | n/a |")
+    served = report([Count("bare proxy", 2_800_000), Count("gateway (sqlite)", 3_220_000)],
+                    "bare proxy").splitlines()
+    assert served[0] == "| target | k instructions per call | over the bare proxy | ratio |"
+    assert served[3] == "| gateway (sqlite) | 3220 | +420 k | 1.15x |"
     monkeypatch.setattr("bench.instructions.shutil.which", lambda name: None)
     assert main(["--quick"]) == 2
+    capsys.readouterr()
+    assert main(["--quick", "--served"]) == 2
     assert capsys.readouterr().err.strip() == (
         "bench.instructions: valgrind is not installed; install it (apt-get install -y "
         "valgrind) and run again")

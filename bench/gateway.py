@@ -56,7 +56,7 @@ from contextlib import AsyncExitStack, ExitStack, closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
 from mcp import Client, StdioServerParameters, stdio_client
@@ -225,6 +225,16 @@ def gateway_name(store: str, stores: tuple[str, ...]) -> str:
     return "gateway" if stores == ("sqlite",) else f"gateway ({store})"
 
 
+def outbox_config(folder: Path, **extra: Any) -> Path:
+    """``folder``'s upstream config (``upstream.json``, written now): the outbox server as
+    ``notes``, its outbox in ``folder``, and ``extra`` top-level sections (``gateway=...``)."""
+    config = folder / "upstream.json"
+    config.write_text(json.dumps({**extra, "mcpServers": {"notes": {
+        "command": sys.executable, "args": [str(OUTBOX_SERVER)],
+        "env": {"OUTBOX_PATH": str(folder / "outbox.jsonl")}}}}))
+    return config
+
+
 def new_working_order(store: Store, calls: int, tools: tuple[str, ...] = ("notes/*",)) -> str:
     """A working order in ``store`` allowed ``calls`` calls of ``tools`` (the outbox
     server's)."""
@@ -320,9 +330,7 @@ async def run(calls: int, callers: int, per_caller: int,
         home = folder / "home"
         home.mkdir()
         outbox_env = {"OUTBOX_PATH": str(folder / "outbox.jsonl")}
-        config = folder / "upstream.json"
-        config.write_text(json.dumps({"mcpServers": {"notes": {
-            "command": sys.executable, "args": [str(OUTBOX_SERVER)], "env": outbox_env}}}))
+        config = outbox_config(folder)
         env = {"PYTHONPATH": str(ROOT)}
         gateways: list[tuple[str, StdioServerParameters, str]] = []
         for store in stores.names:

@@ -29,7 +29,6 @@ about 50 times slower under it).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -58,15 +57,12 @@ import anyio
 sys.path.insert(0, ROOT)
 from awl.store.memory import MemoryStore
 from awl.store.sqlite import SQLiteStore
-from bench.gateway import OUTBOX_SERVER, new_working_order
+from bench.gateway import new_working_order, outbox_config
 from gateway import open_gateway
 
 async def main():
     folder = Path(tempfile.mkdtemp(prefix="awl-instructions-"))
-    config = folder / "upstream.json"
-    config.write_text(json.dumps({"mcpServers": {"notes": {
-        "command": sys.executable, "args": [str(OUTBOX_SERVER)],
-        "env": {"OUTBOX_PATH": str(folder / "outbox.jsonl")}}}}))
+    config = outbox_config(folder)
     store = (MemoryStore() if STORE == "memory"
              else SQLiteStore(folder / "desk.sqlite3", checkpoint_every=3600.0))
     order_id = new_working_order(store, 1_000_000)
@@ -157,14 +153,11 @@ async def served_count(name: str, *, warm: int, calls: int) -> float:
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
-    from bench.gateway import OUTBOX_SERVER
+    from bench.gateway import outbox_config
 
     with tempfile.TemporaryDirectory(prefix="awl-callgrind-") as tmp:
         folder = Path(tmp)
-        config = folder / "upstream.json"
-        config.write_text(json.dumps({"mcpServers": {"notes": {
-            "command": sys.executable, "args": [str(OUTBOX_SERVER)],
-            "env": {"OUTBOX_PATH": str(folder / "outbox.jsonl")}}}}))
+        config = outbox_config(folder)
         out = folder / "callgrind.out"
         params = StdioServerParameters(
             command="valgrind",

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.gateway import OUTBOX_SERVER, ROOT, _working_order
+from bench.gateway import ROOT, _working_order, outbox_config
 
 TARGET_RATIO = 1.3
 INITIALIZE_PARAMS: dict[str, Any] = {
@@ -102,12 +102,9 @@ def run(runs: int) -> list[Timings]:
         folder = Path(tmp)
         home = folder / "home"
         home.mkdir()
-        config = folder / "upstream.json"
         # The gateway's tools/list waits for the upstream as the bare proxy's does: both
         # times are to the whole list.
-        config.write_text(json.dumps({"gateway": {"startup_wait": 60}, "mcpServers": {"notes": {
-            "command": sys.executable, "args": [str(OUTBOX_SERVER)],
-            "env": {"OUTBOX_PATH": str(folder / "outbox.jsonl")}}}}))
+        config = outbox_config(folder, gateway={"startup_wait": 60})
         order_id = _working_order(home, 10)
         targets = [
             (Timings("bare proxy"), [sys.executable, "-m", "bench.bare_proxy",

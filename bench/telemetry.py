@@ -22,7 +22,6 @@ call's median.
 from __future__ import annotations
 
 import argparse
-import json
 import socket
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from pathlib import Path
 import anyio
 from mcp import StdioServerParameters
 
-from bench.gateway import OUTBOX_SERVER, ROOT, Figures, Ratios, _working_order, measure
+from bench.gateway import ROOT, Figures, Ratios, _working_order, measure, outbox_config
 
 OFF = "tracing off"
 ON = "tracing on, no collector"
@@ -52,10 +51,7 @@ async def run(calls: int, callers: int, per_caller: int) -> tuple[list[Figures],
     failed exports the tracing-on gateway logged."""
     with tempfile.TemporaryDirectory(prefix="awl-bench-otel-") as tmp:
         folder = Path(tmp)
-        config = folder / "upstream.json"
-        config.write_text(json.dumps({"mcpServers": {"notes": {
-            "command": sys.executable, "args": [str(OUTBOX_SERVER)],
-            "env": {"OUTBOX_PATH": str(folder / "outbox.jsonl")}}}}))
+        config = outbox_config(folder)
         endpoint = f"http://127.0.0.1:{_closed_port()}"
         targets: list[tuple[str, StdioServerParameters, str]] = []
         for name, otel in ((OFF, {}), (ON, {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}),

@@ -97,7 +97,8 @@ def count(store: str, what: str, *, warm: int, calls: int) -> int:
                    f"CALLS={calls}\n{_PROGRAM}")
         done = subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
-             "-c", program], capture_output=True, text=True, cwd=ROOT, check=False)
+             "-c", program], capture_output=True, text=True, cwd=ROOT, check=False,
+            env={**os.environ, "PYTHONHASHSEED": "0"})  # the same dict layouts each run
         found = _TOTALS.search(out.read_text()) if out.exists() else None
         if done.returncode != 0 or found is None:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]

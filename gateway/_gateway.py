@@ -729,10 +729,7 @@ class Gateway:
             self.store.finish_call(self.order_id, ref, outcome=outcome, result=result,
                                    error=error, ended_at=format_time(self.now()))
 
-        if self.offload_store:
-            await self._run(finish)
-        else:  # on the loop, as _run would, without its await
-            finish()
+        await self._run(finish)
 
     # ------------------------------------------------------------------ store side (thread)
 

@@ -953,7 +953,7 @@ class SQLiteStore(SQLStore):
                               above=[a[0] for a in above])
         kept = self._reserved_docs
         if len(kept) >= _KEPT_RESERVATIONS:  # calls ended elsewhere, or never
-            kept.pop(next(iter(kept), None), None)  # type: ignore[arg-type]
+            del kept[next(iter(kept))]  # the oldest
         kept[order_id, data["ref"]] = (totals.last_n + 1, doc, started_at)
         return Reserved(data["ref"], data["attempt"], partial(read_call, doc))
 

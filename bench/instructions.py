@@ -1,11 +1,13 @@
-"""The gateway's work per call in instructions, counted by callgrind: a figure without noise.
+"""The gateway's work per call in instructions, counted by callgrind: a figure with little noise.
 
 ``python -m bench.instructions [--quick] [--calls N] [--served]``
 
 Wall-clock and CPU ratios (:mod:`bench.gateway`) move by about 0.06x between two runs of the
 same code, so a change that removes a tenth of the gateway's extra work cannot be told from
 noise there. Counting instructions can: valgrind's callgrind counts every instruction one
-Python process runs, the same count each time. Each target runs in its own process, in
+Python process runs, nearly the same count each time (a few thousand a call over 100 calls
+or more; a process's start varies more, so ``--quick``'s 30 calls move by tens of
+thousands). Each target runs in its own process, in
 front of the same outbox server (a subprocess, not counted), twice: once with ``warm`` calls
 and once with ``warm + calls``; the difference over ``calls`` is what one call costs, with
 start, imports and shutdown taken out.

@@ -512,6 +512,19 @@ _ORDER_TOTALS = """
     LEFT JOIN suborder_totals AS s ON s.order_id = o.id
     WHERE o.id = ?"""
 
+# A counted call numbered right after the order's newest call as this store last wrote or read
+# it, with the totals through it (see SQLiteStore._reserve_next): inserted only while that is
+# still so. Calls are numbered densely, so call ?2 being absent (OR IGNORE: the key is taken)
+# means no call came since; the order's log is still at ?9; and what its sub-orders have
+# charged to it is still ?10 calls and ?11 usd. One statement, so one write transaction.
+_RESERVE_NEXT = """
+    INSERT OR IGNORE INTO calls (order_id, n, pass_jti, attempt, counted, usd, started, doc,
+        total_calls, total_usd)
+    SELECT ?1, ?2, NULL, ?3, 1, ?4, ?5, ?6, ?7, ?8
+    WHERE (?9 IS NULL OR (SELECT seq FROM orders WHERE id = ?1) = ?9)
+        AND COALESCE((SELECT calls = ?10 AND usd = ?11 FROM suborder_totals
+            WHERE order_id = ?1), ?10 = 0 AND ?11 = 0)"""
+
 # The orders above one (its parent first) with their tool_calls and usd budgets and what is
 # charged to them: their own counted calls plus their sub-orders'.
 _ABOVE = """
@@ -607,7 +620,14 @@ class _Checkpointer:
 
 
 _KEPT_RESERVATIONS = 1024
-"""The most reserved calls a store keeps the record text of, to end them (see finish_call)."""
+"""The most reserved calls a store keeps the record text of, to end them (see finish_call),
+and the most orders it keeps the newest totals of, to reserve their next call
+(see SQLiteStore._reserve_next)."""
+
+_Kept = tuple[int, int, float, float, int, float]
+"""An order's totals through its newest call, as this store last wrote or read them: that
+call's N, the counted calls and their usd, the first call's start (seconds), and what its
+sub-orders have charged to it (calls, usd)."""
 
 
 class SQLiteStore(SQLStore):
@@ -651,6 +671,10 @@ class SQLiteStore(SQLStore):
         # in place of the old one only if that is still there, without SQLite's JSON
         # functions parsing the old one.
         self._reserved_docs: dict[tuple[str, str], tuple[int, str, str]] = {}
+        # The newest totals of each order without a parent that this store numbered a call
+        # of (the newest _KEPT_RESERVATIONS), by order: its next call is reserved in one
+        # statement while they are still current.
+        self._kept_totals: dict[str, _Kept] = {}
         self._guard = threading.Lock()
         self._closed = False
         self._private_files()
@@ -932,6 +956,13 @@ class SQLiteStore(SQLStore):
         seq: int | None = None,
     ) -> Reservation:
         """Atomically number and record a call that counts, or name the scope it exceeds."""
+        kept = self._kept_totals.get(order_id)
+        if kept is not None and pass_jti is None:
+            fast = self._reserve_next(kept, order_id, attempt=attempt, tool=tool,
+                                      arguments=arguments, usd=usd, started_at=started_at,
+                                      scopes=scopes, seq=seq)
+            if fast is not None:
+                return fast
         with self._write(durable=False) as conn:
             totals = self._totals(conn, order_id, seq)
 
@@ -951,10 +982,61 @@ class SQLiteStore(SQLStore):
             doc = json_text(data, "a call record")
             self._insert_call(conn, data, doc, totals, counted=True, usd=usd,
                               above=[a[0] for a in above])
+        self._keep_totals(order_id, totals, started_at, adds=1, spends=usd)
+        return self._kept_reservation(order_id, totals.last_n + 1, data, doc)
+
+    def _reserve_next(
+        self, kept: _Kept, order_id: str, *, attempt: int, tool: str,
+        arguments: dict[str, Any], usd: float, started_at: str, scopes: Sequence[Scope],
+        seq: int | None,
+    ) -> Reservation | None:
+        """Reserve a call without a pass in one statement (:data:`_RESERVE_NEXT`) from the
+        totals this store keeps for the order; None when that cannot be done, or the kept
+        totals may be out of date or put the call over a scope (the general way decides)."""
+        last_n, calls, spent, first_started, charged_calls, charged_usd = kept
+        # The order's totals bound those of every scope, a pass's included: a scope they
+        # leave room in has room; one they fill may not be full (the general way counts it).
+        if exceeded_scope(scopes, lambda _: (calls + charged_calls, spent + charged_usd), usd):
+            return None
+        n = last_n + 1
+        data = new_call(order_id, n, attempt=attempt, tool=tool, arguments=arguments,
+                        pass_jti=None, started_at=started_at)
+        started = timestamp(started_at)
+        if started < first_started:  # a new first call (another clock): the general way
+            return None
+        doc = json_text(data, "a call record")
+        total_usd = spent + usd  # as _insert_call adds it
+        if not self._execute(_RESERVE_NEXT, (order_id, n, data["attempt"], usd, started, doc,
+                                             calls + 1, total_usd, seq, charged_calls,
+                                             charged_usd)):
+            return None
+        self._kept_totals[order_id] = (n, calls + 1, total_usd, first_started, charged_calls,
+                                       charged_usd)
+        return self._kept_reservation(order_id, n, data, doc)
+
+    def _keep_totals(self, order_id: str, totals: _Totals, started_at: str, *, adds: int,
+                     spends: float) -> None:
+        """Keep the order's totals after the call just numbered ``totals.last_n + 1`` (read
+        and written by the general way), for :meth:`_reserve_next`."""
+        if totals.parent_id is not None:  # charges the orders above: always the general way
+            return
+        started = timestamp(started_at)
+        first = totals.first_started
+        kept = self._kept_totals
+        if order_id not in kept and len(kept) >= _KEPT_RESERVATIONS:
+            del kept[next(iter(kept))]  # the oldest
+        kept[order_id] = (totals.last_n + 1, totals.calls + adds, totals.usd + spends,
+                          started if first is None or started < first else first,
+                          totals.charged_calls, totals.charged_usd)
+
+    def _kept_reservation(self, order_id: str, n: int, data: dict[str, Any],
+                          doc: str) -> Reserved:
+        """The reservation of call ``n`` (record ``data``, stored as ``doc``), its text kept
+        for :meth:`finish_call`."""
         kept = self._reserved_docs
         if len(kept) >= _KEPT_RESERVATIONS:  # calls ended elsewhere, or never
             del kept[next(iter(kept))]  # the oldest
-        kept[order_id, data["ref"]] = (totals.last_n + 1, doc, started_at)
+        kept[order_id, data["ref"]] = (n, doc, data["started_at"])
         return Reserved(data["ref"], data["attempt"], partial(read_call, doc))
 
     def record_call(self, record_fields: dict[str, Any]) -> CallRecord:
@@ -964,9 +1046,11 @@ class SQLiteStore(SQLStore):
             totals = self._totals(conn, order_id)
             record, doc = stored_call(record_fields, totals.last_n + 1)
             above = [] if totals.parent_id is None else self._above(conn, order_id)
-            self._insert_call(conn, record.to_json(), doc, totals, counted=False, usd=0.0,
+            call = record.to_json()
+            self._insert_call(conn, call, doc, totals, counted=False, usd=0.0,
                               above=[a[0] for a in above])
-            return record
+        self._keep_totals(order_id, totals, call["started_at"], adds=0, spends=0.0)
+        return record
 
     def finish_call(
         self, order_id: str, ref: str, *, outcome: str, result: dict[str, Any] | None,

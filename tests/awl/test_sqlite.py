@@ -500,3 +500,192 @@ def test_calls_beyond_the_reservations_a_store_keeps_still_end(tmp_path: Path) -
         by_ref = {c.ref: c for c in store.calls("o1")}
         assert by_ref[calls[0].ref].result == {"n": calls[0].ref}
         assert by_ref[calls[-1].ref].result == {"n": calls[-1].ref}
+
+
+# The next call of an order reserved in one statement (SQLiteStore._reserve_next) --------
+
+
+def _order_scope(max_calls: int | None = None, max_usd: float | None = None) -> list[Scope]:
+    return [Scope(None, max_calls=max_calls, max_usd=max_usd, name="order")]
+
+
+def _next(store: SQLiteStore, order_id: str, *, usd: float = 0.0, at: str = T0,
+          scopes: list[Scope] | None = None, seq: int | None = None) -> str:
+    """Reserve a call without a pass: its ref, or the scope it would exceed."""
+    made = store.reserve_call(order_id, attempt=1, tool="s/t", arguments={"usd": usd},
+                              pass_jti=None, usd=usd, started_at=at,
+                              scopes=_order_scope() if scopes is None else scopes, seq=seq)
+    return made.scope if isinstance(made, OverBudget) else made.record.ref
+
+
+def _counting_one_statement(store: SQLiteStore) -> list[int]:
+    """A list that grows by one for each call ``store`` reserves in one statement."""
+    taken: list[int] = []
+    one_statement = store._reserve_next
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        made = one_statement(*args, **kwargs)
+        if made is not None:
+            taken.append(1)
+        return made
+
+    store._reserve_next = counted  # type: ignore[method-assign]
+    return taken
+
+
+def test_the_next_call_reserved_in_one_statement_is_stored_as_the_general_way_stores_it(
+        tmp_path: Path) -> None:
+    """A seeded run of calls, refusals and outcomes on one store that reserves a call after
+    its own in one statement and on one made to take the general way each time: the same
+    rows, down to the running totals, the same records and usage, budgets refused at the
+    same call (an earlier first call included)."""
+    rng = random.Random(11)
+    times = ["2030-01-01T00:00:00Z", "2030-01-01T00:00:01.250Z", "2029-12-31T23:59:00Z",
+             "2030-01-01T00:00:00.5Z", "2029-12-31T12:00:00+01:00"]
+    fast, general = (SQLiteStore(tmp_path / f"{name}.sqlite3") for name in ("fast", "general"))
+    with fast, general:
+        for store in (fast, general):
+            _create(store, "o1")
+        taken = _counting_one_statement(fast)
+        scopes = _order_scope(max_calls=60, max_usd=4.0)
+        pending: list[str] = []
+        for _ in range(150):
+            at, usd, step = rng.choice(times), rng.choice([0.0, 0.1, 0.25, 0.3]), rng.random()
+            got: list[Any] = []
+            for store in (fast, general):
+                store._kept_totals.clear() if store is general else None
+                if step < 0.7:
+                    got.append(_next(store, "o1", usd=usd, at=at, scopes=scopes))
+                elif step < 0.85 or not pending:
+                    got.append(store.record_call({
+                        "order_id": "o1", "attempt": 1, "tool": "s/t", "arguments": {},
+                        "outcome": "refused", "error": "no", "started_at": at,
+                        "ended_at": at}).ref)
+                else:
+                    store.finish_call("o1", pending[-1], outcome="ok", result={"k": 1},
+                                      error=None, ended_at=at)
+                    got.append(pending[-1])
+            assert got[0] == got[1]
+            if step < 0.7 and "#" in got[0]:
+                pending.append(got[0])
+            elif step >= 0.85 and pending:
+                pending.pop()
+        assert len(taken) > 40  # most calls took the one statement
+        assert "order" in [_next(fast, "o1", scopes=_order_scope(max_calls=1))]
+        assert fast.calls("o1") == general.calls("o1")
+        assert fast.usage("o1") == general.usage("o1")
+        rows = [sqlite3.connect(store.path).execute(
+            "SELECT n, pass_jti, attempt, counted, usd, started, doc, total_calls, total_usd"
+            " FROM calls ORDER BY n").fetchall() for store in (fast, general)]
+        assert rows[0] == rows[1]
+        firsts = [sqlite3.connect(store.path).execute("SELECT * FROM first_calls").fetchall()
+                  for store in (fast, general)]
+        assert firsts[0] == firsts[1]
+
+
+def test_a_call_another_store_numbered_meanwhile_is_counted_by_the_next(
+        tmp_path: Path) -> None:
+    """The store's kept totals are out of date once another store numbered a call of the
+    order: its next call takes the next number after that one, and the budget counts both."""
+    path = tmp_path / "desk.sqlite3"
+    with SQLiteStore(path) as mine, SQLiteStore(path) as other:
+        _create(mine, "o1")
+        taken = _counting_one_statement(mine)
+        scopes = _order_scope(max_calls=4)
+        assert [_next(mine, "o1", scopes=scopes), _next(mine, "o1", scopes=scopes)] == [
+            "s/t#1", "s/t#2"]
+        assert _next(other, "o1", scopes=scopes) == "s/t#3"
+        other.record_call({"order_id": "o1", "attempt": 1, "tool": "s/t", "arguments": {},
+                           "outcome": "refused", "error": "no", "started_at": T0,
+                           "ended_at": T0})
+        assert _next(mine, "o1", scopes=scopes) == "s/t#5"
+        assert _next(mine, "o1", scopes=scopes) == "order"
+        assert mine.usage("o1").tool_calls == 4
+        assert len(taken) == 1  # the second call; the fifth found #3 and #4 taken
+
+
+@pytest.mark.spec("LC-15")
+def test_a_sub_orders_charge_meanwhile_counts_against_the_next_call(tmp_path: Path) -> None:
+    """What a sub-order spends is charged to its parent without a call of the parent's
+    own: the parent's next call, reserved after this store's own, still sees it."""
+    from awl.desk import Desk
+
+    path = tmp_path / "desk.sqlite3"
+    with SQLiteStore(path) as mine, SQLiteStore(path) as other:
+        desk = Desk(mine, clock=lambda: datetime(2029, 12, 31, 9, tzinfo=UTC))
+        fields = {"goal": "g", "criteria": [{"id": "c", "text": "t"}], "tools": ["s/*"],
+                  "deadline": "2030-06-01T00:00:00Z"}
+        root = desk.create({**fields, "to": "agent:a", "budget": {"tool_calls": 3,
+                                                                  "usd": 1.0}}, "human:m")
+        child = desk.create({**fields, "to": "agent:b", "parent_id": root.id,
+                             "budget": {"tool_calls": 3, "usd": 1.0}}, "agent:a")
+        scopes = _order_scope(max_calls=3, max_usd=1.0)
+        assert _next(mine, root.id, usd=0.25, scopes=scopes) == "s/t#1"
+        assert _next(mine, root.id, usd=0.25, scopes=scopes) == "s/t#2"
+        assert _next(other, child.id, usd=0.5, scopes=[]) == "s/t#1"  # charged to the root
+        assert _next(mine, root.id, usd=0.25, scopes=scopes) == "order"  # 1.25 usd > 1.0
+        assert _next(mine, root.id, scopes=scopes) == "order"  # 4 calls > 3
+        assert (mine.usage(root.id).tool_calls, mine.usage(root.id).usd) == (3, 1.0)
+
+
+def test_a_call_on_an_order_changed_meanwhile_is_refused_as_stale(tmp_path: Path) -> None:
+    """A reservation made on the order as read at one seq is not written once its log has
+    moved on, after this store's own call as after any other."""
+    from awl.desk import Desk
+    from awl.documents.errors import Conflict
+
+    path = tmp_path / "desk.sqlite3"
+    with SQLiteStore(path) as mine, SQLiteStore(path) as other:
+        desk = Desk(mine)
+        order = desk.create({"to": "agent:w", "goal": "g", "tools": ["s/*"],
+                             "criteria": [{"id": "c", "text": "t"}], "budget": {"tool_calls": 9},
+                             "deadline": "2099-01-01T00:00:00Z"}, "human:m")
+        desk.accept(order.id, "agent:w")
+        seq = desk.start(order.id, "agent:w").seq
+        assert [_next(mine, order.id, seq=seq), _next(mine, order.id, seq=seq)] == [
+            "s/t#1", "s/t#2"]
+        Desk(other).cancel(order.id, "human:m", "stop")
+        with pytest.raises(Conflict, match=f"is at seq {seq + 1}, not {seq}"):
+            _next(mine, order.id, seq=seq)
+        assert [c.ref for c in mine.calls(order.id)] == ["s/t#1", "s/t#2"]
+
+
+def test_orders_beyond_those_a_store_keeps_totals_of_reserve_the_general_way(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store keeps the totals of the orders it numbered a call of most recently, up to a
+    bound: the others' next calls take the general way and are numbered just as well."""
+    import awl.store.sqlite as sqlite_module
+
+    monkeypatch.setattr(sqlite_module, "_KEPT_RESERVATIONS", 3)
+    with SQLiteStore(tmp_path / "desk.sqlite3") as store:
+        orders = [f"o{i}" for i in range(5)]
+        for order_id in orders:
+            _create(store, order_id)
+            assert _next(store, order_id) == "s/t#1"
+        assert list(store._kept_totals) == orders[2:]
+        taken = _counting_one_statement(store)
+        newest_first = orders[::-1]  # those kept, then the two others
+        assert [_next(store, order_id) for order_id in newest_first] == ["s/t#2"] * 5
+        assert len(taken) == 3
+        assert all(store.usage(order_id).tool_calls == 2 for order_id in orders)
+
+
+def test_calls_with_a_pass_or_in_a_pass_scope_are_counted_as_the_general_way_counts_them(
+        tmp_path: Path) -> None:
+    """The kept totals are the order's, not a pass's: a call made under a pass is stored with
+    it, and a scope counting a pass's calls counts only those, after calls reserved in one
+    statement as after any."""
+    with SQLiteStore(tmp_path / "desk.sqlite3") as store:
+        _create(store, "o1")
+        taken = _counting_one_statement(store)
+        roomy = Scope(frozenset({"j1"}), max_calls=10, name="pass")
+        assert [_next(store, "o1"), _next(store, "o1", scopes=[roomy])] == ["s/t#1", "s/t#2"]
+        made = store.reserve_call("o1", attempt=1, tool="s/t", arguments={}, pass_jti="j1",
+                                  usd=0.0, started_at=T0, scopes=[roomy])
+        assert isinstance(made, Reserved) and made.record.pass_jti == "j1"
+        one = Scope(frozenset({"j1"}), max_calls=1, name="pass")
+        assert _next(store, "o1", scopes=[one]) == "pass"  # j1's call, and only it
+        two = Scope(frozenset({"j1"}), max_calls=2, name="pass")
+        assert _next(store, "o1", scopes=[two]) == "s/t#4"  # 3 of the order's, 1 of j1's
+        assert [c.pass_jti for c in store.calls("o1")] == [None, None, "j1", None]
+        assert len(taken) == 1  # the second call: the roomy scope has room on any count

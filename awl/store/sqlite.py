@@ -624,6 +624,14 @@ _KEPT_RESERVATIONS = 1024
 and the most orders it keeps the newest totals of, to reserve their next call
 (see SQLiteStore._reserve_next)."""
 
+def _drop_oldest(kept: dict[Any, Any]) -> None:
+    """Drop the oldest entry of one of a store's bounded caches. Threads sharing the store
+    change the cache without a lock, so the entry may be gone, or the cache changing, as
+    this looks: then another thread has just changed it, and the next addition drops one."""
+    with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+        del kept[next(iter(kept))]
+
+
 _Kept = tuple[int, int, float, float, int, float]
 """An order's totals through its newest call, as this store last wrote or read them: that
 call's N, the counted calls and their usd, the first call's start (seconds), and what its
@@ -1024,7 +1032,7 @@ class SQLiteStore(SQLStore):
         first = totals.first_started
         kept = self._kept_totals
         if order_id not in kept and len(kept) >= _KEPT_RESERVATIONS:
-            del kept[next(iter(kept))]  # the oldest
+            _drop_oldest(kept)
         kept[order_id] = (totals.last_n + 1, totals.calls + adds, totals.usd + spends,
                           started if first is None or started < first else first,
                           totals.charged_calls, totals.charged_usd)
@@ -1035,7 +1043,7 @@ class SQLiteStore(SQLStore):
         for :meth:`finish_call`."""
         kept = self._reserved_docs
         if len(kept) >= _KEPT_RESERVATIONS:  # calls ended elsewhere, or never
-            del kept[next(iter(kept))]  # the oldest
+            _drop_oldest(kept)
         kept[order_id, data["ref"]] = (n, doc, data["started_at"])
         return Reserved(data["ref"], data["attempt"], partial(read_call, doc))
 

@@ -689,3 +689,72 @@ def test_calls_with_a_pass_or_in_a_pass_scope_are_counted_as_the_general_way_cou
         assert _next(store, "o1", scopes=[two]) == "s/t#4"  # 3 of the order's, 1 of j1's
         assert [c.pass_jti for c in store.calls("o1")] == [None, None, "j1", None]
         assert len(taken) == 1  # the second call: the roomy scope has room on any count
+
+
+def test_threads_sharing_a_store_reserve_exactly_past_the_kept_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four threads reserve and refuse calls of twelve orders on one store that keeps the
+    totals of four: every order's calls are numbered densely, and its budget admits exactly
+    as many calls as it allows."""
+    import awl.store.sqlite as sqlite_module
+
+    monkeypatch.setattr(sqlite_module, "_KEPT_RESERVATIONS", 4)
+    orders = [f"o{i}" for i in range(12)]
+    limit = 18
+    made: list[tuple[str, str]] = []
+    failures: list[BaseException] = []
+    with SQLiteStore(tmp_path / "desk.sqlite3") as store:
+        for order_id in orders:
+            _create(store, order_id)
+
+        def work(seed: int) -> None:
+            rng = random.Random(seed)
+            try:
+                for _ in range(70):
+                    order_id = rng.choice(orders)
+                    if rng.random() < 0.2:
+                        store.record_call({
+                            "order_id": order_id, "attempt": 1, "tool": "s/t",
+                            "arguments": {}, "outcome": "refused", "error": "no",
+                            "started_at": T0, "ended_at": T0})
+                        made.append((order_id, "refused"))
+                    else:
+                        made.append((order_id, _next(
+                            store, order_id, scopes=_order_scope(max_calls=limit))))
+            except BaseException as exc:  # reported below
+                failures.append(exc)
+
+        threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert failures == []
+        for order_id in orders:
+            mine = [got for o, got in made if o == order_id]
+            admitted = [got for got in mine if "#" in got]
+            refused = mine.count("order")
+            assert refused == 0 or len(admitted) == limit
+            assert store.usage(order_id).tool_calls == len(admitted)
+            refs = [c.ref for c in store.calls(order_id)]
+            assert refs == [f"s/t#{n}" for n in range(1, len(mine) - refused + 1)]
+            assert set(admitted) <= set(refs)
+
+
+def test_dropping_the_oldest_kept_entry_survives_another_thread_changing_the_cache() -> None:
+    """The bound of a store's caches is kept without a lock: an entry another thread dropped
+    first, or a cache another thread emptied, is no error."""
+    from awl.store.sqlite import _drop_oldest
+
+    class Raced(dict[str, int]):
+        def __iter__(self) -> Iterator[str]:
+            yield "gone"  # what this thread saw as the oldest, dropped meanwhile
+
+    cache = {"a": 1, "b": 2}
+    _drop_oldest(cache)
+    assert cache == {"b": 2}
+    empty: dict[str, int] = {}
+    _drop_oldest(empty)
+    raced = Raced(b=2)
+    _drop_oldest(raced)
+    assert dict(raced) == {"b": 2}

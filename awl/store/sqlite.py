@@ -624,6 +624,7 @@ _KEPT_RESERVATIONS = 1024
 and the most orders it keeps the newest totals of, to reserve their next call
 (see SQLiteStore._reserve_next)."""
 
+
 def _drop_oldest(kept: dict[Any, Any]) -> None:
     """Drop the oldest entry of one of a store's bounded caches. Threads sharing the store
     change the cache without a lock, so the entry may be gone, or the cache changing, as
@@ -882,10 +883,11 @@ class SQLiteStore(SQLStore):
     @staticmethod
     def _insert_call(conn: sqlite3.Connection, call: Mapping[str, Any], doc: str,
                      totals: _Totals, *, counted: bool, usd: float,
-                     above: Sequence[str] = ()) -> None:
+                     above: Sequence[str] = ()) -> _Kept:
         """Store a new call (its record's JSON data ``call`` and text ``doc``, numbered
         ``totals.last_n + 1``) with the order's totals through it, add it to its pass's
-        running totals, and charge it to every order above."""
+        running totals, and charge it to every order above; the order's totals through
+        it."""
         n = totals.last_n + 1
         order_id, pass_jti, at = call["order_id"], call.get("pass_jti"), call["started_at"]
         started = timestamp(at)
@@ -897,7 +899,9 @@ class SQLiteStore(SQLStore):
              totals.calls + adds, totals.usd + spends),
         )
         # The first call by (started, N): a later N takes its place only by starting earlier.
-        if totals.first_started is None or started < totals.first_started:
+        first = totals.first_started
+        if first is None or started < first:
+            first = started
             conn.execute(
                 "INSERT OR REPLACE INTO first_calls (order_id, started, n, at)"
                 " VALUES (?, ?, ?, ?)", (order_id, started, n, at))
@@ -906,6 +910,8 @@ class SQLiteStore(SQLStore):
                                                started, n, at))
         for above_id in above:
             conn.execute(_CHARGE, (above_id, adds, spends, started, at))
+        return (n, totals.calls + adds, totals.usd + spends, first, totals.charged_calls,
+                totals.charged_usd)
 
     @staticmethod
     def _totals(conn: sqlite3.Connection, order_id: str, seq: int | None = None) -> _Totals:
@@ -988,9 +994,9 @@ class SQLiteStore(SQLStore):
             data = new_call(order_id, totals.last_n + 1, attempt=attempt, tool=tool,
                             arguments=arguments, pass_jti=pass_jti, started_at=started_at)
             doc = json_text(data, "a call record")
-            self._insert_call(conn, data, doc, totals, counted=True, usd=usd,
-                              above=[a[0] for a in above])
-        self._keep_totals(order_id, totals, started_at, adds=1, spends=usd)
+            after = self._insert_call(conn, data, doc, totals, counted=True, usd=usd,
+                                      above=[a[0] for a in above])
+        self._keep_totals(order_id, totals.parent_id, after)
         return self._kept_reservation(order_id, totals.last_n + 1, data, doc)
 
     def _reserve_next(
@@ -1022,20 +1028,15 @@ class SQLiteStore(SQLStore):
                                        charged_usd)
         return self._kept_reservation(order_id, n, data, doc)
 
-    def _keep_totals(self, order_id: str, totals: _Totals, started_at: str, *, adds: int,
-                     spends: float) -> None:
-        """Keep the order's totals after the call just numbered ``totals.last_n + 1`` (read
-        and written by the general way), for :meth:`_reserve_next`."""
-        if totals.parent_id is not None:  # charges the orders above: always the general way
+    def _keep_totals(self, order_id: str, parent_id: str | None, after: _Kept) -> None:
+        """Keep the order's totals ``after`` the call the general way just numbered, for
+        :meth:`_reserve_next`."""
+        if parent_id is not None:  # charges the orders above: always the general way
             return
-        started = timestamp(started_at)
-        first = totals.first_started
         kept = self._kept_totals
         if order_id not in kept and len(kept) >= _KEPT_RESERVATIONS:
             _drop_oldest(kept)
-        kept[order_id] = (totals.last_n + 1, totals.calls + adds, totals.usd + spends,
-                          started if first is None or started < first else first,
-                          totals.charged_calls, totals.charged_usd)
+        kept[order_id] = after
 
     def _kept_reservation(self, order_id: str, n: int, data: dict[str, Any],
                           doc: str) -> Reserved:
@@ -1054,10 +1055,9 @@ class SQLiteStore(SQLStore):
             totals = self._totals(conn, order_id)
             record, doc = stored_call(record_fields, totals.last_n + 1)
             above = [] if totals.parent_id is None else self._above(conn, order_id)
-            call = record.to_json()
-            self._insert_call(conn, call, doc, totals, counted=False, usd=0.0,
-                              above=[a[0] for a in above])
-        self._keep_totals(order_id, totals, call["started_at"], adds=0, spends=0.0)
+            after = self._insert_call(conn, record.to_json(), doc, totals, counted=False,
+                                      usd=0.0, above=[a[0] for a in above])
+        self._keep_totals(order_id, totals.parent_id, after)
         return record
 
     def finish_call(

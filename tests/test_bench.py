@@ -424,3 +424,37 @@ def test_instructions_are_rated_against_the_pool_call(monkeypatch: pytest.Monkey
     with pytest.raises(RuntimeError, match="the counted run of gateway on sqlite failed: "
                                            "valgrind: no such tool"):
         count("sqlite", "gateway", warm=1, calls=1)
+
+
+def test_the_steps_split_the_gateways_extra_cpu_into_store_collector_and_own_work() -> None:
+    """``bench.steps``: the extra over the pool call is the store's writes, the store's other
+    threads, the collector's passes and the gateway's own work, which is what is left."""
+    from bench.steps import Steps, report
+
+    steps = Steps("sqlite", pool_us=500.0, gateway_us=800.0, writes_us=160.0,
+                  background_us=10.0, collecting_us=5.0, alone_us=64.0)
+    assert steps.extra_us == 300.0 and steps.own_us == 125.0
+    rows = {line[:26].strip(): line[26:].strip() for line in report([steps]).splitlines()[2:]}
+    assert rows == {"pool call (the floor)": "500 us", "gateway call": "800 us",
+                    "extra over the pool call": "300 us (1.60x)",
+                    "store writes in the loop": "160 us", "store's other threads": "10 us",
+                    "garbage collection": "5 us", "gateway's own work": "125 us",
+                    "store writes alone": "64 us", "in the loop over alone": "2.50x"}
+
+
+@pytest.mark.slow
+def test_the_steps_measure_a_real_gateway_on_each_store(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """A real run, in front of the outbox server: a column per store, the in-memory store
+    first, and every store's writes took CPU time in and out of the loop."""
+    from bench.steps import main, measure
+    from bench.stores import Stores
+
+    found = measure(Stores(("sqlite",)), 60)
+    assert [s.store for s in found] == ["memory", "sqlite"]
+    for steps in found:
+        assert steps.pool_us > 0 and steps.gateway_us > 0
+        assert steps.writes_us > 0 and steps.alone_us > 0
+    with pytest.raises(SystemExit):
+        main(["--calls", "3"])
+    assert "--calls must be at least 6" in capfd.readouterr().err

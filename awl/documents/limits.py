@@ -208,14 +208,17 @@ class _Walker:
         return DocumentError(f"{self.where} is not valid JSON data: {what} at {at}")
 
     def copy(self, value: Any, depth: int, path: tuple[str | int, ...]) -> Any:
-        if value is None or isinstance(value, bool):
-            self._grow(5)
-            return value
+        # Strings and plain dicts first: most of what a call's arguments hold.
         if isinstance(value, str):
             self._grow(len(value) + 2)
             if _SURROGATE.search(value):
                 raise self._refuse("a string with a lone surrogate", path)
             return str(value)
+        if type(value) is dict:
+            return self._object(value, depth, path)
+        if value is None or isinstance(value, bool):
+            self._grow(5)
+            return value
         if isinstance(value, int):
             if value.bit_length() > _MAX_INT_BITS:
                 raise self._refuse(f"an integer longer than {MAX_INT_DIGITS} digits", path)
@@ -226,22 +229,31 @@ class _Walker:
                 raise self._refuse(f"{value!r}, which is not a finite JSON number,", path)
             self._grow(8)
             return float(value)
-        if isinstance(value, Mapping | list | tuple):
-            if depth > self.max_depth:
-                raise DocumentError(f"{self.where} nests deeper than {self.max_depth} levels")
-            self._grow(2)
-            if isinstance(value, Mapping):
-                out: dict[str, Any] = {}
-                for key, item in value.items():
-                    if not isinstance(key, str):
-                        raise self._refuse(f"a {type(key).__name__} key", path)
-                    if _SURROGATE.search(key):
-                        raise self._refuse("a key with a lone surrogate", path)
-                    self._grow(len(key) + 3)
-                    out[str(key)] = self.copy(item, depth + 1, (*path, key))
-                return out
+        if isinstance(value, Mapping):
+            return self._object(value, depth, path)
+        if isinstance(value, list | tuple):
+            self._open(depth)
             return [self.copy(item, depth + 1, (*path, i)) for i, item in enumerate(value)]
         raise self._refuse(f"a {type(value).__name__} value", path)
+
+    def _open(self, depth: int) -> None:
+        """Count an array or object opened at ``depth``."""
+        if depth > self.max_depth:
+            raise DocumentError(f"{self.where} nests deeper than {self.max_depth} levels")
+        self._grow(2)
+
+    def _object(self, value: Mapping[Any, Any], depth: int,
+                path: tuple[str | int, ...]) -> dict[str, Any]:
+        self._open(depth)
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise self._refuse(f"a {type(key).__name__} key", path)
+            if _SURROGATE.search(key):
+                raise self._refuse("a key with a lone surrogate", path)
+            self._grow(len(key) + 3)
+            out[str(key)] = self.copy(item, depth + 1, (*path, key))
+        return out
 
 
 # --------------------------------------------------------------------------- single values

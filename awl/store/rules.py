@@ -410,6 +410,14 @@ def _encode(value: Any) -> str:
     return _STRICT.encode(value) if _C_STRICT is None else "".join(_C_STRICT(value, 0))
 
 
+def _quoted(text: str) -> str:
+    """A string as :func:`_encode` writes it: printable ASCII without a quote or a backslash
+    (a timestamp, an outcome) needs no escape, so the encoder is skipped."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return f'"{text}"'
+    return _encode(text)
+
+
 def json_text(value: Any, what: str) -> str:
     """``value`` as the compact JSON text stores keep; BadRequest when it is not JSON data."""
     try:
@@ -478,12 +486,12 @@ def ended_doc(doc: str, started_at: str, *, outcome: str, result: dict[str, Any]
     that keeps the text writes it; None when ``doc`` does not end as such a text ends.
 
     The new fields are checked with :func:`check_ending` first."""
-    started = _encode(started_at)
+    started = _quoted(started_at)
     tail = f',"outcome":"pending","started_at":{started},"ended_at":{started}}}'
     if not doc.endswith(tail):
         return None
-    parts = [doc[:-len(tail)], ',"outcome":', _encode(outcome), ',"started_at":', started,
-             ',"ended_at":', _encode(ended_at)]
+    parts = [doc[:-len(tail)], ',"outcome":', _quoted(outcome), ',"started_at":', started,
+             ',"ended_at":', _quoted(ended_at)]
     if result is not None:
         parts += (',"result":', json_text(result, "a call's result"))
     if error is not None:

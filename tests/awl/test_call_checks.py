@@ -7,11 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from awl.documents.errors import BadRequest
 from awl.documents.models import CallRecord
-from awl.store.rules import check_ending, check_hold, new_call, record_from
+from awl.store.rules import _encode, _quoted, check_ending, check_hold, new_call, record_from
 
 T0 = "2030-01-01T00:00:00Z"
 START: dict[str, Any] = {"order_id": "o1", "attempt": 1, "tool": "srv/read",
@@ -119,3 +121,11 @@ def test_names_refs_and_patterns_end_where_the_text_ends() -> None:
     assert matches("srv/*", "srv/read") and not matches("srv/*", "srv/read\n")
     assert not matches("*", "srv/read\n")
     assert not _model_accepts(_record({**START, "tool": "srv/read\n"}))
+
+
+@given(st.text() | st.sampled_from(['a"b', "a\\b", "tab\there", "\x7f", "\x1f", "é", "\ud800",
+                                    "2030-01-01T00:00:00.123Z", "ok", ""]))
+def test_a_string_quoted_without_the_encoder_reads_as_the_encoder_writes_it(text: str) -> None:
+    """``ended_doc`` quotes times and outcomes without the JSON encoder when no character
+    needs an escape; whatever the string, the text is the encoder's own."""
+    assert _quoted(text) == _encode(text)

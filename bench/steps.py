@@ -45,7 +45,7 @@ import anyio
 
 from bench.stores import Stores, add_options, columns, ratio
 
-ROUNDS = 6
+ROUNDS = 30
 """Turns each kind of call takes; the calls are split evenly between them."""
 
 
@@ -212,7 +212,7 @@ def measure(stores: Stores, calls: int) -> list[Steps]:
 def report(steps: list[Steps]) -> str:
     """The table: a measure per line, a column per store."""
     def us(value: float) -> str:
-        return f"{value:.0f} us"
+        return f"{round(value)} us"  # round(): never "-0 us"
 
     rows = [
         ("pool call (the floor)", [us(s.pool_us) for s in steps]),

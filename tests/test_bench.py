@@ -457,4 +457,4 @@ def test_the_steps_measure_a_real_gateway_on_each_store(
         assert steps.writes_us > 0 and steps.alone_us > 0
     with pytest.raises(SystemExit):
         main(["--calls", "3"])
-    assert "--calls must be at least 6" in capfd.readouterr().err
+    assert "--calls must be at least 30" in capfd.readouterr().err

@@ -24,7 +24,7 @@ from typing import Any
 
 import mcp_types as types
 
-from awl.documents import MAX_CONTENT_BLOCKS, pointer
+from awl.documents import MAX_CONTENT_BLOCKS, escapes_nothing, pointer
 from awl.mcp import coded_error
 
 __all__ = [
@@ -57,7 +57,7 @@ def result_size(result: types.CallToolResult) -> int:
 
 def _json_bytes(text: str) -> int:
     """Bytes ``text`` takes inside a JSON string (quotes not counted)."""
-    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+    if escapes_nothing(text):
         return len(text)
     return len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) - 2
 

@@ -46,6 +46,7 @@ __all__ = [
     "check_integer",
     "check_json_value",
     "check_text",
+    "escapes_nothing",
     "is_finite_number",
     "loads",
     "read_regular_file",
@@ -166,6 +167,12 @@ def _held_int(text: str) -> int:
 
 
 # --------------------------------------------------------------------------- JSON data
+
+def escapes_nothing(text: str) -> bool:
+    """Whether ``text`` goes into a JSON string as it is (printable ASCII with no quote or
+    backslash), so its encoding is ``"`` + text + ``"`` and takes ``len(text)`` bytes."""
+    return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
+
 
 def check_json_value(value: Any, *, where: str = "document", max_depth: int = MAX_DEPTH,
                      max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from awl.documents.effect_states import STATES, EffectStateName, is_move, moves_from
 from awl.documents.errors import BadRequest, Conflict, InvalidTransition, NotFound
+from awl.documents.limits import escapes_nothing
 from awl.documents.models import (
     CallOutcome,
     CallRecord,
@@ -413,7 +414,7 @@ def _encode(value: Any) -> str:
 def _quoted(text: str) -> str:
     """A string as :func:`_encode` writes it: printable ASCII without a quote or a backslash
     (a timestamp, an outcome) needs no escape, so the encoder is skipped."""
-    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+    if escapes_nothing(text):
         return f'"{text}"'
     return _encode(text)
 

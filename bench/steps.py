@@ -36,7 +36,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, closing, contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -188,13 +188,19 @@ async def _measure(name: str, store: Any, calls: int) -> Steps:
 
 @contextmanager
 def _opened(name: str, stores: Stores, folder: Path) -> Iterator[Any]:
+    """A fresh store ``name``, set up as ``awl gateway`` sets up its own (SQLite with the
+    background checkpointer, GW-18)."""
     from awl.store.memory import MemoryStore
+    from awl.store.sqlite import SQLiteStore
     from awl.store.urls import open_store
+    from gateway import CHECKPOINT_SECONDS
 
     if name == "memory":
         yield MemoryStore()
         return
-    with stores.fresh(name, folder, "steps") as url, closing(open_store(url)) as store:
+    with stores.fresh(name, folder, "steps") as url, closing(
+            SQLiteStore(url, checkpoint_every=CHECKPOINT_SECONDS) if name == "sqlite"
+            else open_store(url)) as store:
         yield store
 
 
@@ -203,8 +209,7 @@ def measure(stores: Stores, calls: int) -> list[Steps]:
     found = []
     with tempfile.TemporaryDirectory(prefix="awl-steps-") as tmp:
         for name in ("memory", *stores.names):
-            with ExitStack() as stack:
-                store = stack.enter_context(_opened(name, stores, Path(tmp) / name))
+            with _opened(name, stores, Path(tmp) / name) as store:
                 found.append(anyio.run(_measure, name, store, calls))
     return found
 

@@ -70,7 +70,7 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from awl.documents.errors import Conflict, StoreUnavailable
+from awl.documents.errors import BadRequest, Conflict, StoreUnavailable
 from awl.documents.lifecycle import ACTIVE
 from awl.documents.models import CallRecord
 from awl.store.protocol import (
@@ -538,6 +538,33 @@ _ORDER_USAGE = """
 
 
 @dataclass(slots=True, eq=False)
+class _Reserving:
+    """One reservation waiting for its order's group commit, and what became of it: a
+    Reservation, an error, or neither (it takes the general path)."""
+
+    attempt: int
+    tool: str
+    arguments: dict[str, Any]
+    pass_jti: str | None
+    usd: float
+    started_at: str
+    scope: Scope | None
+    seq: int | None
+    done: bool = False
+    result: Reservation | None = None
+    error: BaseException | None = None
+
+
+@dataclass(slots=True)
+class _Lane:
+    """An order's reservations waiting for their group commit, and the lock held by the
+    thread committing a group of them (see :meth:`PostgresStore.reserve_call`)."""
+
+    waiting: list[_Reserving]
+    committer: threading.Lock
+
+
+@dataclass(slots=True, eq=False)
 class _Ending:
     """One outcome waiting for its group commit, and what became of it."""
 
@@ -684,6 +711,11 @@ class PostgresStore(SQLStore):
         self._listener: _Listener | None = None
         self._next_n: dict[str, int] = {}
         """Per order, the N its next call is likely to get (see :meth:`reserve_call`)."""
+        self._lanes: dict[str, _Lane] = {}
+        """Per order, the reservations waiting for a group commit (see :meth:`reserve_call`)."""
+        self._lanes_guard = threading.Lock()
+        self.reservation_batches = 0
+        """How many group commits of two or more reservations this store has made."""
         self._endings: list[_Ending] = []
         """Outcomes waiting for the next group commit (see :meth:`finish_call`)."""
         self._endings_guard = threading.Lock()
@@ -899,16 +931,17 @@ class PostgresStore(SQLStore):
 
         Durable (``synchronous_commit=on``): a count is never lost, not even to a crash of
         the server. Usually one statement (see ``_RESERVE``), numbering the call after the
-        last one this store numbered for the order; else (the first call, a sub-order, pass
-        budgets, or other gateways numbering calls in between) one transaction that locks
-        and reads, then writes."""
+        last one this store numbered for the order; reservations of one order that arrive
+        while another is being written are written together, in one transaction and one
+        flush (:meth:`_reserve_group`); else (the first call, a sub-order, pass budgets, or
+        other gateways numbering calls in between) one transaction that locks and reads,
+        then writes."""
         limited = [sc for sc in scopes if sc.max_calls is not None or sc.max_usd is not None]
         guess = self._next_n.get(order_id)
         if guess is not None and len(limited) <= 1 and all(sc.jtis is None for sc in limited):
-            done = self._reserve_at_once(
-                order_id, guess, limited[0] if limited else None, attempt=attempt, tool=tool,
-                arguments=arguments, pass_jti=pass_jti, usd=usd, started_at=started_at,
-                seq=seq)
+            done = self._reserve_grouped(order_id, _Reserving(
+                attempt, tool, arguments, pass_jti, usd, started_at,
+                limited[0] if limited else None, seq))
             if done is not None:
                 return done
         with self._tx() as conn:
@@ -940,6 +973,84 @@ class PostgresStore(SQLStore):
             self._next_n[order_id] = n + 1
         else:
             self._next_n.pop(order_id, None)
+
+    def _reserve_grouped(self, order_id: str, item: _Reserving) -> Reservation | None:
+        """Group commit of an order's reservations: ``item`` waits for the thread writing
+        the order's reservations (at most one per order in this store), then is written
+        with every other one that waited meanwhile; the answer for ``item``, or None for
+        the general path."""
+        with self._lanes_guard:
+            lane = self._lanes.get(order_id)
+            if lane is None:
+                lane = self._lanes[order_id] = _Lane([], threading.Lock())
+            lane.waiting.append(item)
+        with lane.committer:
+            if not item.done:
+                with self._lanes_guard:
+                    batch, lane.waiting = lane.waiting, []
+                self._reserve_batch(order_id, batch)
+        if item.error is not None:
+            raise item.error
+        return item.result
+
+    def _reserve_batch(self, order_id: str, batch: list[_Reserving]) -> None:
+        """Write the reservations of ``batch``: one alone in one statement, two or more in
+        one transaction; each item done, with its answer or error."""
+        try:
+            if len(batch) == 1:
+                item = batch[0]
+                guess = self._next_n.get(order_id)
+                if guess is not None:
+                    item.result = self._reserve_at_once(
+                        order_id, guess, item.scope, attempt=item.attempt, tool=item.tool,
+                        arguments=item.arguments, pass_jti=item.pass_jti, usd=item.usd,
+                        started_at=item.started_at, seq=item.seq)
+            else:
+                self._reserve_group(order_id, batch)
+        except BaseException as exc:  # nothing of the batch is known to be written
+            for item in batch:
+                item.result, item.error = None, exc
+        finally:
+            for item in batch:
+                item.done = True
+
+    def _reserve_group(self, order_id: str, batch: list[_Reserving]) -> None:
+        """Number and write two or more reservations of one order in one transaction, in
+        the order they arrived, each checked against its scope with the calls before it in
+        the group counted: exact, as one at a time would be. The order's row is the only
+        one locked, as :meth:`_reserve_at_once` locks it; a sub-order's go the general way.
+        """
+        with self._tx() as conn:
+            row = self._lock_order(conn, order_id)
+            if row.parent_id is not None:  # charges the orders above: the general way
+                self._numbered(order_id, row.last_n, row.parent_id)
+                return
+            n, calls, used = row.last_n, row.calls + row.sub_calls, row.usd + row.sub_usd
+            for item in batch:
+                if item.seq is not None and row.seq != item.seq:
+                    item.error = stale_order(order_id, item.seq, row.seq)
+                    continue
+                scope = item.scope
+                if scope is not None and over_limit(
+                        calls, used, item.usd, max_calls=scope.max_calls,
+                        max_usd=scope.max_usd) is not None:
+                    item.result = OverBudget(scope.name)
+                    continue
+                try:
+                    data = new_call(order_id, n + 1, attempt=item.attempt, tool=item.tool,
+                                    arguments=item.arguments, pass_jti=item.pass_jti,
+                                    started_at=item.started_at)
+                    doc = json_text(data, "a call record")
+                except BadRequest as exc:
+                    item.error = exc
+                    continue
+                self._insert_call(conn, data, doc, n + 1, counted=True, usd=item.usd,
+                                  above=[])
+                n, calls, used = n + 1, calls + 1, used + item.usd
+                item.result = Reserved(data["ref"], data["attempt"], partial(read_call, doc))
+        if n > row.last_n:
+            self._numbered(order_id, n, None)
+        self.reservation_batches += 1
 
     def _reserve_at_once(self, order_id: str, n: int, scope: Scope | None, *, attempt: int,
                          tool: str, arguments: dict[str, Any], pass_jti: str | None,

@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 from awl.cli import main
-from awl.documents.errors import AWLError
+from awl.documents.errors import AWLError, Conflict
 from awl.store.postgres import SCHEMA_VERSION, PostgresStore
 from awl.store.protocol import LockInfo, OverBudget, Reservation, Reserved, Scope
 from gateway._lock import OrderLock
@@ -371,6 +371,61 @@ def test_one_statement_reservations_from_two_stores_number_and_count_exactly(
         assert usage.first_call_at == T0
         assert b.usage("o1", frozenset({"p1"})).tool_calls == 12
         assert reserve(b, usd=0.1, scopes=scope) == OverBudget("order")
+    finally:
+        a.close()
+        b.close()
+
+
+def test_reservations_waiting_together_commit_together_exactly(pg_url: str) -> None:
+    """Reservations of one order that wait while another is written are numbered and
+    written in one transaction (group commit): none returns before it commits, a usd limit
+    and a stale ``seq`` are held to as one at a time would hold them, refs have no gap, and
+    a second store racing meanwhile numbers its own calls after them."""
+    a, b = PostgresStore(pg_url), PostgresStore(pg_url)
+    try:
+        create(a)
+        scope = [Scope(jtis=None, max_calls=100, max_usd=1.0, name="order")]
+        assert reserved(reserve(a, usd=0.1, scopes=scope)).ref == "srv/read#1"
+        before = a.reservation_batches
+        results: list[Reservation | BaseException] = []
+        guard = threading.Lock()
+
+        def run(store: PostgresStore, seq: int | None = None) -> None:
+            try:
+                got: Reservation | BaseException = store.reserve_call(
+                    "o1", attempt=1, tool="srv/read", arguments={}, pass_jti=None, usd=0.1,
+                    started_at=T0, scopes=scope, seq=seq)
+            except AWLError as exc:
+                got = exc
+            with guard:
+                results.append(got)
+
+        with psycopg.connect(pg_url) as holder:
+            holder.execute("SELECT 1 FROM orders WHERE id = 'o1' FOR UPDATE")
+            first = threading.Thread(target=run, args=(a,))
+            first.start()
+            time.sleep(0.3)  # the first reservation now waits for the row, alone
+            rest = [threading.Thread(target=run, args=(a,)) for _ in range(12)]
+            rest.append(threading.Thread(target=run, args=(a, 99)))  # a stale order
+            rest.append(threading.Thread(target=run, args=(b,)))  # another gateway
+            for t in rest:
+                t.start()
+            time.sleep(0.5)
+            assert results == []  # nobody is answered before its commit
+            assert len(a.calls("o1")) == 1
+            holder.rollback()
+        for t in [first, *rest]:
+            t.join(30)
+        won = sorted(int(r.record.ref.rpartition("#")[2]) for r in results
+                     if isinstance(r, Reserved))
+        assert won == list(range(2, 11))  # nine more fit in 1.0 usd
+        assert results.count(OverBudget("order")) == 5
+        stale = [r for r in results if isinstance(r, Conflict)]
+        assert len(stale) == 1 and "99" in str(stale[0])
+        assert a.reservation_batches - before == 1  # the twelve that waited: one group
+        assert [c.ref for c in b.calls("o1")] == [f"srv/read#{n}" for n in range(1, 11)]
+        usage = b.usage("o1")
+        assert (usage.tool_calls, round(usage.usd, 9)) == (10, 1.0)
     finally:
         a.close()
         b.close()

@@ -81,11 +81,13 @@ class StoreThreads:
                 result = context.run(func, *args)
             except BaseException as exc:  # handed to the caller, whatever it is
                 error = exc
+            # Free before the caller hears: its next job, handed over the moment it is
+            # answered, finds this thread free rather than starting another.
+            with lock:
+                self._idle += 1
             with suppress(RuntimeError):  # the loop has closed: nobody waits any more
                 loop.call_soon_threadsafe(_deliver, future, result, error)
             del loop, future, context, func, args, result, error
-            with lock:
-                self._idle += 1
 
     def join(self) -> None:
         """Stop every thread once the work queued before has run, and wait for them."""

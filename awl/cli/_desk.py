@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from awl.cli._common import CLIError, add_store_option
+from awl.cli._common import CLIError, add_store_option, read_stdin
 from awl.desk import Desk, OrderView, Question
 from awl.desk.criteria import check_question, latest_checks
 from awl.desk.home import default_store
@@ -113,7 +113,7 @@ def _print_json(data: Any) -> None:
 
 def _read(name: str) -> Any:
     if name == "-":
-        return load_document(sys.stdin.buffer.read())
+        return load_document(read_stdin())
     return load_document(Path(name))
 
 
@@ -400,6 +400,11 @@ def _duration(seconds: float) -> str:
 def _create(args: argparse.Namespace) -> int:
     actor = _actor(args)
     doc = _object(args.file, "work order")
+    continues = doc.get("continues")
+    # The desk copies nothing, silently, when there is nothing to copy: say so here.
+    if args.copy_handoff and not isinstance(continues, str):
+        raise _fail(f"--copy-handoff copies the handoff of the order this one continues, but "
+                    f"{args.file} names none; add \"continues\": \"ORDER_ID\" or drop the flag")
     with _desk(args) as desk:
         view = desk.create(doc, actor, copy_handoff=args.copy_handoff,
                            workspace=args.workspace)
@@ -407,6 +412,9 @@ def _create(args: argparse.Namespace) -> int:
         _print_json(view.to_json())
     else:
         print(f"created {view.id} for {view.order.to}: {_short(view.order.goal, 80)}")
+    if args.copy_handoff and view.order.handoff is None:
+        print(f"awl: {continues} has no handoff to copy; {view.id} starts without one",
+              file=sys.stderr)
     return 0
 
 

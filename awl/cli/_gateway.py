@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from awl.cli._common import CLIError, add_store_option
+from awl.cli._common import CLIError, add_store_option, check_seconds
 from awl.desk.home import default_store
 from awl.documents.errors import BadRequest
 from awl.passes import MAX_TOKEN_BYTES
@@ -136,6 +136,10 @@ def send_once(args: argparse.Namespace, send: Callable[[Store, Any], _T]) -> _T 
     """
     from gateway import LockBusy, load_config
 
+    # Checked before anything is marked `dispatching`: a timeout of 0 or less would turn
+    # every approved effect `unknown` unsent, and nan fails after the first mark.
+    check_seconds(args.timeout, flag="--timeout")
+    check_seconds(args.lock_wait, flag="--lock-wait", zero=True)
     config = load_config(args.config)
     store = default_store(args.home, url=args.store)
     try:

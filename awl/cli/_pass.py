@@ -7,14 +7,13 @@ import json
 import math
 import os
 import re
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
 # Keys and issuing (PyJWT, cryptography) load when a command uses them: through the package.
 from awl import passes
-from awl.cli._common import CLIError, add_store_option
+from awl.cli._common import CLIError, add_store_option, stdin_text
 from awl.desk.home import default_store, home_dir
 from awl.documents.errors import BadRequest, PassError
 from awl.documents.limits import INT64_MAX, check_epoch, show_value
@@ -109,7 +108,7 @@ def _fail(message: str) -> Exception:
 
 
 def _token(text: str) -> str:
-    token = sys.stdin.read() if text == "-" else text
+    token = stdin_text("the pass") if text == "-" else text
     return token.strip()
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 
 from awl import passes
-from awl.cli._common import CLIError, add_store_option
+from awl.cli._common import CLIError, add_store_option, stdin_text
 from awl.cli._notify import deliverer_options, start_deliverer
 from awl.desk import AsyncDesk
 from awl.desk.home import default_store, home_dir
@@ -158,7 +158,7 @@ def _list_tokens(args: argparse.Namespace) -> int:
 def _revoke_tokens(args: argparse.Namespace) -> int:
     store = default_store(args.home, url=args.store)
     try:
-        token = sys.stdin.read().strip() if args.token == "-" else args.token
+        token = stdin_text("the token").strip() if args.token == "-" else args.token
         rows = _token_rows(revoke_tokens(store, id_prefix=args.id, token=token,
                                          principal=args.principal))
     finally:

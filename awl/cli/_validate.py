@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
-from awl.cli._common import CLIError
+from awl.cli._common import CLIError, read_stdin
 from awl.documents.checks import DocType, check, load_document
 from awl.documents.errors import AWLError
 from awl.documents.findings import Finding
@@ -53,7 +53,7 @@ def register(subparsers: Any) -> None:
 
 def _read(name: str) -> Any:
     if name == "-":
-        return load_document(sys.stdin.buffer.read())
+        return load_document(read_stdin())
     return load_document(Path(name))
 
 

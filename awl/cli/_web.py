@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 
-from awl.cli._common import CLIError, add_store_option
+from awl.cli._common import CLIError, add_store_option, check_seconds
 from awl.cli._notify import deliverer_options, start_deliverer
 from awl.desk.home import default_store, home_dir
 from awl.desk.tokens import check_principal
@@ -54,8 +54,8 @@ def _web(args: argparse.Namespace) -> int:
     if not loopback and not args.allow_remote:
         raise CLIError(f"refusing to serve on {host}: it is not a loopback address; add "
                        "--allow-remote to accept other machines")
-    if not args.session_hours > 0:
-        raise CLIError("--session-hours must be a positive number of hours")
+    # Finite, a year at most: inf would fail only at the first sign-in (the cookie's age).
+    check_seconds(args.session_hours, flag="--session-hours", unit=3600)
     if args.principal is not None:
         check_principal(args.principal)
     upstream = None

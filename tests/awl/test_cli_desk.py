@@ -201,6 +201,26 @@ def test_follow_prints_events_until_the_order_ends(home: Path,
     assert [json.loads(line)["action"] for line in out.splitlines()] == ["cancel"]
 
 
+def test_copy_handoff_with_nothing_to_copy_says_so(home: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """--copy-handoff used to be dropped without a word: on an order that continues none it
+    is refused (no order made); when the continued order has no handoff, the new order is
+    made and stderr says it starts without one."""
+    code, _, err = run(capsys, "order", "create", write(home, "o.json", order_fields()),
+                       "--copy-handoff", "--as", MANAGER)
+    assert code == 2 and "continues" in err
+    one_line_error(err)
+    assert run_json(capsys, "order", "list") == []
+    first = new_order(capsys, home)
+    run(capsys, "cancel", first, "plans changed", "--as", MANAGER)
+    code, out, err = run(capsys, "order", "create",
+                         write(home, "next.json", order_fields(continues=first)),
+                         "--copy-handoff", "--as", MANAGER)
+    assert code == 0 and out.startswith("created ")
+    one_line_error(err)
+    assert f"{first} has no handoff to copy" in err
+
+
 def test_home_flag_picks_the_desk(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--home wins over AWL_HOME."""
     other = home / "other"

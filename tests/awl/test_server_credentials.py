@@ -109,7 +109,7 @@ def test_awl_token_revoke_reads_the_token_from_stdin(
         token = issue_token(store, MANAGER)
     finally:
         store.close()
-    monkeypatch.setattr("sys.stdin", io.StringIO(token + "\n"))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(f"{token}\n".encode())))
     code = main(["token", "revoke", "--token", "-", "--home", str(tmp_path), "--json"])
     capsys.readouterr()
     store = SQLiteStore(tmp_path / "desk.sqlite3")

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+from urllib.parse import urlsplit
 
 from awl.documents import (
     INT64_MAX,
@@ -82,6 +83,10 @@ _COMMON_KEYS = ("connect_timeout", "costs", "hold", "max_result_bytes", "timeout
 _STDIO_KEYS = ("args", "command", "cwd", "env")
 _HTTP_KEYS = ("headers", "url")
 _TYPES = {"stdio": "stdio", "http": "http", "streamable-http": "http", "streamableHttp": "http"}
+_HEADER_NAME_RE = re.compile(r"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
+"""An HTTP header name (a token of RFC 9110)."""
+_HEADER_VALUE_RE = re.compile(r"(?:[\x21-\x7e]+(?:[ \t]+[\x21-\x7e]+)*)?")
+"""A header value the HTTP client sends: visible ASCII, spaces and tabs only inside it."""
 _VAR_RE = re.compile(
     r"\$(?:\$|\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))"
 )
@@ -248,6 +253,8 @@ class _Parser:
             raise self.fail(where, f"must be a string, not {_kind(value)}")
         if not empty and not value:
             raise self.fail(where, "must not be empty")
+        if "\0" in value:  # no command line, folder, environment or header can carry one
+            raise self.fail(where, "must not hold a NUL character (\\u0000)")
         return value
 
     def seconds(self, value: Any, where: tuple[str, ...]) -> float:
@@ -366,6 +373,11 @@ def _server(p: _Parser, name: str, entry: Any, base: Path) -> ServerConfig:
             p.string(a, (*where, "args", str(i)), empty=True) for i, a in enumerate(args_raw)
         )
         env = p.str_map(raw.get("env", {}), (*where, "env"))
+        for key in env:
+            # Else the server would fail only when started, and not say which key.
+            if not key or "=" in key or "\0" in key:
+                raise p.fail((*where, "env", key), "is not an environment variable name: "
+                                                   "it must be non-empty, without '=' or NUL")
         cwd: str | None = None
         if "cwd" in raw:
             cwd = str(base / p.string(raw["cwd"], (*where, "cwd")))
@@ -374,7 +386,26 @@ def _server(p: _Parser, name: str, entry: Any, base: Path) -> ServerConfig:
         url = p.string(raw.get("url"), (*where, "url"))
         if not url.startswith(("http://", "https://")):
             raise p.fail((*where, "url"), f"{show_value(url)} is not an http:// or https:// URL")
+        try:
+            parts = urlsplit(url)
+            host, _ = parts.hostname, parts.port  # the port raises ValueError out of range
+        except ValueError as exc:
+            raise p.fail((*where, "url"),
+                         f"{show_value(url)} is not a usable URL ({exc})") from None
+        if not host:
+            raise p.fail((*where, "url"), f"{show_value(url)} names no host; write for example "
+                                          "http://127.0.0.1:8000/mcp")
         headers = p.str_map(raw.get("headers", {}), (*where, "headers"))
+        for key, text in headers.items():
+            at = (*where, "headers", key)
+            if not _HEADER_NAME_RE.fullmatch(key):
+                raise p.fail(at, "is not an HTTP header name: use letters, digits and - _ .")
+            if not _HEADER_VALUE_RE.fullmatch(text):
+                # Checked here, not when connecting, where the HTTP client's error quotes the
+                # value (often a secret from $VAR) to the log and to the worker. Never shown.
+                raise p.fail(at, "the value (after $VAR expansion) cannot be sent as an HTTP "
+                                 "header: it must be ASCII, without line breaks or spaces at "
+                                 "either end; check it and any variable it names")
         transport = HttpTransport(url=url, headers=headers)
 
     timeout = p.seconds(raw.get("timeout", DEFAULT_TIMEOUT), (*where, "timeout"))

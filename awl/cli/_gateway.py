@@ -70,7 +70,8 @@ def register(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     if args.commit:
-        if args.http or args.pass_token or args.pass_file or args.safe or args.allow_remote:
+        given = args.pass_token is not None or args.pass_file is not None  # even if empty
+        if args.http is not None or given or args.safe or args.allow_remote:
             raise CLIError("--commit runs approved effects and serves nothing; drop --http, "
                            "--pass, --pass-file, --safe and --allow-remote")
         return _commit(args)
@@ -78,10 +79,10 @@ def _run(args: argparse.Namespace) -> int:
         raise CLIError("--json, --timeout and --lock-wait go with --commit")
     from gateway import CHECKPOINT_SECONDS, PASS_ENV, parse_address, run_gateway
 
-    http = parse_address(args.http) if args.http else None
+    http = parse_address(args.http) if args.http is not None else None  # '' is refused
     if http is None and args.allow_remote:
         raise CLIError("--allow-remote goes with --http")
-    if http is not None and (args.pass_token or args.pass_file):
+    if http is not None and (args.pass_token is not None or args.pass_file is not None):
         raise CLIError("over --http each worker sends its own pass as a Bearer token; "
                        "drop --pass and --pass-file")
     token = _pass_token(args) or os.environ.get(PASS_ENV) or None
@@ -160,6 +161,11 @@ def _pass_token(args: argparse.Namespace) -> str | None:
     """The pass given by ``--pass-file`` (its text, stripped) or ``--pass``."""
     if args.pass_file is None:
         token: str | None = args.pass_token
+        if token is not None and not token.strip():
+            # Say so rather than run as the order's worker: `--pass "$T"` with T unset
+            # would otherwise give the connection the whole order instead of the pass.
+            raise CLIError("--pass is empty; give the token `awl pass issue` printed, or "
+                           "leave --pass out to run as the order's worker")
         return token
     try:
         with open(args.pass_file, encoding="utf-8") as f:

@@ -34,9 +34,14 @@ def home_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
         ``.gitignore`` holding ``*``; an existing folder is left as it is.
 
     Raises:
-        BadRequest: The path exists and is not a folder, or cannot be created.
+        BadRequest: The path is empty, exists and is not a folder, or cannot be created.
     """
     if explicit is not None:
+        if not os.fspath(explicit):
+            # Path("") is the working folder: `--home "$DIR"` with DIR unset would quietly
+            # make a desk there.
+            raise BadRequest("the AWL home is given as an empty path; name a folder, or "
+                             f"give none for ${ENV_VAR} (else ./.awl)")
         path = Path(explicit)
     elif os.environ.get(ENV_VAR):
         path = Path(os.environ[ENV_VAR])
@@ -69,10 +74,12 @@ def default_store(explicit: str | os.PathLike[str] | None = None, *,
     thread of its own every ``checkpoint_every`` seconds when given (see :class:`SQLiteStore`).
 
     Raises:
-        BadRequest: the URL cannot name a store (see :func:`awl.open_store`).
+        BadRequest: the URL cannot name a store, or is empty (see :func:`awl.open_store`).
         StoreUnavailable: the store cannot be opened; nothing was written.
     """
-    chosen = url or os.environ.get(STORE_ENV) or None
+    # An empty URL given is refused by open_store, never taken for "use the default":
+    # `--store "$URL"` with URL unset would quietly open another desk.
+    chosen = url if url is not None else os.environ.get(STORE_ENV) or None
     if chosen is not None:
         return open_store(chosen)
     return SQLiteStore(home_dir(explicit) / DESK_FILE, checkpoint_every=checkpoint_every)

@@ -106,3 +106,32 @@ def test_a_desk_file_left_open_by_an_older_version_is_closed_up(tmp_path: Path) 
         modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.glob("desk*")}
     assert modes == {"desk.sqlite3": 0o600, "desk.sqlite3-wal": 0o600,
                      "desk.sqlite3-shm": 0o600}
+
+
+def test_an_empty_home_or_store_url_is_refused_not_taken_for_the_default(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--home ""`` and ``--store ""`` (a variable that is not set, say) are refused: before,
+    the first made a desk in the working folder and the second opened the default desk."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AWL_HOME", str(tmp_path / "home"))
+    with pytest.raises(BadRequest, match="empty path"):
+        home_dir("")
+    with pytest.raises(BadRequest, match="empty"):
+        default_store(url="")
+    with pytest.raises(BadRequest, match="empty path"):
+        default_store("")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_cli_refuses_an_empty_home_or_store_in_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from awl.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AWL_HOME", str(tmp_path / "home"))
+    for words in (["--home", ""], ["--store", ""]):
+        assert main(["order", "list", *words]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("awl: BAD_REQUEST:") and err.count("\n") == 1 and "empty" in err
+    assert list(tmp_path.iterdir()) == []

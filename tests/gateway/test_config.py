@@ -218,3 +218,41 @@ def test_every_unknown_key_is_named_at_once() -> None:
         assert key in error.message
     for place in ("/mcpServers/a: unknown keys", "/mcpServers/b: unknown key", "/gateway:"):
         assert place in error.message
+
+
+@pytest.mark.parametrize(
+    ("entry", "location"),
+    [
+        ({"command": "x", "env": {"A=B": "1"}}, "/mcpServers/a/env/A=B"),
+        ({"command": "x", "env": {"": "1"}}, "/mcpServers/a/env/"),
+        ({"command": "x", "env": {"A\0": "1"}}, "/mcpServers/a/env/A\0"),
+        ({"command": "x", "env": {"A": "1\0"}}, "/mcpServers/a/env/A"),
+        ({"command": "x", "args": ["a\0b"]}, "/mcpServers/a/args/0"),
+        ({"command": "py\0thon"}, "/mcpServers/a/command"),
+        ({"url": "http://"}, "/mcpServers/a/url"),
+        ({"url": "https:///mcp"}, "/mcpServers/a/url"),
+        ({"url": "http://h:99999/mcp"}, "/mcpServers/a/url"),
+        ({"url": "http://h/mcp", "headers": {"Bad Name": "x"}}, "/mcpServers/a/headers/Bad Name"),
+        ({"url": "http://h/mcp", "headers": {"X": "caf\u00e9"}}, "/mcpServers/a/headers/X"),
+    ],
+)
+@pytest.mark.spec("BIND-5")
+def test_what_the_os_or_http_cannot_carry_is_refused_on_load(entry: Any, location: str) -> None:
+    """An environment name, NUL byte, URL without a host or header no process or HTTP request
+    can carry is refused where it is, on load, not when the server is first started."""
+    assert _refused({"mcpServers": {"a": entry}}).location == location
+
+
+@pytest.mark.spec("BIND-5")
+@pytest.mark.parametrize("value", ["s3cret\n", "s3cret\r\nX-Evil: 1", "s3cret "])
+def test_a_header_value_http_cannot_send_is_refused_without_showing_it(
+        monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    """A token read from $VAR with a line break or a space at its end is refused on load,
+    naming the header but never its value (the HTTP client's own error quotes it, and that
+    reached the log and the worker as the tool's error)."""
+    monkeypatch.setenv("AWL_TEST_TOKEN", value)
+    headers = {"Authorization": "Bearer $AWL_TEST_TOKEN"}
+    error = _refused({"mcpServers": {"a": {"url": "http://h/mcp", "headers": headers}}})
+    assert error.location == "/mcpServers/a/headers/Authorization"
+    assert "s3cret" not in error.message and "\n" not in error.message
+    assert "cannot be sent as an HTTP header" in error.message

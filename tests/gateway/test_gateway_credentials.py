@@ -330,6 +330,28 @@ def test_a_missing_or_empty_pass_file_is_one_line(
     assert code != 0 and err.count("\n") == 1 and problem in err
 
 
+@pytest.mark.spec("SEC-11")
+@pytest.mark.parametrize(("words", "problem"), [
+    (["--pass", ""], "--pass is empty"),
+    (["--pass", " \n"], "--pass is empty"),
+    (["--http", ""], "is not HOST:PORT"),
+    (["--commit", "--pass", ""], "drop --http, --pass"),
+    (["--commit", "--pass-file", ""], "drop --http, --pass"),
+    (["--commit", "--http", ""], "drop --http, --pass"),
+])
+def test_an_empty_pass_or_address_is_refused_not_dropped(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], words: list[str],
+        problem: str) -> None:
+    """``--pass "$T"`` with T unset is refused in one line: before, the gateway ran as the
+    order's worker, with the whole order rather than the narrower pass; ``--http ""`` served
+    stdio, and ``--commit`` took an empty --pass, --pass-file or --http silently."""
+    env = make_env(tmp_path, servers={}, tools=["notes/*"], staged=[])
+    code = main(["gateway", "--order", env.order_id, "--config", str(env.config),
+                 "--home", str(env.home), *words])
+    err = capsys.readouterr().err
+    assert code != 0 and err.count("\n") == 1 and problem in err
+
+
 @pytest.mark.slow
 @pytest.mark.spec("DP-14", "P9")
 async def test_a_pass_for_another_issuer_or_dated_ahead_gets_401(tmp_path: Path) -> None:

@@ -418,7 +418,7 @@ class Desk(DeskWaiting):
             full["attempt"] = attempt
             calls = self.store.calls(order.id)
             below = reports_below(self.store, order.id)
-            findings = list(iter_report_findings(full, order, calls or None,
+            findings = list(iter_report_findings(full, order, calls,
                                                  [run.to_json() for run in runs]
                                                  if runs else None, below or None))
             late = parse_time(order.deadline) < now

@@ -659,6 +659,8 @@ def _report_call_rules(report: WorkReport, order: WorkOrder | None,
             problems.append(f"the call was made in attempt {call.attempt}")
         if problems:
             yield Finding("R17", "invalid", pointer("effects", i), "; ".join(problems))
+    if not ours:
+        return  # no call of the order recorded: its tools were used outside a gateway
     called = {c.tool for c in ours
               if c.attempt == attempt and c.outcome in ("ok", "error", "held")}
     if set(report.tools_used) != called:

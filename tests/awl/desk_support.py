@@ -109,9 +109,32 @@ def working(desk: Desk, manager: str = MANAGER, **order: Any) -> OrderView:
 
 
 def submitted(desk: Desk, **report: Any) -> OrderView:
-    """A new order with a submitted done report."""
+    """A new order with a submitted done report; the effects it lists (:func:`effect`) are
+    held calls the worker made first, numbered as their refs say (R16, R17)."""
     view = working(desk)
+    effects = report.get("effects") or []
+    if effects:
+        hold_effects(desk.store, view.id, effects)
+        report.setdefault("tools_used", sorted({e["tool"] for e in effects}))
     return desk.report(view.id, WORKER, report_fields(**report))
+
+
+def hold_effects(store: Store, order_id: str, effects: list[dict[str, Any]]) -> None:
+    """Record a held call for each effect, numbered as its ref says (refs 1 to the highest,
+    in order: a number no effect names is an ``ok`` call of the same tool)."""
+    wanted = {int(e["ref"].rsplit("#", 1)[1]): e for e in effects}
+    at = "2026-10-09T09:30:00Z"
+    for n in range(1, max(wanted) + 1):
+        e = wanted.get(n, effects[0])
+        call = reserved(store.reserve_call(
+            order_id, attempt=1, tool=e["tool"], arguments=e["arguments"], pass_jti=None,
+            usd=0.0, started_at=at, scopes=()))
+        assert call.ref == f"{e['tool']}#{n}", call.ref
+        if n in wanted:
+            store.hold_call(order_id, call.ref, result=None, ended_at=at)
+        else:
+            store.finish_call(order_id, call.ref, outcome="ok", result=None, error=None,
+                              ended_at=at)
 
 
 STORES = ["memory", "sqlite", "postgres"]

@@ -425,6 +425,22 @@ def test_the_report_is_checked_against_the_order_s_calls(desk: Desk, store: Stor
     assert ok.state == "submitted"
 
 
+@pytest.mark.spec("R16", "R18")
+def test_an_order_without_calls_proves_no_call(desk: Desk) -> None:
+    """No call recorded is no proof: a report citing calls on an order whose worker made
+    none (R16, for evidence and effects alike) is refused, as the approval page would flag
+    it; the tools it says it used outside a gateway cannot be checked (no R18)."""
+    view = working(desk)
+    with pytest.raises(ValidationFailed) as caught:
+        desk.report(view.id, WORKER, report_fields(
+            evidence=[{"criterion": "c1", "type": "tool_call", "ref": "filings/search#1"},
+                      {"criterion": "c2", "type": "note", "note": "cited"}],
+            effects=[effect(2, to="cfo")]))
+    assert rules(caught.value) >= {("R16", "/evidence/0/ref"), ("R16", "/effects/0/ref")}
+    assert not any(rule == "R18" for rule, _ in rules(caught.value))
+    assert desk.report(view.id, WORKER, report_fields()).state == "submitted"
+
+
 # ----------------------------------------------------------------------------- expiry
 
 @pytest.mark.spec("LC-3", "LC-10")

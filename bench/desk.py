@@ -3,14 +3,16 @@
 ``python -m bench.desk [--quick] [--orders N] [--cycles N] [--store sqlite,postgres]
 [--postgres-url URL]``
 
-1. **Cycles**: full create → accept → start → report → approve cycles through
+1. **Cycles**: full create → accept → start → calls → report → approve cycles through
    :class:`awl.Desk` on a fresh desk of each store (every step one durable transaction, the
-   order and report checked by the numbered rules), in cycles per second, and as ratios to
+   order and report checked by the numbered rules; the calls step records the worker's two
+   calls as a gateway does, a search answered and a mail held, which the report cites), in cycles per second, and as ratios to
    the same cycles on the memory store: the floor, the desk's own checks with no storage.
 2. **A large desk**: ``--orders`` orders (default 100,000) spread over 50 workers and 10
    managers, one worker holding a fifth of them. Each store is filled with bulk inserts
    of documents the desk itself wrote for a handful of template orders (same shapes, new
    ids), so building it takes seconds rather than the hours single durable writes would.
+   The worker's call records are not copied: none of the reads measured touches them.
    Then the median latency of: a track record (typical and busiest worker, and the busiest
    as one manager sees it), listing pages (newest, by worker, by state, by manager and
    state, by two states, a deep page by offset and by cursor, and a deep page by worker),
@@ -38,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from awl import Desk, Event, MemoryStore, Review, WorkOrder, WorkReport, open_store
-from awl.store.protocol import Store
+from awl.documents.models import format_time
+from awl.store.protocol import Reserved, Store
 from awl.store.sqlite import fill_current as fill_sqlite_current
 from bench.stores import Stores, add_options, ratio
 from bench.stores import columns as columns_text
@@ -59,13 +62,11 @@ ORDER: dict[str, Any] = {
 REPORT: dict[str, Any] = {
     "status": "done",
     "result": {"summary": "Summary written; the mail is held for approval."},
-    "evidence": [{"criterion": "c1", "type": "artifact", "ref": "file:summary.md"},
-                 {"criterion": "c2", "type": "note", "note": "held as mail/send#1"}],
+    "evidence": [{"criterion": "c1", "type": "artifact", "ref": "file:summary.md"}],
     "cost": {"usd": 1.25, "tool_calls": 12},
-    "tools_used": ["filings/search"],
-    "effects": [{"ref": "mail/send#1", "tool": "mail/send",
-                 "arguments": {"to": "cfo@example.com", "subject": "Q3"}}],
+    "tools_used": ["filings/search", "mail/send"],
 }
+MAIL: dict[str, Any] = {"to": "cfo@example.com", "subject": "Q3"}
 # Outcomes of the bulk orders, with their share (out of 20).
 MIX = (("approved", 11), ("reworked", 2), ("working", 2), ("blocked", 1), ("cancelled", 2),
        ("declined", 1), ("expired", 1))
@@ -81,9 +82,29 @@ class _Clock:
         return self.now
 
 
+def worked(store: Store, order_id: str, attempt: int = 1,
+           now: datetime | None = None) -> dict[str, Any]:
+    """Record the worker's calls of one attempt as a gateway records them (a search
+    answered, then the mail held for approval) and return the report citing them: the desk
+    checks a report's effects and tool_call evidence against the recorded calls (R16-R18)."""
+    at = format_time(now or datetime.now(UTC))
+    refs = []
+    for tool, arguments in (("filings/search", {"q": "10-Q"}), ("mail/send", MAIL)):
+        made = store.reserve_call(order_id, attempt=attempt, tool=tool, arguments=arguments,
+                                  pass_jti=None, usd=0.0, started_at=at, scopes=())
+        assert isinstance(made, Reserved), made  # the budget allows two calls
+        refs.append(made.record.ref)
+    store.finish_call(order_id, refs[0], outcome="ok", result=None, error=None, ended_at=at)
+    store.hold_call(order_id, refs[1], result=None, ended_at=at)
+    return {**REPORT,
+            "evidence": [*REPORT["evidence"],
+                         {"criterion": "c2", "type": "tool_call", "ref": refs[1]}],
+            "effects": [{"ref": refs[1], "tool": "mail/send", "arguments": MAIL}]}
+
+
 # --------------------------------------------------------------------------- cycles
 
-STEPS = ("create", "accept", "start", "report", "approve")
+STEPS = ("create", "accept", "start", "calls", "report", "approve")
 
 
 def cycles(store: Store, count: int) -> tuple[float, dict[str, float]]:
@@ -103,7 +124,8 @@ def cycles(store: Store, count: int) -> tuple[float, dict[str, float]]:
         order_id = timed("create", lambda: desk.create(ORDER, MANAGER)).id
         timed("accept", lambda: desk.accept(order_id, WORKER))  # noqa: B023 - called now
         timed("start", lambda: desk.start(order_id, WORKER))  # noqa: B023
-        timed("report", lambda: desk.report(order_id, WORKER, REPORT))  # noqa: B023
+        report = timed("calls", lambda: worked(store, order_id))  # noqa: B023
+        timed("report", lambda: desk.report(order_id, WORKER, report))  # noqa: B023
         timed("approve", lambda: desk.review(order_id, MANAGER, "approve"))  # noqa: B023
     elapsed = time.perf_counter() - began
     return count / elapsed, {k: statistics.median(v) * 1000 for k, v in steps.items()}
@@ -118,7 +140,8 @@ def _dump(model: WorkOrder | WorkReport | Review | Event) -> str:
 def _templates() -> dict[str, tuple[Any, list[str], list[str], list[str]]]:
     """For each outcome: (state, events, reports, reviews) as JSON text the desk wrote."""
     store = MemoryStore()
-    desk = Desk(store, clock=_Clock())
+    clock = _Clock()
+    desk = Desk(store, clock=clock)
     out = {}
     for kind, _share in MIX:
         view = desk.create(ORDER, MANAGER)
@@ -131,16 +154,16 @@ def _templates() -> dict[str, tuple[Any, list[str], list[str], list[str]]]:
             desk.accept(oid, WORKER)
             desk.start(oid, WORKER)
             if kind == "blocked":
-                blocked = {k: v for k, v in REPORT.items() if k != "effects"}
-                desk.report(oid, WORKER, {**blocked, "status": "blocked",
+                desk.report(oid, WORKER, {**REPORT, "status": "blocked", "tools_used": [],
                                           "questions": ["Which quarter?"]})
             elif kind == "expired":
-                desk.report(oid, WORKER, {**REPORT, "cost": {"usd": 9, "tool_calls": 3}})
+                desk.report(oid, WORKER, {**worked(store, oid, now=clock()),
+                                          "cost": {"usd": 9, "tool_calls": 3}})
             elif kind in ("approved", "reworked"):
                 if kind == "reworked":
-                    desk.report(oid, WORKER, REPORT)
+                    desk.report(oid, WORKER, worked(store, oid, now=clock()))
                     desk.review(oid, MANAGER, "rework", "cite the pages")
-                desk.report(oid, WORKER, REPORT)
+                desk.report(oid, WORKER, worked(store, oid, 1 + (kind == "reworked"), clock()))
                 desk.review(oid, MANAGER, "approve")
         record = store.load(oid)
         out[kind] = (
@@ -355,7 +378,7 @@ def table(columns: dict[str, Column], floor: tuple[float, dict[str, float]], *, 
     names = list(columns)
     per_second, steps = floor
     rows: list[tuple[str, list[str]]] = [
-        (f"create→accept→start→report→approve ({count} cycles)",
+        (f"create→accept→start→calls→report→approve ({count} cycles)",
          [f"{c.per_second:.1f} cycles/s" for c in columns.values()]),
         ("  time per cycle / memory store (the floor)",
          [ratio(per_second, c.per_second) for c in columns.values()]),

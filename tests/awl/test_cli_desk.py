@@ -6,13 +6,22 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from awl.cli import main
-from tests.awl.desk_support import MANAGER, WORKER, effect, order_fields, report_fields
+from awl.desk.home import default_store
+from tests.awl.desk_support import (
+    MANAGER,
+    WORKER,
+    effect,
+    hold_effects,
+    order_fields,
+    report_fields,
+)
 
 
 @pytest.fixture
@@ -72,8 +81,10 @@ def test_an_order_runs_its_course_from_the_command_line(
     code, out, _ = run(capsys, "work", "progress", order_id, "read the filings",
                        "--percent", "30")
     assert (code, out) == (0, f"noted progress on {order_id}: now working (seq 4)\n")
-    report = write(home, "r.json", report_fields(effects=[effect(1), effect(2)],
-                                                 tools_used=[]))
+    effects = [effect(1), effect(2)]
+    with closing(default_store()) as store:  # the gateway held the worker's two mails
+        hold_effects(store, order_id, effects)
+    report = write(home, "r.json", report_fields(effects=effects, tools_used=["mail/send"]))
     assert run_json(capsys, "work", "report", order_id, report)["state"] == "submitted"
     monkeypatch.delenv("AWL_ACTOR")
 

@@ -6,8 +6,9 @@
 1. **Cycles**: full create → accept → start → calls → report → approve cycles through
    :class:`awl.Desk` on a fresh desk of each store (every step one durable transaction, the
    order and report checked by the numbered rules; the calls step records the worker's two
-   calls as a gateway does, a search answered and a mail held, which the report cites), in cycles per second, and as ratios to
-   the same cycles on the memory store: the floor, the desk's own checks with no storage.
+   calls as a gateway does, a search answered and a mail held, which the report cites), in
+   cycles per second, and as ratios to the same cycles on the memory store: the floor, the
+   desk's own checks with no storage.
 2. **A large desk**: ``--orders`` orders (default 100,000) spread over 50 workers and 10
    managers, one worker holding a fifth of them. Each store is filled with bulk inserts
    of documents the desk itself wrote for a handful of template orders (same shapes, new

@@ -234,6 +234,12 @@ def _describe(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _shutting_down(server: str) -> UpstreamUnavailable:
+    return UpstreamUnavailable(
+        f"upstream {server!r} is not available: the gateway is shutting down",
+        server=server, sent=False)
+
+
 # ---------------------------------------------------------------------------- connections
 
 
@@ -310,6 +316,11 @@ class _Connection:
     client: Client | None = None
     stop: anyio.Event = field(default_factory=anyio.Event)
     """Set to end the connection: by the pool, or when the server's output ends."""
+    starting: anyio.CancelScope | None = None
+    """Its start, while under way (None once connected)."""
+    transport_open: bool = False
+    """Whether its transport is open: only then may its start be cancelled (cancelling while
+    a process is being spawned could leave it running)."""
 
     @property
     def live(self) -> bool:
@@ -360,10 +371,26 @@ class _Upstream:
         """When (anyio clock) the next start may be tried, after a failed one."""
         self.first_done = anyio.Event()
         """Set once the pool's first attempt to start the server has ended, either way."""
-        self.starting: anyio.CancelScope | None = None
-        """The start under way; the pool cancels it on closing once the transport is open
-        (cancelling while a process is being spawned could leave it running)."""
-        self.transport_open = False
+        self.closing = False
+        """Set by :meth:`close`: no start begins any more."""
+
+    def close(self) -> None:
+        """The pool is closing: end the connection, and abandon its start if one is under
+        way, at once if its transport is open, else as soon as it is (:meth:`_abandon`)."""
+        self.closing = True
+        if self.conn is not None:
+            self.conn.end()
+            self._abandon(self.conn)
+
+    def _abandon(self, conn: _Connection) -> None:
+        """Cancel the start of ``conn`` if the pool is closing and that is safe: a start the
+        pool cannot cancel yet must end by itself once it can, for no one will ask again."""
+        if self.closing and conn.transport_open and conn.starting is not None:
+            conn.starting.cancel()
+
+    def _opened(self, conn: _Connection) -> None:
+        conn.transport_open = True
+        self._abandon(conn)
 
     def failed_start(self, message: str) -> None:
         self.error = message
@@ -389,26 +416,31 @@ class _Upstream:
             if isinstance(transport, HttpTransport):
                 http = http_client(transport.headers)
                 async with http, streamable_http_client(transport.url, http_client=http) as (r, w):
-                    self.transport_open = True
+                    self._opened(conn)
                     yield _WatchedReadStream(r, conn.end, self.config.name), w
             else:
                 async with stdio_transport(transport, self.errlog) as (r, w):
-                    self.transport_open = True
+                    self._opened(conn)
                     yield _WatchedReadStream(r, conn.end, self.config.name), w
 
         return watched()
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[_Connection]) -> None:
-        """Own one connection from start to end, in this task (the SDK requires one task)."""
+        """Own one connection from start to end, in this task (the SDK requires one task).
+
+        The connection is the server's from the outset, so that :meth:`close` reaches it
+        however far its start has come."""
         name = self.config.name
-        conn = _Connection()
+        if self.closing:  # the pool closed before this start began: begin none
+            raise _shutting_down(name)
+        self.conn = conn = _Connection()
         started = False
         try:
             deadline = anyio.current_time() + self.config.connect_timeout
             # The handshake is bounded by the connect timeout only; the scope's deadline is
             # lifted once connected so calls are bounded by their own timeouts.
             with anyio.CancelScope(deadline=deadline) as scope:
-                self.starting, self.transport_open = scope, False
+                conn.starting = scope
                 handlers = self.handlers
                 # log_level opts in to a 2026-07-28 server's log messages (the handshake
                 # era sends them unasked); the handler decides what reaches the worker.
@@ -422,7 +454,7 @@ class _Upstream:
                 ) as client:
                     self.tools, self.skipped = await self._list(client)
                     scope.deadline = math.inf
-                    self.starting = None
+                    conn.starting = None
                     conn.client = client
                     self.starts += 1
                     self.error = None
@@ -452,7 +484,7 @@ class _Upstream:
             self.error = f"the connection to upstream {name!r} ended: {_describe(exc)}"
             logger.warning("%s", self.error)
         finally:
-            self.starting = None
+            conn.starting = None
             conn.end()
             conn.client = None
 
@@ -585,10 +617,7 @@ class UpstreamPool:
                         tb: TracebackType | None) -> None:
         self._closing = True
         for up in self._upstreams.values():
-            if up.starting is not None and up.transport_open:
-                up.starting.cancel()
-            if up.conn is not None:
-                up.conn.end()
+            up.close()
         tg, self._tg = self._tg, None
         if tg is not None:
             # The body's own exception is not the connections' business: passing it in would
@@ -681,10 +710,7 @@ class UpstreamPool:
                 return conn
             name = up.config.name
             if self._closing or self._tg is None:
-                raise UpstreamUnavailable(
-                    f"upstream {name!r} is not available: the gateway is shutting down",
-                    server=name, sent=False,
-                )
+                raise _shutting_down(name)
             if up.attempts != attempts and up.last_start_failed and up.error is not None:
                 # Someone else tried while we waited, and failed: share that answer rather
                 # than start the server again once per waiting caller.
@@ -697,7 +723,6 @@ class UpstreamPool:
             up.attempts += 1
             conn = await self._tg.start(up.run)
             assert isinstance(conn, _Connection)
-            up.conn = conn
             return conn
 
     async def call(

@@ -3,13 +3,14 @@
 The public surface is re-exported here; everything else is private. Each name loads with its
 module the first time it is used (:mod:`awl.documents.lazy`), so importing one part of the
 library (``awl.store.sqlite``, or the gateway) does not load all of it.
+
+``import awl`` itself loads nothing, not even ``typing``: the ``awl`` command imports it
+before its entry point (:func:`awl.cli.main`) can catch a Ctrl-C, so it must take no time.
 """
 
-import typing
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, to type checkers too (they take it by its name)
 
-from awl.documents.lazy import lazy_exports as _lazy_exports
-
-if typing.TYPE_CHECKING:
+if TYPE_CHECKING:
     from awl.desk import AsyncDesk, Desk, OrderView, Question, QuestionPage, Subscription
     from awl.desk.effects import EffectView, list_effects
     from awl.desk.home import default_store, home_dir
@@ -120,7 +121,20 @@ _HOMES = {name: home for home, names in {
     "awl.store.sqlite": ("SQLiteStore",),
     "awl.store.urls": ("open_store",),
 }.items() for name in names}
-__getattr__, __dir__ = _lazy_exports(__name__, _HOMES)
+del TYPE_CHECKING
+
+
+def __getattr__(name: str) -> object:
+    from awl.documents.lazy import lazy_exports  # loads the documents layer: on first use
+
+    return lazy_exports(__name__, _HOMES)[0](name)
+
+
+def __dir__() -> list[str]:
+    from awl.documents.lazy import lazy_exports
+
+    return lazy_exports(__name__, _HOMES)[1]()
+
 
 __version__ = "0.1.0"
 

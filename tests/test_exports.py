@@ -101,7 +101,8 @@ def _views(package: str) -> tuple[set[str], dict[str, tuple[str, str]]]:
     eager: set[str] = set()
     typing_only: dict[str, tuple[str, str]] = {}
     for node in ast.parse(path.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "typing.TYPE_CHECKING":
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("typing.TYPE_CHECKING",
+                                                                    "TYPE_CHECKING"):
             for stmt in node.body:
                 assert isinstance(stmt, ast.ImportFrom) and stmt.module, ast.dump(stmt)
                 for alias in stmt.names:

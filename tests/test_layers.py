@@ -64,6 +64,13 @@ LATE_IMPORTS: dict[tuple[str, str], str] = {
                                       "are checked",
     ("awl.documents.lazy", "<computed name>"): "a package's lazy export loads its module on "
                                                "first use (PEP 562; the only importlib)",
+    # The entry point catches Ctrl-C from its first line on (awl.cli.main): what it loads
+    # loads inside it, and `import awl`, before it, loads nothing.
+    ("awl.cli", "awl.cli._main"): "the commands, loaded inside the entry point's try",
+    ("awl.cli", "signal"): "the entry point holds SIGINT while the commands load (inside "
+                           "its try: a Ctrl-C while signal loads exits 130 too)",
+    ("awl", "awl.documents"): "awl.documents.lazy (with the documents layer), on the first "
+                              "name read from the package",
 }
 
 LAZY_PACKAGES = ("awl", "awl.documents", "awl.passes", "gateway")

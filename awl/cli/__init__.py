@@ -1,94 +1,48 @@
-"""The ``awl`` command.
+"""The ``awl`` command: :func:`main` is its entry point (``awl = "awl.cli:main"``).
 
-Each group of subcommands lives in its own module with a ``register(subparsers)`` function
-that adds its parsers and sets ``func`` on them; ``func(args) -> int`` is the exit code.
-Errors the user can cause are raised as :class:`awl.AWLError` (or ``CLIError``) and printed
-as one line, never a traceback.
+The commands live in :mod:`awl.cli._main` and the modules it loads. This module imports
+nothing when it loads, and ``import awl`` next to nothing, so that all the loading (most of
+the command's first 0.3 s) happens inside :func:`main`, where a Ctrl-C ends the command as
+quietly as one during its work: exit 130, no traceback.
 """
 
-from __future__ import annotations
-
-import argparse
-import os
-import sys
-from collections.abc import Sequence
-
-from awl.cli import _desk, _effects, _gateway, _notify, _pass, _serve, _store, _validate, _web
-from awl.cli._common import CLIError
-from awl.documents.errors import AWLError
-from awl.documents.limits import check_text, show_value
-
-__all__ = ["CLIError", "build_parser", "main"]
-
-# Modules that add subcommands, in the order they appear in --help.
-_COMMAND_MODULES = (_validate, _desk, _pass, _gateway, _effects, _serve, _web, _store, _notify)
+__all__ = ["main"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser, with every installed command group."""
-    parser = argparse.ArgumentParser(
-        prog="awl",
-        description="Work Orders, Work Reports, Delegation Passes and the MCP gateway.",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in _COMMAND_MODULES:
-        module.register(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``awl`` command; returns the exit code.
-
-    Every failure the user can cause ends here as one line on stderr: an argument that is
-    not UTF-8 (DOC-13), an :class:`AWLError`, a reader that went away (``awl ... | head``).
-    """
-    words = sys.argv[1:] if argv is None else list(argv)
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``awl`` command (``argv``: its words, default ``sys.argv[1:]``); returns the
+    exit code, 130 after a Ctrl-C (SIGINT) whether the command was still loading or at
+    work, as a shell reports a command it interrupted."""
     try:
-        _check_words(words)
-        parser = build_parser()
-        args = parser.parse_args(words)
-        func = getattr(args, "func", None)
-        if func is None:
-            parser.print_help()
-            return 2
-        code: int = func(args)
-        sys.stdout.flush()
-    except CLIError as exc:
-        print(f"awl: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except AWLError as exc:
-        print(f"awl: {exc.code}: {exc.message}", file=sys.stderr)
-        return 1
+        if not _load_commands():
+            return 130
+        from awl.cli._main import run
+
+        return run(argv)
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        return _reader_gone()
-    except OSError as exc:  # the file system said no (a name too long, a full disk, ...)
-        name = f" {show_value(os.fsdecode(exc.filename))}" if exc.filename else ""
-        print(f"awl: cannot use{name}: {exc.strerror or exc}; check the path and try again",
-              file=sys.stderr)
-        return 1
-    return code
 
 
-def _check_words(words: Sequence[str]) -> None:
-    """Refuse an argument that is not UTF-8 (Python hands it over as lone surrogates)."""
-    for i, word in enumerate(words):
-        after = f" (after {words[i - 1]!r})" if i and words[i - 1].isprintable() else ""
-        check_text(word, name=f"argument {i + 1}{after}")
+def _load_commands() -> bool:
+    """Import the commands; False if a Ctrl-C came meanwhile.
 
+    While they load, SIGINT only notes that it came: a KeyboardInterrupt raised then may land
+    in a callback of the import system, which Python prints as ignored and carries on. A
+    SIGINT that is not Python's default (ignored in a background job, or a handler of the
+    caller's) is left as it is, as it is outside the main thread.
+    """
+    import signal
 
-def _reader_gone() -> int:
-    # Whoever read our output stopped (``| head -c 1``): not an error of ours. Point stdout
-    # at /dev/null so the interpreter's last flush at exit finds nowhere to fail.
+    came: list[int] = []
+    held = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    if held:
+        try:
+            signal.signal(signal.SIGINT, lambda signum, _frame: came.append(signum))
+        except ValueError:  # not the main thread
+            held = False
     try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):
-        pass
-    return 141  # what a shell reports for a process ended by SIGPIPE
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        import awl.cli._main  # noqa: F401
+    finally:
+        if held:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    return not came

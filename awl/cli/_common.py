@@ -1,5 +1,5 @@
-"""What the command modules share, below the dispatcher (:mod:`awl.cli`), which imports
-them all: so they never import the package itself."""
+"""What the command modules share, below the dispatcher (:mod:`awl.cli._main`), which
+imports them all: so they never import it, nor the package (whose ``main`` loads it)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,9 @@
 ``add`` subscribes a URL to events and prints its signing secret, once; ``list`` and
 ``remove`` manage subscriptions; ``log`` shows the outbox with every delivery attempt; ``run``
 delivers until interrupted (``awl web`` and ``awl serve`` run the same deliverer while they
-run). :func:`deliverer_options` and :func:`start_deliverer` give those commands the options.
+run). :func:`deliverer_options`, :func:`check_deliverer_options` and :func:`start_deliverer`
+give those commands the options. A webhook URL is shown with its password hidden, as a store
+URL is (:func:`awl.store.urls.shown_url`): the receiver has it, and no listing needs it.
 """
 
 from __future__ import annotations
@@ -15,18 +17,21 @@ import sys
 import time
 from typing import Any
 
-from awl.cli._common import add_store_option
+from awl.cli._common import add_store_option, check_seconds
 from awl.desk.desk import Desk
 from awl.desk.home import default_store
 from awl.desk.notify import (
     PUBLIC_URL_ENV,
     Deliverer,
+    check_url,
     describe,
     describe_notification,
     webhook_store,
 )
+from awl.documents.errors import BadRequest
 from awl.documents.limits import check_integer
-from awl.store.protocol import WebhookStore
+from awl.store.protocol import Webhook, WebhookStore
+from awl.store.urls import shown_url
 
 
 def register(subparsers: Any) -> None:
@@ -101,6 +106,13 @@ def deliverer_options(parser: argparse.ArgumentParser, *, switch: bool = True) -
                             help="do not deliver webhooks from this process")
 
 
+def check_deliverer_options(args: argparse.Namespace) -> None:
+    """Refuse a deliverer's wait that is no number of seconds, naming its flag (the deliverer
+    itself names its parameters); a server command checks before it listens."""
+    for flag in ("--notify-timeout", "--retry-for", "--backoff", "--poll"):
+        check_seconds(getattr(args, flag[2:].replace("-", "_"), None), flag=flag)
+
+
 def make_deliverer(args: argparse.Namespace, store: Any, **options: Any) -> Any:
     """The deliverer the parsed options ask for (BadRequest for a bad public URL, or a
     store that keeps no webhooks)."""
@@ -128,12 +140,17 @@ def _add(args: argparse.Namespace) -> int:
     desk = _desk(args)
     try:
         webhook = desk.add_webhook(args.url, args.events, orders=args.orders)
+    except BadRequest:
+        # The desk quotes a URL it refuses: refuse it again as shown, its password hidden.
+        check_url(shown_url(args.url))
+        raise
     finally:
         desk.store.close()
     if args.json:
-        print(json.dumps(describe(webhook, secret=True)))
+        print(json.dumps(_described(webhook, secret=True)))
     else:
-        print(f"{webhook.id}  {webhook.url}  {','.join(webhook.events)}  {_scope(webhook)}")
+        print(f"{webhook.id}  {shown_url(webhook.url)}  {','.join(webhook.events)}  "
+              f"{_scope(webhook)}")
         print(f"secret: {webhook.secret}")
     print(f"awl notify: subscribed {webhook.id}; its secret is shown only now: give it to the "
           "receiver to verify each webhook-signature", file=sys.stderr)
@@ -144,6 +161,11 @@ def _scope(webhook: Any) -> str:
     return "every order" if webhook.orders is None else ",".join(webhook.orders)
 
 
+def _described(webhook: Webhook, *, secret: bool = False) -> dict[str, object]:
+    """:func:`describe`, the URL's password hidden."""
+    return {**describe(webhook, secret=secret), "url": shown_url(webhook.url)}
+
+
 def _list(args: argparse.Namespace) -> int:
     desk = _desk(args)
     try:
@@ -151,12 +173,12 @@ def _list(args: argparse.Namespace) -> int:
     finally:
         desk.store.close()
     if args.json:
-        print(json.dumps([describe(w) for w in webhooks]))
+        print(json.dumps([_described(w) for w in webhooks]))
     elif not webhooks:
         print("no webhooks (add one with `awl notify add URL --events ...`)")
     for webhook in [] if args.json else webhooks:
-        print(f"{webhook.id}  {webhook.created_at}  {webhook.url}  {','.join(webhook.events)}"
-              f"  {_scope(webhook)}")
+        print(f"{webhook.id}  {webhook.created_at}  {shown_url(webhook.url)}  "
+              f"{','.join(webhook.events)}  {_scope(webhook)}")
     return 0
 
 
@@ -200,6 +222,7 @@ def _log(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    check_deliverer_options(args)
     store = _store(args)
     try:
         deliverer = make_deliverer(args, store, retry_for=args.retry_for,

@@ -16,7 +16,7 @@ import anyio
 
 from awl import passes
 from awl.cli._common import CLIError, add_store_option, stdin_text
-from awl.cli._notify import deliverer_options, start_deliverer
+from awl.cli._notify import check_deliverer_options, deliverer_options, start_deliverer
 from awl.desk import AsyncDesk
 from awl.desk.home import default_store, home_dir
 from awl.desk.tokens import check_principal, issue_token, revoke_tokens, token_hash, token_id
@@ -75,6 +75,7 @@ def register(subparsers: Any) -> None:
 def _serve(args: argparse.Namespace) -> int:
     from awl.server import DeskServer, is_loopback, parse_address, serve_stdio
 
+    check_deliverer_options(args)
     if args.principal is not None:
         if args.allow_remote:
             raise CLIError("--allow-remote goes with --http")

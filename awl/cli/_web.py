@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 
 from awl.cli._common import CLIError, add_store_option, check_seconds
-from awl.cli._notify import deliverer_options, start_deliverer
+from awl.cli._notify import check_deliverer_options, deliverer_options, start_deliverer
 from awl.desk.home import default_store, home_dir
 from awl.desk.tokens import check_principal
 from awl.store.protocol import WebSessions
@@ -56,6 +56,7 @@ def _web(args: argparse.Namespace) -> int:
                        "--allow-remote to accept other machines")
     # Finite, a year at most: inf would fail only at the first sign-in (the cookie's age).
     check_seconds(args.session_hours, flag="--session-hours", unit=3600)
+    check_deliverer_options(args)
     if args.principal is not None:
         check_principal(args.principal)
     upstream = None

@@ -238,3 +238,100 @@ def test_notify_on_a_postgresql_store_opens_it(
         else:
             assert code == 1 and out == ""
             assert err.count("\n") == 1 and "keeps no webhooks" in err
+
+
+def run_awl(*args: str) -> subprocess.CompletedProcess[str]:
+    """``awl ARGS...`` as a process, to its end."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("AWL_PUBLIC_URL", None)
+    return subprocess.run([sys.executable, "-m", "awl", *args], env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+                          check=False)
+
+
+def one_line(err: str, start: str) -> None:
+    assert err.startswith(start), err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+
+
+@pytest.mark.slow
+@pytest.mark.spec("HOOK-1")
+def test_a_webhook_urls_password_is_shown_hidden_everywhere(tmp_path: Path) -> None:
+    """`awl notify list` printed a URL's password (https://user:secret@host/...) as given.
+    Now `add`, `list` (text and --json), a refused URL, `run` and `log` show it as ***, as a
+    store URL is shown; the desk keeps the URL whole, to POST to."""
+    url, shown = "http://ana:s3cret@127.0.0.1:9/h", "http://ana:***@127.0.0.1:9/h"
+    home = ["--home", str(tmp_path)]
+    added = run_awl("notify", "add", url, "--events", "submitted", *home)
+    assert added.returncode == 0, added.stderr
+    assert added.stdout.splitlines()[0].split("  ")[1] == shown
+    as_json = run_awl("notify", "add", url, "--events", "failed", "--json", *home)
+    assert json.loads(as_json.stdout)["url"] == shown
+    listed = run_awl("notify", "list", *home)
+    assert [line.split("  ")[2] for line in listed.stdout.splitlines()] == [shown, shown]
+    listed_json = run_awl("notify", "list", "--json", *home)
+    assert [w["url"] for w in json.loads(listed_json.stdout)] == [shown, shown]
+    refused = [run_awl("notify", "add", bad, "--events", "submitted", *home)
+               for bad in (f"{url}#top", url.replace(":9/", ":0/"), url.replace(":9/", ":x/"))]
+    for done in refused:
+        assert done.returncode == 1
+        one_line(done.stderr, "awl: BAD_REQUEST: a webhook URL ")
+        assert "'http://ana:***@127.0.0.1:" in done.stderr
+    submit(tmp_path)
+    ran = run_awl("notify", "run", "--once", "--backoff", "0.01", *home)
+    logged = [run_awl("notify", "log", *home), run_awl("notify", "log", "--json", *home)]
+    assert "ConnectionRefusedError" in logged[0].stdout  # the attempts were made and logged
+    for done in [added, as_json, listed, listed_json, *refused, ran, *logged]:
+        assert "s3cret" not in done.stdout + done.stderr, done.args
+    with SQLiteStore(tmp_path / "desk.sqlite3") as store:
+        assert [w.url for w in store.webhooks()] == [url, url]
+
+
+DELIVERER_WAITS = [
+    (["notify", "run", "--once"], "--notify-timeout"),
+    (["notify", "run", "--once"], "--retry-for"),
+    (["notify", "run", "--once"], "--backoff"),
+    (["notify", "run", "--once"], "--poll"),
+    (["web", "--listen", "127.0.0.1:0"], "--notify-timeout"),
+    (["serve", "--http", "127.0.0.1:0"], "--notify-timeout"),
+    (["serve", "--as", "human:ana"], "--notify-timeout"),
+]
+"""Each command that runs a deliverer, with each of its waits in seconds."""
+
+NO_WAITS = ["0", "-1", "nan", "inf", "-inf", "1e308"]
+
+
+@pytest.mark.parametrize("value", NO_WAITS)
+@pytest.mark.parametrize(("command", "flag"), DELIVERER_WAITS,
+                         ids=[" ".join([*c[:2], f]) for c, f in DELIVERER_WAITS])
+def test_a_deliverer_wait_that_is_no_wait_names_its_flag(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str], flag: str,
+        value: str) -> None:
+    """`awl notify run --retry-for 0` said "retry_for must be a number of seconds ...", and
+    `awl web` / `awl serve` with `--notify-timeout 0` said "timeout ...", after opening the
+    desk and listening: the deliverer's own parameter names. Now each refuses in one line
+    naming the flag, before the desk is opened."""
+    code = main([*command, f"{flag}={value}", "--home", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    one_line(err, f"awl: {flag} takes a number of seconds above 0 and at most ")
+    assert not (tmp_path / "desk.sqlite3").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("command", "flag"), DELIVERER_WAITS,
+                         ids=[" ".join([*c[:2], f]) for c, f in DELIVERER_WAITS])
+def test_a_deliverer_wait_that_is_no_wait_is_one_line_from_the_command(
+        tmp_path: Path, command: list[str], flag: str) -> None:
+    """The same as a process: one line naming the flag, exit 2; a value that is no number is
+    argparse's refusal, naming the flag too; never a traceback."""
+    value = NO_WAITS[DELIVERER_WAITS.index((command, flag)) % len(NO_WAITS)]
+    done = run_awl(*command, f"{flag}={value}", "--home", str(tmp_path))
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    one_line(done.stderr, f"awl: {flag} takes a number of seconds above 0 and at most ")
+    assert done.stderr.rstrip().endswith(f"(a year), not {float(value):g}")
+    garbage = run_awl(*command, flag, "soon", "--home", str(tmp_path))
+    assert garbage.returncode == 2 and "Traceback" not in garbage.stderr
+    assert garbage.stderr.splitlines()[-1].endswith(
+        f"error: argument {flag}: invalid float value: 'soon'")
+    assert not (tmp_path / "desk.sqlite3").exists()

@@ -1,0 +1,89 @@
+"""The ``awl`` command's dispatcher, loaded by :func:`awl.cli.main` when the command runs.
+
+Each group of subcommands lives in its own module with a ``register(subparsers)`` function
+that adds its parsers and sets ``func`` on them; ``func(args) -> int`` is the exit code.
+Errors the user can cause are raised as :class:`awl.AWLError` (or ``CLIError``) and printed
+as one line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from awl.cli import _desk, _effects, _gateway, _notify, _pass, _serve, _store, _validate, _web
+from awl.cli._common import CLIError
+from awl.documents.errors import AWLError
+from awl.documents.limits import check_text, show_value
+
+__all__ = ["build_parser", "run"]
+
+# Modules that add subcommands, in the order they appear in --help.
+_COMMAND_MODULES = (_validate, _desk, _pass, _gateway, _effects, _serve, _web, _store, _notify)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser, with every installed command group."""
+    parser = argparse.ArgumentParser(
+        prog="awl",
+        description="Work Orders, Work Reports, Delegation Passes and the MCP gateway.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in _COMMAND_MODULES:
+        module.register(sub)
+    return parser
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the ``awl`` command; returns the exit code.
+
+    Every failure the user can cause ends here as one line on stderr: an argument that is
+    not UTF-8 (DOC-13), an :class:`AWLError`, a reader that went away (``awl ... | head``).
+    A Ctrl-C goes on to :func:`awl.cli.main`, which ends the command quietly.
+    """
+    words = sys.argv[1:] if argv is None else list(argv)
+    try:
+        _check_words(words)
+        parser = build_parser()
+        args = parser.parse_args(words)
+        func = getattr(args, "func", None)
+        if func is None:
+            parser.print_help()
+            return 2
+        code: int = func(args)
+        sys.stdout.flush()
+    except CLIError as exc:
+        print(f"awl: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except AWLError as exc:
+        print(f"awl: {exc.code}: {exc.message}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return _reader_gone()
+    except OSError as exc:  # the file system said no (a name too long, a full disk, ...)
+        name = f" {show_value(os.fsdecode(exc.filename))}" if exc.filename else ""
+        print(f"awl: cannot use{name}: {exc.strerror or exc}; check the path and try again",
+              file=sys.stderr)
+        return 1
+    return code
+
+
+def _check_words(words: Sequence[str]) -> None:
+    """Refuse an argument that is not UTF-8 (Python hands it over as lone surrogates)."""
+    for i, word in enumerate(words):
+        after = f" (after {words[i - 1]!r})" if i and words[i - 1].isprintable() else ""
+        check_text(word, name=f"argument {i + 1}{after}")
+
+
+def _reader_gone() -> int:
+    # Whoever read our output stopped (``| head -c 1``): not an error of ours. Point stdout
+    # at /dev/null so the interpreter's last flush at exit finds nowhere to fail.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return 141  # what a shell reports for a process ended by SIGPIPE

@@ -19,15 +19,18 @@ What is refused, and how it is answered:
 frame                                      code         ``id`` of the answer
 =========================================  ===========  ====================================
 not UTF-8, not JSON                        -32700       null
-a batch (array), not an object, a repeated  -32600       null
-member, ``jsonrpc`` not ``"2.0"``, an id
+a batch (array), not an object, a member   -32600       null
+repeated at the top, ``jsonrpc`` not
+``"2.0"``, an id
 that is not a string or an integer, a
 request with ``result``/``error``, a
 malformed response
 a value outside the input limits (DOC-11:  -32602 in    the request's (null for a response)
 ``NaN``, a number outside the float range,  ``params``,
-a lone surrogate, nesting deeper than 64,  else -32600
-larger than 8 MiB)
+an integer of more than 4,000 digits, a    else -32600
+lone surrogate, nesting deeper than 64,
+larger than 8 MiB), or a member repeated
+in an inner object (DOC-1)
 =========================================  ===========  ====================================
 
 A notification (no ``id``) whose envelope is sound but whose params break a limit cannot be
@@ -56,7 +59,7 @@ from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from awl.documents.errors import DocumentError
-from awl.documents.limits import MAX_DOCUMENT_BYTES, check_json_value
+from awl.documents.limits import MAX_DOCUMENT_BYTES, MAX_INT_DIGITS, check_json_value
 
 __all__ = ["MAX_FRAME_BYTES", "FrameGuard", "Refused", "check_frame", "stdio_frames"]
 
@@ -105,11 +108,16 @@ def check_frame(raw: bytes) -> types.JSONRPCMessage | Refused:
         return _refuse(None, types.PARSE_ERROR,
                        f"Parse error: the message is not UTF-8 (bad byte at offset {exc.start})")
     top: list[list[tuple[str, Any]]] = [[]]
+    repeated: list[str] = []  # the first member name found twice in an inner object
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         top[0] = items  # the outermost object is read last
-        return dict(items)
+        held = dict(items)
+        if len(held) != len(items) and not repeated:
+            repeated.append(_twice([name for name, _ in items]))
+        return held
 
+    problem = None
     try:
         data = json.loads(text, object_pairs_hook=pairs)
     except json.JSONDecodeError as exc:
@@ -117,8 +125,19 @@ def check_frame(raw: bytes) -> types.JSONRPCMessage | Refused:
                                                 f"(column {exc.colno})")
     except RecursionError:
         return _refuse(None, types.PARSE_ERROR, "Parse error: the message nests too deeply")
-    except ValueError:  # an integer literal too long for Python to read
-        return _refuse(None, types.PARSE_ERROR, "Parse error: a number has too many digits")
+    except ValueError:  # an integer literal too long for Python to read (over 4,300 digits)
+        # Read again with such integers held as markers, so the answer goes to the request
+        # and says what a shorter one beyond the limit is told (DOC-11, -32602).
+        repeated.clear()
+        longs: list[_LongInt] = []
+        try:
+            data = json.loads(text, object_pairs_hook=pairs,
+                              parse_int=lambda literal: _LongInt.of(literal, longs))
+        except (ValueError, RecursionError):
+            return _refuse(None, types.PARSE_ERROR,
+                           "Parse error: a number has too many digits")
+        problem = (f"{longs[0]!r} is longer than the {MAX_INT_DIGITS} digits held"
+                   if longs else None)
     if isinstance(data, list):
         return _refuse(None, types.INVALID_REQUEST, "Invalid Request: batches (arrays of "
                        "messages) are not supported; send each message on its own")
@@ -127,13 +146,39 @@ def check_frame(raw: bytes) -> types.JSONRPCMessage | Refused:
                        f"a JSON object, not {_show(data)}")
     names = [name for name, _ in top[0]]
     if len(names) != len(set(names)):
-        twice = next(n for n in names if names.count(n) > 1)
         return _refuse(None, types.INVALID_REQUEST,
-                       f"Invalid Request: member {_show(twice)} appears more than once")
-    return _check_message(data)
+                       f"Invalid Request: member {_show(_twice(names))} appears more than once")
+    if repeated:  # DOC-1: a value with a repeated member is refused, never read last-wins
+        problem = f"member {_show(repeated[0])} appears more than once in one object"
+    return _check_message(data, problem)
 
 
-def _check_message(data: dict[str, Any]) -> types.JSONRPCMessage | Refused:
+def _twice(names: list[str]) -> str:
+    return next(n for n in names if names.count(n) > 1)
+
+
+class _LongInt:
+    """An integer literal with more digits than are held (DOC-12), kept as a marker."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"an integer of {self.digits} digits"
+
+    @classmethod
+    def of(cls, text: str, found: list[_LongInt]) -> int | _LongInt:
+        digits = len(text.lstrip("-"))
+        if digits <= MAX_INT_DIGITS:
+            return int(text)
+        found.append(cls(digits))
+        return found[-1]
+
+
+def _check_message(data: dict[str, Any],
+                   problem: str | None = None) -> types.JSONRPCMessage | Refused:
+    """Check a message's envelope, then its values: ``problem`` is one found while reading
+    it (answered as a value outside the limits once the envelope is sound)."""
     has_id = "id" in data
     request_id = data.get("id")
     answer_id = request_id if has_id and _is_id(request_id) else None
@@ -168,6 +213,8 @@ def _check_message(data: dict[str, Any]) -> types.JSONRPCMessage | Refused:
         return _refuse(answer_id, types.INVALID_REQUEST, 'Invalid Request: a message needs a '
                        '"method" (a request or notification) or a "result" or "error" '
                        "(a response)")
+    if problem is not None:
+        return _beyond_limits(data, kind, answer_id, problem)
     try:
         check_json_value(data, where="the message", max_bytes=MAX_FRAME_BYTES)
     except DocumentError as exc:

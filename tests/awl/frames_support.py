@@ -57,7 +57,16 @@ def malformed(tool: str, *, modern: bool = False) -> list[Frame]:
         Frame("not UTF-8", b'{"jsonrpc": "2.0", "id": 2, "method": "ping", "x": "\xff"}',
               PARSE_ERROR, None),
         Frame("a 5,000-digit number", b'{"jsonrpc": "2.0", "id": 3, "x": ' + b"7" * 5000 + b"}",
-              PARSE_ERROR, None),
+              INVALID_REQUEST, 3),
+        Frame("a 5,000-digit argument", _call(18, tool, '{"x": ' + "7" * 5000 + "}",
+                                              modern=modern), INVALID_PARAMS, 18),
+        Frame("a 5,000-digit id", b'{"jsonrpc": "2.0", "id": ' + b"7" * 5000 + b', "method": '
+              b'"ping"}', INVALID_REQUEST, None),
+        Frame("an argument twice", _call(19, tool, '{"to": "a", "to": "b"}', modern=modern),
+              INVALID_PARAMS, 19),
+        Frame("a tool name twice", b'{"jsonrpc": "2.0", "id": 20, "method": "tools/call", '
+              b'"params": {"name": "' + tool.encode() + b'", "name": "x", "arguments": {}}}',
+              INVALID_PARAMS, 20),
         Frame("a batch", f"[{ping}]".encode(), INVALID_REQUEST, None),
         Frame("an empty batch", b"[]", INVALID_REQUEST, None),
         Frame("an array", b"[1, 2]", INVALID_REQUEST, None),

@@ -193,7 +193,7 @@ class Desk(DeskWaiting):
                                  "or a human")
         continues = doc.get("continues")
         if isinstance(continues, str) and continues != doc.get("id"):
-            previous = self._continued(continues, doc)
+            previous = self._continued(continues, doc, actor)
             if copy_handoff and "handoff" not in doc:
                 handoff = _latest_handoff(previous)
                 if handoff is not None:
@@ -234,9 +234,11 @@ class Desk(DeskWaiting):
         self._wake()
         return OrderView(order=model, state="offered", seq=1, updated_at=event.at)
 
-    def _continued(self, order_id: str, doc: Mapping[str, Any]) -> OrderView:
+    def _continued(self, order_id: str, doc: Mapping[str, Any], actor: str) -> OrderView:
+        """The order ``doc`` continues: one ``actor`` may read (its handoff goes into the new
+        order, and its state into the refusal), and finished (LC-6)."""
         try:
-            previous = self.get(order_id)
+            previous = self.get(order_id, viewer=actor)
         except NotFound:
             raise NotFound(f"order {doc.get('id')!r} continues {order_id!r}, which does not "
                            "exist") from None

@@ -554,7 +554,14 @@ def test_continues_names_a_finished_order_and_may_copy_its_handoff(desk: Desk) -
     assert caught.value.state == "working"
     handoff = {"summary": "half done", "open_questions": ["Which quarter?"]}
     desk.report(first.id, WORKER, report_fields("failed", handoff=handoff))
+    with pytest.raises(Forbidden) as refused:  # no party to it: not even its state is told
+        desk.create(order_fields(continues=first.id), "human:eve")
+    assert "working" not in str(refused.value)
     desk.cancel(first.id, MANAGER, "reassigning")
+    count = len(desk.list(limit=None))
+    with pytest.raises(Forbidden):  # its handoff is not hers to copy
+        desk.create(order_fields(continues=first.id), "human:eve", copy_handoff=True)
+    assert len(desk.list(limit=None)) == count
     second = desk.create(order_fields(to="agent:other", continues=first.id), MANAGER,
                          copy_handoff=True)
     assert second.order.continues == first.id

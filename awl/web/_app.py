@@ -177,7 +177,11 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         return HTMLResponse(body, status_code=status)
 
     async def session_of(request: Request) -> Session | None:
-        session = await anyio.to_thread.run_sync(sessions.get, request.cookies.get(COOKIE))
+        return await live(request.cookies.get(COOKIE))
+
+    async def live(session_id: str | None) -> Session | None:
+        """The session, if it has not ended, expired, nor had its token revoked."""
+        session = await anyio.to_thread.run_sync(sessions.get, session_id)
         if session is not None and session.token_hash is not None:
             # A session started with a desk token ends when the token is revoked (SEC-6).
             holder = await anyio.to_thread.run_sync(store.principal_for, session.token_hash)
@@ -476,7 +480,8 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
             yield b"retry: 2000\n\n"
             if changed:
                 yield b"event: change\ndata: changed\n\n"
-            while await anyio.to_thread.run_sync(sessions.get, session.id) is not None:
+            # Checked on every turn, as every request is: a revoked token ends the stream.
+            while await live(session.id) is not None:
                 if order_id:
                     # The desk's own wait: woken at once by writes through this desk,
                     # polling for writes by other processes.

@@ -207,6 +207,34 @@ def test_a_change_before_the_page_s_event_stream_opens_still_reloads_it(
             b"retry: 2000\n", b"\n"]
 
 
+@pytest.mark.spec("BIND-9", "SEC-6")
+def test_revoking_the_token_ends_the_open_event_stream(web: Web) -> None:
+    """A session's event stream checks the session's token on every turn, as each request
+    does: once the token is revoked the stream ends, rather than telling its former holder
+    of changes until the next request."""
+    import http.client
+
+    from awl.desk.tokens import revoke_tokens
+
+    holder = "human:carol"
+    host = web.url.removeprefix("http://")
+    signin = http.client.HTTPConnection(host, timeout=TIMEOUT_MS / 1000)
+    signin.request("POST", "/signin", body=f"token={issue_token(web.desk.store, holder)}",
+                   headers={"Content-Type": "application/x-www-form-urlencoded"})
+    answer = signin.getresponse()
+    assert answer.status == 303, answer.read()
+    cookie = answer.getheader("Set-Cookie", "").split(";")[0]
+    signin.close()
+    request = urllib.request.Request(f"{web.url}/events", headers={"Cookie": cookie})
+    with urllib.request.urlopen(request, timeout=TIMEOUT_MS / 1000) as stream:
+        assert [stream.readline(), stream.readline()] == [b"retry: 2000\n", b"\n"]
+        revoke_tokens(web.desk.store, principal=holder)
+        began = time.monotonic()
+        rest = stream.read()  # to its end: raises a timeout if the stream goes on
+    assert b"change" not in rest
+    assert time.monotonic() - began < 10  # a turn of the stream, not its 15 s keep-alive
+
+
 @pytest.mark.spec("BIND-12")
 def test_a_hostile_argument_is_text_and_runs_nothing(web: Web, manager: BrowserContext) -> None:
     hostile = '<script>alert(1)</script>"><img src=x onerror=alert(2)>'

@@ -12,7 +12,7 @@ from typing import Any
 
 from awl.documents.checks import iter_pass_findings
 from awl.documents.errors import BadRequest, InvalidTransition, PassError
-from awl.documents.lifecycle import WORKING
+from awl.documents.lifecycle import WORKING, is_desk_principal
 from awl.documents.limits import MAX_EPOCH, MIN_EPOCH, check_amounts, is_finite_number, show_value
 from awl.documents.models import Budget, WorkOrder, epoch_seconds, parse_time
 from awl.documents.patterns import overlap
@@ -94,7 +94,8 @@ def issue_pass(
         PassError: ``reason`` is the rule id the pass would break (``P4``, ``P7`` ...),
             ``not_worker`` for a worker's pass to anyone but the order's worker, or a
             verification reason when ``parent_token`` does not verify.
-        BadRequest: for contradictory or malformed arguments (``now``, ``exp``, ``expires_in``
+        BadRequest: a ``subject`` reserved for the desk (``awl:...``), or contradictory or
+            malformed arguments (``now``, ``exp``, ``expires_in``
             or ``remaining`` that is not a time within years 1 to 9999 or a number).
     """
     t = epoch_seconds(now)
@@ -104,6 +105,9 @@ def issue_pass(
         raise PassError(f"a worker's pass goes to the order's worker {order.to}, not {subject}; "
                         "give a sub-agent a pass derived from the worker's",
                         reason="not_worker")
+    if is_desk_principal(subject):  # no door lets anyone act as the desk, a pass neither
+        raise BadRequest(f"{subject} is reserved for the desk itself; a pass goes to an agent "
+                         "or a human, such as agent:researcher")
     if parent_token is not None:
         if audience is None:
             aud = unverified_claims(parent_token)[1].get("aud")

@@ -18,7 +18,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from awl.documents.conformance import run_conformance
-from awl.documents.errors import InvalidTransition, PassError
+from awl.documents.errors import BadRequest, InvalidTransition, PassError
 from awl.documents.models import Event, WorkOrder
 from awl.passes import (
     LEEWAY,
@@ -234,6 +234,14 @@ def test_a_derived_pass_defaults_to_the_delegable_tools(keys: KeyStore, root: st
     assert claims["grant"]["parent_jti"] == _claims(root)["jti"]
     assert claims["exp"] == DEADLINE
     assert unverified_claims(token)[0]["parent"] == root
+
+
+def test_no_pass_is_signed_for_the_desk_itself(keys: KeyStore, root: str) -> None:
+    """``awl:`` names are the desk's own: no door lets anyone act as one, so no derived pass
+    names one as its holder (the worker's pass goes to the order's worker anyway)."""
+    for subject in ("awl:desk", "awl:anything"):
+        with pytest.raises(BadRequest, match="reserved for the desk"):
+            issue_pass(ORDER, subject=subject, keys=keys, parent_token=root, now=NOW)
 
 
 @pytest.mark.parametrize(("kwargs", "rule"), [

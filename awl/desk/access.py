@@ -3,9 +3,11 @@
 The desk (:class:`awl.Desk`) asks before every write, the desk's MCP server before every
 read and before issuing a pass, and the gateway's worker tools to know who their caller
 acts as. Each check either returns or raises :class:`~awl.Forbidden` with a sentence that
-names who may. The roles are those of :data:`awl.documents.lifecycle.TABLE`: the order's
-``from`` is its manager, ``to`` its worker, and the manager and ``escalate_to`` answer
-questions; the desk's own events are written as ``awl:`` principals (SEC-1, BIND-3).
+says who may: by name only to a party of the order, so a principal with no role in it learns
+no more from a refused write than from a refused read. The roles are those of
+:data:`awl.documents.lifecycle.TABLE`: the order's ``from`` is its manager, ``to`` its
+worker, and the manager and ``escalate_to`` answer questions; the desk's own events are
+written as ``awl:`` principals (SEC-1, BIND-3).
 """
 
 from __future__ import annotations
@@ -52,6 +54,11 @@ def roles(order: WorkOrder, principal: str) -> list[Role]:
     return out
 
 
+def _named(order: WorkOrder, actor: str, principals: Iterable[str]) -> str:
+    """`` (a, b)``: who holds the role, told only to a party of ``order``."""
+    return f" ({', '.join(principals)})" if roles(order, actor) else ""
+
+
 def check_action(order: WorkOrder, action: str, actor: str) -> None:
     """Refuse a lifecycle ``action`` by anyone but the role the table gives it.
 
@@ -71,8 +78,8 @@ def check_action(order: WorkOrder, action: str, actor: str) -> None:
         allowed = (DESK_ACTOR,)
     if actor not in allowed:
         raise Forbidden(
-            f"{actor} may not {action} order {order.id!r}: only its {_ROLE_NAMES[role]} "
-            f"({', '.join(allowed)}) may", actor=actor, action=action)
+            f"{actor} may not {action} order {order.id!r}: only its {_ROLE_NAMES[role]}"
+            f"{_named(order, actor, allowed)} may", actor=actor, action=action)
 
 
 def check_author(author: object, actor: str) -> None:
@@ -85,8 +92,8 @@ def check_author(author: object, actor: str) -> None:
 def check_splitter(parent: WorkOrder, actor: str) -> None:
     """Refuse splitting a sub-order from ``parent`` by anyone but its worker or manager."""
     if actor not in (parent.to, parent.manager):
-        raise Forbidden(f"{actor} may not split order {parent.id!r}: only its worker "
-                        f"{parent.to} or manager {parent.manager} may",
+        raise Forbidden(f"{actor} may not split order {parent.id!r}: only its worker or "
+                        f"manager{_named(parent, actor, (parent.to, parent.manager))} may",
                         actor=actor, action="create sub-order")
 
 
@@ -95,7 +102,8 @@ def check_manager(order: WorkOrder, actor: str, action: str, doing: str) -> None
     checks") by anyone but the order's manager."""
     if actor != order.manager:
         raise Forbidden(f"{actor} may not {doing} of order {order.id!r}: only its "
-                        f"manager ({order.manager}) may", actor=actor, action=action)
+                        f"manager{_named(order, actor, (order.manager,))} may", actor=actor,
+                        action=action)
 
 
 def check_party(order: WorkOrder, actor: str) -> None:
@@ -126,7 +134,8 @@ def check_pass_issuer(order: WorkOrder, actor: str) -> None:
     manager."""
     if actor not in (order.to, order.manager):
         raise Forbidden(f"{actor} may not issue the worker's pass of order {order.id!r}: "
-                        f"only its worker {order.to} or manager {order.manager} may",
+                        f"only its worker or manager"
+                        f"{_named(order, actor, (order.to, order.manager))} may",
                         actor=actor, action="issue_pass")
 
 

@@ -221,6 +221,29 @@ def test_a_wrong_actor_is_refused_and_nothing_is_written(
     assert desk.get(view.id).seq == 1
 
 
+def test_a_refusal_names_who_may_only_to_a_party_of_the_order(desk: Desk) -> None:
+    """An outsider refused a write learns no more than from a refused read: not who the
+    order's worker and manager are. A party refused is told who may."""
+    view = working(desk)
+    outsider = "agent:mallory"
+    refusals = [
+        lambda actor: desk.accept(view.id, actor),
+        lambda actor: desk.cancel(view.id, actor, "mine now"),
+        lambda actor: desk.review(view.id, actor, "approve"),
+        lambda actor: desk.answer(view.id, actor, "yes"),
+        lambda actor: desk.create(order_fields(to="agent:helper", parent_id=view.id,
+                                               **{"from": actor}), actor),
+    ]
+    for refuse in refusals:
+        with pytest.raises(Forbidden) as caught:
+            refuse(outsider)
+        assert MANAGER not in str(caught.value) and WORKER not in str(caught.value)
+    with pytest.raises(Forbidden) as told:  # the worker may not cancel: told who may
+        desk.cancel(view.id, WORKER, "done with it")
+    assert MANAGER in str(told.value)
+    assert desk.get(view.id).seq == view.seq
+
+
 @pytest.mark.spec("LC-3", "LC-7")
 def test_the_worker_cannot_review_or_answer_and_the_manager_cannot_report(desk: Desk) -> None:
     """Roles hold in both directions."""

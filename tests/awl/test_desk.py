@@ -226,7 +226,7 @@ def test_a_refusal_names_who_may_only_to_a_party_of_the_order(desk: Desk) -> Non
     order's worker and manager are. A party refused is told who may."""
     view = working(desk)
     outsider = "agent:mallory"
-    refusals = [
+    refusals: list[Callable[[str], object]] = [
         lambda actor: desk.accept(view.id, actor),
         lambda actor: desk.cancel(view.id, actor, "mine now"),
         lambda actor: desk.review(view.id, actor, "approve"),

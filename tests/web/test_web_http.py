@@ -416,3 +416,20 @@ def test_the_inbox_shows_questions_a_page_at_a_time_with_a_next_page_link(
         refused = client.get(bad)
         assert refused.status_code == 400, bad
         assert "cursor of the question queue" in refused.text or "limit" in refused.text
+
+
+def test_an_order_whose_id_holds_a_slash_has_its_pages(tmp_path: Path) -> None:
+    """Order ids may hold a '/': the inbox links to it as %2F, and its page, its calls and
+    its forms are reached by those links (they answered 404 when a route took one segment)."""
+    d = make_desk(tmp_path)
+    oid, refs = submit_order(d, CALLS, order_id="team/q1")
+    client = signed_in(d, MANAGER)
+    assert 'href="/orders/team%2Fq1"' in client.get("/").text
+    page = client.get("/orders/team%2Fq1")
+    assert page.status_code == 200 and refs[0] in page.text
+    call = client.get(f"/orders/team%2Fq1/call?ref={refs[0].replace('#', '%23')}")
+    assert call.status_code == 200 and "held" in call.text
+    approved = client.post("/orders/team%2Fq1/review", data={
+        "decision": "approve", "all": "1", "csrf": csrf_of(client, "/orders/team%2Fq1")})
+    assert approved.status_code == 303, approved.text
+    assert d.desk.get(oid).state == "approved"

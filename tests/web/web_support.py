@@ -44,9 +44,11 @@ def make_desk(folder: Path) -> Desked:
 
 
 def submit_order(d: Desked, calls: list[tuple[str, dict[str, Any]]], *,
-                 goal: str = "Send the held messages") -> tuple[str, list[str]]:
-    """Create, accept and start an order, hold ``calls`` and submit a report listing them."""
-    view = d.desk.create({
+                 goal: str = "Send the held messages",
+                 order_id: str | None = None) -> tuple[str, list[str]]:
+    """Create (with ``order_id`` if given), accept and start an order, hold ``calls`` and
+    submit a report listing them."""
+    view = d.desk.create({**({"id": order_id} if order_id else {}),
         "to": WORKER, "goal": goal,
         "criteria": [{"id": "c1", "text": "messages sent"}],
         "budget": {"usd": 5, "tool_calls": 50},

@@ -15,7 +15,7 @@ from typing import Any
 from awl import passes
 from awl.cli._common import CLIError, add_store_option, stdin_text
 from awl.desk.home import default_store, home_dir
-from awl.documents.errors import BadRequest, PassError
+from awl.documents.errors import BadRequest, NotFound, PassError
 from awl.documents.limits import INT64_MAX, check_epoch, show_value
 from awl.documents.models import format_epoch
 from awl.passes import (
@@ -68,9 +68,17 @@ def register(subparsers: Any) -> None:
     _common(show, desk=True)
     show.set_defaults(func=_show)
 
-    rev = sub.add_parser("revoke", help="revoke a pass and every pass derived from it")
-    rev.add_argument("jti", metavar="JTI")
+    rev = sub.add_parser(
+        "revoke", help="revoke a pass and every pass derived from it",
+        description="Revoke a pass this desk issued, named by its jti (`awl pass show` prints "
+                    "it) or given whole (- for stdin); every pass derived from it is refused "
+                    "too. A jti this desk never issued is refused, since it is most likely "
+                    "mistyped and the pass meant would stay valid.")
+    rev.add_argument("jti", metavar="JTI|PASS", help="the pass's jti, or the pass (- for stdin)")
     rev.add_argument("--reason", default="revoked by hand", help="why (kept with the revocation)")
+    rev.add_argument("--not-issued-here", action="store_true",
+                     help="revoke the jti even though this desk has no record of issuing it "
+                          "(a pass issued by the library's issue_pass, which records nothing)")
     _common(rev, desk=True)
     rev.set_defaults(func=_revoke)
 
@@ -285,16 +293,41 @@ def _span(seconds: int) -> str:
 
 
 def _revoke(args: argparse.Namespace) -> int:
+    jti = _jti(args.jti)
     store = default_store(args.home, url=args.store)
     try:
-        revoke_pass(store, args.jti, args.reason)
+        if (not args.not_issued_here and store.saved_pass(jti) is None
+                and jti not in store.revoked()):
+            raise NotFound(f"this desk issued no pass with jti {show_value(jti)}, so nothing "
+                           "was revoked; `awl pass show TOKEN` prints a pass's jti (or give "
+                           "the pass itself), and --not-issued-here revokes a jti issued "
+                           "elsewhere")
+        revoke_pass(store, jti, args.reason)
     finally:
         store.close()
     if args.json:
-        print(json.dumps({"revoked": args.jti, "reason": args.reason}))
+        print(json.dumps({"revoked": jti, "reason": args.reason}))
     else:
-        print(f"revoked {args.jti}: passes derived from it are refused too")
+        print(f"revoked {jti}: passes derived from it are refused too")
     return 0
+
+
+def _jti(text: str) -> str:
+    """The jti named on the command line: as given, or read from a whole pass (- for stdin).
+    Revoking only narrows, so the pass's claims are read without verifying them."""
+    given = _token(text)
+    if given.count(".") != 2:
+        if not given:
+            raise _fail("name the pass to revoke by its jti (or give the pass itself)")
+        return given
+    try:
+        _, claims = unverified_claims(given)
+    except PassError as exc:
+        raise _fail(f"cannot read that pass: {exc.message}") from None
+    jti = claims.get("jti")
+    if not isinstance(jti, str) or not jti:
+        raise _fail("that pass carries no jti to revoke")
+    return jti
 
 
 def _jwks(args: argparse.Namespace) -> int:

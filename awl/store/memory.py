@@ -612,6 +612,11 @@ class MemoryStore:
         with self._lock:
             return [p for p in self._passes.values() if p.order_id == order_id]
 
+    def saved_pass(self, jti: str) -> PassRecord | None:
+        """The pass saved under ``jti``, or None."""
+        with self._lock:
+            return self._passes.get(jti)
+
     def save_token(self, token_hash: str, principal: str, *, created_at: str) -> None:
         """Remember a desk access token by its hash."""
         with self._lock:

@@ -718,6 +718,10 @@ class PassStore(Protocol):
         """The passes saved for an order, in the order they were first saved."""
         ...
 
+    def saved_pass(self, jti: str) -> PassRecord | None:
+        """The pass saved under ``jti``, or None when this store has none."""
+        ...
+
 
 class TokenStore(Protocol):
     """Desk access tokens, kept by their hash."""

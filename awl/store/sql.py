@@ -716,6 +716,13 @@ class SQLStore(ABC):
             ).fetchall()
         return [read_pass(row[0]) for row in rows]
 
+    def saved_pass(self, jti: str) -> PassRecord | None:
+        """The pass saved under ``jti``, or None."""
+        with self._read() as conn:
+            row = conn.execute(self.dialect.sql(
+                "SELECT doc{text} FROM passes WHERE jti = ?"), (jti,)).fetchone()
+        return None if row is None else read_pass(row[0])
+
     def save_token(self, token_hash: str, principal: str, *, created_at: str) -> None:
         """Remember a desk access token by its hash. Durable."""
         with self._write() as conn:

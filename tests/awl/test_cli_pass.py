@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -181,3 +182,43 @@ def test_awl_pass_issue_never_signs_a_chain_longer_than_verifiers_accept(
                           "--tools", "fs/read")
     assert code == 1 and out == ""
     assert err.count("\n") == 1 and f"at most {MAX_CHAIN} links" in err
+
+
+def test_revoke_refuses_a_jti_this_desk_never_issued(capsys: pytest.CaptureFixture[str],
+                                                     home: Path) -> None:
+    """A mistyped jti is refused in one line and revokes nothing: the pass meant stays valid
+    and the manager learns it at once; --not-issued-here revokes a foreign jti on purpose."""
+    token = _issue(capsys, home, "--order", "ord-1", "--to", "agent:worker")
+    jti = unverified_claims(token)[1]["jti"]
+    code, out, err = _run(capsys, home, "revoke", jti[:-1] + ("0" if jti[-1] != "0" else "1"))
+    assert code == 1 and out == ""
+    assert err.startswith("awl: NOT_FOUND: this desk issued no pass with jti")
+    assert len(err.strip().splitlines()) == 1
+    assert _run(capsys, home, "show", token)[0] == 0
+    store = default_store(home)
+    try:
+        assert store.revoked() == {}
+    finally:
+        store.close()
+    code, out, _ = _run(capsys, home, "revoke", "jti-from-elsewhere", "--not-issued-here",
+                        "--json")
+    assert code == 0 and json.loads(out)["revoked"] == "jti-from-elsewhere"
+    # Revoking again what is already revoked is still fine (idempotent).
+    assert _run(capsys, home, "revoke", "jti-from-elsewhere")[0] == 0
+
+
+def test_revoke_takes_the_pass_itself(capsys: pytest.CaptureFixture[str], home: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given the whole pass (on the line or on stdin), revoke revokes its jti: before, the
+    token was stored as a jti of its own and the pass stayed valid."""
+    first = _issue(capsys, home, "--order", "ord-1", "--to", "agent:worker")
+    second = _issue(capsys, home, "--order", "ord-1", "--to", "agent:worker")
+    code, out, _ = _run(capsys, home, "revoke", first, "--json")
+    assert code == 0 and json.loads(out)["revoked"] == unverified_claims(first)[1]["jti"]
+    assert _run(capsys, home, "show", first)[0] == 1
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO((second + "\n").encode())))
+    code, out, _ = _run(capsys, home, "revoke", "-")
+    assert code == 0 and unverified_claims(second)[1]["jti"] in out
+    assert _run(capsys, home, "show", second)[0] == 1
+    code, _, err = _run(capsys, home, "revoke", "not.a.pass")
+    assert code == 2 and "cannot read that pass" in err

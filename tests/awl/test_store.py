@@ -695,6 +695,8 @@ def test_passes_are_kept_per_order(store: Store) -> None:
     store.save_pass(again)
     assert store.passes("o1") == [again, child]
     assert store.passes("none") == []
+    assert store.saved_pass("j1") == again and store.saved_pass("j3") == child
+    assert store.saved_pass("j9") is None
 
 
 # Subscriptions ----------------------------------------------------------------------------

@@ -47,12 +47,13 @@ from awl.desk.lineage import reports_below
 from awl.desk.settlement import settle
 from awl.desk.tokens import principal_for_token, token_hash
 from awl.documents.checks import iter_report_findings
-from awl.documents.errors import AWLError, BadRequest
+from awl.documents.errors import AWLError, BadRequest, NotFound
 from awl.documents.limits import QUESTION_PAGE
 from awl.documents.models import parse_time
 from awl.documents.pointers import pointer
 from awl.store.protocol import Store
 from awl.store.urls import shown_url
+from awl.web._links import ORDER, WORKER, legacy_target, link, order_url, worker_url
 from awl.web._sessions import Session, Sessions
 from gateway import commit, retry
 
@@ -163,7 +164,9 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
     env = Environment(loader=FileSystemLoader(_HERE / "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True))
     env.filters["pretty"] = _pretty
-    env.filters["q"] = lambda text: quote(str(text), safe="")
+    # Every address a page links to or posts to is made by these (see awl.web._links).
+    env.globals.update(order_url=order_url, worker_url=worker_url, events_url=partial(
+        link, "/events"))
     flashes: dict[str, list[str]] = {}
     committing: set[str] = set()
     finished: dict[str, int] = {}
@@ -208,7 +211,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
             try:
                 return await handler(request, session)
             except AWLError as exc:
-                back = request.path_params.get("order_id")
+                back = _the(request, "id") if request.url.path.startswith(ORDER) else None
                 return page("refused.html", session,
                             _STATUS.get(exc.code, 400), message=exc.message, order_id=back)
         return run
@@ -265,9 +268,9 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
                        if v.active and parse_time(v.order.deadline) <= soon_by}.values(),
                       key=lambda v: v.order.deadline)
         questions = desk.questions(actor=me, limit=limit, after=after)
-        more = None if questions.next is None else (
-            f"/?after={quote(questions.next)}"
-            + ("" if limit == QUESTION_PAGE else f"&limit={limit}") + "#questions")
+        more = None if questions.next is None else link(
+            "/", after=questions.next,
+            limit=None if limit == QUESTION_PAGE else str(limit)) + "#questions"
         return {"review": review, "questions": questions.questions, "more_questions": more,
                 "unknown": unknown, "near": near, "working": working,
                 "others": [v for v in mine if v.state not in ("submitted",)][:50]}
@@ -323,7 +326,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         }
 
     async def order_page(request: Request, session: Session) -> Response:
-        oid = request.path_params["order_id"]
+        oid = _order_id(request)
         # The state the page is made from, read before its data: the page's event stream
         # compares against it, so a change between the page and its stream still reloads
         # it. The commit runs are taken first, on the loop, where a run ends together with
@@ -337,7 +340,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
                     since=since, **data)
 
     async def call_page(request: Request, session: Session) -> Response:
-        oid = request.path_params["order_id"]
+        oid = _order_id(request)
         ref = request.query_params.get("ref", "")
 
         def load() -> dict[str, Any]:
@@ -350,14 +353,14 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
 
     def done(session: Session, order_id: str, note: str) -> Response:
         flashes.setdefault(session.id, []).append(note)
-        return RedirectResponse(f"/orders/{quote(order_id, safe='')}", status_code=303)
+        return RedirectResponse(order_url(order_id), status_code=303)
 
     def text(form: Mapping[str, Any], name: str) -> str:
         value = form.get(name)
         return value if isinstance(value, str) else ""
 
     async def review(request: Request, session: Session) -> Response:
-        oid = request.path_params["order_id"]
+        oid = _order_id(request)
         form = await request.form()
         decision = text(form, "decision")
         me = session.principal
@@ -377,19 +380,19 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         raise BadRequest(f"decision must be approve or rework, not {decision!r}")
 
     async def answer(request: Request, session: Session) -> Response:
-        oid = request.path_params["order_id"]
+        oid = _order_id(request)
         words = text(await request.form(), "answer")
         await anyio.to_thread.run_sync(desk.answer, oid, session.principal, words)
         return done(session, oid, "answered; the worker carries on")
 
     async def cancel(request: Request, session: Session) -> Response:
-        oid = request.path_params["order_id"]
+        oid = _order_id(request)
         reason = text(await request.form(), "reason")
         await anyio.to_thread.run_sync(desk.cancel, oid, session.principal, reason)
         return done(session, oid, "cancelled")
 
     async def settle_effect(request: Request, session: Session) -> Response:
-        oid = request.path_params["order_id"]
+        oid = _order_id(request)
         form = await request.form()
         ref, verdict = text(form, "ref"), text(form, "verdict")
         if verdict not in ("happened", "did_not_happen"):
@@ -412,7 +415,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         manager_only(record.order, me, action)
 
     async def run_commit(request: Request, session: Session) -> Response:
-        oid = request.path_params["order_id"]
+        oid = _order_id(request)
         upstream = need_upstream("run the commit")
         await manager_of(oid, session.principal, "commit")
         record = await anyio.to_thread.run_sync(store.load, oid)
@@ -433,11 +436,11 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
             flashes.setdefault(session.id, []).extend(notes)
 
         committing.add(oid)
-        return RedirectResponse(f"/orders/{quote(oid, safe='')}", status_code=303,
+        return RedirectResponse(order_url(oid), status_code=303,
                                 background=BackgroundTask(run))
 
     async def retry_effect(request: Request, session: Session) -> Response:
-        oid = request.path_params["order_id"]
+        oid = _order_id(request)
         ref = text(await request.form(), "ref")
         upstream = need_upstream("retry an effect")
         outcome = await retry(oid, ref, session.principal, store=store,
@@ -445,7 +448,9 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         return done(session, oid, f"retried {outcome.ref}: {outcome.state}, {outcome.reason}")
 
     async def track(request: Request, session: Session) -> Response:
-        worker = request.path_params["worker"]
+        worker = _the(request, "name")
+        if worker is None:
+            raise BadRequest("this address names no worker: it needs one ?name=")
         record = await anyio.to_thread.run_sync(
             lambda: desk.track(worker, viewer=session.principal))
         return page("track.html", session, worker=worker, record=record.to_json())
@@ -500,6 +505,19 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
 
         return StreamingResponse(stream(), media_type="text/event-stream")
 
+    def legacy(kind: str) -> Handler:
+        # The addresses of before (``/orders/ID``, ``/orders/ID/ACTION``, ``/workers/NAME``;
+        # notifications sent earlier link the first): each is sent on to its address now, a
+        # POST with its form (307 keeps both), when it names one order or worker.
+        async def redirect(request: Request, session: Session) -> Response:
+            rest = _sent_rest(request, f"/{kind}/")
+            target = legacy_target(kind, rest, request.method, dict(request.query_params))
+            if target is None:
+                raise NotFound(f"this address names no {kind[:-1]} (a '.' or '..' in an "
+                               "address is lost on its way); open it from the inbox")
+            return RedirectResponse(target, status_code=307)
+        return signed_in(redirect)
+
     async def static(request: Request) -> Response:
         name = request.path_params["name"]
         if name not in _STATIC:
@@ -511,20 +529,52 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         Route("/signout", signed_in(signout), methods=["POST"]),
         Route("/", signed_in(inbox)),
         Route("/events", signed_in(events)),
-        # Ids and principals may hold a '/' (links send it as %2F, which arrives decoded):
-        # each takes the rest of the path, and an order's own pages are matched first.
-        Route("/orders/{order_id:path}/call", signed_in(call_page)),
-        Route("/orders/{order_id:path}/review", signed_in(review), methods=["POST"]),
-        Route("/orders/{order_id:path}/answer", signed_in(answer), methods=["POST"]),
-        Route("/orders/{order_id:path}/cancel", signed_in(cancel), methods=["POST"]),
-        Route("/orders/{order_id:path}/settle", signed_in(settle_effect), methods=["POST"]),
-        Route("/orders/{order_id:path}/retry", signed_in(retry_effect), methods=["POST"]),
-        Route("/orders/{order_id:path}/commit", signed_in(run_commit), methods=["POST"]),
-        Route("/orders/{order_id:path}", signed_in(order_page)),
-        Route("/workers/{worker:path}", signed_in(track)),
+        # An order id or a worker's name may be any string, '.', '..', 'x/call' and '50%'
+        # among them: each goes in the query string (?id=, ?name=), never in the path.
+        Route(ORDER, signed_in(order_page)),
+        Route(f"{ORDER}/call", signed_in(call_page)),
+        Route(f"{ORDER}/review", signed_in(review), methods=["POST"]),
+        Route(f"{ORDER}/answer", signed_in(answer), methods=["POST"]),
+        Route(f"{ORDER}/cancel", signed_in(cancel), methods=["POST"]),
+        Route(f"{ORDER}/settle", signed_in(settle_effect), methods=["POST"]),
+        Route(f"{ORDER}/retry", signed_in(retry_effect), methods=["POST"]),
+        Route(f"{ORDER}/commit", signed_in(run_commit), methods=["POST"]),
+        Route(WORKER, signed_in(track)),
+        Route("/orders/{rest:path}", legacy("orders"), methods=["GET", "POST"]),
+        Route("/workers/{rest:path}", legacy("workers")),
         Route("/static/{name}", static),
     ]
     return _Guard(Starlette(routes=routes), cfg.hosts)
+
+
+def _the(request: Request, name: str) -> str | None:
+    """The one non-empty value of ``name`` in the query string, else None (absent, empty or
+    given twice: an address that names two orders names none)."""
+    values = request.query_params.getlist(name)
+    return values[0] if len(values) == 1 and values[0] else None
+
+
+def _order_id(request: Request) -> str:
+    """The order the address names (``?id=``)."""
+    order_id = _the(request, "id")
+    if order_id is None:
+        raise BadRequest("this address names no order: it needs one ?id= (open the order "
+                         "from the inbox)")
+    return order_id
+
+
+def _sent_rest(request: Request, prefix: str) -> str:
+    """What follows ``prefix`` in the path as the client sent it (percent-encoded, so an
+    encoded ``/`` stays apart from a literal one), or re-encoded from the decoded path when
+    the server does not say (``raw_path`` is optional in ASGI)."""
+    raw = request.scope.get("raw_path")
+    sent = raw.decode("ascii", "replace") if isinstance(raw, bytes) else ""
+    root = request.scope.get("root_path", "")
+    if root and sent.startswith(root):
+        sent = sent[len(root):]
+    if sent.startswith(prefix):
+        return sent[len(prefix):]
+    return quote(request.path_params["rest"], safe="/")
 
 
 def _whole(text: str, name: str) -> int:

@@ -139,7 +139,7 @@ def delivered(web: Web, oid: str) -> dict[str, int]:
 
 def open_order(context: BrowserContext, web: Web, oid: str) -> Page:
     page = context.new_page()
-    page.goto(f"{web.url}/orders/{oid}")
+    page.goto(f"{web.url}/order?id={oid}")
     return page
 
 
@@ -154,7 +154,7 @@ def test_sign_in_and_the_inbox_shows_a_submitted_order(web: Web,
     page = manager.new_page()
     page.goto(web.url + "/")
     assert "Inbox shows me" in page.locator("#review").inner_text()
-    page.click(f"#review a[href='/orders/{oid}']")
+    page.click(f"#review a[href='/order?id={oid}']")
     assert page.locator("#state").inner_text() == "submitted"
     page.close()
 
@@ -248,7 +248,7 @@ def test_a_hostile_argument_is_text_and_runs_nothing(web: Web, manager: BrowserC
 
     page = manager.new_page()
     page.on("dialog", on_dialog)
-    page.goto(f"{web.url}/orders/{oid}")
+    page.goto(f"{web.url}/order?id={oid}")
     assert json.dumps(hostile) in page.locator("#held pre.arguments").inner_text()
     assert page.locator("h1").inner_text() == hostile
     assert page.locator("img").count() == 0
@@ -268,11 +268,11 @@ def test_a_worker_sees_no_approve_button_and_its_forged_post_is_refused(
     assert page.locator("#approve-selected, #approve-all, #rework, #cancel-order").count() == 0
     csrf = page.locator("input[name=csrf]").first.get_attribute("value")
     assert csrf
-    forged = worker.request.post(f"{web.url}/orders/{oid}/review",
+    forged = worker.request.post(f"{web.url}/order/review?id={oid}",
                                  form={"decision": "approve", "all": "1", "csrf": csrf},
                                  max_redirects=0)
     assert forged.status == 403 and "only its manager" in forged.text()
-    no_csrf = manager.request.post(f"{web.url}/orders/{oid}/review",
+    no_csrf = manager.request.post(f"{web.url}/order/review?id={oid}",
                                    form={"decision": "approve", "all": "1"}, max_redirects=0)
     assert no_csrf.status == 403 and "CSRF" in no_csrf.text()
     assert web.desk.desk.get(oid).state == "submitted"
@@ -304,7 +304,7 @@ def test_settle_an_unknown_effect_and_retry_it_once(web: Web, manager: BrowserCo
     page = manager.new_page()
     page.goto(web.url + "/")
     assert refs[0] in page.locator("#unknown").inner_text()
-    page.goto(f"{web.url}/orders/{oid}")
+    page.goto(f"{web.url}/order?id={oid}")
     page.check("form.settle input[value=did_not_happen]")
     page.fill("form.settle input[name=evidence]", "the receiver has no such message")
     page.click("form.settle button")
@@ -321,7 +321,7 @@ def test_the_inbox_updates_without_a_reload_when_a_worker_submits(
         web: Web, manager: BrowserContext) -> None:
     page = manager.new_page()
     page.goto(web.url + "/")
-    page.locator("body[data-watch]").wait_for(state="attached")
+    page.locator("body[data-events]").wait_for(state="attached")
     page.wait_for_timeout(700)  # the event stream is open
     submit_order(web.desk, TWO, goal="Arrived while watching")
     page.locator("#review", has_text="Arrived while watching").wait_for()
@@ -358,3 +358,49 @@ def test_the_running_page_refuses_a_foreign_host(web: Web) -> None:
             assert connection.getresponse().status == status, host
         finally:
             connection.close()
+
+
+@pytest.mark.spec("BIND-11")
+def test_orders_whose_ids_a_path_cannot_carry_are_approved_and_cancelled(
+        web: Web, manager: BrowserContext) -> None:
+    """Ids that a path segment loses ('.', '..': the browser folds them) or misreads (one
+    ending in an action's name), or that need escaping, open from the inbox, and their
+    forms act on them."""
+    for approved, cancelled in ((".", ".."), ("x/call", "a/review"),
+                                ("a?b#c 50%", "team/q1"), ("ünï/😀", "x/cancel")):
+        _, refs = submit_order(web.desk, TWO, order_id=approved)
+        submit_order(web.desk, TWO, order_id=cancelled)
+        page = manager.new_page()
+        page.goto(web.url + "/")
+        page.locator("#review").get_by_text(approved, exact=True).click()
+        assert page.locator("dl.facts code").first.inner_text() == approved
+        assert page.locator("#state").inner_text() == "submitted"
+        page.uncheck(f"input[name=effect][value='{refs[0]}']")
+        page.click("#approve-selected")
+        assert page.locator("#state").inner_text() == "approved"
+        view = web.desk.desk.get(approved)
+        assert view.latest_review is not None
+        assert list(view.latest_review.effects or ()) == [refs[1]]
+        page.goto(web.url + "/")
+        page.locator("#review").get_by_text(cancelled, exact=True).click()
+        assert page.locator("dl.facts code").first.inner_text() == cancelled
+        page.fill("#cancel input[name=reason]", "not needed")
+        page.click("#cancel-order")
+        assert page.locator("#state").inner_text() == "cancelled"
+        assert web.desk.desk.get(cancelled).state == "cancelled"
+        page.close()
+
+
+@pytest.mark.spec("BIND-11")
+def test_the_page_of_an_order_whose_id_holds_a_line_break_follows_the_desk(
+        web: Web, manager: BrowserContext) -> None:
+    """The page's event stream names its order as the page's address does: an id a page's
+    attribute would change (a CR LF becomes LF there) still has its page reload itself."""
+    oid, _ = submit_order(web.desk, TWO, order_id="line\r\nbreak")
+    page = manager.new_page()
+    page.goto(f"{web.url}/order?id={quote(oid, safe='')}")
+    assert page.locator("#state").inner_text() == "submitted"
+    page.wait_for_timeout(700)  # the event stream is open
+    web.desk.desk.review(oid, MANAGER, "rework", reason="send them again")
+    page.locator("#state", has_text="working").wait_for()
+    page.close()

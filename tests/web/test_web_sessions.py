@@ -148,7 +148,7 @@ def test_a_session_outlives_a_restart_is_shared_and_ends_everywhere_on_sign_out(
         assert out.status_code == 303
         # The same cookie, replayed on the other process after the sign-out: nothing.
         assert _page(again, cookie).status_code == 303
-        stolen = _http("POST", f"{again}/orders/{oid}/cancel", cookie=cookie,
+        stolen = _http("POST", f"{again}/order/cancel?id={oid}", cookie=cookie,
                        form={"csrf": csrf, "reason": "stolen"})
         assert stolen.status_code == 403 and "not signed in" in stolen.text
     assert token_hash(cookie) not in "\n".join(_rows(d, store_url, files=False))

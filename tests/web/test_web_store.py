@@ -24,7 +24,7 @@ def test_the_commit_command_names_the_store_with_its_password_hidden(tmp_path: P
     client = TestClient(build_app(d.store, Sessions(), config, desk=d.desk),
                         follow_redirects=False)
     assert client.post("/signin", data={"token": issue_token(d.store, MANAGER)}).status_code == 303
-    page = client.get(f"/orders/{oid}").text
+    page = client.get(f"/order?id={oid}").text
     assert "s3cret" not in page
     command = html.unescape(page.split('<pre id="commit-command">')[1].split("</pre>")[0])
     assert command == (f"awl gateway --order {oid} --config upstream.json --home desk-home "

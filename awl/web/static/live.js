@@ -3,14 +3,15 @@
 (function () {
   "use strict";
   var body = document.body;
-  if (!body || !body.hasAttribute("data-watch") || !window.EventSource) { return; }
-  var watch = body.getAttribute("data-watch");
+  if (!body || !body.hasAttribute("data-events") || !window.EventSource) { return; }
+  // The stream's address as the page made it, the order's id encoded in it already.
+  var events = body.getAttribute("data-events");
   // The desk's state this page was made from: a change before the stream opens still counts.
   var since = body.getAttribute("data-since") || "";
   var touched = false;
   document.addEventListener("input", function () { touched = true; });
-  var source = new EventSource("/events?order=" + encodeURIComponent(watch) +
-                               "&since=" + encodeURIComponent(since));
+  var source = new EventSource(events + (events.indexOf("?") < 0 ? "?" : "&") +
+                               "since=" + encodeURIComponent(since));
   source.addEventListener("change", function () {
     if (touched) {
       // Someone is filling in a form: say so instead of throwing their input away.

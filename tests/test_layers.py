@@ -38,6 +38,8 @@ LATE_IMPORTS: dict[tuple[str, str], str] = {
     ("awl.cli._effects", "gateway"): "`awl effects retry` only: the commit path",
     ("awl.cli._serve", "awl.server"): "`awl serve` only: the desk's MCP server",
     ("awl.cli._web", "awl.mcp"): "`awl web` only: the HTTP listener (Starlette, the MCP SDK)",
+    ("awl.cli._common", "awl.mcp"): "`awl web --listen`, `awl serve --http` and `awl gateway "
+                                    "--http` only: their HOST:PORT reader (the MCP SDK)",
     ("awl.cli._web", "awl.web"): "`awl web` only: the approval page (Starlette, Jinja)",
     ("awl.cli._web", "gateway"): "`awl web --config` only: the gateway config reader",
     ("awl.cli._web", "uvicorn"): "`awl web` only: the HTTP server",
@@ -67,8 +69,10 @@ LATE_IMPORTS: dict[tuple[str, str], str] = {
     # The entry point catches Ctrl-C from its first line on (awl.cli.main): what it loads
     # loads inside it, and `import awl`, before it, loads nothing.
     ("awl.cli", "awl.cli._main"): "the commands, loaded inside the entry point's try",
-    ("awl.cli", "signal"): "the entry point holds SIGINT while the commands load (inside "
-                           "its try: a Ctrl-C while signal loads exits 130 too)",
+    ("awl.cli", "signal"): "the entry point holds SIGINT in every import of the run (loaded "
+                           "inside its try: a Ctrl-C while signal loads exits 130 too)",
+    ("awl.cli", "gc"): "after a Ctrl-C only: what it cut short is let go of before the "
+                       "entry point's hook for Python's complaints is",
     ("awl", "awl.documents"): "awl.documents.lazy (with the documents layer), on the first "
                               "name read from the package",
 }

@@ -4,16 +4,27 @@ imports them all: so they never import it, nor the package (whose ``main`` loads
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ipaddress
+import re
 import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
-from awl.documents.errors import AWLError
-from awl.documents.limits import MAX_DOCUMENT_BYTES
+from awl.documents.checks import load_document
+from awl.documents.errors import AWLError, BadRequest
+from awl.documents.limits import MAX_DOCUMENT_BYTES, show_value
+from awl.store.urls import shown_url
 
-__all__ = ["MAX_SECONDS", "STORE_HELP", "CLIError", "add_store_option", "check_seconds",
-           "read_stdin", "stdin_text"]
+__all__ = ["MAX_SECONDS", "STORE_HELP", "CLIError", "add_store_option", "check_address",
+           "check_seconds", "read_document", "read_stdin", "stdin_text"]
 
 MAX_SECONDS = 365 * 24 * 3600.0
 """The longest wait a flag in seconds takes (a year, as the gateway config's timeouts)."""
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_.])?")
+"""A host name an address may give (``localhost``, ``desk.internal``): no spaces, no URL."""
 
 STORE_HELP = ("the desk's store: a SQLite file, sqlite:///PATH, memory: or "
               "postgresql://USER@HOST/DB (default: $AWL_STORE, else desk.sqlite3 in the home)")
@@ -29,6 +40,15 @@ def read_stdin() -> bytes:
     """A document given as ``-``: at most one byte more than a document may hold, so the
     reader sees it is too big (DOC-17) instead of filling memory from an endless pipe."""
     return sys.stdin.buffer.read(MAX_DOCUMENT_BYTES + 1)
+
+
+def read_document(name: str) -> Any:
+    """The document a command is given as ``name``: the JSON in that file, or on stdin for
+    ``-`` (:func:`read_stdin`), read strictly and within a document's limits by
+    :func:`~awl.documents.checks.load_document` (a DocumentError when it cannot be)."""
+    if name == "-":
+        return load_document(read_stdin())
+    return load_document(Path(name))
 
 
 def stdin_text(what: str) -> str:
@@ -65,3 +85,52 @@ def check_seconds(value: float | None, *, flag: str, zero: bool = False,
         what = "hours" if unit == 3600 else "seconds"
         raise CLIError(f"{flag} takes a number of {what} {lowest} and at most {most} (a "
                        f"year), not {value:g}")
+
+
+def check_address(text: str, *, flag: str, allow_remote: bool,
+                  example: str = "127.0.0.1:8765") -> tuple[str, int]:
+    """``HOST:PORT`` given to ``flag`` (``--listen``, ``--http``) as ``(host, port)``; a bare
+    ``PORT`` is 127.0.0.1's, ``[::1]:PORT`` an IPv6 one.
+
+    Checked before a command opens the desk or listens, and refused in one line (CLIError,
+    exit 2 as a usage error) that names the flag, says what is wrong and what to write: not
+    ``HOST:PORT`` with a port from 0 to 65535, a URL instead of an address, a host that is
+    no name or IP address, or an address other machines can reach without ``--allow-remote``.
+    """
+    from awl.mcp.transport import is_loopback
+
+    given = show_value(shown_url(text))
+    if "/" in text:
+        write = example
+        with contextlib.suppress(ValueError):
+            bare = urlsplit(text).netloc if "://" in text else text.partition("/")[0]
+            bare = bare.rpartition("@")[2]  # never a password back on the screen
+            if bare and "/" not in bare and _split(bare) is not None:
+                write = bare
+        raise CLIError(f"{flag} {given} is a URL, not HOST:PORT; write {write} (no http:// "
+                       "and no path)")
+    address = _split(text)
+    if address is None:
+        raise CLIError(f"{flag} {given} is not HOST:PORT with a port from 0 to 65535; write "
+                       f"for example {example} (port 0 picks a free one)")
+    host, port = address
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if _HOST_NAME.fullmatch(host) is None:
+            raise CLIError(f"{flag} {given} names no host: {show_value(host)} is neither a "
+                           f"host name nor an IP address; write for example {example}") from None
+    if not allow_remote and not is_loopback(host):
+        raise CLIError(f"{flag} {given} is not a loopback address, so other machines could "
+                       f"connect; write 127.0.0.1:{port} to serve this machine only, or add "
+                       "--allow-remote to accept them")
+    return host, port
+
+
+def _split(text: str) -> tuple[str, int] | None:
+    from awl.mcp.transport import parse_address
+
+    try:
+        return parse_address(text)
+    except BadRequest:
+        return None

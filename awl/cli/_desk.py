@@ -21,15 +21,13 @@ import shlex
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
-from awl.cli._common import CLIError, add_store_option, read_stdin
+from awl.cli._common import CLIError, add_store_option, read_document
 from awl.desk import Desk, OrderView, Question
 from awl.desk.criteria import check_question, latest_checks
 from awl.desk.home import default_store
 from awl.desk.track import TrackRecord
-from awl.documents.checks import load_document
 from awl.documents.errors import ValidationFailed
 from awl.documents.lifecycle import ACTIVE, TERMINAL
 from awl.documents.limits import MAX_QUESTION_PAGE, QUESTION_PAGE, check_integer
@@ -111,14 +109,8 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False))
 
 
-def _read(name: str) -> Any:
-    if name == "-":
-        return load_document(read_stdin())
-    return load_document(Path(name))
-
-
 def _object(name: str, what: str) -> dict[str, Any]:
-    doc = _read(name)
+    doc = read_document(name)
     if not isinstance(doc, dict):
         raise _fail(f"{name}: a {what} is a JSON object")
     return doc

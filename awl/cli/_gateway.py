@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from awl.cli._common import CLIError, add_store_option, check_seconds
+from awl.cli._common import CLIError, add_store_option, check_address, check_seconds
 from awl.desk.home import default_store
 from awl.documents.errors import BadRequest
 from awl.passes import MAX_TOKEN_BYTES
@@ -77,11 +77,13 @@ def _run(args: argparse.Namespace) -> int:
         return _commit(args)
     if args.json or args.timeout is not None or args.lock_wait:
         raise CLIError("--json, --timeout and --lock-wait go with --commit")
-    from gateway import CHECKPOINT_SECONDS, PASS_ENV, parse_address, run_gateway
+    from gateway import CHECKPOINT_SECONDS, PASS_ENV, run_gateway
 
-    http = parse_address(args.http) if args.http is not None else None  # '' is refused
-    if http is None and args.allow_remote:
+    if args.http is None and args.allow_remote:
         raise CLIError("--allow-remote goes with --http")
+    # '' is refused; a remote address without --allow-remote too, before the desk is opened.
+    http = None if args.http is None else check_address(args.http, flag="--http",
+                                                        allow_remote=args.allow_remote)
     if http is not None and (args.pass_token is not None or args.pass_file is not None):
         raise CLIError("over --http each worker sends its own pass as a Bearer token; "
                        "drop --pass and --pass-file")

@@ -5,7 +5,8 @@
 delivers until interrupted (``awl web`` and ``awl serve`` run the same deliverer while they
 run). :func:`deliverer_options`, :func:`check_deliverer_options` and :func:`start_deliverer`
 give those commands the options. A webhook URL is shown with its password hidden, as a store
-URL is (:func:`awl.store.urls.shown_url`): the receiver has it, and no listing needs it.
+URL is (:func:`awl.store.urls.shown_url`): the receiver has it, and no listing needs it (the
+desk's own refusals hide it too, :func:`awl.desk.notify.check_url`).
 """
 
 from __future__ import annotations
@@ -17,20 +18,20 @@ import sys
 import time
 from typing import Any
 
-from awl.cli._common import add_store_option, check_seconds
+from awl.cli._common import CLIError, add_store_option, check_seconds
 from awl.desk.desk import Desk
 from awl.desk.home import default_store
 from awl.desk.notify import (
     PUBLIC_URL_ENV,
     Deliverer,
-    check_url,
+    check_public_url,
     describe,
     describe_notification,
     webhook_store,
 )
 from awl.documents.errors import BadRequest
 from awl.documents.limits import check_integer
-from awl.store.protocol import Webhook, WebhookStore
+from awl.store.protocol import WebhookStore
 from awl.store.urls import shown_url
 
 
@@ -96,7 +97,7 @@ def register(subparsers: Any) -> None:
 
 def deliverer_options(parser: argparse.ArgumentParser, *, switch: bool = True) -> None:
     """The deliverer's options, for ``notify run`` and the servers that run one."""
-    parser.add_argument("--public-url", metavar="URL", default=os.environ.get(PUBLIC_URL_ENV),
+    parser.add_argument("--public-url", metavar="URL",
                         help="the approval page's public address; notifications then link "
                              f"each order's page (default: ${PUBLIC_URL_ENV})")
     parser.add_argument("--notify-timeout", type=float, default=10.0, metavar="SECONDS",
@@ -107,10 +108,29 @@ def deliverer_options(parser: argparse.ArgumentParser, *, switch: bool = True) -
 
 
 def check_deliverer_options(args: argparse.Namespace) -> None:
-    """Refuse a deliverer's wait that is no number of seconds, naming its flag (the deliverer
-    itself names its parameters); a server command checks before it listens."""
+    """Refuse a deliverer's wait that is no number of seconds, or a public URL that is no
+    http(s) address, naming its flag (the deliverer itself names its parameters); a server
+    command checks before it opens the desk or listens. ``args.public_url`` is then the
+    checked address: ``--public-url``, else ``$AWL_PUBLIC_URL``, else None."""
     for flag in ("--notify-timeout", "--retry-for", "--backoff", "--poll"):
         check_seconds(getattr(args, flag[2:].replace("-", "_"), None), flag=flag)
+    args.public_url = public_url(args.public_url)
+
+
+def public_url(given: str | None) -> str | None:
+    """``--public-url`` (``given``), else ``$AWL_PUBLIC_URL`` (empty is none), checked;
+    CLIError (exit 2) naming which of them is wrong and what to write."""
+    where = "--public-url"
+    if given is None:
+        given = os.environ.get(PUBLIC_URL_ENV) or None
+        where = f"${PUBLIC_URL_ENV} (the default of --public-url)"
+        if given is None:
+            return None
+    try:
+        return check_public_url(given, what=where)
+    except BadRequest as exc:
+        raise CLIError(f"{exc.message}; write the approval page's address as browsers reach "
+                       "it, for example https://awl.example.com") from None
 
 
 def make_deliverer(args: argparse.Namespace, store: Any, **options: Any) -> Any:
@@ -140,14 +160,10 @@ def _add(args: argparse.Namespace) -> int:
     desk = _desk(args)
     try:
         webhook = desk.add_webhook(args.url, args.events, orders=args.orders)
-    except BadRequest:
-        # The desk quotes a URL it refuses: refuse it again as shown, its password hidden.
-        check_url(shown_url(args.url))
-        raise
     finally:
         desk.store.close()
     if args.json:
-        print(json.dumps(_described(webhook, secret=True)))
+        print(json.dumps(describe(webhook, secret=True)))
     else:
         print(f"{webhook.id}  {shown_url(webhook.url)}  {','.join(webhook.events)}  "
               f"{_scope(webhook)}")
@@ -161,11 +177,6 @@ def _scope(webhook: Any) -> str:
     return "every order" if webhook.orders is None else ",".join(webhook.orders)
 
 
-def _described(webhook: Webhook, *, secret: bool = False) -> dict[str, object]:
-    """:func:`describe`, the URL's password hidden."""
-    return {**describe(webhook, secret=secret), "url": shown_url(webhook.url)}
-
-
 def _list(args: argparse.Namespace) -> int:
     desk = _desk(args)
     try:
@@ -173,7 +184,7 @@ def _list(args: argparse.Namespace) -> int:
     finally:
         desk.store.close()
     if args.json:
-        print(json.dumps([_described(w) for w in webhooks]))
+        print(json.dumps([describe(w) for w in webhooks]))
     elif not webhooks:
         print("no webhooks (add one with `awl notify add URL --events ...`)")
     for webhook in [] if args.json else webhooks:

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 
 from awl import passes
-from awl.cli._common import CLIError, add_store_option, stdin_text
+from awl.cli._common import CLIError, add_store_option, check_address, stdin_text
 from awl.cli._notify import check_deliverer_options, deliverer_options, start_deliverer
 from awl.desk import AsyncDesk
 from awl.desk.home import default_store, home_dir
@@ -73,7 +73,7 @@ def register(subparsers: Any) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from awl.server import DeskServer, is_loopback, parse_address, serve_stdio
+    from awl.server import DeskServer, serve_stdio
 
     check_deliverer_options(args)
     if args.principal is not None:
@@ -82,10 +82,7 @@ def _serve(args: argparse.Namespace) -> int:
         check_principal(args.principal)
         address = None
     else:
-        address = parse_address(args.http)
-        if not is_loopback(address[0]) and not args.allow_remote:
-            raise CLIError(f"refusing to serve on {address[0]}: it is not a loopback address; "
-                           "add --allow-remote to accept other machines")
+        address = check_address(args.http, flag="--http", allow_remote=args.allow_remote)
     home = home_dir(args.home)
     store = default_store(home, url=args.store)
     deliverer = None

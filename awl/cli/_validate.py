@@ -7,11 +7,10 @@ import io
 import json
 import re
 import sys
-from pathlib import Path
 from typing import Any, cast
 
-from awl.cli._common import CLIError, read_stdin
-from awl.documents.checks import DocType, check, load_document
+from awl.cli._common import CLIError, read_document
+from awl.documents.checks import DocType, check
 from awl.documents.errors import AWLError
 from awl.documents.findings import Finding
 
@@ -51,17 +50,11 @@ def register(subparsers: Any) -> None:
     conformance.set_defaults(func=_conformance)
 
 
-def _read(name: str) -> Any:
-    if name == "-":
-        return load_document(read_stdin())
-    return load_document(Path(name))
-
-
 def _context(name: str | None, what: str) -> Any:
     if name is None:
         return None
     try:
-        return _read(name)
+        return read_document(name)
     except AWLError as exc:
         raise CLIError(_safe(f"{what} {name}: {exc.message}")) from None
 
@@ -94,7 +87,7 @@ def _validate(args: argparse.Namespace) -> int:
     status = 0
     for name in args.files:
         try:
-            findings = check(_read(name), cast(DocType | None, args.type), order=order,
+            findings = check(read_document(name), cast(DocType | None, args.type), order=order,
                              parent=parent, calls=calls, sub_reports=sub_reports)
         except AWLError as exc:
             results.append({"file": name, "valid": False, "error": exc.message})

@@ -12,10 +12,12 @@ from typing import Any
 
 import anyio
 
-from awl.cli._common import CLIError, add_store_option, check_seconds
+from awl.cli._common import add_store_option, check_address, check_seconds
 from awl.cli._notify import check_deliverer_options, deliverer_options, start_deliverer
 from awl.desk.home import default_store, home_dir
 from awl.desk.tokens import check_principal
+from awl.documents.errors import BadRequest
+from awl.documents.limits import show_value
 from awl.store.protocol import WebSessions
 
 
@@ -46,14 +48,12 @@ def register(subparsers: Any) -> None:
 
 
 def _web(args: argparse.Namespace) -> int:
-    from awl.mcp.transport import is_loopback, listen, parse_address
+    from awl.mcp.transport import is_loopback, listen
     from awl.web import Sessions, WebConfig, build_app, loopback_hosts
 
-    host, port = parse_address(args.listen)
+    host, port = check_address(args.listen, flag="--listen", allow_remote=args.allow_remote,
+                               example="127.0.0.1:8766")
     loopback = is_loopback(host)
-    if not loopback and not args.allow_remote:
-        raise CLIError(f"refusing to serve on {host}: it is not a loopback address; add "
-                       "--allow-remote to accept other machines")
     # Finite, a year at most: inf would fail only at the first sign-in (the cookie's age).
     check_seconds(args.session_hours, flag="--session-hours", unit=3600)
     check_deliverer_options(args)
@@ -64,7 +64,10 @@ def _web(args: argparse.Namespace) -> int:
         from gateway import load_config
         upstream = load_config(args.config)
     home = home_dir(args.home)
-    sock = listen(host, port)
+    try:
+        sock = listen(host, port)
+    except BadRequest as exc:  # a taken port: not a usage error, but say which flag
+        raise BadRequest(f"--listen {show_value(args.listen)}: {exc.message}") from None
     port = sock.getsockname()[1]
     store = default_store(home, url=args.store)
     # Sessions live in the store, so they outlast a restart and every `awl web` on the store

@@ -11,10 +11,11 @@ receiver.
 
 Delivering. :class:`Deliverer` claims due notifications for a lease (so two deliverers never
 send one at once, and one killed mid-send leaves it to the next when the lease ends), POSTs
-each as Standard Webhooks JSON signed with its subscription's secret, and records every
-attempt: a 2xx answer delivers it, anything else is retried after a delay that doubles from
-``backoff`` (with random jitter, at most ``max_backoff``) until ``retry_for`` seconds after
-the event, when it is dead. It runs in threads, so it can sit beside any server
+each as Standard Webhooks JSON signed with its subscription's secret (a URL's
+``USER:PASSWORD@`` goes as an ``Authorization: Basic`` header, not to the host), and records
+every attempt: a 2xx answer delivers it, anything else is retried after a delay that doubles
+from ``backoff`` (with random jitter, at most ``max_backoff``) until ``retry_for`` seconds
+after the event, when it is dead. It runs in threads, so it can sit beside any server
 (``awl web``, ``awl serve``) or alone (``awl notify run``).
 """
 
@@ -34,7 +35,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote_to_bytes, urlsplit
 
 from standardwebhooks import Webhook as Signer
 
@@ -43,12 +44,14 @@ from awl.documents.limits import show_value
 from awl.documents.models import parse_time
 from awl.store.protocol import DeliveryAttempt, Notification, Store, Webhook, WebhookStore
 from awl.store.rules import NOTIFY_EVENTS
+from awl.store.urls import shown_url
 
 __all__ = [
     "EVENTS",
     "PUBLIC_URL_ENV",
     "Deliverer",
     "add_webhook",
+    "basic_auth",
     "check_events",
     "check_public_url",
     "check_url",
@@ -94,32 +97,40 @@ def webhook_store(store: Store) -> WebhookStore:
 
 
 def check_url(url: str, *, what: str = "a webhook URL") -> str:
-    """``url`` if it is an absolute http(s) URL with a host; BadRequest saying why not."""
+    """``url`` if it is an absolute http(s) URL with a host; BadRequest saying why not.
+
+    A refusal quotes the URL with its password hidden (:func:`~awl.store.urls.shown_url`),
+    whichever door it came through: the CLI, the desk, the library."""
     if len(url) > MAX_URL:
         raise BadRequest(f"{what} may have at most {MAX_URL} characters, not {len(url)}")
+    shown = show_value(shown_url(url))
     if any(c.isspace() or not c.isprintable() for c in url):
-        raise BadRequest(f"{what} may not contain spaces or control characters: "
-                         f"{show_value(url)}")
+        raise BadRequest(f"{what} may not contain spaces or control characters: {shown}")
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise BadRequest(f"{what} is not a URL ({exc}): {show_value(url)}") from None
+        # urlsplit names the port it could not read: the password's end, when that holds
+        # an unescaped / ? or # (https://ana:pa/ss@host); say why without quoting it.
+        why = ("its port is not a number" if str(exc).startswith("Port could not be cast")
+               else str(exc))
+        raise BadRequest(f"{what} is not a URL ({why}): {shown}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise BadRequest(f"{what} must start with http:// or https:// and name a host, "
-                         f"not {show_value(url)}")
+                         f"not {shown}")
     if port == 0:
-        raise BadRequest(f"{what} names port 0: {show_value(url)}")
+        raise BadRequest(f"{what} names port 0: {shown}")
     if parts.fragment:
-        raise BadRequest(f"{what} may not have a #fragment: {show_value(url)}")
+        raise BadRequest(f"{what} may not have a #fragment: {shown}")
     return url
 
 
-def check_public_url(url: str) -> str:
-    """The desk's public address (the approval page's base URL) without a trailing slash."""
-    check_url(url, what="the public URL")
+def check_public_url(url: str, *, what: str = "the public URL") -> str:
+    """The desk's public address (the approval page's base URL) without a trailing slash;
+    BadRequest, its message starting with ``what``, saying why not."""
+    check_url(url, what=what)
     if urlsplit(url).query:
-        raise BadRequest(f"the public URL may not have a ?query: {show_value(url)}")
+        raise BadRequest(f"{what} may not have a ?query: {show_value(shown_url(url))}")
     return url.rstrip("/")
 
 
@@ -182,8 +193,10 @@ def remove_webhook(store: Store, webhook_id: str, *, now: datetime | None = None
 
 
 def order_link(public_url: str, order_id: str) -> str:
-    """The order's page on the approval page at ``public_url``."""
-    return f"{public_url.rstrip('/')}/orders/{quote(order_id, safe='')}"
+    """The order's page on the approval page at ``public_url``: ``/order?id=`` and the id
+    percent-encoded in full, as the page makes its own links (``awl.web._links``), so every
+    id has one (a path segment would lose ``.`` and ``..``, or read ``x/call`` as an action)."""
+    return f"{public_url.rstrip('/')}/order?id={quote(order_id, safe='')}"
 
 
 # --------------------------------------------------------------------------- delivering
@@ -369,10 +382,14 @@ def _post(url: str, body: bytes, headers: dict[str, str],
 
     ``timeout`` bounds the whole exchange: a timer shuts the socket when it runs out, so a
     receiver that trickles its answer cannot hold a worker longer. Redirects are not
-    followed (a webhook URL names its receiver)."""
+    followed (a webhook URL names its receiver). A URL's userinfo is sent as Basic
+    credentials (:func:`basic_auth`), never in the request line or ``Host``."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    credentials = basic_auth(url)
+    if credentials is not None:
+        headers = {**headers, "authorization": credentials}
     conn: http.client.HTTPConnection
     if parts.scheme == "https":
         conn = http.client.HTTPSConnection(host, parts.port, timeout=timeout,
@@ -408,9 +425,21 @@ def _post(url: str, body: bytes, headers: dict[str, str],
         conn.close()
 
 
+def basic_auth(url: str) -> str | None:
+    """The ``Authorization`` value a URL's userinfo (``https://USER:PASSWORD@host/...``)
+    asks for: ``Basic`` and the base64 of ``USER:PASSWORD``, each percent-decoded (as
+    bytes, so ``%C3%A9`` is the UTF-8 of é); None for a URL without userinfo."""
+    parts = urlsplit(url)
+    if not parts.username and parts.password is None:
+        return None
+    pair = unquote_to_bytes(parts.username or "") + b":" + unquote_to_bytes(parts.password or "")
+    return "Basic " + base64.b64encode(pair).decode("ascii")
+
+
 def describe(webhook: Webhook, *, secret: bool = False) -> dict[str, object]:
-    """A webhook as ``awl notify`` prints it (its secret only when asked: once, at creation)."""
-    shown: dict[str, object] = {"id": webhook.id, "url": webhook.url,
+    """A webhook as ``awl notify`` prints it: its URL's password hidden (the receiver has
+    it), its secret only when asked (once, at creation)."""
+    shown: dict[str, object] = {"id": webhook.id, "url": shown_url(webhook.url),
                                 "events": list(webhook.events),
                                 "orders": None if webhook.orders is None else list(webhook.orders),
                                 "created_at": webhook.created_at}

@@ -38,18 +38,36 @@ USAGE = ("a SQLite file path, sqlite:///ABSOLUTE/PATH, memory:, or "
 # A scheme as RFC 3986 spells it. One letter is a Windows drive (C:\desk.sqlite3), not one.
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")
 _POSTGRES = ("postgresql", "postgres")
+# Where a URL's authority (``//[USER[:PASSWORD]@]HOST[:PORT]``) begins.
+_AUTHORITY = re.compile(r"\s*[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def shown_url(url: str) -> str:
-    """``url`` as messages show it: any password replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
+    """``url`` as messages show it: any password replaced by ``***``, the rest as written.
+
+    Read from the text, not from :func:`~urllib.parse.urlsplit`, so a URL that does not
+    parse (``[`` unclosed, a port that is no number) is hidden too: the messages that quote
+    it are the ones refusing it. A password holding an unescaped ``/``, ``?`` or ``#``
+    (``https://ana:pa/ss@host/``) ends the host early and leaves a port that is no number;
+    up to the ``@`` after it is then taken as the password as well."""
+    start = _AUTHORITY.match(url)
+    if start is None:
         return url
-    if parts.password is None:
+    head, rest = url[:start.end()], url[start.end():]
+    ends = [i for i in (rest.find(stop) for stop in "/?#") if i != -1]
+    authority = rest[:min(ends, default=len(rest))]
+    userinfo, at, _ = authority.rpartition("@")
+    if not at:
+        tail = authority.rpartition("]")[2]  # an IPv6 host's colons are no port's
+        port = tail.rpartition(":")[2] if ":" in tail else ""
+        later = rest.find("@", len(authority))
+        if not port or port.isdigit() or later == -1:
+            return url
+        userinfo = rest[:later]
+    user, colon, _ = userinfo.partition(":")
+    if not colon:
         return url
-    host = parts.netloc.rpartition("@")[2]
-    return parts._replace(netloc=f"{parts.username or ''}:***@{host}").geturl()
+    return f"{head}{user}:***{rest[len(userinfo):]}"
 
 
 def open_store(url: str | os.PathLike[str], *, create: bool = True) -> Store:
@@ -136,5 +154,10 @@ def _check_port(text: str) -> None:
     try:
         urlsplit(text).port  # noqa: B018 - urlsplit checks the port only when it is read
     except ValueError as exc:
-        raise BadRequest(f"store URL {shown_url(text)!r} is malformed ({exc}); write "
-                         "postgresql://USER:PASSWORD@HOST:PORT/DATABASE") from None
+        # "Port could not be cast ... as 'pa'" quotes a password's start when it holds an
+        # unescaped / ? or # (postgresql://ana:pa/ss@db/awl): say so without quoting it.
+        why = ("its port is not a number" if str(exc).startswith("Port could not be cast")
+               else str(exc))
+        raise BadRequest(f"store URL {shown_url(text)!r} is malformed ({why}); write "
+                         "postgresql://USER:PASSWORD@HOST:PORT/DATABASE (a / ? # or @ in "
+                         "the password as %2F %3F %23 %40)") from None

@@ -5,15 +5,23 @@ that never ends or is not UTF-8, are each one line, with nothing sent, served or
 from __future__ import annotations
 
 import io
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from awl.cli import main
-from awl.documents.limits import MAX_DOCUMENT_BYTES
+from awl.cli._common import check_address
+from awl.documents.limits import MAX_DOCUMENT_BYTES, show_value
 from awl.store.sqlite import SQLiteStore
+from awl.store.urls import shown_url
 from tests.awl.desk_support import MANAGER
 from tests.gateway.commit_support import make_setup
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def one_line(err: str, start: str) -> None:
@@ -107,3 +115,110 @@ def test_a_token_or_pass_on_stdin_that_is_not_utf8_is_one_line(
     code = main([*words, "--home", str(tmp_path)])
     one_line(capsys.readouterr().err, f"awl: {what} on stdin is not UTF-8 text")
     assert code == 2
+
+
+# -- --listen and --http: HOST:PORT ---------------------------------------------------------
+
+ADDRESS_FLAGS = [
+    (["web"], "--listen", "127.0.0.1:8766"),
+    (["serve"], "--http", "127.0.0.1:8765"),
+    (["gateway", "--order", "wo_x", "--config", "upstreams.json"], "--http", "127.0.0.1:8765"),
+]
+"""Each command that listens, with its address flag and the example its refusals give."""
+
+NOT_HOST_PORT = "is not HOST:PORT with a port from 0 to 65535; write for example {example}"
+BAD_ADDRESSES = [
+    ("", NOT_HOST_PORT),
+    ("localhost:http", NOT_HOST_PORT),
+    ("127.0.0.1:65536", NOT_HOST_PORT),
+    ("127.0.0.1", NOT_HOST_PORT),
+    ("http://127.0.0.1:8765/mcp", "is a URL, not HOST:PORT; write 127.0.0.1:8765 (no http://"),
+    ("http://ana:s3cret@127.0.0.1:8765", "is a URL, not HOST:PORT; write 127.0.0.1:8765 "),
+    ("127.0.0.1:8765/mcp", "is a URL, not HOST:PORT; write 127.0.0.1:8765 (no http://"),
+    ("my host:8765", "names no host: 'my host' is neither a host name nor an IP address"),
+    ("0.0.0.0:8765", "is not a loopback address, so other machines could connect; write "
+                     "127.0.0.1:8765 to serve this machine only, or add --allow-remote"),
+    ("[::]:0", "is not a loopback address"),
+]
+
+
+@pytest.mark.spec("SEC-2")
+@pytest.mark.parametrize(("address", "says"), BAD_ADDRESSES,
+                         ids=[repr(a) for a, _ in BAD_ADDRESSES])
+@pytest.mark.parametrize(("command", "flag", "example"), ADDRESS_FLAGS,
+                         ids=[c[0] for c, _, _ in ADDRESS_FLAGS])
+def test_a_bad_listen_or_http_address_names_its_flag_before_the_desk_is_opened(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str], flag: str,
+        example: str, address: str, says: str) -> None:
+    """`awl web --listen`, `awl serve --http` and `awl gateway --http` refused a bad address
+    as "'…' is not HOST:PORT …" (exit 1) or "refusing to serve on …", never naming the flag;
+    a URL (http://127.0.0.1:8765/mcp) got the HOST:PORT lecture without the address to
+    write; the gateway opened the desk before refusing a remote address. Now each is one
+    line naming the flag, what is wrong and what to write, exit 2 (a usage error, as the
+    CLI's other flags), before the desk is opened."""
+    code = main([*command, flag, address, "--home", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, ""), err
+    one_line(err, f"awl: {flag} {show_value(shown_url(address))} ")
+    assert says.format(example=example) in err
+    assert "s3cret" not in err
+    assert not (tmp_path / "desk.sqlite3").exists()
+
+
+def test_awl_web_on_a_taken_port_names_listen(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A port in use is no usage error (exit 1, as `awl serve --http` says it), but the line
+    names the flag to change; no desk is made."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["web", "--listen", f"127.0.0.1:{port}", "--no-notify",
+                     "--home", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "")
+    one_line(err, f"awl: BAD_REQUEST: --listen '127.0.0.1:{port}': cannot listen on "
+                  f"127.0.0.1:{port} (")
+    assert not (tmp_path / "desk.sqlite3").exists()
+
+
+def test_a_good_address_reads_as_before() -> None:
+    """What the listening flags took, they still take: HOST:PORT, [IPv6]:PORT, a bare PORT
+    (127.0.0.1's), a host name; a remote one with --allow-remote."""
+    assert check_address("127.0.0.1:8765", flag="--http", allow_remote=False) == (
+        "127.0.0.1", 8765)
+    assert check_address("[::1]:0", flag="--http", allow_remote=False) == ("::1", 0)
+    assert check_address("9000", flag="--listen", allow_remote=False) == ("127.0.0.1", 9000)
+    assert check_address("localhost:0", flag="--http", allow_remote=False) == ("localhost", 0)
+    assert check_address("0.0.0.0:80", flag="--http", allow_remote=True) == ("0.0.0.0", 80)
+    assert check_address("desk.internal:80", flag="--http", allow_remote=True) == (
+        "desk.internal", 80)
+
+
+@pytest.mark.slow
+@pytest.mark.spec("SEC-2")
+def test_each_listening_flag_and_public_url_is_one_line_from_the_command(
+        tmp_path: Path) -> None:
+    """The same from the real `awl` process: exit 2, one line naming the flag, nothing on
+    stdout, no desk made."""
+    cases = [
+        (["web", "--listen", "0.0.0.0:8766"], "awl: --listen '0.0.0.0:8766' is not a loopback"),
+        (["serve", "--http", "http://127.0.0.1:8765/mcp"],
+         "awl: --http 'http://127.0.0.1:8765/mcp' is a URL, not HOST:PORT; write "
+         "127.0.0.1:8765"),
+        (["gateway", "--order", "wo_x", "--config", "upstreams.json", "--http", "1.2.3.4:80"],
+         "awl: --http '1.2.3.4:80' is not a loopback address"),
+        (["notify", "run", "--once", "--public-url", "desk.example"],
+         "awl: --public-url must start with http:// or https:// and name a host"),
+        (["serve", "--as", "human:ana", "--public-url", "https://desk.example/#top"],
+         "awl: --public-url may not have a #fragment"),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("AWL_PUBLIC_URL", None)
+    for words, start in cases:
+        done = subprocess.run([sys.executable, "-m", "awl", *words, "--home", str(tmp_path)],
+                              env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=60, check=False)
+        assert (done.returncode, done.stdout) == (2, ""), done.stderr
+        one_line(done.stderr, start)
+    assert list(tmp_path.iterdir()) == []

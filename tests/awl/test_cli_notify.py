@@ -4,6 +4,7 @@ in SQLite (the home's file) and on one in PostgreSQL (``--store URL``)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -171,16 +172,105 @@ def test_awl_serve_and_awl_web_deliver_while_they_run(tmp_path: Path, command: l
         with awl(*command, *desk, "--public-url", "https://desk.example"):
             order_id = submit(tmp_path, store_url)
             [request] = receiver.wait_for(1, timeout=30)
-    assert request.json()["data"]["url"] == f"https://desk.example/orders/{order_id}"
+    assert request.json()["data"]["url"] == f"https://desk.example/order?id={order_id}"
 
 
 def test_a_bad_public_url_is_one_line(tmp_path: Path,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["notify", "run", "--once", "--public-url", "desk.example",
-                 "--home", str(tmp_path)]) == 1
+                 "--home", str(tmp_path)]) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert err.count("\n") == 1 and "the public URL must start with http://" in err
+    assert err.count("\n") == 1 and "awl: --public-url must start with http://" in err
+
+
+PUBLIC_URL_COMMANDS = [
+    ["notify", "run", "--once"],
+    ["web", "--listen", "127.0.0.1:0"],
+    ["serve", "--http", "127.0.0.1:0"],
+    ["serve", "--as", "human:ana"],
+]
+"""Each command that takes --public-url (each runs a deliverer)."""
+
+BAD_PUBLIC_URLS = [
+    ("desk.example", "must start with http:// or https:// and name a host, not "
+                     "'desk.example'"),
+    ("ftp://desk.example", "must start with http:// or https://"),
+    ("", "must start with http:// or https://"),
+    ("https://desk.example/?tab=inbox", "may not have a ?query"),
+    ("https://desk.example/#top", "may not have a #fragment"),
+    ("https://desk.example:0/", "names port 0"),
+    ("https://ana:hunter2@desk.example/#top", "may not have a #fragment: "
+                                              "'https://ana:***@desk.example/#top'"),
+]
+
+
+@pytest.mark.spec("HOOK-5")
+@pytest.mark.parametrize(("value", "says"), BAD_PUBLIC_URLS,
+                         ids=[repr(v) for v, _ in BAD_PUBLIC_URLS])
+@pytest.mark.parametrize("command", PUBLIC_URL_COMMANDS, ids=[c[0] + " " + c[1]
+                                                              for c in PUBLIC_URL_COMMANDS])
+def test_a_bad_public_url_names_its_flag_before_the_desk_is_opened(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        command: list[str], value: str, says: str) -> None:
+    """A bad --public-url said "the public URL must ..." (exit 1), never naming the flag,
+    after the desk was opened (and `awl web` had listened); on a desk that keeps no webhooks,
+    or with --no-notify, it was never checked at all. Now it is one line naming the flag,
+    what is wrong and what to write, exit 2, with nothing opened."""
+    monkeypatch.delenv("AWL_PUBLIC_URL", raising=False)
+    code = main([*command, "--public-url", value, "--home", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, ""), err
+    one_line(err, f"awl: --public-url {says}")
+    assert err.rstrip().endswith("; write the approval page's address as browsers reach it, "
+                                 "for example https://awl.example.com")
+    assert "hunter2" not in err
+    assert not (tmp_path / "desk.sqlite3").exists()
+
+
+def test_a_bad_awl_public_url_names_the_variable_and_an_empty_one_is_none(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """$AWL_PUBLIC_URL, the default of --public-url, is refused naming itself (it is not on
+    the command line to be found); set empty, it is no public URL, as unset (it was refused
+    as "the public URL must start with http://", naming nothing)."""
+    home = ["--home", str(tmp_path)]
+    monkeypatch.setenv("AWL_PUBLIC_URL", "desk.example")
+    assert main(["notify", "run", "--once", *home]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    one_line(err, "awl: $AWL_PUBLIC_URL (the default of --public-url) must start with "
+                  "http:// or https://")
+    assert not (tmp_path / "desk.sqlite3").exists()
+    # --public-url comes before the variable.
+    assert main(["notify", "run", "--once", "--public-url", "https://desk.example", *home]) == 0
+    monkeypatch.setenv("AWL_PUBLIC_URL", "")
+    assert main(["notify", "run", "--once", *home]) == 0
+    capsys.readouterr()
+
+
+@pytest.mark.spec("HOOK-4")
+def test_notify_run_sends_a_urls_credentials_as_basic_auth(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`awl notify add https://USER:PASSWORD@host/...` then `awl notify run`: the receiver
+    got no credentials (the userinfo was dropped). Now it gets `Authorization: Basic` of
+    USER:PASSWORD, percent-decoded, and nothing the commands print has the password."""
+    home = ["--home", str(tmp_path)]
+    with Receiver() as receiver:
+        url = receiver.url.replace("http://", "http://hook-user:pa%2Fss%40word@")
+        assert main(["notify", "add", url, "--events", "submitted", *home]) == 0
+        submit(tmp_path)
+        assert main(["notify", "run", "--once", *home]) == 0
+        [request] = receiver.wait_for(1)
+        assert main(["notify", "list", *home]) == 0
+        assert main(["notify", "log", "--json", *home]) == 0
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    assert headers["authorization"] == "Basic " + base64.b64encode(
+        b"hook-user:pa/ss@word").decode()
+    assert request.path == "/hook"
+    out, err = capsys.readouterr()
+    assert "hook-user:***@127.0.0.1" in out
+    assert "pa%2Fss" not in out + err and "pa/ss" not in out + err
 
 
 @pytest.mark.spec("BIND-14")

@@ -5,17 +5,27 @@ from __future__ import annotations
 
 import base64
 import itertools
+import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
+import anyio
 import pytest
 
+from awl.desk.asyncdesk import AsyncDesk
 from awl.desk.desk import Desk
-from awl.desk.notify import Deliverer, webhook_store
+from awl.desk.notify import (
+    Deliverer,
+    add_webhook,
+    check_public_url,
+    check_url,
+    describe,
+    webhook_store,
+)
 from awl.documents.errors import BadRequest, NotFound
 from awl.store.protocol import Notification, Store
 from awl.store.sqlite import SQLiteStore
@@ -141,7 +151,7 @@ def test_every_order_event_arrives_signed_with_its_secret(desk: Desk) -> None:
         "event": "submitted", "order_id": done, "goal": "Summarize the quarterly filings",
         "worker": WORKER, "manager": MANAGER, "state": "submitted", "at": sub["timestamp"],
         "effects": {}, "seq": 4, "action": "report", "actor": WORKER, "note": "report (done)",
-        "url": f"https://desk.example/orders/{done}"}
+        "url": f"https://desk.example/order?id={done}"}
     assert bodies["blocked"]["data"]["state"] == "blocked"
     assert bodies["expired"]["data"]["actor"] == "awl:desk"
     assert bodies["expired"]["data"]["note"] == "the deadline passed"
@@ -277,3 +287,102 @@ def test_a_store_that_keeps_no_webhooks_refuses_them_in_one_line() -> None:
 
     with pytest.raises(BadRequest, match="keeps no webhooks; use a SQLite or PostgreSQL desk"):
         webhook_store(cast(Store, Bare()))
+
+
+# ------------------------------------------------------------------ a URL's credentials
+
+@pytest.mark.spec("HOOK-4")
+def test_a_urls_userinfo_is_sent_as_basic_auth_and_never_logged(
+        desk: Desk, caplog: pytest.LogCaptureFixture) -> None:
+    """A webhook registered as https://USER:PASSWORD@host/path was POSTed with no
+    credentials at all (the userinfo was dropped with the host's parsing), so a receiver
+    behind Basic auth never accepted one. Now the POST goes to the URL without its userinfo
+    and carries `Authorization: Basic` of USER:PASSWORD, each percent-decoded; a URL
+    without userinfo sends none; no attempt's record and no log line has the password."""
+    caplog.set_level(logging.DEBUG)
+    with Receiver(500, 204) as receiver, Receiver() as other:
+        port = receiver.url.split(":")[2].split("/")[0]
+        secured = receiver.url.replace("http://", "http://an%20a:p%40ss%3Aw%C3%B6rd@") + "?x=1"
+        webhook = desk.add_webhook(secured, "submitted")
+        plain = desk.add_webhook(other.url, "submitted")
+        desk.report(working(desk), WORKER, report_fields())
+        notes = deliver_all(Deliverer(webhook_store(desk.store), backoff=0.01), desk)
+        to_secured = receiver.wait_for(2)  # 500, then 204
+        to_plain = other.wait_for(1)
+    assert {n.state for n in notes} == {"delivered"}
+    assert [r.path for r in to_secured] == ["/hook?x=1"] * 2 and len(to_plain) == 1
+    expected = "Basic " + base64.b64encode("an a:p@ss:wörd".encode()).decode()
+    for request in to_secured:
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        assert headers["authorization"] == expected
+        assert headers["host"] == f"127.0.0.1:{port}"  # the userinfo is not in the host
+        request.verified(webhook.secret)
+    assert "authorization" not in {k.lower() for k in to_plain[0].headers}
+    to_plain[0].verified(plain.secret)
+    attempts = [a for n in desk.notifications() for a in n.attempts]
+    assert len(attempts) == 3 and any(a.error for a in attempts)  # the 500 was recorded
+    recorded = repr(desk.notifications()) + caplog.text
+    for secret in ("p%40ss", "p@ss", "w%C3%B6rd", "wörd", expected.removeprefix("Basic ")):
+        assert secret not in recorded
+
+
+# A password in each URL a door refuses, with what is wrong with it: each refusal quotes the
+# URL, and used to quote it whole (show_value keeps its first 40 characters: the password).
+SECRET = "hunter2"
+REFUSED_WITH_A_PASSWORD = [
+    (f"http://ana:{SECRET}@127.0.0.1:9/h#top", "#fragment"),
+    (f"https://ana:{SECRET}@hooks.example.com/a-path-well-past-forty-chars#x", "#fragment"),
+    (f"http://ana:{SECRET}@127.0.0.1:0/h", "port 0"),
+    (f"http://ana:{SECRET}@127.0.0.1:x/h", "is not a URL"),
+    (f"ftp://ana:{SECRET}@127.0.0.1/h", "must start with http://"),
+    (f"http://ana:{SECRET} x@127.0.0.1/h", "spaces or control characters"),
+    (f"http://ana:{SECRET}@[::1/h", "is not a URL"),
+    # An unescaped / ? or # in the password ends the host early: the password's start is
+    # then read as the port ("Port could not be cast to integer value as 'hun'").
+    ("http://ana:hun/ter2@127.0.0.1/h", "is not a URL (its port is not a number)"),
+    ("http://ana:hun#ter2@127.0.0.1/h", "is not a URL (its port is not a number)"),
+]
+
+
+def assert_hidden(message: str, says: str) -> None:
+    assert says in message and "\n" not in message, message
+    assert "ana:***@" in message, message
+    for part in (SECRET, "hun", "ter2"):
+        assert part not in message, message
+
+
+@pytest.mark.spec("HOOK-1")
+@pytest.mark.parametrize(("url", "says"), REFUSED_WITH_A_PASSWORD,
+                         ids=[says for _, says in REFUSED_WITH_A_PASSWORD])
+def test_a_refused_webhook_url_never_quotes_its_password_from_any_door(
+        sqlite_desk: Desk, url: str, says: str) -> None:
+    """Only `awl notify add` hid a refused URL's password (it re-checked the URL as shown);
+    the desk, the async desk, the library's add_webhook, check_url itself and the
+    deliverer's public URL each quoted it. Now check_url hides it, for every door."""
+    async def from_async_desk() -> None:
+        await AsyncDesk(sqlite_desk.store).add_webhook(url, "submitted")
+
+    doors: list[Callable[[], object]] = [
+        lambda: sqlite_desk.add_webhook(url, "submitted"),
+        lambda: anyio.run(from_async_desk),
+        lambda: add_webhook(sqlite_desk.store, url, ["submitted"]),
+        lambda: check_url(url),
+        lambda: check_public_url(url),
+        lambda: Deliverer(webhook_store(sqlite_desk.store), public_url=url),
+    ]
+    for door in doors:
+        with pytest.raises(BadRequest) as info:
+            door()
+        assert_hidden(info.value.message, says)
+    assert sqlite_desk.webhooks() == []
+
+
+def test_describe_hides_a_urls_password_and_the_desk_keeps_it_whole(sqlite_desk: Desk) -> None:
+    """describe (what `awl notify` prints) gave the URL whole; the CLI alone replaced it.
+    Now it hides the password itself; the desk keeps the URL whole, to POST to."""
+    url = f"https://ana:{SECRET}@hooks.example.com/h"
+    webhook = sqlite_desk.add_webhook(url, "submitted")
+    assert describe(webhook)["url"] == "https://ana:***@hooks.example.com/h"
+    assert SECRET not in repr(describe(webhook, secret=True))
+    assert [w.url for w in sqlite_desk.webhooks()] == [url]
+

@@ -91,6 +91,36 @@ def test_shown_urls_hide_the_password() -> None:
     assert shown_url("postgresql://ana:s3cret@db:5432/awl") == "postgresql://ana:***@db:5432/awl"
     assert shown_url("postgresql://ana@db/awl") == "postgresql://ana@db/awl"
     assert shown_url("/srv/desk.sqlite3") == "/srv/desk.sqlite3"
+    assert shown_url("http://ana:s3 cret@db/h") == "http://ana:***@db/h"
+    # An @ after the host is in the path: no userinfo.
+    assert shown_url("https://db:8080/@ana") == "https://db:8080/@ana"
+    assert shown_url("https://chat.example/@ana:s3") == "https://chat.example/@ana:s3"
+    assert shown_url("http://[::1]/@ana:s3") == "http://[::1]/@ana:s3"
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("postgresql://ana:s3cret@[db/awl", "postgresql://ana:***@[db/awl"),
+    ("http://ana:s3cret@[::1/h", "http://ana:***@[::1/h"),
+    ("http://ana:s3/cret@db/h", "http://ana:***@db/h"),
+    ("http://ana:s3?cret@db:5432/h", "http://ana:***@db:5432/h"),
+    ("http://ana:s3#cret@db/h#top", "http://ana:***@db/h#top"),
+])
+def test_shown_urls_hide_a_password_the_url_parser_cannot_read(url: str, shown: str) -> None:
+    """shown_url read the password with urlsplit, so a URL it could not parse (an unclosed
+    [) came back whole, and a password with an unescaped / ? or # (its host then ends early
+    and its start reads as the port) was no password to it: the very messages refusing such
+    a URL quoted it. Now it reads the text."""
+    assert shown_url(url) == shown
+
+
+def test_a_store_url_refused_for_its_port_never_quotes_the_password() -> None:
+    """A password holding an unescaped / made urlsplit read its start as the port, and the
+    refusal quoted "could not be cast to integer value as 'hun'" with the URL."""
+    with pytest.raises(BadRequest) as caught:
+        open_store("postgresql://ana:hun/ter2@db.example/awl")
+    message = caught.value.message
+    assert "its port is not a number" in message and "ana:***@db.example" in message
+    assert "hun" not in message and "ter2" not in message
 
 
 # -- SQLite that cannot be used -------------------------------------------------------------

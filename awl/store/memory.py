@@ -9,6 +9,7 @@ The checks it shares with the other backends live in :mod:`awl.store.rules`.
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -208,7 +209,8 @@ class MemoryStore:
         self._outbox: dict[str, Notification] = {}
         self._tally = Tally()
         self._children: dict[str, list[str]] = {}
-        self._weights: dict[str, int] = {}  # each blocked order's, as awl.store.queue says
+        self._keys: dict[str, QueueKey] = {}  # each blocked order's, as awl.store.queue says
+        self._queue: list[QueueKey] = []  # the same keys, kept in the queue's order
         self._web_sessions: dict[str, WebSession] = {}
 
     def _get(self, order_id: str) -> _Order:
@@ -233,8 +235,8 @@ class MemoryStore:
             if order.parent_id is not None:
                 self._children.setdefault(order.parent_id, []).append(order.id)
             if queued(event.to):
-                self._weights[order.id] = 1 + _active_below(self._orders, self._children,
-                                                            order.id)
+                self._enqueue(order.id, 1 + _active_below(self._orders, self._children,
+                                                          order.id), event.at)
             if event.to in ACTIVE:
                 self._reweigh(order.parent_id, 1)
 
@@ -263,10 +265,10 @@ class MemoryStore:
             found.events.append(event)
             found.state = state
             if queued(old_state):
-                del self._weights[order_id]
+                self._dequeue(order_id)
             if queued(state):
-                self._weights[order_id] = 1 + _active_below(self._orders, self._children,
-                                                             order_id)
+                self._enqueue(order_id, 1 + _active_below(self._orders, self._children,
+                                                          order_id), event.at)
             if old_state in ACTIVE and state not in ACTIVE:
                 self._reweigh(found.order.parent_id,
                               -1 - _active_below(self._orders, self._children, order_id))
@@ -315,25 +317,42 @@ class MemoryStore:
             return None if found is None else (found.order.parent_id, found.state)
 
         for above in list(reweighed(parent_id, step)):
-            self._weights[above] += delta
+            rank, asked, _ = self._dequeue(above)
+            self._keys[above] = key = (rank - delta, asked, above)
+            insort(self._queue, key)
+
+    def _enqueue(self, order_id: str, weight: int, asked_at: str) -> None:
+        """Queue the blocked order ``order_id`` of ``weight``, asked at ``asked_at``."""
+        self._keys[order_id] = key = queue_key(weight, asked_at, order_id)
+        insort(self._queue, key)
+
+    def _dequeue(self, order_id: str) -> QueueKey:
+        """Take the order ``order_id`` out of the queue; its key."""
+        key = self._keys.pop(order_id)
+        del self._queue[bisect_left(self._queue, key)]
+        return key
 
     def blocked_orders(self, answerer: str | None = None, *, after: QueueKey | None = None,
                        limit: int | None = None) -> list[BlockedRow]:
         """One row per blocked order ``answerer`` may answer, in the queue's order, after
-        ``after`` (at most ``limit``)."""
+        ``after`` (at most ``limit``): read from the queue kept in order, from ``after``
+        on, so a page sorts nothing."""
+        rows: list[BlockedRow] = []
         with self._lock:
-            queue = sorted(
-                (queue_key(weight, o.events[-1].at, o.order.id), o, weight)
-                for o, weight in ((self._orders[oid], w) for oid, w in self._weights.items())
-                if answerer is None or answerer in o.order.answerers)
-            rows = [o.blocked_row(weight) for key, o, weight in queue
-                    if after is None or key > after]
-        return rows if limit is None else rows[:limit]
+            start = 0 if after is None else bisect_right(self._queue, after)
+            for at in range(start, len(self._queue)):
+                if len(rows) == limit:
+                    break
+                rank, _, order_id = self._queue[at]
+                found = self._orders[order_id]
+                if answerer is None or answerer in found.order.answerers:
+                    rows.append(found.blocked_row(-rank))
+        return rows
 
     def overdue_blocked(self, now: datetime) -> list[str]:
         """The blocked orders past their deadline at ``now``."""
         with self._lock:
-            return [order_id for order_id in self._weights
+            return [order_id for order_id in self._keys
                     if stored_time(self._orders[order_id].order.deadline) < now]
 
     def list_orders(

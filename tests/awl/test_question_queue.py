@@ -87,6 +87,33 @@ def paged(desk: Desk, actor: str | None, limit: int) -> list[tuple[str, int]]:
         after = page.next
 
 
+def random_write(desk: Desk, rng: random.Random, n: int) -> None:
+    """One write of a random desk (the ``n``-th): a new order or sub-order, an order
+    blocked, answered or cancelled."""
+    orders = desk.list(limit=None)
+    by_state: dict[str, list[str]] = {}
+    for v in orders:
+        by_state.setdefault(v.state, []).append(v.id)
+    op = rng.choice(["new", "new", "sub", "sub", "sub", "block", "block", "block",
+                     "answer", "cancel"])
+    if op == "new" or not orders:
+        working(desk, manager=rng.choice([MANAGER, HELPER]),
+                escalate_to=rng.choice([None, ESCALATION]))
+    elif op == "sub" and by_state.get("working"):
+        sub(desk, rng.choice(by_state["working"]), f"agent:s{n}", start=rng.random() < 0.7)
+    elif op == "block" and by_state.get("working"):
+        oid = rng.choice(by_state["working"])
+        desk.report(oid, desk.get(oid).order.to, blocked_report(questions=[f"q{n}?"]))
+    elif op == "answer" and by_state.get("blocked"):
+        oid = rng.choice(by_state["blocked"])
+        desk.answer(oid, desk.get(oid).order.manager, "go on")
+    elif op == "cancel":
+        active = [v for v in orders if v.state in ACTIVE]
+        if active:
+            view = rng.choice(active)
+            desk.cancel(view.id, view.order.manager, "plans changed")
+
+
 @pytest.mark.spec("BIND-21", "BIND-20")
 def test_a_question_weighs_what_waits_on_it_as_sub_orders_start_and_end(store: Store) -> None:
     """Each order created under it adds one to a blocked order's weight, even while it is
@@ -123,29 +150,7 @@ def test_pages_one_after_another_are_the_whole_queue_in_order(store: Store, seed
     clock = Clock()
     desk = Desk(store, clock=clock)
     for n in range(60):
-        orders = desk.list(limit=None)
-        by_state: dict[str, list[str]] = {}
-        for v in orders:
-            by_state.setdefault(v.state, []).append(v.id)
-        op = rng.choice(["new", "new", "sub", "sub", "sub", "block", "block", "block",
-                         "answer", "cancel"])
-        if op == "new" or not orders:
-            working(desk, manager=rng.choice([MANAGER, HELPER]),
-                    escalate_to=rng.choice([None, ESCALATION]))
-        elif op == "sub" and by_state.get("working"):
-            sub(desk, rng.choice(by_state["working"]), f"agent:s{n}",
-                start=rng.random() < 0.7)
-        elif op == "block" and by_state.get("working"):
-            oid = rng.choice(by_state["working"])
-            desk.report(oid, desk.get(oid).order.to, blocked_report(questions=[f"q{n}?"]))
-        elif op == "answer" and by_state.get("blocked"):
-            oid = rng.choice(by_state["blocked"])
-            desk.answer(oid, desk.get(oid).order.manager, "go on")
-        elif op == "cancel":
-            active = [v for v in orders if v.state in ACTIVE]
-            if active:
-                view = rng.choice(active)
-                desk.cancel(view.id, view.order.manager, "plans changed")
+        random_write(desk, rng, n)
         clock.advance(seconds=rng.choice([0, 0, 1, 60]))
     assert len(fresh_queue(desk)) >= 3
     for actor in (None, MANAGER, HELPER, ESCALATION, WORKER, "human:nobody"):
@@ -153,6 +158,25 @@ def test_pages_one_after_another_are_the_whole_queue_in_order(store: Store, seed
         for limit in (1, 2, 3, 50):
             assert paged(desk, actor, limit) == whole, (actor, limit)
     assert store.blocked_orders() == store.blocked_orders(limit=None)
+
+
+@pytest.mark.spec("BIND-20", "BIND-21")
+def test_the_queue_is_in_order_after_every_write_with_ties_broken_alike(store: Store) -> None:
+    """The memory store keeps its queue ordered as writes change it (a page sorts nothing):
+    after every write of a random desk where every question is asked in the same instant,
+    so weight and time tie and the order id decides, pages of one and two (each starting
+    after a cursor that names a tie) and the whole queue, for every answerer, are the queue
+    computed afresh, as every backend gives it."""
+    rng = random.Random(7)
+    desk = Desk(store, clock=Clock())  # a clock that never moves: every question ties
+    for n in range(40):
+        random_write(desk, rng, n)
+        for actor in (None, MANAGER, ESCALATION):
+            whole = fresh_queue(desk, actor)
+            assert paged(desk, actor, 1) == whole, (n, actor)
+            assert paged(desk, actor, 2) == whole, (n, actor)
+            assert [(r.order_id, r.blocking) for r in store.blocked_orders(actor)] == whole
+    assert len({w for _, w in fresh_queue(desk)}) < len(fresh_queue(desk)), "no weights tie"
 
 
 @pytest.mark.spec("BIND-20")

@@ -69,10 +69,8 @@ LATE_IMPORTS: dict[tuple[str, str], str] = {
     # The entry point catches Ctrl-C from its first line on (awl.cli.main): what it loads
     # loads inside it, and `import awl`, before it, loads nothing.
     ("awl.cli", "awl.cli._main"): "the commands, loaded inside the entry point's try",
-    ("awl.cli", "signal"): "the entry point holds SIGINT in every import of the run (loaded "
-                           "inside its try: a Ctrl-C while signal loads exits 130 too)",
-    ("awl.cli", "gc"): "after a Ctrl-C only: what it cut short is let go of before the "
-                       "entry point's hook for Python's complaints is",
+    ("awl.cli", "signal"): "the entry point holds SIGINT while the commands load (inside "
+                           "its try: a Ctrl-C while signal loads exits 130 too)",
     ("awl", "awl.documents"): "awl.documents.lazy (with the documents layer), on the first "
                               "name read from the package",
 }

@@ -19,6 +19,7 @@ import anyio
 from awl.cli._common import CLIError, add_store_option, check_address, check_seconds
 from awl.desk.home import default_store
 from awl.documents.errors import BadRequest
+from awl.documents.limits import show_value
 from awl.passes import MAX_TOKEN_BYTES
 from awl.store.protocol import Store
 
@@ -97,6 +98,14 @@ def _run(args: argparse.Namespace) -> int:
             args.order, args.config, http=http, allow_remote=args.allow_remote, store=store,
             home=args.home, pass_token=token, safe=True if args.safe else None,
             announce=sys.stderr))
+    except BadRequest as exc:
+        if http is None:
+            raise
+        from awl.mcp.transport import CannotListen  # loaded already: it serves the HTTP
+
+        if not isinstance(exc, CannotListen):
+            raise
+        raise BadRequest(f"--http {show_value(args.http)}: {exc.message}") from None
     finally:
         store.close()
     return 0

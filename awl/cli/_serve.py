@@ -20,6 +20,8 @@ from awl.cli._notify import check_deliverer_options, deliverer_options, start_de
 from awl.desk import AsyncDesk
 from awl.desk.home import default_store, home_dir
 from awl.desk.tokens import check_principal, issue_token, revoke_tokens, token_hash, token_id
+from awl.documents.errors import BadRequest
+from awl.documents.limits import show_value
 from awl.store.protocol import TokenRecord
 
 
@@ -92,7 +94,12 @@ def _serve(args: argparse.Namespace) -> int:
         if address is None:
             anyio.run(serve_stdio, server)
         else:
-            anyio.run(_serve_http, server, address, args.allow_remote)
+            from awl.mcp.transport import CannotListen
+
+            try:
+                anyio.run(_serve_http, server, address, args.allow_remote)
+            except CannotListen as exc:  # a taken port: say which flag
+                raise BadRequest(f"--http {show_value(args.http)}: {exc.message}") from None
     finally:
         if deliverer is not None:
             deliverer.stop()

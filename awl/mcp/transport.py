@@ -39,6 +39,7 @@ __all__ = [
     "MCP_PATH",
     "Authenticate",
     "BearerAuth",
+    "CannotListen",
     "Unauthorized",
     "bearer_token",
     "identity_of",
@@ -64,6 +65,11 @@ class Unauthorized(AWLError):
     """The request's credentials are missing or wrong; the message says what to send."""
 
     code = "UNAUTHORIZED"
+
+
+class CannotListen(BadRequest):
+    """The address cannot be listened on: the port is taken, or this machine does not have
+    the address. The message names the address; a command line adds its flag."""
 
 
 Authenticate = Callable[[str | None], Awaitable[Any]]
@@ -179,8 +185,8 @@ def _security(host: str) -> TransportSecuritySettings:
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``host:port``, listening (BadRequest, one line, when it cannot
-    be: a taken port, an address this machine does not have)."""
+    """A TCP socket bound to ``host:port``, listening (:class:`CannotListen`, one line, when
+    it cannot be: a taken port, an address this machine does not have)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto=IPPROTO_TCP, not the default 0: asyncio sets TCP_NODELAY only on connections
     # whose socket says TCP. Without it each streamed answer (headers, then the event) met
@@ -194,7 +200,7 @@ def listen(host: str, port: int) -> socket.socket:
         sock.listen(2048)
     except OSError as exc:
         sock.close()
-        raise BadRequest(f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick "
+        raise CannotListen(f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick "
                          "another port, or 0 for a free one") from None
     return sock
 
@@ -222,7 +228,8 @@ async def serve_http(
             returns once requests are being accepted.
 
     Raises:
-        BadRequest: A non-loopback host without ``allow_remote``, or the port cannot be had.
+        BadRequest: A non-loopback host without ``allow_remote``; :class:`CannotListen`, a
+            subclass, when the address cannot be listened on.
     """
     if not is_loopback(host) and not allow_remote:
         raise BadRequest(f"refusing to serve on {host}: it is not a loopback address; pass "

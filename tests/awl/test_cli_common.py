@@ -165,21 +165,24 @@ def test_a_bad_listen_or_http_address_names_its_flag_before_the_desk_is_opened(
     assert not (tmp_path / "desk.sqlite3").exists()
 
 
-def test_awl_web_on_a_taken_port_names_listen(tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
-    """A port in use is no usage error (exit 1, as `awl serve --http` says it), but the line
-    names the flag to change; no desk is made."""
+@pytest.mark.parametrize(("command", "flag"), [("web", "--listen"), ("serve", "--http")])
+def test_a_taken_port_names_its_flag(command: str, flag: str, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A port in use is no usage error (exit 1), but the line names the flag to change;
+    `awl web` makes no desk first. (`awl gateway --http`: tests/gateway/
+    test_upstream_closing.py.)"""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        code = main(["web", "--listen", f"127.0.0.1:{port}", "--no-notify",
+        code = main([command, flag, f"127.0.0.1:{port}", "--no-notify",
                      "--home", str(tmp_path)])
     out, err = capsys.readouterr()
     assert (code, out) == (1, "")
-    one_line(err, f"awl: BAD_REQUEST: --listen '127.0.0.1:{port}': cannot listen on "
+    one_line(err, f"awl: BAD_REQUEST: {flag} '127.0.0.1:{port}': cannot listen on "
                   f"127.0.0.1:{port} (")
-    assert not (tmp_path / "desk.sqlite3").exists()
+    if command == "web":
+        assert not (tmp_path / "desk.sqlite3").exists()
 
 
 def test_a_good_address_reads_as_before() -> None:

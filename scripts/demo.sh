@@ -8,9 +8,12 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY=${PYTHON:-python3}
 STAMP="$ROOT/.venv/.awl-installed"  # left by scripts/dev-install.sh
 # Install on the first run, and again whenever pyproject.toml changed since (the install is
-# editable, so code changes need none). AWL_DEMO_INSTALL=1 forces it.
+# editable, so code changes need none), and when .venv's awl is not this checkout's (a .venv
+# shared with another clone). AWL_DEMO_INSTALL=1 forces it.
+HERE=$(cd / && "$ROOT/.venv/bin/python" -c 'import os, awl, gateway, mcp
+print(os.path.dirname(os.path.dirname(os.path.realpath(awl.__file__))))' 2>/dev/null || true)
 if [ "${AWL_DEMO_INSTALL:-}" = 1 ] || [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] \
-    || ! "$ROOT/.venv/bin/python" -c 'import awl, gateway, mcp' 2>/dev/null; then
+    || [ "$HERE" != "$(cd "$ROOT" && pwd -P)" ]; then
   if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
     echo "demo: needs Python 3.11 or newer; $PY is not (set PYTHON=/path/to/python3.11)" >&2
     exit 1

@@ -37,6 +37,9 @@ LATE_IMPORTS: dict[tuple[str, str], str] = {
     ("awl.cli._gateway", "gateway"): "`awl gateway` only: the gateway and its upstreams",
     ("awl.cli._effects", "gateway"): "`awl effects retry` only: the commit path",
     ("awl.cli._serve", "awl.server"): "`awl serve` only: the desk's MCP server",
+    ("awl.cli._serve", "awl.mcp"): "`awl serve --http` only: its taken port, to name the flag",
+    ("awl.cli._gateway", "awl.mcp"): "`awl gateway --http` only: its taken port, to name the "
+                                     "flag (loaded already: it serves the HTTP)",
     ("awl.cli._web", "awl.mcp"): "`awl web` only: the HTTP listener (Starlette, the MCP SDK)",
     ("awl.cli._common", "awl.mcp"): "`awl web --listen`, `awl serve --http` and `awl gateway "
                                     "--http` only: their HOST:PORT reader (the MCP SDK)",

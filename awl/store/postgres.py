@@ -54,7 +54,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import select
 import socket
 import threading
 import time
@@ -766,15 +768,37 @@ class PostgresStore(SQLStore):
         transaction is written then (or, for a connection lost during COMMIT, nothing is
         known to be).
         """
-        with self._errors(), self._pools[durable].connection() as conn, conn.transaction():
+        with self._errors(), self._pooled(durable) as conn, conn.transaction():
             yield conn
 
     @contextmanager
     def _statement(self, *, durable: bool = False) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection for one statement, its own transaction: one round trip, where
         BEGIN and COMMIT would add two (the gateway's per-call reads and outcomes)."""
-        with self._errors(), self._pools[durable].connection() as conn:
+        with self._errors(), self._pooled(durable) as conn:
             yield conn
+
+    @contextmanager
+    def _pooled(self, durable: bool) -> Iterator[psycopg.Connection[Any]]:
+        """A connection of the write (``durable``) or read pool, given back after.
+
+        One the server ended while it sat idle (a restart) is closed and another taken, so
+        a restart fails no call; a new connection the server ends at once fails the call
+        with the server's reason.
+        """
+        pool = self._pools[durable]
+        conn = pool.getconn()
+        for _ in range(pool.max_size):
+            if _still_open(conn):
+                break
+            conn.close()
+            pool.putconn(conn)  # the pool lets it go and opens another
+            conn = pool.getconn()
+        try:
+            with conn:
+                yield conn
+        finally:
+            pool.putconn(conn)
 
     def _write(self, *, durable: bool = True) -> AbstractContextManager[psycopg.Connection[Any]]:
         """One write transaction (see :meth:`_tx`)."""
@@ -1390,18 +1414,30 @@ class PostgresStore(SQLStore):
         A listening connection (one per store, started on first use) hears each event's
         ``NOTIFY`` as its transaction commits. NotFound if the order is absent.
         """
+        deadline = time.monotonic() + timeout
+        while True:
+            listener = self._listening()
+            listener.ready()  # listening before we read: no event can slip between
+            with self._tx(durable=False) as conn:
+                seq = self._seq(conn, order_id)
+            if seq > after:
+                return True
+            if listener.wait(order_id, after, deadline - time.monotonic()):
+                return True
+            # Its connection ended during the wait (a restart): listen anew for the rest.
+            if not listener.ended or time.monotonic() >= deadline:
+                return False
+
+    def _listening(self) -> _Listener:
+        """The store's listener; a new one on the first wait, or once the server ended the
+        last one's connection (a dead listener kept would make every wait return at once:
+        its waiters would poll the server in a loop)."""
         with self._guard:
             if self._closed:
                 raise StoreUnavailable(f"the desk store at {self._where} is closed")
-            if self._listener is None:
+            if self._listener is None or self._listener.ended:
                 self._listener = _Listener(self)
-            listener = self._listener
-        listener.ready()  # listening before we read: no event can slip between
-        with self._tx(durable=False) as conn:
-            seq = self._seq(conn, order_id)
-        if seq > after:
-            return True
-        return listener.wait(order_id, after, timeout)
+            return self._listener
 
 
     # Copying a desk (the rest is shared: awl.store.sql) ---------------------------------
@@ -1464,6 +1500,39 @@ class PostgresStore(SQLStore):
             self._insert_call(conn, data, dump_json(data), n,
                               counted=usd is not None, usd=usd or 0.0, above=above)
 
+class _ClosedHere(logging.Filter):
+    """Drops the pool's warning about a connection :meth:`PostgresStore._pooled` closed
+    itself (the server had ended it): that is handled, not news for the operator."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("discarding closed connection")
+
+
+logging.getLogger("psycopg.pool").addFilter(_ClosedHere())
+
+
+def _still_open(conn: psycopg.Connection[Any]) -> bool:
+    """Whether a pooled connection, idle until now, was not ended by the server.
+
+    A server that restarts, or ends a backend (``pg_terminate_backend``, an idle timeout),
+    says so on the connection and closes it. It sends nothing else to an idle pooled
+    connection (they never ``LISTEN``), so only a connection with something to read costs
+    a round trip to check; the others cost one ``poll(2)``. (The pool's own ``check`` would
+    sleep a second, then two, ... after each connection that fails it.)
+    """
+    if conn.closed:
+        return False
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN)
+    if not poller.poll(0):
+        return True
+    try:
+        ConnectionPool.check_connection(conn)
+    except psycopg.Error:
+        return False
+    return True
+
+
 class _Listener:
     """A thread on a connection of its own that ``LISTEN``s to a store's channel and wakes
     the waiters of each order whose log moved."""
@@ -1478,6 +1547,12 @@ class _Listener:
         self._conn: psycopg.Connection[Any] | None = None
         self._thread = threading.Thread(target=self._run, name="awl-pg-listen", daemon=True)
         self._thread.start()
+
+    @property
+    def ended(self) -> bool:
+        """Whether it listens no more: it was stopped, its connection ended, or it could
+        not connect."""
+        return self._stop or self._error is not None
 
     def ready(self) -> None:
         """Wait until the channel is listened to; the store's error if it cannot be."""

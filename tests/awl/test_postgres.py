@@ -665,3 +665,71 @@ def test_connections_name_their_host_and_process_unless_the_url_names_them(
         store.schema_version()
         names = _application_names(pg_url)
         assert "desk-a" in names and mine not in names
+
+
+def _end_connections(url: str, name: str) -> int:
+    """End every connection named ``name`` as a server restart ends them, and wait until
+    their backends are gone (pg_terminate_backend only signals them); how many it ended."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        ended = conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = %s", (name,)).fetchone()
+        deadline = time.monotonic() + 10
+        while conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                           (name,)).fetchone() != (0,):
+            assert time.monotonic() < deadline, "the ended backends did not go away"
+            time.sleep(0.01)
+    assert ended is not None
+    return int(ended[0])
+
+
+@pytest.mark.spec("GW-20")
+def test_calls_after_the_server_ended_every_connection_succeed(pg_url: str) -> None:
+    """A server restart (or pg_terminate_backend, or an idle timeout) ends the store's
+    pooled connections. Each used to fail the next call that took it, one StoreUnavailable
+    per connection the pools held (up to eight each); a connection the server ended is now
+    found so as it is taken, and another used."""
+    name = "awl-ended-connections"
+    with PostgresStore(f"{pg_url}&application_name={name}") as store:
+        create(store)
+        # Several connections in each pool, all idle afterwards.
+        threads = [threading.Thread(target=lambda: [store.load("o1") for _ in range(20)])
+                   for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert reserve(store, "o1")
+        assert _end_connections(pg_url, name) >= 2
+        for _ in range(10):
+            assert store.load("o1").seq == 1
+            assert isinstance(reserve(store, "o1"), Reserved)
+        assert len(store.calls("o1")) == 11
+
+
+def test_a_wait_after_the_server_ended_its_listener_waits_and_hears(pg_url: str) -> None:
+    """The listening connection ended too (a restart): every wait after it returned at
+    once, so each waiter polled the server in a loop (1,680 waits a second here) and heard
+    nothing. Now the next wait listens anew: it waits its time, and wakes on an event."""
+    name = "awl-ended-listener"
+    with PostgresStore(f"{pg_url}&application_name={name}") as follower, \
+            PostgresStore(pg_url) as writer:
+        create(writer)
+        assert follower.wait_for_events("o1", 1, 0.05) is False  # listening
+        _end_connections(pg_url, name)
+        began = time.monotonic()
+        assert follower.wait_for_events("o1", 1, 0.5) is False
+        assert time.monotonic() - began >= 0.45
+        woke: list[float] = []
+
+        def wait() -> None:
+            if follower.wait_for_events("o1", 1, 10.0):
+                woke.append(time.monotonic())
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        time.sleep(0.2)
+        writer.append("o1", ev(2, "note", "offered", "offered"), state="offered")
+        written = time.monotonic()
+        waiter.join(10)
+        assert woke and woke[0] - written < 1.0

@@ -78,7 +78,8 @@ def _common(parser: argparse.ArgumentParser, *, writes: bool) -> None:
                         help="the desk's home (default: $AWL_HOME, else ./.awl)")
     add_store_option(parser)
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
-    what = "required: who is acting" if writes else "whose view"
+    what = ("required: who is acting" if writes else
+            "whose view: only what that principal may see")
     parser.add_argument("--as", dest="actor", metavar="PRINCIPAL",
                         help=f"{what} (default: ${ACTOR_ENV})")
 
@@ -89,6 +90,13 @@ def _actor(args: argparse.Namespace) -> str:
         raise _fail(f"who is acting? pass --as PRINCIPAL (for example --as human:ana) or set "
                     f"{ACTOR_ENV}")
     return actor
+
+
+def _viewer(args: argparse.Namespace) -> str | None:
+    """Whose view a read shows: ``--as`` (else ``$AWL_ACTOR``), who then sees only what the
+    desk shows that principal over MCP (the orders it is part of, or is above); None, the
+    desk's operator, sees everything (as ``awl track`` does, SEC-8)."""
+    return args.actor or os.environ.get(ACTOR_ENV) or None
 
 
 @contextmanager
@@ -191,6 +199,9 @@ def register(subparsers: Any) -> None:
     review.add_argument("--effects", metavar="REF,...",
                         help="with --approve: run only these effects (default: all)")
     review.add_argument("--reason", metavar="TEXT", help="with --approve: a note")
+    review.add_argument("--attempt", type=int, metavar="N",
+                        help="the attempt you reviewed (`awl order show` names it): refused "
+                             "if the order's report is another attempt's by now")
     _common(review, writes=True)
     review.set_defaults(func=_review)
 
@@ -414,7 +425,7 @@ def _list(args: argparse.Namespace) -> int:
     check_integer(args.limit, name="--limit", minimum=1)
     with _desk(args) as desk:
         views = desk.list(state=args.state, worker=args.worker, manager=args.manager,
-                          parent_id=args.parent, limit=args.limit)
+                          parent_id=args.parent, limit=args.limit, party=_viewer(args))
     if args.json:
         _print_json([v.to_json() for v in views])
         return 0
@@ -433,7 +444,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     with _desk(args) as desk:
-        view = desk.get(args.order_id)
+        view = desk.get(args.order_id, viewer=_viewer(args))
         events = desk.events(args.order_id)
     if args.json:
         _print_json({**view.to_json(), "events": [e.to_json() for e in events]})
@@ -447,6 +458,7 @@ def _follow(args: argparse.Namespace) -> int:
     if args.timeout is not None and not 0 < args.timeout < math.inf:
         raise _fail(f"--timeout takes a number of seconds above 0, not {args.timeout:g}")
     with _desk(args) as desk:
+        desk.get(args.order_id, viewer=_viewer(args))
         ended = False
         for event in desk.follow(args.order_id, args.after, timeout=args.timeout):
             if args.json:
@@ -497,9 +509,11 @@ def _review(args: argparse.Namespace) -> int:
         effects = [ref.strip() for ref in args.effects.split(",") if ref.strip()]
     with _desk(args) as desk:
         if args.approve:
-            view = desk.review(args.order_id, actor, "approve", args.reason, effects=effects)
+            view = desk.review(args.order_id, actor, "approve", args.reason, effects=effects,
+                               attempt=args.attempt)
         else:
-            view = desk.review(args.order_id, actor, "rework", args.rework)
+            view = desk.review(args.order_id, actor, "rework", args.rework,
+                               attempt=args.attempt)
     detail = ""
     if args.approve and effects is not None:
         detail = f" (effects: {', '.join(view.reviews[-1].effects or ()) or 'none'})"
@@ -507,9 +521,8 @@ def _review(args: argparse.Namespace) -> int:
 
 
 def _track(args: argparse.Namespace) -> int:
-    viewer = args.actor or os.environ.get(ACTOR_ENV) or None  # None: the operator (SEC-8)
     with _desk(args) as desk:
-        record = desk.track(args.worker, viewer=viewer)
+        record = desk.track(args.worker, viewer=_viewer(args))
     if args.json:
         _print_json(record.to_json())
     else:
@@ -539,6 +552,7 @@ def _checks_run(args: argparse.Namespace) -> int:
 
 def _handoff(args: argparse.Namespace) -> int:
     with _desk(args) as desk:
+        desk.get(args.order_id, viewer=_viewer(args))
         text = desk.handoff(args.order_id)
     if args.json:
         _print_json({"order_id": args.order_id, "markdown": text})

@@ -88,9 +88,7 @@ def _run(args: argparse.Namespace) -> int:
     if http is not None and (args.pass_token is not None or args.pass_file is not None):
         raise CLIError("over --http each worker sends its own pass as a Bearer token; "
                        "drop --pass and --pass-file")
-    token = _pass_token(args) or os.environ.get(PASS_ENV) or None
-    if http is not None:
-        token = None
+    token = None if http is not None else _pass_token(args) or _env_pass(PASS_ENV)
     # No call pays for a WAL checkpoint: a thread of the store runs them (GW-18).
     store = default_store(args.home, url=args.store, checkpoint_every=CHECKPOINT_SECONDS)
     try:
@@ -166,6 +164,20 @@ def send_once(args: argparse.Namespace, send: Callable[[Store, Any], _T]) -> _T 
         return None
     finally:
         store.close()
+
+
+def _env_pass(name: str) -> str | None:
+    """The pass in the environment variable ``name`` (stripped), or None when it is unset.
+
+    Set but blank is refused, as an empty ``--pass`` is: ``AWL_PASS="$(cat missing.pass)"``
+    would otherwise give the connection the whole order instead of the pass."""
+    value = os.environ.get(name)
+    if value is None:
+        return None
+    if not value.strip():
+        raise CLIError(f"{name} is set but empty; put the token `awl pass issue` printed in "
+                       f"it, or unset {name} to run as the order's worker")
+    return value.strip()
 
 
 def _pass_token(args: argparse.Namespace) -> str | None:

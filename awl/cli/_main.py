@@ -40,7 +40,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     """Run the ``awl`` command; returns the exit code.
 
     Every failure the user can cause ends here as one line on stderr: an argument that is
-    not UTF-8 (DOC-13), an :class:`AWLError`, a reader that went away (``awl ... | head``).
+    not UTF-8 (DOC-13), an :class:`AWLError`, a reader that went away (``awl ... | head``);
+    so does one nobody foresaw (a store that refuses a value or lost a table), as
+    ``INTERNAL``.
     A Ctrl-C goes on to :func:`awl.cli.main`, which ends the command quietly.
     """
     words = sys.argv[1:] if argv is None else list(argv)
@@ -67,7 +69,21 @@ def run(argv: Sequence[str] | None = None) -> int:
         print(f"awl: cannot use{name}: {exc.strerror or exc}; check the path and try again",
               file=sys.stderr)
         return 1
+    except Exception as exc:  # a store or a bug failed under us: one line still (SEC-4)
+        print(f"awl: {_unexpected(exc)}", file=sys.stderr)
+        return 1
     return code
+
+
+def _unexpected(exc: Exception) -> str:
+    """The line for a failure the command did not foresee (a database that refused a value
+    or lost a table, a bug): its type and the first line of what it said, as the desk
+    server answers one (INTERNAL), and that a write may or may not have happened."""
+    said = " ".join(str(exc).split("\n", 1)[0].split())
+    said = said if len(said) <= 300 else said[:299] + "…"
+    return (f"INTERNAL: the command failed unexpectedly ({type(exc).__name__}"
+            f"{': ' + said if said else ''}); anything it was writing may or may not have "
+            "been written: look before you try again")
 
 
 def _check_words(words: Sequence[str]) -> None:

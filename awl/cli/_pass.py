@@ -160,7 +160,10 @@ def _issue(args: argparse.Namespace) -> int:
         order_id = unverified_claims(parent)[1].get("grant", {}).get("order_id")
         if not isinstance(order_id, str):
             raise _fail("the parent pass names no order; give --order ID")
-    tools = [t.strip() for t in args.tools.split(",") if t.strip()] if args.tools else None
+    # Only a --tools left out grants the default (the most allowed): an empty one, say
+    # `--tools "$TOOLS"` with TOOLS unset, grants no tool rather than every one.
+    tools = (None if args.tools is None
+             else [t.strip() for t in args.tools.split(",") if t.strip()])
     budget = _parse_budget(args.budget) if args.budget is not None else None
     expires = _parse_duration(args.expires) if args.expires is not None else None
     home = home_dir(args.home)

@@ -75,7 +75,8 @@ def _web(args: argparse.Namespace) -> int:
     sessions = Sessions(store if isinstance(store, WebSessions) else None,
                         ttl=args.session_hours * 3600)
     config = WebConfig(upstream=upstream, upstream_path=args.config, home=args.home,
-                       store=args.store, hosts=loopback_hosts(host, port) if loopback else None)
+                       store=args.store, hosts=loopback_hosts(host, port) if loopback else None,
+                       public_url=args.public_url)
     app = build_app(store, sessions, config)
     shown = f"[{host}]" if ":" in host else host
     base = f"http://{shown}:{port}"

@@ -19,8 +19,9 @@ import anyio.to_thread
 
 from awl.desk.core import Clock
 from awl.desk.desk import Desk
-from awl.desk.waiting import Subscription, follow_slices
+from awl.desk.waiting import Subscription, check_timeout, follow_slices
 from awl.documents.lifecycle import TERMINAL
+from awl.documents.limits import check_integer
 from awl.documents.models import Event, parse_time
 from awl.store.protocol import Store
 
@@ -141,7 +142,8 @@ class AsyncDesk:
     async def wait(self, order_id: str, after: int = 0,
                    timeout: float = 30.0) -> builtins.list[Event]:
         """See :meth:`Desk.wait`; waits without holding a worker thread."""
-        with anyio.move_on_after(max(0.0, timeout)):
+        after = check_integer(after, name="after")
+        with anyio.move_on_after(max(0.0, check_timeout(timeout))):
             pause = self.desk._poll
             while True:
                 if self._bump is None:

@@ -37,7 +37,13 @@ from typing import Any, Literal
 from awl.desk.access import check_action, check_author, check_manager, check_splitter
 from awl.desk.core import Write
 from awl.desk.criteria import CheckRun, latest_checks, run_checks, take_snapshot, workspace_root
-from awl.desk.lineage import ancestors, remaining_of, reports_below, self_review_problem
+from awl.desk.lineage import (
+    MAX_DEPTH,
+    ancestors,
+    remaining_of,
+    reports_below,
+    self_review_problem,
+)
 from awl.desk.notify import add_webhook as subscribe
 from awl.desk.notify import remove_webhook as unsubscribe
 from awl.desk.notify import webhook_store
@@ -53,12 +59,14 @@ from awl.documents.checks import (
 )
 from awl.documents.errors import (
     BadRequest,
+    Conflict,
     InvalidTransition,
     NotFound,
     ValidationFailed,
 )
 from awl.documents.findings import Finding
 from awl.documents.lifecycle import ACTIVE, DESK_ACTOR, TERMINAL, is_desk_principal, targets
+from awl.documents.limits import check_integer, show_value
 from awl.documents.models import (
     Event,
     Handoff,
@@ -173,13 +181,15 @@ class Desk(DeskWaiting):
             InvalidTransition: the parent is finished, or the continued order is not.
             BadRequest: the deadline has passed, a principal is reserved (``awl:``), or
                 the worker is the manager of the order or of an order above it, or the
-                escalation contact is its worker or manager (LC-13).
+                escalation contact is its worker or manager (LC-13), or the parent
+                already has :data:`~awl.desk.lineage.MAX_DEPTH` orders above it.
             Conflict: the id is taken.
         """
 
-        doc = order.to_json() if isinstance(order, WorkOrder) else to_plain(dict(order))
-        if not isinstance(doc, dict):
-            raise BadRequest("an order is a JSON object")
+        doc = order.to_json() if isinstance(order, WorkOrder) else to_plain(order)
+        if not isinstance(doc, dict):  # an array, a string: judged by the checks (DOC-1)
+            _raise_invalid("work order", list(iter_order_findings(doc)))
+            raise BadRequest("an order is a JSON object")  # pragma: no cover - O1 said so
         now = self.now()
         doc.setdefault("spec", ORDER_SPEC)
         doc.setdefault("id", new_order_id())
@@ -204,6 +214,15 @@ class Desk(DeskWaiting):
         if isinstance(parent_id, str) and parent_id != doc.get("id"):
             parent = self._parent(parent_id, actor)
             above = (parent.order, *ancestors(self.store, parent.order))
+            if len(above) > MAX_DEPTH:
+                # The store charges a call to at most MAX_DEPTH orders above it, and every
+                # rule that walks the chain (LC-13, LC-14, LC-16, LC-22, reads) stops there:
+                # an order below that would spend, and work on, out of its top order's sight.
+                raise BadRequest(
+                    f"order {parent_id!r} already has {MAX_DEPTH} orders above it; a "
+                    f"sub-order may have at most {MAX_DEPTH}, so the desk can charge its "
+                    "calls to, and stop it with, every one of them: split from an order "
+                    "nearer the top")
         problem = self_review_problem(doc, above)
         if problem is not None:
             raise BadRequest(problem)
@@ -267,6 +286,8 @@ class Desk(DeskWaiting):
 
     def decline(self, order_id: str, actor: str, reason: str | None = None) -> OrderView:
         """The worker turns the offered order down (optionally saying why)."""
+        if reason is not None and not isinstance(reason, str):
+            raise BadRequest(f"a decline's reason is text, not {show_value(reason)}")
         return self._simple(order_id, "decline", actor, note=reason or None)
 
     def start(self, order_id: str, actor: str) -> OrderView:
@@ -372,6 +393,8 @@ class Desk(DeskWaiting):
             BadRequest: An empty note, or a percent that is fractional, a boolean, not a
                 number or outside 0 to 100.
         """
+        if not isinstance(note, str):
+            raise BadRequest(f"a progress note is text, not {show_value(note)}")
         if not note.strip():
             raise BadRequest("a progress note says what happened; it cannot be empty")
         data = None if percent is None else {"percent": _whole_percent(percent)}
@@ -397,9 +420,10 @@ class Desk(DeskWaiting):
             BadRequest: ``from`` or ``attempt`` does not match.
         """
 
-        doc = report.to_json() if isinstance(report, WorkReport) else to_plain(dict(report))
-        if not isinstance(doc, dict):
-            raise BadRequest("a report is a JSON object")
+        doc = report.to_json() if isinstance(report, WorkReport) else to_plain(report)
+        if not isinstance(doc, dict):  # an array, a string: judged by the checks (DOC-1)
+            _raise_invalid("work report", list(iter_report_findings(doc)))
+            raise BadRequest("a report is a JSON object")  # pragma: no cover - R1 said so
         runs = self._checks_on_done(order_id, actor, doc)
 
         def plan(record: OrderRecord, now: datetime) -> Write:
@@ -458,6 +482,8 @@ class Desk(DeskWaiting):
 
     def answer(self, order_id: str, actor: str, answer: str) -> OrderView:
         """The manager (or ``escalate_to``) answers the blocked order's questions."""
+        if not isinstance(answer, str):
+            raise BadRequest(f"an answer is text, not {show_value(answer)}")
         if not answer.strip():
             raise BadRequest("an answer cannot be empty")
 
@@ -470,7 +496,8 @@ class Desk(DeskWaiting):
         return self._run(order_id, "answer", actor, plan)
 
     def review(self, order_id: str, actor: str, decision: Decision, reason: str | None = None,
-               *, effects: Sequence[str] | None = None) -> OrderView:
+               *, effects: Sequence[str] | None = None,
+               attempt: int | None = None) -> OrderView:
         """The manager approves the submitted report or sends it back for rework.
 
         Args:
@@ -480,8 +507,13 @@ class Desk(DeskWaiting):
             reason: why; required for a rework.
             effects: for an approval, the refs of the report's effects to run (default all
                 of them); every ref must be one of the report's effects.
+            attempt: the attempt whose report the manager read. When given, the review is
+                decided only on that attempt's report, in the same write: a page or agent
+                that read attempt 1 never approves an attempt 2 submitted meanwhile (after
+                a rework sent from elsewhere).
 
         Raises:
+            Conflict: ``attempt`` is given and the order's report is another attempt's.
             ValidationFailed: a rework without a reason (W2), effects named on a rework or
                 a malformed effect ref (W3).
             BadRequest: an effect ref the report does not list, or an approval of a failed
@@ -490,18 +522,32 @@ class Desk(DeskWaiting):
 
         if decision not in ("approve", "rework"):
             raise BadRequest(f"decision must be approve or rework, not {decision!r}")
+        if attempt is not None:
+            attempt = check_integer(attempt, name="attempt", minimum=1)
+        if effects is not None:
+            refs = None if isinstance(effects, str | bytes) or not isinstance(
+                effects, Iterable) else list(effects)
+            if refs is None or not all(isinstance(ref, str) for ref in refs):
+                raise BadRequest(f"effects is a list of effect refs (server/tool#N), not "
+                                 f"{show_value(effects)}")
+            effects = refs
 
         def plan(record: OrderRecord, now: datetime) -> Write:
             report = record.reports[-1]
-            attempt = report.attempt or OrderView.of(record).attempt
+            current = report.attempt or OrderView.of(record).attempt
+            if attempt is not None and attempt != current:
+                raise Conflict(f"you reviewed attempt {attempt} of order {order_id!r}, but its "
+                               f"report now is attempt {current}'s; read the order again and "
+                               "review what it shows", expected_seq=None,
+                               actual_seq=record.seq)
             chosen: builtins.list[str] | None = None
             if decision == "approve":
                 if report.status == "failed":
-                    raise BadRequest(f"attempt {attempt} of order {order_id!r} failed; send "
+                    raise BadRequest(f"attempt {current} of order {order_id!r} failed; send "
                                      "it back for rework or cancel the order")
                 if effects is not None:
                     chosen = self._chosen_effects(order_id, report, effects)
-            doc: dict[str, Any] = {"order_id": order_id, "attempt": attempt, "actor": actor,
+            doc: dict[str, Any] = {"order_id": order_id, "attempt": current, "actor": actor,
                                    "decision": decision, "at": format_time(now)}
             if reason is not None:
                 doc["reason"] = reason
@@ -509,7 +555,7 @@ class Desk(DeskWaiting):
                 doc["effects"] = chosen if chosen is not None else list(effects)
             _raise_invalid("review", list(iter_review_findings(doc)))
             model = Review.model_validate(doc, by_alias=True, by_name=False)
-            data: dict[str, Any] = {"attempt": attempt}
+            data: dict[str, Any] = {"attempt": current}
             if chosen is not None:
                 data["effects"] = chosen
             to = "approved" if decision == "approve" else "working"
@@ -541,6 +587,8 @@ class Desk(DeskWaiting):
 
     def cancel(self, order_id: str, actor: str, reason: str) -> OrderView:
         """The manager cancels the active order, saying why."""
+        if not isinstance(reason, str):
+            raise BadRequest(f"a cancellation's reason is text, not {show_value(reason)}")
         if not reason.strip():
             raise BadRequest("a cancellation says why; give a reason")
         return self._simple(order_id, "cancel", actor, note=reason)

@@ -39,7 +39,10 @@ __all__ = ["MAX_DEPTH", "ancestors", "ended_above", "first_ended", "remaining_of
            "reports_below", "self_review_problem", "staging_ancestor"]
 
 MAX_DEPTH = 64
-"""The most orders above any order; a longer (or cyclic, corrupt) chain stops there."""
+"""The most orders above any order: the desk refuses a sub-order that would have more, and
+a longer (or cyclic, corrupt) chain stops there. It is the store's ``MAX_CHAIN``, the most
+orders above one that a reservation charges, so every order a call is made under is charged
+and checked by every rule that walks up."""
 
 
 def ancestors(store: Store, order: WorkOrder) -> tuple[WorkOrder, ...]:

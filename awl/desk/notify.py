@@ -101,6 +101,8 @@ def check_url(url: str, *, what: str = "a webhook URL") -> str:
 
     A refusal quotes the URL with its password hidden (:func:`~awl.store.urls.shown_url`),
     whichever door it came through: the CLI, the desk, the library."""
+    if not isinstance(url, str):
+        raise BadRequest(f"{what} is text, not {show_value(url)}")
     if len(url) > MAX_URL:
         raise BadRequest(f"{what} may have at most {MAX_URL} characters, not {len(url)}")
     shown = show_value(shown_url(url))
@@ -138,6 +140,8 @@ def check_events(events: str | Iterable[str]) -> tuple[str, ...]:
     """The event names as a tuple in the desk's order; BadRequest for an unknown or none.
 
     A string is split at commas (as ``--events submitted,blocked`` gives it)."""
+    if not isinstance(events, str | Iterable):
+        raise BadRequest(f"events are event names, not {show_value(events)}")
     names = events.split(",") if isinstance(events, str) else list(events)
     if any(not isinstance(n, str) for n in names):
         raise BadRequest("event names must be strings")
@@ -154,7 +158,11 @@ def check_events(events: str | Iterable[str]) -> tuple[str, ...]:
 def _check_orders(store: Store, orders: str | Iterable[str] | None) -> tuple[str, ...] | None:
     if orders is None:
         return None
+    if not isinstance(orders, str | Iterable):
+        raise BadRequest(f"orders are order ids, not {show_value(orders)}")
     names = orders.split(",") if isinstance(orders, str) else list(orders)
+    if any(not isinstance(n, str) for n in names):
+        raise BadRequest("order ids must be strings")
     ids = tuple(dict.fromkeys(n.strip() for n in names if n.strip()))
     if not ids:
         raise BadRequest("--orders names no order; leave it out to hear about every order")

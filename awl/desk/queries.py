@@ -106,6 +106,10 @@ class DeskQueries(DeskCore):
         Raises:
             NotFound: ``before`` names no order.
         """
+        if state is not None and not isinstance(state, str) and not (
+                isinstance(state, Sequence | set | frozenset)
+                and all(isinstance(s, str) for s in state)):
+            raise BadRequest(f"state is a state or a list of states, not {show_value(state)}")
         states = None if state is None else {state} if isinstance(state, str) else set(state)
         unknown = sorted((states or set()) - (ACTIVE | TERMINAL))
         if unknown:

@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterator
 from awl.desk.queries import DeskQueries
 from awl.documents.errors import AWLError, BadRequest
 from awl.documents.lifecycle import TERMINAL
-from awl.documents.limits import check_integer
+from awl.documents.limits import check_integer, show_value
 from awl.documents.models import Event, parse_time
 from awl.store.protocol import Subscriptions
 
-__all__ = ["DeskWaiting", "Subscription", "follow_slices"]
+__all__ = ["DeskWaiting", "Subscription", "check_timeout", "follow_slices"]
 
 log = logging.getLogger("awl.desk")
 
@@ -28,14 +28,22 @@ def follow_slices(timeout: float | None) -> Iterator[float]:
     Raises:
         BadRequest: ``timeout`` is not a number of seconds.
     """
-    if timeout is not None and (isinstance(timeout, bool) or timeout != timeout):
-        raise BadRequest(f"timeout must be a number of seconds, not {timeout!r}")
+    if timeout is not None:
+        timeout = check_timeout(timeout)
     end = None if timeout is None else time.monotonic() + timeout
     while True:
         slice_ = 5.0 if end is None else min(5.0, end - time.monotonic())
         if slice_ <= 0:
             return
         yield slice_
+
+
+def check_timeout(timeout: object) -> float:
+    """``timeout`` as a number of seconds, or :class:`BadRequest` (a boolean, a string or
+    NaN is none)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout != timeout:
+        raise BadRequest(f"timeout must be a number of seconds, not {show_value(timeout)}")
+    return float(timeout)
 
 
 class Subscription:
@@ -118,7 +126,7 @@ class DeskWaiting(DeskQueries):
             NotFound: no such order.
         """
         after = check_integer(after, name="after")
-        end = time.monotonic() + max(0.0, timeout)
+        end = time.monotonic() + max(0.0, check_timeout(timeout))
         pause = self._poll
         while True:
             with self._changed:

@@ -362,7 +362,7 @@ class DeskServer:
         if decision == "rework" and effects is not None:
             raise BadRequest("a rework runs no effects; leave effects out, or approve instead")
         view = await self.desk.review(args["order_id"], actor, decision, args.get("reason"),
-                                      effects=effects)
+                                      effects=effects, attempt=args.get("attempt"))
         return await self._written(view, actor, ended_attempt=decision == "rework")
 
     async def _cancel(self, actor: str, args: Data) -> tuple[Data, str]:
@@ -524,7 +524,16 @@ async def serve_desk_http(
         if token is None:
             raise Unauthorized("send a desk token as 'Authorization: Bearer <token>'; "
                                "`awl token issue PRINCIPAL` makes one")
-        principal = await anyio.to_thread.run_sync(principal_for_token, store, token)
+        try:
+            principal = await anyio.to_thread.run_sync(principal_for_token, store, token)
+        except Exception as exc:
+            # A store that fails (a database gone, a damaged desk file) must not turn every
+            # request into a traceback and a bare 500: it fails closed, in one line each way.
+            log.warning("cannot check a desk token: the store failed (%s: %s)",
+                        type(exc).__name__, exc)
+            raise Unauthorized("the desk could not check this token just now: its store "
+                               f"failed ({type(exc).__name__}); try again, and tell the "
+                               "desk's operator if it goes on") from None
         if principal is None:
             raise Unauthorized("this token was not issued by this desk; ask for a new one "
                                "with `awl token issue PRINCIPAL`")

@@ -342,11 +342,15 @@ TOOLS: tuple[ToolSpec, ...] = (
     _transition("review_work_report", "Review a work report",
                 "Manager: decide on a submitted report. approve ends the order (effects: the "
                 "refs of the report's effects that may run; leave out for all, [] for none). "
-                "rework sends it back with a reason and starts the next attempt.",
+                "rework sends it back with a reason and starts the next attempt. Give attempt "
+                "(the one you read) so the decision never lands on a later attempt's report "
+                "(CONFLICT then: read the order again).",
                 extra={"decision": {"enum": ["approve", "rework"]},
                        "reason": _string("Why; required for rework."),
                        "effects": {"type": "array", "items": {"type": "string"},
-                                   "description": "approve only: the effect refs to run."}},
+                                   "description": "approve only: the effect refs to run."},
+                       "attempt": {"type": "integer", "minimum": 1,
+                                   "description": "The attempt whose report you reviewed."}},
                 required=("decision",), destructive=True),
     _transition("cancel_work_order", "Cancel a work order",
                 "Manager: end an active order for good, saying why. Its held calls never run.",

@@ -191,6 +191,56 @@ def test_the_library_desk_refuses_out_of_range_integers(tmp_path: Path) -> None:
         store.close()
 
 
+@pytest.mark.spec("DOC-1", "SEC-4")
+def test_the_library_desk_judges_wrong_shapes_and_types_with_its_own_errors() -> None:
+    """Desk and AsyncDesk given an array for a document get the schema rule's finding (O1,
+    R1; DOC-1), and a number, None or a list where text, effect refs, states or a timeout go
+    get one BadRequest naming it: never a TypeError, AttributeError or pydantic error with a
+    traceback. `dict([1])` ran before the desk's own "is it an object" test, and `.strip()`
+    before any type test."""
+    from awl import AWLError, MemoryStore
+    from awl.desk import AsyncDesk
+    from tests.awl.desk_support import Clock, submitted, working
+    from tests.awl.desk_support import order_fields as fields_of_2030
+
+    desk = LibraryDesk(MemoryStore(), clock=Clock())
+    offered = desk.create(fields_of_2030(), MANAGER).id
+    active = working(desk).id
+    done = submitted(desk).id
+    loose: Any = desk  # called as untyped code would call it
+    loose_async: Any = AsyncDesk.of(desk)
+    with pytest.raises(ValidationFailed) as order:
+        loose.create([["to", WORKER]], MANAGER)
+    assert [(f.rule, f.path) for f in order.value.findings] == [("O1", "")]
+    with pytest.raises(ValidationFailed) as report:
+        loose.report(active, WORKER, [1, 2])
+    assert [(f.rule, f.path) for f in report.value.findings] == [("R1", "")]
+    calls: list[tuple[str, Any]] = [
+        ("a progress note is text", lambda: loose.progress(active, WORKER, 123)),
+        ("a progress note is text", lambda: loose.progress(active, WORKER, None)),
+        ("an answer is text", lambda: loose.answer(active, MANAGER, 5)),
+        ("reason is text", lambda: loose.cancel(active, MANAGER, None)),
+        ("reason is text", lambda: loose.decline(offered, WORKER, ["no"])),
+        ("effects is a list of effect refs", lambda: loose.review(
+            done, MANAGER, "approve", effects=[1])),
+        ("effects is a list of effect refs", lambda: loose.review(
+            done, MANAGER, "approve", effects="mail/send#1")),
+        ("state is a state or a list", lambda: loose.list(state=5)),
+        ("timeout must be a number", lambda: loose.wait(active, 99, timeout="1")),
+        ("timeout must be a number", lambda: list(loose.follow(active, timeout="1"))),
+        ("a webhook URL is text", lambda: loose.add_webhook(5, "submitted")),
+        ("events are event names", lambda: loose.add_webhook("https://h.example/x", 5)),
+        ("timeout must be a number", lambda: anyio.run(
+            lambda: loose_async.wait(active, 99, timeout="1"))),
+    ]
+    for message, call in calls:
+        with pytest.raises(AWLError, match=message) as caught:
+            call()
+        assert type(caught.value) is BadRequest, message
+    assert [view.state for view in (desk.get(offered), desk.get(active), desk.get(done))] == [
+        "offered", "working", "submitted"]
+
+
 # ----------------------------------------------------------------------------- item 7
 
 @pytest.mark.slow
@@ -266,3 +316,41 @@ def test_a_reader_that_goes_away_gets_no_traceback(tmp_path: Path) -> None:
 def _home_file(home: Path) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     return home / "desk.sqlite3"
+
+
+# ----------------------------------------------------------------------------- a failing store
+
+@pytest.mark.spec("SEC-4")
+def test_a_store_that_fails_under_a_command_is_one_line_not_a_traceback(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A desk file whose tokens table is gone (damaged, or written by another program) makes
+    the store raise sqlite3's own error mid-command: `awl token list` says so in one
+    INTERNAL line and exits 1, rather than printing a traceback."""
+    import sqlite3
+    from contextlib import closing
+
+    SQLiteStore(tmp_path / "desk.sqlite3").close()
+    with closing(sqlite3.connect(tmp_path / "desk.sqlite3")) as raw:
+        raw.execute("DROP TABLE tokens")
+        raw.commit()
+    code = main(["token", "list", "--home", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "")
+    assert err.startswith("awl: INTERNAL: the command failed unexpectedly (OperationalError: "
+                          "no such table: tokens); ") and err.count("\n") == 1
+
+
+@pytest.mark.spec("SEC-4")
+def test_a_nul_character_postgresql_cannot_keep_is_one_line_from_the_cli(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], pg_url: str) -> None:
+    """PostgreSQL's jsonb cannot hold U+0000, which JSON and the other stores can: an order
+    whose goal holds one fails in the store (reported to the store's owners), and
+    `awl order create` says so in one line instead of psycopg's traceback."""
+    order = tmp_path / "order.json"
+    order.write_text(json.dumps(order_fields(goal="before\u0000after")))
+    code = main(["order", "create", str(order), "--as", MANAGER, "--store", pg_url,
+                 "--home", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "")
+    assert err.startswith("awl: INTERNAL: the command failed unexpectedly (") and (
+        err.count("\n") == 1)

@@ -327,3 +327,31 @@ def test_a_bad_page_of_questions_is_one_line(home: Path, capsys: pytest.CaptureF
     assert code != 0 and out == ""
     one_line_error(err)
     assert bad[0] in err or "cursor" in err
+
+
+@pytest.mark.spec("SEC-1", "BIND-3")
+def test_reading_as_another_principal_shows_only_what_it_may_see(
+        home: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`awl order show|follow|list` and `awl handoff` with `--as P` (or $AWL_ACTOR) read as
+    P, as `awl track --as` does and the MCP desk would for P: an outsider is refused the
+    order in one line and lists none of it; its parties read it; with neither, the operator
+    reads everything."""
+    order_id = new_order(capsys, home)
+    reads = (["order", "show", order_id], ["handoff", order_id],
+             ["order", "follow", order_id, "--timeout", "0.1"])
+    for words in reads:
+        code, out, err = run(capsys, *words, "--as", "agent:nosy")
+        assert (code, out) == (1, ""), words
+        one_line_error(err)
+        assert "FORBIDDEN" in err and "not part of order" in err
+    assert run_json(capsys, "order", "list", "--as", "agent:nosy") == []
+    monkeypatch.setenv("AWL_ACTOR", "agent:nosy")
+    code, out, err = run(capsys, "order", "show", order_id)
+    assert (code, out) == (1, "") and "FORBIDDEN" in err
+    monkeypatch.setenv("AWL_ACTOR", WORKER)
+    assert run_json(capsys, "order", "show", order_id)["order"]["id"] == order_id
+    assert [v["order"]["id"] for v in run_json(capsys, "order", "list")] == [order_id]
+    monkeypatch.delenv("AWL_ACTOR")
+    assert run_json(capsys, "order", "show", order_id)["order"]["id"] == order_id
+    assert [v["order"]["id"] for v in run_json(capsys, "order", "list")] == [order_id]

@@ -82,6 +82,21 @@ def test_issue_from_a_parent_with_narrower_terms(capsys: pytest.CaptureFixture[s
     assert claims["grant"]["order_id"] == "ord-1"
 
 
+@pytest.mark.parametrize("given", ["", " ", ","])
+def test_an_empty_tools_list_grants_no_tool_never_every_tool(
+        capsys: pytest.CaptureFixture[str], home: Path, given: str) -> None:
+    """`--tools ""` (say `--tools "$TOOLS"` with TOOLS unset) grants nothing, as `--tools ,`
+    does: only a --tools left out takes the default, the most allowed. It granted every tool
+    of the parent pass, or of the order (mail/*, which reaches the staged mail/send)."""
+    root = _issue(capsys, home, "--order", "ord-1", "--to", "agent:worker", "--tools", "fs/*")
+    child = _issue(capsys, home, "--parent", root, "--to", "agent:sub", "--tools", given)
+    assert unverified_claims(child)[1]["grant"]["tools"] == []
+    worker = _issue(capsys, home, "--order", "ord-1", "--to", "agent:worker", "--tools", given)
+    assert unverified_claims(worker)[1]["grant"]["tools"] == []
+    default = _issue(capsys, home, "--parent", root, "--to", "agent:sub")
+    assert unverified_claims(default)[1]["grant"]["tools"] == ["fs/*"]
+
+
 @pytest.mark.spec("SEC-4")
 def test_a_refused_issue_names_the_rule_on_one_line(capsys: pytest.CaptureFixture[str],
                                                     home: Path) -> None:

@@ -326,3 +326,35 @@ async def test_awl_serve_http_announces_its_address_and_serves_token_holders(
                 while True:
                     rest += await stderr.receive()
             assert b"Traceback" not in rest
+
+
+@pytest.mark.anyio
+@pytest.mark.spec("SEC-4", "SEC-9")
+async def test_a_store_that_fails_while_checking_a_token_is_refused_in_one_line(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """When the store cannot answer whose a token is (here a desk file whose tokens table
+    is gone), the request is refused (401, fail closed) with a line saying so, and the desk
+    logs one warning: no traceback, and no bare 500 that says nothing."""
+    import sqlite3
+
+    store = SQLiteStore(tmp_path / "desk.sqlite3")
+    token = issue_token(store, MANAGER)
+    try:
+        with anyio.fail_after(30):
+            async with desk_over_http(store) as url, httpx2.AsyncClient(timeout=10) as http:
+                good = {**_HEADERS, "Authorization": f"Bearer {token}"}
+                assert (await http.post(url, json=_INITIALIZE, headers=good)).status_code == 200
+                with contextlib.closing(sqlite3.connect(tmp_path / "desk.sqlite3")) as raw:
+                    raw.execute("DROP TABLE tokens")
+                    raw.commit()
+                caplog.clear()
+                answer = await http.post(url, json=_INITIALIZE, headers=good)
+                assert answer.status_code == 401
+                assert answer.json()["error"] == "invalid_token"
+                assert "could not check this token" in answer.json()["error_description"]
+                assert "its store failed (OperationalError)" in answer.headers[
+                    "WWW-Authenticate"]
+    finally:
+        store.close()
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+    assert any("cannot check a desk token" in r.getMessage() for r in caplog.records)

@@ -429,3 +429,41 @@ async def test_the_answerer_queue_pages_by_after_and_shows_no_other_manager_s_qu
             assert (await m.refused("list_work_orders", role="manager", after=cursor))[
                 "code"] == "BAD_REQUEST"
             await m.refused("list_work_orders", role="answerer", limit=0)
+
+
+def _done(summary: str) -> dict[str, Any]:
+    return {"status": "done", "result": {"summary": summary}, "tools_used": [],
+            "evidence": [{"criterion": "c1", "type": "note", "note": "written"},
+                         {"criterion": "c2", "type": "note", "note": "sent"}],
+            "cost": {"usd": 1, "tool_calls": 1}}
+
+
+@pytest.mark.anyio
+@pytest.mark.spec("BIND-4", "LC-9")
+async def test_a_stale_approval_never_lands_on_a_later_attempt() -> None:
+    """The manager's agent reads attempt 1 and decides to approve it; meanwhile another of
+    the manager's connections sends it back and the worker submits attempt 2. An approval
+    naming the attempt it read is CONFLICT and changes nothing (without one there was no way
+    to say what was approved, and it approved attempt 2 unread); naming attempt 2 approves
+    it. The library takes the same attempt."""
+    store = MemoryStore()
+    with anyio.fail_after(30):
+        async with desks(store, MANAGER, MANAGER, WORKER) as (reader, other, w):
+            oid = await _working(reader, w)
+            await w.call("submit_work_report", order_id=oid, report=_done("first"))
+            read = await reader.call("get_work_order", order_id=oid)
+            assert (read["state"], read["attempt"]) == ("submitted", 1)
+            await other.call("review_work_report", order_id=oid, decision="rework",
+                             reason="the board wants the appendix")
+            await w.call("submit_work_report", order_id=oid, report=_done("second"))
+            stale = await reader.refused("review_work_report", order_id=oid,
+                                         decision="approve", attempt=read["attempt"])
+            assert stale["code"] == "CONFLICT"
+            assert "attempt 1" in stale["message"] and "attempt 2" in stale["message"]
+            with pytest.raises(Conflict, match="you reviewed attempt 1"):  # the library too
+                AsyncDesk(store).desk.review(oid, MANAGER, "approve", attempt=1)
+            after = await reader.call("get_work_order", order_id=oid)
+            assert (after["state"], after["seq"], after["attempt"]) == ("submitted", 6, 2)
+            done = await reader.call("review_work_report", order_id=oid, decision="approve",
+                                     attempt=2)
+            assert done["state"] == "approved" and done["reviews"][-1]["attempt"] == 2

@@ -364,6 +364,45 @@ def test_the_order_above_that_ended_is_found_parent_first_by_one_rule(desk: Desk
     assert f"order {child.id}, which" in (ended_above(store, order) or "")
 
 
+
+# --------------------------------------------------------------------------- depth
+
+def _chain(desk: Desk, levels: int) -> list[str]:
+    """A working root and ``levels`` sub-orders below it, each split from the one before by
+    the root's worker alone (it manages every one of them), each to a fresh principal."""
+    root = working(desk, budget={"usd": 10, "tool_calls": 3})
+    ids = [root.id]
+    for level in range(levels):
+        ids.append(desk.create(child_fields(ids[-1], WORKER, to=f"agent:level{level}"),
+                               WORKER).id)
+    return ids
+
+
+@EVERY_STORE
+@pytest.mark.spec("LC-12", "LC-15", "LC-16", "LC-13")
+def test_a_chain_of_sub_orders_deeper_than_the_store_charges_is_refused(desk: Desk) -> None:
+    """A worker alone splits sub-order under sub-order. Every order above a call is charged
+    and checked only to MAX_DEPTH (64) levels, so an order deeper than that would spend
+    outside its top order's budget, keep working after the top order is cancelled, and be
+    out of sight of its top manager. At 64 orders above, everything still reaches the top;
+    the 65th level is refused and nothing is written."""
+    from awl.desk.lineage import MAX_DEPTH
+
+    store = desk.store
+    ids = _chain(desk, MAX_DEPTH)
+    bottom = ids[-1]
+    assert spend(store, bottom, 4) == ["filings/search#1", "filings/search#2",
+                                       "filings/search#3", f"order {ids[-2]}"]
+    assert store.usage(ids[0]).tool_calls == 3  # the root, 64 orders up, is charged
+    assert desk.get(bottom, viewer=MANAGER).id == bottom  # and its manager sees it
+    with pytest.raises(BadRequest, match=f"already has {MAX_DEPTH} orders above it"):
+        desk.create(child_fields(bottom, WORKER, to="agent:too-deep"), WORKER)
+    assert [r.order.id for r in store.list_orders(parent_id=bottom)] == []
+    desk.cancel(ids[0], MANAGER, "stop everything below")
+    assert f"order {ids[0]}, which order {bottom} is split from, is cancelled" in (
+        ended_above(store, store.load(bottom).order) or "")
+
+
 # --------------------------------------------------------------------------- the CLI
 
 @pytest.fixture
@@ -521,3 +560,30 @@ async def test_the_mcp_desk_carves_tokens_by_report_and_expires_an_under_report(
     last = store.events(oid)[-1]
     assert last.action == "expire" and last.data is not None
     assert [(f["rule"], f["path"]) for f in last.data["findings"]] == [("R20", "/cost/tokens")]
+
+
+@pytest.mark.anyio
+@pytest.mark.spec("LC-12", "LC-15", "LC-16")
+async def test_the_mcp_desk_refuses_a_sub_order_deeper_than_the_chain_is_charged() -> None:
+    """Over MCP the worker alone, bound to its connection, splits sub-order under sub-order
+    (it manages each one it splits). The one that would have 65 orders above it, past what
+    a call is charged to and what an ended order above can stop, is BAD_REQUEST."""
+    from awl.desk.lineage import MAX_DEPTH
+    from tests.awl.test_server_tools import desks
+
+    store = MemoryStore()
+    with anyio.fail_after(60):
+        async with desks(store, MANAGER, WORKER) as (m, w):
+            top = await m.call("create_work_order", order=order_fields(to=WORKER))
+            parent: str = top["order"]["id"]
+            await w.call("accept_work_order", order_id=parent)
+            await w.call("start_work_order", order_id=parent)
+            for level in range(MAX_DEPTH):
+                made = await w.call("create_work_order", order=child_fields(
+                    parent, WORKER, to=f"agent:level{level}"))
+                parent = made["order"]["id"]
+            refused = await w.refused("create_work_order", order=child_fields(
+                parent, WORKER, to="agent:too-deep"))
+    assert refused["code"] == "BAD_REQUEST"
+    assert f"already has {MAX_DEPTH} orders above it" in refused["message"]
+    assert len(store.list_orders(limit=None)) == MAX_DEPTH + 1

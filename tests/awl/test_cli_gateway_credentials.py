@@ -1,0 +1,41 @@
+"""``awl gateway`` given an empty pass by the environment: refused in one line, never run as
+the order's worker (SEC-11)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from awl.cli import main
+from awl.desk import Desk
+from awl.store.sqlite import SQLiteStore
+from tests.awl.desk_support import MANAGER, WORKER, order_fields
+
+
+@pytest.mark.spec("SEC-11")
+@pytest.mark.parametrize("value", ["", " \n"])
+def test_an_empty_awl_pass_is_refused_not_run_as_the_order_s_worker(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        value: str) -> None:
+    """`AWL_PASS="$(cat helper.pass)"` with the file missing sets AWL_PASS to nothing. An
+    empty `--pass` and an empty pass file are refused for this reason; an empty AWL_PASS was
+    dropped instead, and the gateway served the sub-agent the whole order as its worker."""
+    store = SQLiteStore(tmp_path / "desk.sqlite3")
+    try:
+        desk = Desk(store)
+        order_id = desk.create(order_fields(deadline="2099-01-01T00:00:00Z"), MANAGER).id
+        desk.accept(order_id, WORKER)
+        desk.start(order_id, WORKER)
+    finally:
+        store.close()
+    config = tmp_path / "upstream.json"
+    config.write_text(json.dumps({"mcpServers": {}}))
+    monkeypatch.setenv("AWL_PASS", value)
+    code = main(["gateway", "--order", order_id, "--config", str(config),
+                 "--home", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert err == ("awl: AWL_PASS is set but empty; put the token `awl pass issue` printed "
+                   "in it, or unset AWL_PASS to run as the order's worker\n")

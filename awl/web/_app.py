@@ -47,7 +47,7 @@ from awl.desk.lineage import reports_below
 from awl.desk.settlement import settle
 from awl.desk.tokens import principal_for_token, token_hash
 from awl.documents.checks import iter_report_findings
-from awl.documents.errors import AWLError, BadRequest, NotFound
+from awl.documents.errors import AWLError, BadRequest, Conflict, NotFound
 from awl.documents.limits import QUESTION_PAGE
 from awl.documents.models import parse_time
 from awl.documents.pointers import pointer
@@ -72,6 +72,12 @@ _UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 Handler = Callable[[Request], Awaitable[Response]]
 
+MAX_BODY = 1024 * 1024
+"""The largest request body the page reads, in bytes: a form of the page is far smaller, and
+no field of a form may be longer anyway (the form parser's own limit)."""
+BODY_SECONDS = 30.0
+"""How long a request's body may take to arrive, in seconds, before it is refused."""
+
 
 class WebConfig:
     """What the page needs besides the store.
@@ -84,37 +90,43 @@ class WebConfig:
         store: the store URL as given (``--store``), for the commands the page shows (its
             password hidden).
         hosts: the ``Host`` values accepted (``host:port``); None accepts any (remote).
+        public_url: the address browsers reach the page at (``--public-url``), or None; when
+            it is ``https:`` the session cookie is ``Secure`` (as it is for any request that
+            came over HTTPS, such as through a TLS proxy that says so).
+        body_seconds: how long a request's body may take to arrive before it is refused.
     """
 
     def __init__(self, *, upstream: Any = None, upstream_path: str | None = None,
                  home: str | None = None, store: str | None = None,
-                 hosts: frozenset[str] | None = None) -> None:
+                 hosts: frozenset[str] | None = None, public_url: str | None = None,
+                 body_seconds: float | None = None) -> None:
         self.upstream = upstream
         self.upstream_path = upstream_path
         self.home = home
         self.store = store
         self.hosts = hosts
+        self.public_url = public_url
+        self.body_seconds = BODY_SECONDS if body_seconds is None else body_seconds
 
 
 class _Guard:
     """Every response gets the security headers; on loopback a foreign ``Host`` is refused
-    before anything else runs (DNS rebinding, SEC-2)."""
+    before anything else runs (DNS rebinding, SEC-2); a request body is read here, whole,
+    before the page sees it: at most ``max_body`` bytes (413), arriving within
+    ``body_seconds`` (408), so no one, signed in or not, can make the page parse or spool
+    more, or hold it waiting for a body that never comes."""
 
-    def __init__(self, app: ASGIApp, hosts: frozenset[str] | None) -> None:
+    def __init__(self, app: ASGIApp, hosts: frozenset[str] | None, *,
+                 max_body: int = MAX_BODY, body_seconds: float = BODY_SECONDS) -> None:
         self.app = app
         self.hosts = hosts
+        self.max_body = max_body
+        self.body_seconds = body_seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if self.hosts is not None:
-            host = dict(scope["headers"]).get(b"host", b"").decode("latin-1").lower()
-            if host not in self.hosts:
-                await PlainTextResponse(
-                    f"refused: Host {host!r} is not this page's address; open "
-                    f"http://{min(self.hosts)}/ instead", status_code=421)(scope, receive, send)
-                return
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -127,7 +139,75 @@ class _Guard:
                 message = {**message, "headers": headers}
             await send(message)
 
+        async def refuse(status: int, line: str) -> None:
+            await PlainTextResponse(line, status_code=status)(scope, receive, send_with_headers)
+
+        if self.hosts is not None:
+            host = dict(scope["headers"]).get(b"host", b"").decode("latin-1").lower()
+            if host not in self.hosts:
+                await refuse(421, f"refused: Host {host!r} is not this page's address; open "
+                                  f"http://{min(self.hosts)}/ instead")
+                return
+        if scope["method"] in _UNSAFE:
+            body = await self._body(scope, receive, refuse)
+            if body is None:
+                return
+            receive = _replay(body, receive)
         await self.app(scope, receive, send_with_headers)
+
+    async def _body(self, scope: Scope, receive: Receive,
+                    refuse: Callable[[int, str], Awaitable[None]]) -> bytes | None:
+        """The request's whole body, or None once it was refused (or the client left)."""
+        limit = _size(self.max_body)
+        too_large = (f"refused: the request's body is larger than {limit}, more than any form "
+                     "of this page sends")
+        sent = dict(scope["headers"]).get(b"content-length")
+        if sent is not None:
+            if not sent.isdigit():
+                await refuse(400, "refused: the request's Content-Length is not a whole number")
+                return None
+            if int(sent) > self.max_body:
+                await refuse(413, too_large)
+                return None
+        chunks: list[bytes] = []
+        size, whole, gone = 0, False, False
+        with anyio.move_on_after(self.body_seconds):
+            while not (whole or gone or size > self.max_body):
+                message = await receive()
+                gone = message["type"] != "http.request"
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                chunks.append(chunk)
+                whole = not message.get("more_body", False)
+        if gone:
+            return None  # the client went away: there is no one to answer
+        if size > self.max_body:
+            await refuse(413, too_large)
+            return None
+        if not whole:
+            await refuse(408, f"refused: the request's body did not arrive within "
+                              f"{self.body_seconds:g} seconds")
+            return None
+        return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives ``body`` whole, then what the client sends next (its
+    disconnect)."""
+    given = False
+
+    async def again() -> Message:
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return again
+
+
+def _size(n: int) -> str:
+    return f"{n // (1024 * 1024)} MiB" if n % (1024 * 1024) == 0 else f"{n} bytes"
 
 
 def _pretty(value: Any) -> str:
@@ -216,11 +296,17 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
                             _STATUS.get(exc.code, 400), message=exc.message, order_id=back)
         return run
 
-    async def start_session(principal: str, token_hash: str | None = None) -> Response:
+    def secure(request: Request) -> bool:
+        """Whether the browser reaches the page over HTTPS, so the cookie is ``Secure``."""
+        public = (cfg.public_url or "").lower()
+        return request.url.scheme == "https" or public.startswith("https:")
+
+    async def start_session(request: Request, principal: str,
+                            token_hash: str | None = None) -> Response:
         session = await anyio.to_thread.run_sync(sessions.start, principal, token_hash)
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(COOKIE, session.id, max_age=int(sessions.ttl), httponly=True,
-                            samesite="strict", path="/")
+                            samesite="strict", path="/", secure=secure(request))
         return response
 
     async def signin(request: Request) -> Response:
@@ -233,7 +319,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
                 return page("signin.html", None, 403, message=(
                     "that sign-in link was used already or is not one this page printed; "
                     "sign in with a desk token, or restart `awl web` for a new link"))
-            return await start_session(principal)
+            return await start_session(request, principal)
         if not _same_origin(request):
             return page("signin.html", None, 403,
                         message="this sign-in did not come from this page")
@@ -245,12 +331,13 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
             return page("signin.html", None, 403, message=(
                 "that is not a desk token of this desk (or it was revoked); make one with "
                 "`awl token issue PRINCIPAL`"))
-        return await start_session(found, token_hash(token))
+        return await start_session(request, found, token_hash(token))
 
     async def signout(request: Request, session: Session) -> Response:
         await anyio.to_thread.run_sync(sessions.end, session.id)
         response = RedirectResponse("/signin", status_code=303)
-        response.delete_cookie(COOKIE, path="/")
+        response.delete_cookie(COOKIE, path="/", secure=secure(request), httponly=True,
+                               samesite="strict")
         return response
 
     def inbox_data(me: str, after: str | None = None,
@@ -364,18 +451,25 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         form = await request.form()
         decision = text(form, "decision")
         me = session.principal
+        # The page's review forms name the attempt they showed: a decision is about what the
+        # manager saw, never about a later attempt (sent back and submitted again elsewhere
+        # meanwhile) that a stale page or tab would otherwise approve unseen. The desk checks
+        # it in the review's own write.
+        seen = text(form, "attempt")
+        shown = _whole(seen, "attempt") if seen else None
         if decision == "approve":
             chosen = [v for v in form.getlist("effect") if isinstance(v, str)]
             everything = text(form, "all") == "1"
             effects = None if everything else chosen
             await anyio.to_thread.run_sync(
-                lambda: desk.review(oid, me, "approve", effects=effects))
+                lambda: desk.review(oid, me, "approve", effects=effects, attempt=shown))
             what = "all effects" if effects is None else (
                 f"{len(chosen)} effect(s): {', '.join(chosen)}" if chosen else "no effects")
             return done(session, oid, f"approved with {what}")
         if decision == "rework":
             reason = text(form, "reason").strip() or None
-            await anyio.to_thread.run_sync(lambda: desk.review(oid, me, "rework", reason))
+            await anyio.to_thread.run_sync(
+                lambda: desk.review(oid, me, "rework", reason, attempt=shown))
             return done(session, oid, "sent back for rework; its held calls are dropped")
         raise BadRequest(f"decision must be approve or rework, not {decision!r}")
 
@@ -422,6 +516,11 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         if record.state != "approved":
             raise BadRequest(f"order {oid!r} is {record.state}; only an approved order's "
                              "effects run")
+        if oid in committing:
+            # A second run would only meet the first one's lock, and its end would tell the
+            # page that nothing runs while the first still does.
+            raise Conflict(f"a commit of order {oid!r} is running already; its page follows "
+                           "each effect's state")
 
         async def run() -> None:
             # After the answer: the page shows each effect's state as it changes.
@@ -544,7 +643,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         Route("/workers/{rest:path}", legacy("workers")),
         Route("/static/{name}", static),
     ]
-    return _Guard(Starlette(routes=routes), cfg.hosts)
+    return _Guard(Starlette(routes=routes), cfg.hosts, body_seconds=cfg.body_seconds)
 
 
 def _the(request: Request, name: str) -> str | None:

@@ -543,8 +543,8 @@ class Gateway:
     async def _on_set_logging_level(self, ctx: ServerRequestContext[Any],
                                     params: types.SetLevelRequestParams) -> types.EmptyResult:
         """A handshake-era worker's ``logging/setLevel``: the least severe upstream log
-        message passed on to it from now on (GW-14)."""
-        self.relay.level = params.level
+        message passed on to its connection from now on (GW-14)."""
+        self.relay.set_level(ctx, params.level)
         return types.EmptyResult()
 
     async def call(self, name: str, arguments: Mapping[str, Any], *, token: str | None = None,

@@ -8,7 +8,10 @@ resources, prompts and completions of an upstream server are offered only when t
 Any other request for them is answered with a JSON-RPC error naming the reason.
 
 URIs and prompt names are passed through unchanged, and so is an upstream's JSON-RPC error
-(a resource it does not have, say). Which server a URI belongs to is
+(a resource it does not have, say). The request's ``_meta`` goes on without the keys that
+describe the worker's own connection (protocol-reserved keys, its progress token) and
+without ``awl/*`` keys, which only the gateway sets: a worker cannot make a read look like
+a recorded call (``awl/ref``) or another order's to an upstream. Which server a URI belongs to is
 learned from what the servers list: an exact resource URI first, then a matching resource
 template, then the only open server that offers resources. A prompt name two open servers
 both use goes to the first in the configuration (the other is logged and not listed).
@@ -28,7 +31,7 @@ from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 from awl.documents import WorkOrder, covered_by_any
 from gateway._authority import Authority
 from gateway._config import GatewayConfig
-from gateway._upstream import UpstreamError, UpstreamPool, UpstreamRejected
+from gateway._upstream import UpstreamError, UpstreamPool, UpstreamRejected, clean_meta
 
 __all__ = ["Passthrough"]
 
@@ -36,6 +39,18 @@ log = logging.getLogger("awl.gateway.passthrough")
 
 _PAGES = 100
 _ItemT = TypeVar("_ItemT")
+_ParamsT = TypeVar("_ParamsT", bound=types.RequestParams)
+
+
+def _forwarded(params: _ParamsT) -> _ParamsT:
+    """``params`` as sent upstream: its ``_meta`` without the worker connection's own keys
+    (:func:`~gateway._upstream.clean_meta`) and without ``awl/*`` keys (GW-16)."""
+    meta = clean_meta(params.meta)
+    if meta is not None:
+        meta = {k: v for k, v in meta.items() if not k.startswith("awl/")} or None
+    if meta == params.meta:
+        return params
+    return params.model_copy(update={"meta": meta})
 
 
 def _refuse(message: str, code: int = types.INVALID_PARAMS) -> MCPError:
@@ -212,7 +227,8 @@ class Passthrough:
         what = f"resources/read of {uri}"
         server = await self._one(ctx, "resources", self._owner(uri), what)
         result: types.ReadResourceResult = await self._ask(
-            server, types.ReadResourceRequest(params=params), types.ReadResourceResult, what)
+            server, types.ReadResourceRequest(params=_forwarded(params)),
+            types.ReadResourceResult, what)
         return result
 
     # ------------------------------------------------------------------ prompts
@@ -239,7 +255,8 @@ class Passthrough:
         what = f"prompts/get of {params.name!r}"
         server = await self._one(ctx, "prompts", self._prompt_server.get(params.name), what)
         result: types.GetPromptResult = await self._ask(
-            server, types.GetPromptRequest(params=params), types.GetPromptResult, what)
+            server, types.GetPromptRequest(params=_forwarded(params)), types.GetPromptResult,
+            what)
         return result
 
     # ------------------------------------------------------------------ completion
@@ -257,5 +274,5 @@ class Passthrough:
             what = f"completion/complete for {ref.uri}"
         server = await self._one(ctx, "completions", owner, what)
         result: types.CompleteResult = await self._ask(
-            server, types.CompleteRequest(params=params), types.CompleteResult, what)
+            server, types.CompleteRequest(params=_forwarded(params)), types.CompleteResult, what)
         return result

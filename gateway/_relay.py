@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+import weakref
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,8 +87,33 @@ class Relay:
     """The calls in flight per upstream server, and where what an upstream sends goes."""
 
     level: types.LoggingLevel = "debug"
-    """The least severe log level a handshake-era worker gets (its ``logging/setLevel``)."""
+    """The least severe log level a handshake-era worker gets until it sends
+    ``logging/setLevel``."""
     _calls: dict[str, list[InFlight]] = field(default_factory=dict)
+    _levels: weakref.WeakKeyDictionary[Any, types.LoggingLevel] = field(
+        default_factory=weakref.WeakKeyDictionary)
+    """Each worker connection's own ``logging/setLevel`` (over HTTP, each session's): one
+    worker's level never changes what another gets (GW-14)."""
+
+    @staticmethod
+    def _connection(ctx: ServerRequestContext[Any]) -> Any:
+        # The SDK's per-request session names its connection only privately; a session
+        # without one stands for itself.
+        return getattr(ctx.session, "_connection", ctx.session)
+
+    def set_level(self, ctx: ServerRequestContext[Any], level: types.LoggingLevel) -> None:
+        """The worker connection of ``ctx`` asked for log messages at ``level`` and above."""
+        try:
+            self._levels[self._connection(ctx)] = level
+        except TypeError:  # a connection that cannot be weakly referenced
+            self.level = level
+
+    def level_of(self, ctx: ServerRequestContext[Any]) -> types.LoggingLevel:
+        """The least severe log level the worker connection of ``ctx`` gets."""
+        try:
+            return self._levels.get(self._connection(ctx), self.level)
+        except TypeError:
+            return self.level
 
     def forwarding(self, server: str, ctx: ServerRequestContext[Any] | None,
                    caller: str | None) -> AbstractContextManager[None]:
@@ -186,7 +212,7 @@ class Relay:
             return
         session = call.ctx.session
         if (session.protocol_version not in MODERN_PROTOCOL_VERSIONS
-                and LOG_LEVELS.index(params.level) < LOG_LEVELS.index(self.level)):
+                and LOG_LEVELS.index(params.level) < LOG_LEVELS.index(self.level_of(call.ctx))):
             return
         # A 2026-07-28 worker's own opt-in (its request's _meta) is applied by the SDK.
         with warnings.catch_warnings():

@@ -60,6 +60,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from awl.documents.errors import DocumentError
 from awl.documents.limits import MAX_DOCUMENT_BYTES, MAX_INT_DIGITS, check_json_value
+from awl.mcp.inflight import InFlightGate
 
 __all__ = ["MAX_FRAME_BYTES", "FrameGuard", "Refused", "check_frame", "stdio_frames"]
 
@@ -272,6 +273,7 @@ async def stdio_frames() -> AsyncIterator[tuple[_Read, _Write]]:
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
     answers = write_send.clone()  # the reader's own way out, for refusals
     written = anyio.Event()
+    gate = InFlightGate()  # a client that never reads its answers is not read from (GW-21)
 
     async def readline(limit: int) -> bytes:
         # Abandoned on cancel: a thread blocked on a quiet stdin must not hold up the exit.
@@ -291,6 +293,12 @@ async def stdio_frames() -> AsyncIterator[tuple[_Read, _Write]]:
                         continue
                     checked = check_frame(frame)
                     if not isinstance(checked, Refused):
+                        if isinstance(checked, types.JSONRPCRequest):
+                            await gate.admit(checked.id)
+                        elif (isinstance(checked, types.JSONRPCNotification)
+                              and checked.method == "notifications/cancelled"
+                              and isinstance(checked.params, dict)):
+                            gate.release(checked.params.get("requestId"))
                         await read_send.send(SessionMessage(checked))
                         continue
                     log.warning("refused a message on stdin: %s", checked.reason)
@@ -303,6 +311,8 @@ async def stdio_frames() -> AsyncIterator[tuple[_Read, _Write]]:
                 async for item in write_recv:
                     data = _encode(item.message)
                     await anyio.to_thread.run_sync(_write, wire_out, data)
+                    if isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
+                        gate.release(item.message.id)
         finally:
             written.set()
 

@@ -56,6 +56,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import select
 import socket
 import threading
@@ -830,6 +831,14 @@ class PostgresStore(SQLStore):
                 pg_errors.LockNotAvailable) as exc:
             raise Conflict(f"{self._where} was busy ({_last_line(str(exc))}); nothing was "
                            "written, retry") from None
+        except psycopg.DataError as exc:
+            # U+0000 (NUL), which PostgreSQL keeps in no text (in jsonb the server refuses
+            # it, in a text parameter psycopg does): the writer's data is at fault, not the
+            # server, and nothing was written.
+            if not isinstance(exc, pg_errors.UntranslatableCharacter) and "NUL" not in str(exc):
+                raise
+            raise BadRequest(f"{self._where} cannot keep the character U+0000 (NUL) this "
+                             "holds; nothing was written: leave it out") from None
         except (psycopg.OperationalError, PoolTimeout) as exc:
             raise _unavailable(self.url, exc) from None
 
@@ -984,7 +993,7 @@ class PostgresStore(SQLStore):
                 return OverBudget(over)
             data = new_call(order_id, row.last_n + 1, attempt=attempt, tool=tool,
                             arguments=arguments, pass_jti=pass_jti, started_at=started_at)
-            doc = json_text(data, "a call record")
+            doc = _call_doc(data)
             self._insert_call(conn, data, doc, row.last_n + 1, counted=True, usd=usd,
                               above=[a[0] for a in above])
         self._numbered(order_id, row.last_n + 1, row.parent_id)
@@ -1064,7 +1073,7 @@ class PostgresStore(SQLStore):
                     data = new_call(order_id, n + 1, attempt=item.attempt, tool=item.tool,
                                     arguments=item.arguments, pass_jti=item.pass_jti,
                                     started_at=item.started_at)
-                    doc = json_text(data, "a call record")
+                    doc = _call_doc(data)
                 except BadRequest as exc:
                     item.error = exc
                     continue
@@ -1085,7 +1094,7 @@ class PostgresStore(SQLStore):
         for _ in range(_FAST_TRIES):
             data = new_call(order_id, n, attempt=attempt, tool=tool, arguments=arguments,
                             pass_jti=pass_jti, started_at=started_at)
-            doc = json_text(data, "a call record")
+            doc = _call_doc(data)
             with self._statement(durable=True) as conn:
                 got = conn.execute(_RESERVE, {
                     "order_id": order_id, "n": n, "seq": seq, "jti": pass_jti,
@@ -1140,6 +1149,7 @@ class PostgresStore(SQLStore):
         with self._tx() as conn:
             row = self._lock_order(conn, order_id)
             record, doc = stored_call(record_fields, row.last_n + 1)
+            doc = _call_doc(record.to_json()) if "\\u0000" in doc else doc
             above = [] if row.parent_id is None else self._lock_above(conn, order_id)
             self._insert_call(conn, record.to_json(), doc, row.last_n + 1, counted=False,
                               usd=0.0,
@@ -1162,7 +1172,7 @@ class PostgresStore(SQLStore):
             ending["result"] = result
         if error is not None:
             ending["error"] = error
-        item = _Ending(order_id, n, tool, json_text(ending, "a call's ending"))
+        item = _Ending(order_id, n, tool, _ending_doc(ending))
         # Group commit: the outcomes waiting when the committer's turn comes are set in one
         # statement, one round trip and one flush; each caller returns once its own is on
         # disk (or raises what that statement raised).
@@ -1499,6 +1509,32 @@ class PostgresStore(SQLStore):
             data = record.to_json()
             self._insert_call(conn, data, dump_json(data), n,
                               counted=usd is not None, usd=usd or 0.0, above=above)
+
+_NUL_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+"""U+0000 as compact JSON text writes it (an escape, not an escaped backslash before one)."""
+
+
+def _call_doc(data: dict[str, Any]) -> str:
+    """A call record's JSON text, as this store can keep it: PostgreSQL keeps no U+0000
+    (NUL) in ``jsonb``, so a call whose arguments hold one is refused here, before a
+    statement (or a group of other gateways' reservations) could fail on it. Its arguments
+    are what the upstream would be sent, so they are never changed."""
+    doc = json_text(data, "a call record")
+    if "\\u0000" in doc and _NUL_ESCAPE.search(doc):
+        raise BadRequest("the call holds the character U+0000 (NUL), which a PostgreSQL desk "
+                         "cannot keep; nothing was recorded or sent: leave it out")
+    return doc
+
+
+def _ending_doc(ending: dict[str, Any]) -> str:
+    """A call's ending as JSON text this store can keep: a U+0000 (NUL) in what the upstream
+    answered (or in the error naming it) is kept as U+FFFD, as ``jsonb`` keeps no NUL: the
+    call ran, and its outcome must be recorded (GW-7)."""
+    text = json_text(ending, "a call's ending")
+    if "\\u0000" in text:
+        text = _NUL_ESCAPE.sub(lambda m: m.group(1) + "\\ufffd", text)
+    return text
+
 
 class _ClosedHere(logging.Filter):
     """Drops the pool's warning about a connection :meth:`PostgresStore._pooled` closed

@@ -344,13 +344,14 @@ def test_a_store_that_fails_under_a_command_is_one_line_not_a_traceback(
 def test_a_nul_character_postgresql_cannot_keep_is_one_line_from_the_cli(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], pg_url: str) -> None:
     """PostgreSQL's jsonb cannot hold U+0000, which JSON and the other stores can: an order
-    whose goal holds one fails in the store (reported to the store's owners), and
-    `awl order create` says so in one line instead of psycopg's traceback."""
+    whose goal holds one is refused by the store, nothing written, and `awl order create`
+    says so in one line (BAD_REQUEST, naming the character) instead of psycopg's
+    traceback."""
     order = tmp_path / "order.json"
     order.write_text(json.dumps(order_fields(goal="before\u0000after")))
     code = main(["order", "create", str(order), "--as", MANAGER, "--store", pg_url,
                  "--home", str(tmp_path)])
     out, err = capsys.readouterr()
     assert (code, out) == (1, "")
-    assert err.startswith("awl: INTERNAL: the command failed unexpectedly (") and (
-        err.count("\n") == 1)
+    assert err.startswith("awl: BAD_REQUEST: ") and "U+0000 (NUL)" in err and (
+        err.count("\n") == 1), err

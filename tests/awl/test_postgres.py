@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
@@ -733,3 +734,55 @@ def test_a_wait_after_the_server_ended_its_listener_waits_and_hears(pg_url: str)
         written = time.monotonic()
         waiter.join(10)
         assert woke and woke[0] - written < 1.0
+
+
+@pytest.mark.spec("GW-7", "GW-20")
+def test_a_nul_in_a_call_is_refused_alone_and_one_in_a_result_is_kept_as_ufffd(
+        pg_url: str) -> None:
+    """PostgreSQL keeps no U+0000. A call whose arguments hold one used to fail inside a
+    group commit, with every other reservation waiting in it (another worker's calls);
+    an upstream answer holding one failed its outcome's group too, leaving calls that ran
+    pending. Now such a call alone is refused (nothing recorded, so nothing is sent), and
+    an answer's NUL is kept as U+FFFD, its outcome recorded."""
+    with PostgresStore(pg_url) as store:
+        create(store)
+        assert reserved(reserve(store)).ref == "srv/read#1"
+        results: dict[str, Reservation | BaseException] = {}
+
+        def run(name: str, arguments: dict[str, Any]) -> None:
+            try:
+                results[name] = store.reserve_call(
+                    "o1", attempt=1, tool="srv/read", arguments=arguments, pass_jti=None,
+                    usd=0.0, started_at=T0, scopes=[])
+            except AWLError as exc:
+                results[name] = exc
+
+        with psycopg.connect(pg_url) as holder:
+            holder.execute("SELECT 1 FROM orders WHERE id = 'o1' FOR UPDATE")
+            first = threading.Thread(target=run, args=("first", {"x": 1}))
+            first.start()
+            time.sleep(0.3)  # the first waits for the row; the rest join one group
+            rest = [threading.Thread(target=run, args=(f"ok{i}", {"x": "fine\\u0000"}))
+                    for i in range(3)]
+            rest.append(threading.Thread(target=run, args=("nul", {"x": "a\u0000b"})))
+            for t in rest:
+                t.start()
+            time.sleep(0.5)
+            holder.rollback()
+        for t in [first, *rest]:
+            t.join(30)
+        nul = results.pop("nul")
+        assert isinstance(nul, AWLError) and nul.code == "BAD_REQUEST"
+        assert "U+0000 (NUL)" in nul.message and "nothing was recorded or sent" in nul.message
+        assert all(isinstance(r, Reserved) for r in results.values()), results
+        calls = store.calls("o1")
+        assert len(calls) == 5  # the first call and the four that fit, none with a NUL
+        assert [c.arguments for c in calls[2:]] == [{"x": "fine\\u0000"}] * 3
+        for i, call in enumerate(calls[1:]):
+            store.finish_call("o1", call.ref, outcome="ok", ended_at=T0, error=None,
+                              result={"content": [{"type": "text", "text": f"r{i}\u0000!"}]})
+        kept = [c.result for c in store.calls("o1")[1:]]
+        assert kept == [{"content": [{"type": "text", "text": f"r{i}\ufffd!"}]}
+                        for i in range(4)]
+        # A plain escape that only looks like one (a backslash, then u0000) is kept as is.
+        assert calls[2].arguments["x"].endswith("\\u0000")

@@ -65,7 +65,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 import psycopg
@@ -119,6 +119,9 @@ from awl.store.sql import QUEUE_COLUMNS, Connection, Dialect, SQLStore
 from awl.store.tally import filled, write_sql
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
+
+_A = TypeVar("_A", dict[str, Any] | None, str | None)
+"""An upstream's answer as a store keeps it: a result object, or an error's text."""
 
 # What the question queue keeps of the blocked orders `o` (`latest`: the JSON array
 # [attempt, questions] of the latest report).
@@ -1156,6 +1159,18 @@ class PostgresStore(SQLStore):
                               above=[a[0] for a in above])
         self._numbered(order_id, row.last_n + 1, row.parent_id)
         return record
+
+    def _keepable(self, answer: _A) -> _A:
+        """An effect's result or error as PostgreSQL can keep it: a U+0000 (NUL) in what the
+        upstream answered becomes U+FFFD, so an effect that ran is still recorded as such
+        (as :func:`_ending_doc` keeps a call's answer)."""
+        if answer is None:
+            return answer
+        text = json_text(answer, "an upstream's answer")
+        if "\\u0000" not in text:
+            return answer
+        kept: _A = json.loads(_NUL_ESCAPE.sub(lambda m: m.group(1) + "\\ufffd", text))
+        return kept
 
     def finish_call(
         self, order_id: str, ref: str, *, outcome: str, result: dict[str, Any] | None,

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
-from typing import Any, ClassVar, Protocol, Self
+from typing import Any, ClassVar, Protocol, Self, TypeVar
 
 from awl.documents.errors import BadRequest, StoreUnavailable
 from awl.documents.lifecycle import ACTIVE
@@ -100,6 +100,9 @@ from awl.store.rules import (
 from awl.store.tally import may_change, queued, read_sql
 
 __all__ = ["Connection", "Cursor", "Dialect", "SQLStore"]
+
+_A = TypeVar("_A", dict[str, Any] | None, str | None)
+"""An upstream's answer as a store keeps it: a result object, or an error's text."""
 
 
 class Cursor(Protocol):
@@ -654,6 +657,7 @@ class SQLStore(ABC):
         Durable: the new state is on disk when this returns (a ``dispatching`` mark before
         its call is sent), with the notifications it calls for (HOOK-3).
         """
+        result, error = self._keepable(result), self._keepable(error)
         with self._write() as conn:
             n, data = self._call_data(conn, order_id, ref, lock=True)
             record = CallRecord.model_validate(data)
@@ -669,6 +673,11 @@ class SQLStore(ABC):
                              kind, order, self._state(conn, order_id), at, counts,
                              effect=new, tool=record.tool))
             return new
+
+    def _keepable(self, answer: _A) -> _A:
+        """What an upstream answered (an effect's result or error), as this store can keep
+        it: unchanged here (see :meth:`PostgresStore._keepable`)."""
+        return answer
 
     def restore_effect(self, effect: EffectState) -> None:
         """Store ``effect`` exactly as given (a copy of a desk), replacing any state."""

@@ -786,3 +786,21 @@ def test_a_nul_in_a_call_is_refused_alone_and_one_in_a_result_is_kept_as_ufffd(
                         for i in range(4)]
         # A plain escape that only looks like one (a backslash, then u0000) is kept as is.
         assert calls[2].arguments["x"].endswith("\\u0000")
+
+
+@pytest.mark.spec("CM-6")
+def test_an_effect_whose_answer_holds_a_nul_is_recorded_committed(pg_url: str) -> None:
+    """A committed effect whose upstream answer held U+0000 could not be recorded on
+    PostgreSQL: it stayed dispatching (later unknown) though it ran. Its answer is now kept
+    with U+FFFD, the state committed."""
+    with PostgresStore(pg_url) as store:
+        create(store)
+        reserve(store, tool="srv/send", attempt=2)
+        ref = "srv/send#1"
+        store.set_effect("o1", ref, expect=None, state="held", at=T0)
+        store.set_effect("o1", ref, expect=["held"], state="dispatching", count_dispatch=True,
+                         at=T0)
+        done = store.set_effect("o1", ref, expect=["dispatching"], state="committed",
+                                result={"id": "a\u0000b", "n\u0000": 1}, at=T0)
+        assert (done.state, done.result) == ("committed", {"id": "a\ufffdb", "n\ufffd": 1})
+        assert store.effects("o1") == [done]

@@ -15,6 +15,7 @@ DNS-rebinding check), so a web page cannot reach the server through a hostile DN
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import logging
 import re
@@ -28,7 +29,7 @@ import uvicorn
 from mcp.server import Server
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from awl.documents.errors import AWLError, BadRequest
 from awl.mcp.frames import MAX_FRAME_BYTES, FrameGuard
@@ -39,6 +40,7 @@ __all__ = [
     "MCP_PATH",
     "Authenticate",
     "BearerAuth",
+    "CannotAuthenticate",
     "CannotListen",
     "Unauthorized",
     "bearer_token",
@@ -72,11 +74,19 @@ class CannotListen(BadRequest):
     the address. The message names the address; a command line adds its flag."""
 
 
+class CannotAuthenticate(AWLError):
+    """The credentials could not be checked just now (the store behind them failed): the
+    request is refused with ``503``, fail closed, and may be tried again."""
+
+    code = "UNAVAILABLE"
+
+
 Authenticate = Callable[[str | None], Awaitable[Any]]
 """``authenticate(token)``: the identity a Bearer token (None when absent) stands for.
 
-Raises :class:`Unauthorized` to refuse the request. Runs on the event loop: do blocking
-work (a store read) in a worker thread."""
+Raises :class:`Unauthorized` to refuse the request (401), or :class:`CannotAuthenticate`
+when the token cannot be checked just now (503). Runs on the event loop: do blocking work (a
+store read) in a worker thread."""
 
 
 def is_loopback(host: str) -> bool:
@@ -146,18 +156,28 @@ def identity_of(ctx: Any) -> Any:
 
 
 class BearerAuth:
-    """ASGI middleware: authenticate every HTTP request, answer ``401`` when it fails."""
+    """ASGI middleware: authenticate every HTTP request, answer ``401`` when it fails.
+
+    A handshake-era session (``Mcp-Session-Id``) belongs to the token that opened it: a
+    request naming it with another token (another principal, or another pass) is answered
+    ``404`` as a session that does not exist, so it can neither read the session's stream,
+    cancel its calls nor end it, whoever learned its id.
+    """
 
     def __init__(self, app: ASGIApp, authenticate: Authenticate) -> None:
         self.app = app
         self.authenticate = authenticate
+        self._owners: dict[str, str] = {}
+        """Each session's id: the hash of the token that opened it (at most
+        :data:`MAX_SESSIONS`, the oldest forgotten first)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # lifespan messages carry no request
             await self.app(scope, receive, send)
             return
         try:
-            identity = await self.authenticate(bearer_token(scope))
+            token = bearer_token(scope)
+            identity = await self.authenticate(token)
         except Unauthorized as exc:
             # Header values must stay one quoted line.
             text = exc.message.replace('"', "'").replace("\n", " ")[:300]
@@ -167,8 +187,49 @@ class BearerAuth:
                                              f'error_description="{text}"'})
             await response(scope, receive, send)
             return
+        except CannotAuthenticate as exc:
+            await JSONResponse(
+                {"error": "temporarily_unavailable", "error_description": exc.message},
+                status_code=503, headers={"Retry-After": "5"})(scope, receive, send)
+            return
         scope[IDENTITY_KEY] = identity
-        await self.app(scope, receive, send)
+        holder = hashlib.sha256((token or "").encode()).hexdigest()
+        session = _header(scope, b"mcp-session-id")
+        if session is not None:
+            owner = self._owners.get(session)
+            if owner is not None and owner != holder:
+                await JSONResponse(
+                    {"jsonrpc": "2.0", "id": None, "error": {
+                        "code": -32600, "message": "Session not found: it was opened with "
+                        "another token; open a session of your own (initialize)"}},
+                    status_code=404)(scope, receive, send)
+                return
+            await self.app(scope, receive, send)
+            return
+
+        async def noting_the_session(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                opened = next((v.decode("latin-1") for k, v in message.get("headers", ())
+                               if k.lower() == b"mcp-session-id"), None)
+                if opened is not None:
+                    if len(self._owners) >= MAX_SESSIONS:
+                        del self._owners[next(iter(self._owners))]
+                    self._owners[opened] = holder
+            await send(message)
+
+        await self.app(scope, receive, noting_the_session)
+
+
+MAX_SESSIONS = 100_000
+"""Sessions whose token :class:`BearerAuth` remembers (about 20 MB at most)."""
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    """The value of header ``name`` (lower case), or None."""
+    for key, value in scope["headers"]:
+        if key.lower() == name:
+            return str(value.decode("latin-1"))
+    return None
 
 
 def _security(host: str) -> TransportSecuritySettings:

@@ -54,7 +54,7 @@ from awl.documents.models import Event, format_epoch, parse_time
 from awl.documents.pointers import pointer
 from awl.mcp.errors import ERROR_META, error_result, text_result, tool_error
 from awl.mcp.frames import stdio_frames
-from awl.mcp.transport import Unauthorized, identity_of, serve_http
+from awl.mcp.transport import CannotAuthenticate, Unauthorized, identity_of, serve_http
 from awl.passes import KeyStore, issue_recorded_pass, unverified_claims
 from awl.server._tools import (
     INSTRUCTIONS,
@@ -531,9 +531,10 @@ async def serve_desk_http(
             # request into a traceback and a bare 500: it fails closed, in one line each way.
             log.warning("cannot check a desk token: the store failed (%s: %s)",
                         type(exc).__name__, exc)
-            raise Unauthorized("the desk could not check this token just now: its store "
-                               f"failed ({type(exc).__name__}); try again, and tell the "
-                               "desk's operator if it goes on") from None
+            raise CannotAuthenticate(
+                "the desk could not check this token just now: its store failed "
+                f"({type(exc).__name__}); try again, and tell the desk's operator if it goes "
+                "on") from None
         if principal is None:
             raise Unauthorized("this token was not issued by this desk; ask for a new one "
                                "with `awl token issue PRINCIPAL`")

@@ -136,6 +136,42 @@ async def test_requests_without_a_desk_token_or_from_a_foreign_host_are_refused(
 
 
 @pytest.mark.anyio
+@pytest.mark.spec("BIND-3", "SEC-1")
+async def test_a_session_answers_only_the_token_that_opened_it(tmp_path: Path) -> None:
+    """Another token holder who learns a session's id could read its stream, cancel its
+    calls and end it (each request ran as its own principal, but in the other's session).
+    Now the session is not found for any token but its own, and lives on for that one."""
+    store = SQLiteStore(tmp_path / "desk.sqlite3")
+    mine, theirs = issue_token(store, MANAGER), issue_token(store, WORKER)
+    as_me = {**_HEADERS, "Authorization": f"Bearer {mine}"}
+    as_them = {**_HEADERS, "Authorization": f"Bearer {theirs}"}
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+    try:
+        with anyio.fail_after(30):
+            async with desk_over_http(store) as url, httpx2.AsyncClient(timeout=10) as http:
+                opened = await http.post(url, json=_INITIALIZE, headers=as_me)
+                assert opened.status_code == 200
+                session = opened.headers["mcp-session-id"]
+                mine_in = {**as_me, "Mcp-Session-Id": session,
+                           "MCP-Protocol-Version": "2025-11-25"}
+                theirs_in = {**as_them, "Mcp-Session-Id": session,
+                             "MCP-Protocol-Version": "2025-11-25"}
+                done = await http.post(url, headers=mine_in, json={
+                    "jsonrpc": "2.0", "method": "notifications/initialized"})
+                assert done.status_code == 202
+                for method, body in (("POST", listing), ("POST", {
+                        "jsonrpc": "2.0", "method": "notifications/cancelled",
+                        "params": {"requestId": 2}}), ("GET", None), ("DELETE", None)):
+                    answer = await http.request(method, url, headers=theirs_in, json=body)
+                    assert answer.status_code == 404, (method, answer.text)
+                    assert "opened with another token" in answer.text
+                still = await http.post(url, headers=mine_in, json=listing)
+                assert still.status_code == 200 and "create_work_order" in still.text
+    finally:
+        store.close()
+
+
+@pytest.mark.anyio
 @pytest.mark.spec("SEC-6")
 async def test_a_revoked_token_is_refused_from_the_next_request_on(tmp_path: Path) -> None:
     """A token revoked while the desk serves gets 401 on its next request; others still
@@ -333,7 +369,8 @@ async def test_awl_serve_http_announces_its_address_and_serves_token_holders(
 async def test_a_store_that_fails_while_checking_a_token_is_refused_in_one_line(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """When the store cannot answer whose a token is (here a desk file whose tokens table
-    is gone), the request is refused (401, fail closed) with a line saying so, and the desk
+    is gone), the request is refused (503, fail closed, try again) with a line saying so,
+    and the desk
     logs one warning: no traceback, and no bare 500 that says nothing."""
     import sqlite3
 
@@ -349,11 +386,10 @@ async def test_a_store_that_fails_while_checking_a_token_is_refused_in_one_line(
                     raw.commit()
                 caplog.clear()
                 answer = await http.post(url, json=_INITIALIZE, headers=good)
-                assert answer.status_code == 401
-                assert answer.json()["error"] == "invalid_token"
-                assert "could not check this token" in answer.json()["error_description"]
-                assert "its store failed (OperationalError)" in answer.headers[
-                    "WWW-Authenticate"]
+                assert answer.status_code == 503 and answer.headers["Retry-After"] == "5"
+                assert answer.json()["error"] == "temporarily_unavailable"
+                assert "its store failed (OperationalError)" in answer.json()[
+                    "error_description"]
     finally:
         store.close()
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"

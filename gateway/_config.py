@@ -245,7 +245,10 @@ class _Parser:
             return []
         word = "key" if len(extra) == 1 else "keys"
         loc = pointer(*where)
-        return [(loc, f"{loc or '/'}: unknown {word} {', '.join(show_value(k) for k in extra)}; "
+        named = ", ".join(show_value(k) for k in extra[:_KEYS_SHOWN])
+        if len(extra) > _KEYS_SHOWN:
+            named += f" and {len(extra) - _KEYS_SHOWN} more"
+        return [(loc, f"{loc or '/'}: unknown {word} {named}; "
                       f"allowed here: {', '.join(sorted(allowed))}{hint}")]
 
     def string(self, value: Any, where: tuple[str, ...], *, empty: bool = False) -> str:
@@ -338,8 +341,16 @@ def _refuse_unknown_keys(p: _Parser, top: Mapping[str, Any]) -> None:
                 raw, ("mcpServers", name), _COMMON_KEYS + own,
                 hint=" (an entry is either stdio with 'command' or http with 'url')")
     if found:
-        raise ConfigError(p.prefix + "; ".join(message for _, message in found),
-                          location=found[0][0])
+        said = "; ".join(message for _, message in found[:_PLACES_SHOWN])
+        if len(found) > _PLACES_SHOWN:
+            said += f"; and unknown keys in {len(found) - _PLACES_SHOWN} more places"
+        raise ConfigError(p.prefix + said, location=found[0][0])
+
+
+_KEYS_SHOWN = 8
+"""Unknown keys of one place a config error names (the rest are counted)."""
+_PLACES_SHOWN = 5
+"""Places with unknown keys a config error names: the line stays readable."""
 
 
 def _kind_guess(raw: Mapping[str, Any]) -> str | None:

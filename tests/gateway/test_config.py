@@ -220,6 +220,20 @@ def test_every_unknown_key_is_named_at_once() -> None:
         assert place in error.message
 
 
+@pytest.mark.spec("BIND-5")
+def test_a_config_with_thousands_of_unknown_keys_is_still_one_short_line() -> None:
+    """Every unknown key was named: a config holding 300 of them (a list read as an object,
+    say), in 50 entries, made a line of tens of kilobytes. Now eight keys a place, five
+    places, and counts for the rest."""
+    many = {str(i): i for i in range(300)}
+    error = _refused({"gateway": many, "mcpServers": {
+        f"s{i}": {"command": "x", **many} for i in range(50)}})
+    assert len(error.message) < 2000 and "\n" not in error.message
+    assert "/gateway: unknown keys '0', '1'" in error.message
+    assert "and 292 more; allowed here" in error.message
+    assert "and unknown keys in 46 more places" in error.message
+
+
 @pytest.mark.parametrize(
     ("entry", "location"),
     [

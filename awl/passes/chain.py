@@ -27,6 +27,7 @@ from awl.passes.common import (
     b64decode,
     json_object,
     refuse,
+    shown,
 )
 
 __all__ = ["verified_chain"]
@@ -62,8 +63,9 @@ def _public_keys(jwks: Mapping[str, Any]) -> dict[str, Ed25519PublicKey]:
 def _split(token: str) -> dict[str, Any]:
     """The token's protected header, checked for shape before anything is verified."""
     if not isinstance(token, str) or len(token) > MAX_TOKEN_BYTES:
+        size = f", not {len(token)}" if isinstance(token, str) else ""
         raise refuse("malformed", f"a pass is a JWS compact string of at most "
-                      f"{MAX_TOKEN_BYTES} bytes")
+                      f"{MAX_TOKEN_BYTES} bytes{size}")
     parts = token.split(".")
     if len(parts) != 3:
         raise refuse("malformed", "a pass has three dot-separated parts")
@@ -82,13 +84,15 @@ def _split(token: str) -> dict[str, Any]:
         raise refuse("malformed", f"the pass header is not base64url JSON: {exc}") from None
     alg = header.get("alg")
     if alg != ALGORITHM:
-        raise refuse("bad_algorithm", f"algorithm {alg!r} is refused: passes are signed "
-                      f"with {ALGORITHM} only")
+        raise refuse("bad_algorithm", f"algorithm {shown(alg)} is refused: passes are "
+                      f"signed with {ALGORITHM} only")
     unknown = sorted(set(header) - _HEADER_FIELDS)
     if unknown:
-        raise refuse("malformed", f"unexpected header fields {unknown}")
+        names = ", ".join(shown(name, 40) for name in unknown[:5])
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        raise refuse("malformed", f"unexpected header fields {names}{more}")
     if header.get("typ") != PASS_TYPE:
-        raise refuse("malformed", f"typ {header.get('typ')!r} is not {PASS_TYPE!r}")
+        raise refuse("malformed", f"typ {shown(header.get('typ'))} is not {PASS_TYPE!r}")
     if not isinstance(header.get("kid"), str):
         raise refuse("unknown_kid", "the pass header names no kid")
     if "parent" in header and not isinstance(header["parent"], str):
@@ -129,8 +133,8 @@ class _Check:
         kid = header["kid"]
         key = self.keys.get(kid)
         if key is None:
-            raise refuse("unknown_kid", f"no published key has kid {kid!r} (another desk's, "
-                          "or retired)")
+            raise refuse("unknown_kid", f"no published key has kid {shown(kid)} (another "
+                          "desk's, or retired)")
         try:
             payload = jwt.api_jws.decode_complete(token, key, algorithms=[ALGORITHM])["payload"]
         except jwt.InvalidSignatureError:
@@ -163,6 +167,9 @@ class _Check:
 
     def chain(self, token: str) -> tuple[str, list[PassClaims]]:
         """The kid of ``token`` and every link's claims, worker's pass first."""
+        if not isinstance(token, str):
+            raise refuse("malformed", f"a pass is a JWS compact string, not "
+                          f"{shown(token)}")
         links: list[PassClaims] = []
         kid = ""
         next_token: str | None = token

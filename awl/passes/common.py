@@ -10,6 +10,7 @@ from typing import Any
 
 from awl.documents.checks import load_document
 from awl.documents.errors import PassError
+from awl.documents.limits import show_value
 
 __all__ = [
     "ALGORITHM",
@@ -23,6 +24,7 @@ __all__ = [
     "b64encode",
     "json_object",
     "refuse",
+    "shown",
 ]
 
 ALGORITHM = "EdDSA"
@@ -72,7 +74,27 @@ def json_object(data: bytes) -> dict[str, Any]:
     return value
 
 
+def shown(value: Any, limit: int = 130) -> str:
+    """A value from a token for a refusal message: ASCII only, and short.
+
+    Refusals travel in HTTP headers (``WWW-Authenticate``), which carry Latin-1 at most, and
+    must stay one short line whatever a token holds. A kid (at most 128 characters) is
+    shown whole.
+    """
+    if isinstance(value, str):
+        text = ascii(value[:limit])
+        if len(value) <= limit and len(text) <= limit + 2:
+            return text
+        return f"{text[:limit]}... ({len(value)} characters)"
+    text = show_value(value).replace("\u2026", "...")
+    return text.encode("ascii", "backslashreplace").decode("ascii")
+
+
 def refuse(reason: str, message: str) -> PassError:
     """The error a verifier refuses a pass with: ``reason`` is one of
-    :data:`~awl.passes.verify.REASONS`."""
-    return PassError(message, reason=reason)
+    :data:`~awl.passes.verify.REASONS`.
+
+    The message is made one line of ASCII (other characters escaped), as it may be sent in
+    an HTTP header."""
+    line = " ".join(message.replace("\u2026", "...").splitlines())
+    return PassError(line.encode("ascii", "backslashreplace").decode("ascii"), reason=reason)

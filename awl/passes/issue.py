@@ -16,9 +16,15 @@ from awl.documents.lifecycle import WORKING, is_desk_principal
 from awl.documents.limits import MAX_EPOCH, MIN_EPOCH, check_amounts, is_finite_number, show_value
 from awl.documents.models import Budget, WorkOrder, epoch_seconds, parse_time
 from awl.documents.patterns import overlap
-from awl.passes.common import DEFAULT_AUDIENCE, DEFAULT_ISSUER, MAX_CHAIN, PASS_SPEC
+from awl.passes.common import (
+    DEFAULT_AUDIENCE,
+    DEFAULT_ISSUER,
+    MAX_CHAIN,
+    MAX_TOKEN_BYTES,
+    PASS_SPEC,
+)
 from awl.passes.keys import KeyStore, publish_keys
-from awl.passes.records import record_pass, remaining_budget
+from awl.passes.records import record_pass, remaining_budget, revoke_order_passes
 from awl.passes.verify import VerifiedPass, unverified_claims, verify_pass
 from awl.store.protocol import Store
 
@@ -35,6 +41,24 @@ def _default_budget(base: Mapping[str, float],
         value = max(0.0, min(limit, (remaining or {}).get(unit, limit)))
         out[unit] = math.floor(value) if unit in _COUNT_UNITS else value
     return out
+
+
+def _tool_list(tools: Iterable[str]) -> list[str]:
+    # A string is iterable too, and would grant one "pattern" per character; a mapping would
+    # grant its keys. Neither is what a caller meant, so both are refused by name.
+    if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Iterable):
+        raise BadRequest(f"tools must be a list of tool patterns such as ['fs/read'], not "
+                         f"{show_value(tools)}")
+    return list(tools)
+
+
+def _budget_units(budget: Budget | Mapping[str, float]) -> dict[str, float]:
+    if isinstance(budget, Budget):
+        return budget.units()
+    if not isinstance(budget, Mapping):
+        raise BadRequest(f"budget must map units to limits, such as {{'usd': 1, "
+                         f"'tool_calls': 5}}, not {show_value(budget)}")
+    return dict(budget)
 
 
 def _expiry(now: float, cap: float, expires_in: timedelta | float | None,
@@ -96,9 +120,17 @@ def issue_pass(
             verification reason when ``parent_token`` does not verify.
         BadRequest: a ``subject`` reserved for the desk (``awl:...``), or contradictory or
             malformed arguments (``now``, ``exp``, ``expires_in``
-            or ``remaining`` that is not a time within years 1 to 9999 or a number).
+            or ``remaining`` that is not a time within years 1 to 9999 or a number, a
+            ``subject`` that is not a string, ``tools`` that is not a list of patterns,
+            ``budget`` that is not a mapping).
+        PassError: ``too_large``: the signed token would be longer than
+            :data:`~awl.passes.MAX_TOKEN_BYTES`, which every verifier refuses unread (grant
+            fewer or broader tool patterns, or derive from a pass nearer the worker's).
     """
     t = epoch_seconds(now)
+    if not isinstance(subject, str):
+        raise BadRequest(f"subject must be a principal such as agent:researcher, not "
+                         f"{show_value(subject)}")
     remaining = check_amounts(remaining, name="remaining")
     parent: VerifiedPass | None = None
     if parent_token is None and subject != order.to:
@@ -127,13 +159,11 @@ def issue_pass(
     if budget is None:
         budget_units = _default_budget(base.budget.units() if base else order.budget.units(),
                                        remaining)
-    elif isinstance(budget, Budget):
-        budget_units = budget.units()
     else:
-        budget_units = dict(budget)
+        budget_units = _budget_units(budget)
     cap = parent.claims.exp if parent else parse_time(order.deadline).timestamp()
     if tools is not None:
-        tool_list = list(tools)
+        tool_list = _tool_list(tools)
     elif base is None:
         tool_list = list(order.tools)
     else:
@@ -158,7 +188,14 @@ def issue_pass(
         first = findings[0]
         raise PassError("pass refused: " + "; ".join(f"{f.rule} {f.path}: {f.message}"
                                                      for f in findings), reason=first.rule)
-    return keys.sign(claims, parent=parent_token)
+    token = keys.sign(claims, parent=parent_token)
+    if len(token) > MAX_TOKEN_BYTES:
+        # Never sign what no verifier would read (as DP-12 for the chain's length).
+        raise PassError(f"the pass would be {len(token)} bytes long and verifiers refuse a "
+                        f"token over {MAX_TOKEN_BYTES} bytes unread; grant fewer or broader "
+                        "tool patterns, or derive from a pass nearer the worker's",
+                        reason="too_large")
+    return token
 
 
 def issue_recorded_pass(
@@ -200,5 +237,14 @@ def issue_recorded_pass(
                        remaining=remaining_budget(store, record.order, parent),
                        revoked=revoked, issuer=issuer, now=t)
     record_pass(store, token)
+    # The order may have ended while the pass was being signed: its end revoked the passes
+    # recorded by then, not this one. Whichever of the two wrote second sees the other, so
+    # looking again after recording leaves no pass of an ended order unrevoked (DP-8).
+    after = store.load(order_id)
+    if after.state not in WORKING:
+        revoke_order_passes(store, order_id, reason=f"order {after.state}", now=t)
+        raise InvalidTransition(f"order {order_id} became {after.state} while the pass was "
+                                "issued; the pass is revoked", state=after.state,
+                                action="issue_pass")
     publish_keys(store, keys)
     return token

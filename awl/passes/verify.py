@@ -14,7 +14,8 @@ from datetime import datetime
 from typing import Any
 
 from awl.documents.checks import LEEWAY
-from awl.documents.errors import DocumentError
+from awl.documents.errors import BadRequest, DocumentError
+from awl.documents.limits import is_finite_number, show_value
 from awl.documents.models import Budget, PassClaims, epoch_seconds
 from awl.documents.patterns import matches_any
 from awl.passes.common import DEFAULT_ISSUER, MAX_CHAIN, b64decode, json_object, refuse
@@ -124,12 +125,17 @@ def verify_pass(
         audience: who is verifying; every link's ``aud`` must equal it.
         issuer: the desk whose passes are trusted; every link's ``iss`` must equal it.
         now: the time to check against (default: the clock).
-        leeway: clock skew tolerated on ``exp`` and ``nbf``, in seconds.
+        leeway: clock skew tolerated on ``exp``, ``nbf`` and ``iat``, in seconds: a finite
+            number, 0 or more.
 
     Raises:
         PassError: with ``reason`` one of :data:`REASONS`.
-        BadRequest: ``now`` is not a time within years 1 to 9999.
+        BadRequest: ``now`` is not a time within years 1 to 9999, or ``leeway`` is not a
+            finite number of seconds, 0 or more (NaN would turn every time check off).
     """
+    if not is_finite_number(leeway) or leeway < 0:
+        raise BadRequest(f"leeway must be a finite number of seconds, 0 or more, not "
+                         f"{show_value(leeway)}")
     # PyJWT and cryptography load with the first pass verified (a gateway without one never
     # verifies any).
     from awl.passes.chain import verified_chain

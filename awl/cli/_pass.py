@@ -157,7 +157,8 @@ def _issue(args: argparse.Namespace) -> int:
     if order_id is None:
         if parent is None:
             raise _fail("name the order with --order ID (or derive with --parent TOKEN)")
-        order_id = unverified_claims(parent)[1].get("grant", {}).get("order_id")
+        grant = unverified_claims(parent)[1].get("grant")
+        order_id = grant.get("order_id") if isinstance(grant, dict) else None
         if not isinstance(order_id, str):
             raise _fail("the parent pass names no order; give --order ID")
     # Only a --tools left out grants the default (the most allowed): an empty one, say

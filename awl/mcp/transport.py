@@ -179,8 +179,9 @@ class BearerAuth:
             token = bearer_token(scope)
             identity = await self.authenticate(token)
         except Unauthorized as exc:
-            # Header values must stay one quoted line.
-            text = exc.message.replace('"', "'").replace("\n", " ")[:300]
+            # Header values must stay one quoted line of ASCII (Latin-1 at most on the wire).
+            text = " ".join(exc.message.replace('"', "'").split())[:300]
+            text = text.encode("ascii", "backslashreplace").decode("ascii")
             response = JSONResponse(
                 {"error": "invalid_token", "error_description": text}, status_code=401,
                 headers={"WWW-Authenticate": f'Bearer error="invalid_token", '

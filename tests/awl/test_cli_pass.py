@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import subprocess
@@ -95,6 +96,21 @@ def test_an_empty_tools_list_grants_no_tool_never_every_tool(
     assert unverified_claims(worker)[1]["grant"]["tools"] == []
     default = _issue(capsys, home, "--parent", root, "--to", "agent:sub")
     assert unverified_claims(default)[1]["grant"]["tools"] == ["fs/*"]
+
+
+@pytest.mark.parametrize("grant", [5, "ord-1", ["ord-1"], None])
+def test_a_parent_whose_grant_is_no_object_is_one_line(
+        capsys: pytest.CaptureFixture[str], home: Path, grant: object) -> None:
+    """A --parent whose claims hold a grant that is not an object (a forged or damaged
+    token) ended in "INTERNAL ... AttributeError"; now it is the usage line it should be."""
+    def part(data: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
+
+    forged = ".".join((part({"alg": "EdDSA", "typ": "awl-pass+jwt"}),
+                       part({"grant": grant, "sub": "agent:worker"}), "c2ln"))
+    code, out, err = _run(capsys, home, "issue", "--parent", forged, "--to", "agent:sub")
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and "the parent pass names no order; give --order ID" in err
 
 
 @pytest.mark.spec("SEC-4")

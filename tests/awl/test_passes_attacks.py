@@ -401,3 +401,21 @@ async def test_a_bearer_pass_with_foreign_characters_gets_401_not_500(
     reason = {"kid": "unknown_kid", "typ": "malformed"}[field]
     assert answer.json()["error_description"].startswith(f"{reason}:")
     assert "\\u20ac" in answer.headers["www-authenticate"]
+
+
+@pytest.mark.anyio
+async def test_any_refusal_with_foreign_characters_is_a_401_one_ascii_line() -> None:
+    """Whatever an authenticator refuses with (not only the verifier's own lines): a
+    message with a euro sign and line breaks is escaped into the header, never a 500."""
+    async def authenticate(token: str | None) -> object:
+        raise Unauthorized("no such token \u20ac\nsecond line")
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:  # never reached
+        raise AssertionError("a refused request reached the app")
+
+    transport = httpx2.ASGITransport(app=BearerAuth(app, authenticate))
+    async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+        answer = await client.post("/mcp", json={}, headers={"Authorization": "Bearer x"})
+    assert answer.status_code == 401
+    assert answer.headers["www-authenticate"].endswith(
+        'error_description="no such token \\u20ac second line"')

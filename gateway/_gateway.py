@@ -783,11 +783,19 @@ class Gateway:
                 usage = self.store.usage(self.order_id)
             if grant is not None and grant.budget.seconds is not None:
                 pass_usage = self.store.usage(self.order_id, scopes[-1].jtis)
+            # Each pass above the caller's with a seconds budget: its clock runs from the
+            # first call made under it or under any pass derived from it (a child issued
+            # late must not outlast it).
+            passes_above = [] if verified is None else [
+                (link.jti, link.grant, self.store.usage(self.order_id, scope.jtis))
+                for link, scope in zip(verified.chain[:-1], scopes[1:-1], strict=True)
+                if link.grant.budget.seconds is not None]
             above = [(o, self.store.usage(o.id)) for o in self._timed_above]
             decision = decide(
                 order=record.order, state=record.state, now=now, tool=canonical,
                 requested=name, usage=usage, usd=usd, grant=grant, pass_usage=pass_usage,
-                pass_problem=authority.problem, hold=[canonical] if hold and canonical else (),
+                pass_problem=authority.problem, passes_above=passes_above,
+                hold=[canonical] if hold and canonical else (),
                 safe=self.safe, read_only=read_only, above=above,
                 staging_above=self._staging_above, ended_above=self._ended_above(),
                 unavailable=unavailable)

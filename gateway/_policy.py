@@ -155,6 +155,7 @@ def decide(
     grant: Grant | None = None,
     pass_usage: Usage | None = None,
     pass_problem: str | None = None,
+    passes_above: Sequence[tuple[str, Grant, Usage]] = (),
     hold: Iterable[str] = (),
     safe: bool = False,
     read_only: bool | None = None,
@@ -182,6 +183,10 @@ def decide(
         grant: The Delegation Pass grant the worker runs under, if any.
         pass_usage: What has been spent under the pass (and passes derived from it).
         pass_problem: Why the pass is no longer valid (revoked, expired), or None.
+        passes_above: ``(jti, grant, usage)`` of each pass the caller's derives from whose
+            grant has a ``seconds`` budget, with what was spent under it (its own calls and
+            its derived passes'): a derived pass runs no longer than any pass above it
+            (their ``tool_calls`` and ``usd`` the store checks exactly).
         hold: The operator's always-held patterns.
         safe: Safe mode: hold every tool not annotated read-only.
         read_only: The upstream's ``readOnlyHint`` for the tool, if it gave one.
@@ -228,6 +233,9 @@ def decide(
         problem = problem or _budget_problem(
             f"order {parent.id}, which this order is split from,", parent.budget, spent,
             now=now, usd=usd)
+    for jti, link, spent in passes_above:
+        problem = problem or _budget_problem(
+            f"pass {jti}, which your pass derives from,", link.budget, spent, now=now, usd=usd)
     if problem is None and grant is not None:
         problem = _budget_problem("your pass", grant.budget, pass_usage, now=now, usd=usd)
     if problem is not None:

@@ -166,6 +166,31 @@ async def test_a_derived_pass_spends_its_parents_budget(tmp_path: Path) -> None:
     assert env.store.usage(env.order_id).tool_calls == 3
 
 
+@pytest.mark.spec("GW-5", "DP-6")
+async def test_a_pass_derived_late_runs_no_longer_than_its_parents_seconds(
+        tmp_path: Path) -> None:
+    """A worker's pass with 60 seconds, 55 of them run, derives a sub-agent's pass with 60
+    seconds of its own: the child's clock starts at its first call, and only the child's
+    was checked, so work under the parent ran on past its 60 seconds. Each pass above the
+    caller's with a seconds budget is now checked too."""
+    clock = Clock()
+    env = make_env(tmp_path, staged=[], clock=clock)
+    parent = _pass(env, clock, budget={"seconds": 60, "tool_calls": 5, "usd": 1})
+    with anyio.fail_after(60):
+        async with connect(env, clock=clock, pass_token=parent) as (gw, _client):
+            first = final(await gw.call("receiver__echo", {"text": "start"}))
+            clock.advance(seconds=55)
+            child = _pass(env, clock, parent=parent, subject=SUB, tools=["receiver/echo"],
+                          budget={"seconds": 60, "tool_calls": 3, "usd": 1})
+            early = final(await gw.call("receiver__echo", {"text": "a"}, token=child))
+            clock.advance(seconds=10)  # the parent's 60 s are over; the child's 10 s are not
+            late = final(await gw.call("receiver__echo", {"text": "b"}, token=child))
+    assert not first.is_error and not early.is_error
+    assert late.is_error and text(late).startswith("AWL_BUDGET_EXHAUSTED: ")
+    assert "which your pass derives from, has run 65 of 60 seconds" in text(late)
+    assert [r.outcome for r in env.calls()] == ["ok", "ok", "refused"]
+
+
 async def test_a_bad_pass_keeps_the_gateway_from_starting(tmp_path: Path) -> None:
     """A gateway started with a forged pass, or one for another order, refuses to start."""
     clock = Clock()

@@ -21,6 +21,7 @@ reaches it.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import time
@@ -30,10 +31,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from awl.desk import AsyncDesk, Desk, OrderView
-from awl.documents.errors import AWLError, BadRequest
+from awl.desk.home import DESK_FILE, ENV_VAR
+from awl.desk.waiting import check_timeout
+from awl.documents.errors import AWLError, BadRequest, DocumentError, Forbidden, NotFound
+from awl.documents.limits import read_regular_file, show_value
 from awl.documents.models import CallRecord
-from awl.store.urls import STORE_ENV
-from gateway import CommitSummary, commit, listable_effects, tools_used
+from awl.store.urls import STORE_ENV, open_store
+from gateway import CommitSummary, commit, listable_effects, load_config, tools_used
 
 # --------------------------------------------------------------------------- the gateway
 
@@ -57,10 +61,69 @@ class GatewayCommand:
     cwd: str | None = None
 
 
+def _path(value: object, name: str) -> Path:
+    """``value`` as a path, or BadRequest naming the argument."""
+    if not isinstance(value, str | os.PathLike) or not os.fspath(value):
+        raise BadRequest(f"{name} must be a path (a str or os.PathLike), not "
+                         f"{show_value(value)}")
+    return Path(value)
+
+
+def _readable(path: Path, what: str) -> None:
+    """BadRequest unless ``path`` is a regular file this process can read."""
+    try:
+        read_regular_file(path, what=what, max_bytes=0)
+    except DocumentError as exc:
+        raise BadRequest(exc.message) from None
+
+
+def check_gateway(order_id: str, config: Path, *, home: Path | None, store: str | None,
+                  pass_file: Path | None, env: Mapping[str, str]) -> None:
+    """What the gateway for ``order_id`` would stop on at its start, checked here first.
+
+    A gateway that cannot start ends its stdio stream with one line on its stderr, and the
+    framework's MCP client says only that the connection closed; worse, a home folder given
+    by mistake would be made, with a new, empty desk in it. So: the config is read and
+    checked (with this process's environment, when the gateway gets it too), the home and
+    the pass file must exist, and the order must be on the desk the gateway will open.
+
+    Raises:
+        BadRequest: the config, the home or the pass file cannot be used (one line: which
+            and why).
+        StoreUnavailable: there is no desk where the gateway would look (nothing is made).
+        NotFound: the desk has no such order.
+    """
+    if env is os.environ:
+        load_config(config)  # ConfigError, a BadRequest naming the key and what is allowed
+    else:  # its $VARs are the gateway's environment's: only that it can be read
+        _readable(config, "the gateway config")
+    if home is not None and not home.is_dir():
+        raise BadRequest(f"the AWL home {home} is not a folder (a typo?): give home= the "
+                         "folder the desk is in; nothing was started")
+    if pass_file is not None:
+        _readable(pass_file, "the pass file")
+    url = store if store is not None else env.get(STORE_ENV) or None
+    if url is None:
+        folder = home if home is not None else (
+            Path(env[ENV_VAR]) if env.get(ENV_VAR) else Path.cwd() / ".awl")
+        desk = open_store(folder.expanduser() / DESK_FILE, create=False)
+    else:
+        desk = open_store(url, create=False)
+    try:
+        desk.load(order_id)
+    except NotFound:
+        where = url if url is not None else f"in {folder}"
+        raise NotFound(f"no order {order_id!r} on the desk {where}: check the id, and give "
+                       "home= (or store=) the desk it was issued on; nothing was "
+                       "started") from None
+    finally:
+        desk.close()
+
+
 def gateway_command(order_id: str, config: str | os.PathLike[str], *,
                     home: str | os.PathLike[str] | None = None, store: str | None = None,
                     pass_file: str | os.PathLike[str] | None = None, safe: bool = False,
-                    env: Mapping[str, str] | None = None) -> GatewayCommand:
+                    env: Mapping[str, str] | None = None, check: bool = True) -> GatewayCommand:
     """The command line of the gateway for ``order_id``, run with this Python.
 
     Args:
@@ -76,15 +139,37 @@ def gateway_command(order_id: str, config: str | os.PathLike[str], *,
             the config resolve as they do for ``awl gateway`` run from your shell). MCP
             stdio clients start servers with a bare environment unless told otherwise, so
             it is always given.
+        check: First check, in this process, what the gateway would stop on at its start
+            (:func:`check_gateway`: the config, the home, the pass file, the order on the
+            desk), so a mistake is one clear error here rather than a closed connection
+            inside the framework. It opens the desk for a moment.
+
+    Raises:
+        BadRequest: an argument of the wrong type, or (``check``) a config, home or pass
+            file that cannot be used.
+        StoreUnavailable: (``check``) no desk where the gateway would look.
+        NotFound: (``check``) the desk has no such order.
     """
-    args = ["-m", "awl", "gateway", "--order", order_id, "--config", str(Path(config).resolve())]
-    if home is not None:
-        args += ["--home", str(Path(home).resolve())]
-    if pass_file is not None:
-        args += ["--pass-file", str(Path(pass_file).resolve())]
+    if not isinstance(order_id, str) or not order_id.strip():
+        raise BadRequest(f"order_id must be an order's id (a non-empty str), not "
+                         f"{show_value(order_id)}")
+    if store is not None and not isinstance(store, str):
+        raise BadRequest(f"store must be a store URL (a str), not {show_value(store)}")
+    config_path = _path(config, "config").resolve()
+    home_path = None if home is None else _path(home, "home").expanduser().resolve()
+    pass_path = None if pass_file is None else _path(pass_file, "pass_file").resolve()
+    source = os.environ if env is None else env
+    if check:
+        check_gateway(order_id, config_path, home=home_path, store=store,
+                      pass_file=pass_path, env=source)
+    args = ["-m", "awl", "gateway", "--order", order_id, "--config", str(config_path)]
+    if home_path is not None:
+        args += ["--home", str(home_path)]
+    if pass_path is not None:
+        args += ["--pass-file", str(pass_path)]
     if safe:
         args.append("--safe")
-    environ = dict(os.environ if env is None else env)
+    environ = dict(source)
     if store is not None:
         environ[STORE_ENV] = store
     return GatewayCommand(sys.executable, args, environ)
@@ -198,13 +283,17 @@ def _verdict(view: OrderView, attempt: int) -> Verdict | None:
             decision: Literal["approved", "rework"] = (
                 "approved" if review.decision == "approve" else "rework")
             return Verdict(decision, attempt, review.reason, review.effects, view.state)
-    if view.state == "submitted":
+    if view.state == "submitted" and attempt == view.attempt:
         return None
     if view.state in ("cancelled", "expired", "declined"):
         return Verdict("ended", attempt, f"the order was {view.state} before any review",
                        state=view.state)
-    raise BadRequest(f"order {view.id} has no submitted report for attempt {attempt} "
-                     f"(it is {view.state}, attempt {view.attempt}): submit one first")
+    if attempt > view.attempt or view.state != "submitted":
+        raise BadRequest(f"order {view.id} has no submitted report for attempt {attempt} "
+                         f"(it is {view.state}, attempt {view.attempt}): submit one first")
+    raise BadRequest(f"attempt {attempt} of order {view.id} was never reviewed (it is "
+                     f"{view.state}, attempt {view.attempt}): wait for attempt "
+                     f"{view.attempt} instead")
 
 
 async def wait_for_review(desk: Desk, order_id: str, *, attempt: int | None = None,
@@ -221,11 +310,17 @@ async def wait_for_review(desk: Desk, order_id: str, *, attempt: int | None = No
         BadRequest: the order has no submitted report for that attempt.
         NotFound: no such order.
     """
+    timeout = check_timeout(timeout)
+    if attempt is not None and (isinstance(attempt, bool) or not isinstance(attempt, int)
+                                or attempt < 1):
+        raise BadRequest(f"attempt must be an attempt's number (1 or more), not "
+                         f"{show_value(attempt)}")
     waiter = AsyncDesk.of(desk)
     view = await waiter.get(order_id)
     if attempt is None:
         report = view.latest_report
-        attempt = (report.attempt or 1) if report is not None else view.attempt
+        attempt = (view.attempt if view.state == "submitted" or report is None
+                   else report.attempt or 1)
     end = time.monotonic() + max(0.0, timeout)
     while True:
         verdict = _verdict(view, attempt)
@@ -294,8 +389,13 @@ async def work_order(desk: Desk, order_id: str, worker: str,
             ``max_attempts`` reworks were asked for.
         AWLError: the desk refused a step (an invalid report, say), with its findings.
     """
+    if not callable(run):
+        raise BadRequest(f"run must be an async function of the attempt, not {show_value(run)}")
     runs: list[int] = []
     view = desk.get(order_id)
+    if view.order.to != worker:
+        raise Forbidden(f"order {order_id} is {view.order.to}'s, not {show_value(worker)}'s: "
+                        "run it as its worker", actor=str(worker), action="work")
     if view.state == "offered":
         view = desk.accept(order_id, worker)
     if view.state == "accepted":
@@ -307,7 +407,12 @@ async def work_order(desk: Desk, order_id: str, worker: str,
                                  " stopping (raise max_attempts to go on)")
             last = view.latest_review
             reason = last.reason if last is not None and last.decision == "rework" else None
-            report = await run(Attempt(view, view.attempt, reason))
+            pending = run(Attempt(view, view.attempt, reason))
+            if not inspect.isawaitable(pending):
+                raise BadRequest("run must be an async function (async def run(attempt)) "
+                                 f"returning the report; it returned a {type(pending).__name__},"
+                                 f" not an awaitable: the order is still {view.state}")
+            report = await pending
             runs.append(view.attempt)
             view = desk.report(order_id, worker, report)
             continue

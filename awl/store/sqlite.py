@@ -419,6 +419,58 @@ def _jti_filter(jtis: frozenset[str]) -> tuple[str, list[str]]:
     return f" AND jti IN ({','.join('?' * len(jtis))})", sorted(jtis)
 
 
+def _code(exc: sqlite3.Error) -> int:
+    """SQLite's primary result code of ``exc`` (-1 for an error of Python's module)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return -1 if code is None else int(code) & 0xFF
+
+
+_DAMAGED = ("it is damaged: stop every process using it, keep a copy of the file (with its "
+            "-wal file), and restore the desk from a backup (`sqlite3 FILE 'PRAGMA "
+            "integrity_check'` shows the damage)")
+_READ_ONLY = ("this process may not write it: make the file, its -wal and -shm files and "
+              "its folder writable by this user (or open a writable copy)")
+
+# What to do when SQLite fails a read or write of an open desk, by result code (see
+# SQLiteStore._failure), each said with "nothing was written" where that is so.
+_ADVICE: dict[int, str] = {
+    sqlite3.SQLITE_READONLY: f"{_READ_ONLY}; nothing was written",
+    sqlite3.SQLITE_PERM: f"{_READ_ONLY}; nothing was written",
+    sqlite3.SQLITE_CANTOPEN: ("the file or its folder is gone or out of reach: check that "
+                              "both exist and that this user may write them; nothing was "
+                              "written"),
+    sqlite3.SQLITE_FULL: "the disk holding it is full: free space and retry; nothing was written",
+    sqlite3.SQLITE_IOERR: ("the disk refused a read or write (full, over a size limit, or "
+                           "failing): fix that and retry; a write that failed as it committed "
+                           "may have been written, so read before you retry it"),
+    sqlite3.SQLITE_CORRUPT: f"{_DAMAGED}; nothing was written",
+    sqlite3.SQLITE_NOTADB: f"{_DAMAGED}; nothing was written",
+}
+
+# What to do when a desk cannot be opened, by result code (see SQLiteStore.__init__).
+_OPEN_DEFAULT = ("check that its folder exists, that you may write there, and that the file "
+                 "is a desk")
+_OPEN_ADVICE: dict[int, str] = {
+    sqlite3.SQLITE_BUSY: ("another process held it locked for the whole wait (a long "
+                          "write, or a tool holding the file): retry when it is done"),
+    sqlite3.SQLITE_LOCKED: ("another process held it locked for the whole wait (a long "
+                            "write, or a tool holding the file): retry when it is done"),
+    sqlite3.SQLITE_READONLY: _READ_ONLY,
+    sqlite3.SQLITE_NOTADB: "the file is not a SQLite database, so not a desk: check the path",
+    sqlite3.SQLITE_CORRUPT: _DAMAGED,
+    sqlite3.SQLITE_FULL: "the disk holding it is full: free space and retry",
+}
+
+
+def _schema_version(conn: sqlite3.Connection) -> int | None:
+    """The desk's schema version, read without a write lock; None for a new file."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table'"
+                    " AND name = 'awl_schema'").fetchone() is None:
+        return None
+    row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
 # What a track row is made of (read_track_row's fields), picked from the documents of
 # the orders `o`.
 _TRACK_FIELDS = """o.id, o.state, json_extract(o.doc, '$.budget'),
@@ -691,14 +743,15 @@ class SQLiteStore(SQLStore):
         try:
             if checkpoint_every is not None:
                 self._checkpointer = _Checkpointer(self._open(durable=True), checkpoint_every)
-            with self._connection() as conn:
+            conn = self._take(True)  # its errors raw: said below as the open's
+            try:
                 self._migrate(conn)
+            finally:
+                self._give_back(conn, True)
         except sqlite3.Error as exc:
             self.close()
-            raise StoreUnavailable(
-                f"cannot open the desk {self.path} ({exc}); check that its folder exists, "
-                "that you may write there, and that the file is a desk"
-            ) from None
+            raise StoreUnavailable(f"cannot open the desk {self.path} ({exc}); "
+                                   f"{_OPEN_ADVICE.get(_code(exc), _OPEN_DEFAULT)}") from None
         except BaseException:
             self.close()
             raise
@@ -716,6 +769,15 @@ class SQLiteStore(SQLStore):
             create_private(self.path)
         for suffix in ("", "-wal", "-shm", "-journal"):
             make_private(self.path.with_name(self.path.name + suffix))
+        # A journal left read-only (made when the desk file was, by a process that could
+        # only read it) would keep a desk file made writable again from being written.
+        for suffix in ("-wal", "-shm"):
+            with contextlib.suppress(OSError):
+                journal = self.path.with_name(self.path.name + suffix)
+                st = os.stat(journal)
+                if (os.name != "nt" and not st.st_mode & 0o200 and st.st_uid == os.getuid()
+                        and os.stat(self.path).st_mode & 0o200):
+                    os.chmod(journal, 0o600)
 
     # Connections and transactions -------------------------------------------------------
     def _open(self, *, durable: bool) -> sqlite3.Connection:
@@ -757,16 +819,35 @@ class SQLiteStore(SQLStore):
         Durable connections are for durable writes only; reads and call records share the
         other pool.
         """
-        conn = self._take(durable)
         try:
-            yield conn
-        finally:
-            self._give_back(conn, durable)
+            conn = self._take(durable)
+            try:
+                yield conn
+            finally:
+                self._give_back(conn, durable)
+        except sqlite3.Error as exc:
+            failure = self._failure(exc)
+            if failure is None:
+                raise
+            raise failure from None
 
-    def _busy(self, exc: sqlite3.OperationalError) -> Conflict:
+    def _busy(self, exc: sqlite3.Error) -> Conflict:
         """The Conflict for a write that waited its whole timeout for another writer."""
         return Conflict(f"the desk {self.path} stayed busy for {self._timeout:g} s ({exc}); "
                         "nothing was written, retry")
+
+    def _failure(self, exc: sqlite3.Error) -> AWLError | None:
+        """What a failure of SQLite under a read or write of this desk means, in one line
+        naming the desk and what to do: the desk stayed locked (:class:`Conflict`), or it
+        cannot be written, its disk is full or failing, or it is damaged
+        (:class:`StoreUnavailable`); None for any other (a bug: raised as it is)."""
+        code = _code(exc)
+        if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            return self._busy(exc)
+        advice = _ADVICE.get(code)
+        if advice is None:
+            return None
+        return StoreUnavailable(f"the desk {self.path} failed ({exc}): {advice}")
 
     def _write(self, *, durable: bool = True) -> _WriteTransaction:
         """One write transaction (``with store._write() as conn:``); ``durable=False`` skips
@@ -809,7 +890,11 @@ class SQLiteStore(SQLStore):
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         """Bring the schema up to :data:`SCHEMA_VERSION` under the write lock, so a second
-        process opening a new desk file waits, then finds it migrated."""
+        process opening a new desk file waits, then finds it migrated. A desk already at
+        :data:`SCHEMA_VERSION` is only read: opening it never waits for another process's
+        write (a long one would fail the open)."""
+        if _schema_version(conn) == SCHEMA_VERSION:
+            return
         conn.execute("BEGIN IMMEDIATE")
         try:
             self._upgrade(conn, MIGRATIONS, f"the desk {self.path}")
@@ -1103,13 +1188,17 @@ class SQLiteStore(SQLStore):
         """Run one writing statement as its own transaction; the rows it changed."""
         # _take/_give_back rather than `with self._connection()`: this runs on every forwarded
         # call, and the generator-based context manager costs ~9k instructions more a call.
-        conn = self._take(False)
+        try:
+            conn = self._take(False)
+        except sqlite3.Error as exc:
+            raise _said(self, exc) from None
         try:
             return int(conn.execute(sql, params).rowcount)
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        except sqlite3.Error as exc:
+            failure = self._failure(exc)
+            if failure is None:
                 raise
-            raise self._busy(exc) from None
+            raise failure from None
         finally:
             self._give_back(conn, False)
 
@@ -1191,6 +1280,12 @@ class SQLiteStore(SQLStore):
                               counted=usd is not None, usd=usd or 0.0,
                               above=[a[0] for a in above])
 
+def _said(store: SQLiteStore, exc: sqlite3.Error) -> BaseException:
+    """``exc`` as :meth:`SQLiteStore._failure` says it, else ``exc`` itself."""
+    failure = store._failure(exc)
+    return exc if failure is None else failure
+
+
 class _WriteTransaction:
     """``BEGIN IMMEDIATE`` on a pooled connection; COMMIT on success, ROLLBACK on error.
 
@@ -1207,12 +1302,15 @@ class _WriteTransaction:
 
     def __enter__(self) -> sqlite3.Connection:
         store = self._store
-        conn = store._take(self._durable)
+        try:
+            conn = store._take(self._durable)
+        except sqlite3.Error as exc:
+            raise _said(store, exc) from None
         try:
             conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
+        except sqlite3.Error as exc:
             store._give_back(conn, self._durable)
-            raise store._busy(exc) from None
+            raise _said(store, exc) from None
         except BaseException:
             store._give_back(conn, self._durable)
             raise
@@ -1224,10 +1322,19 @@ class _WriteTransaction:
         conn = self._conn
         assert conn is not None
         try:
-            if exc_type is not None:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-            else:
+            if exc_type is None:
                 conn.execute("COMMIT")
+            elif conn.in_transaction:
+                # A ROLLBACK that fails (a disk error) leaves the connection in its
+                # transaction: _give_back closes it, which rolls back; the error raised is
+                # the one that failed the write.
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+        except sqlite3.Error as failed:
+            raise _said(self._store, failed) from None
         finally:
             self._store._give_back(conn, self._durable)
+        if isinstance(exc, sqlite3.Error):
+            failure = self._store._failure(exc)
+            if failure is not None:
+                raise failure from None

@@ -90,7 +90,8 @@ def _run(args: argparse.Namespace) -> int:
                        "drop --pass and --pass-file")
     token = None if http is not None else _pass_token(args) or _env_pass(PASS_ENV)
     # No call pays for a WAL checkpoint: a thread of the store runs them (GW-18).
-    store = default_store(args.home, url=args.store, checkpoint_every=CHECKPOINT_SECONDS)
+    store = default_store(args.home, url=args.store, checkpoint_every=CHECKPOINT_SECONDS,
+                          create=False)
     try:
         anyio.run(lambda: run_gateway(
             args.order, args.config, http=http, allow_remote=args.allow_remote, store=store,
@@ -151,7 +152,7 @@ def send_once(args: argparse.Namespace, send: Callable[[Store, Any], _T]) -> _T 
     check_seconds(args.timeout, flag="--timeout")
     check_seconds(args.lock_wait, flag="--lock-wait", zero=True)
     config = load_config(args.config)
-    store = default_store(args.home, url=args.store)
+    store = default_store(args.home, url=args.store, create=False)
     try:
         return send(store, config)
     except LockBusy as exc:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from awl.documents.errors import BadRequest
+from awl.documents.errors import BadRequest, StoreUnavailable
 from awl.store.files import create_private
 from awl.store.protocol import Store
 from awl.store.sqlite import SQLiteStore
@@ -36,18 +36,7 @@ def home_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     Raises:
         BadRequest: The path is empty, exists and is not a folder, or cannot be created.
     """
-    if explicit is not None:
-        if not os.fspath(explicit):
-            # Path("") is the working folder: `--home "$DIR"` with DIR unset would quietly
-            # make a desk there.
-            raise BadRequest("the AWL home is given as an empty path; name a folder, or "
-                             f"give none for ${ENV_VAR} (else ./.awl)")
-        path = Path(explicit)
-    elif os.environ.get(ENV_VAR):
-        path = Path(os.environ[ENV_VAR])
-    else:
-        path = Path.cwd() / ".awl"
-    path = path.expanduser()
+    path = _home_path(explicit)
     if path.is_dir():
         return path
     try:
@@ -67,11 +56,30 @@ def home_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     return path
 
 
+def _home_path(explicit: str | os.PathLike[str] | None) -> Path:
+    """Where the home is (see :func:`home_dir`), made or not."""
+    if explicit is not None:
+        if not os.fspath(explicit):
+            # Path("") is the working folder: `--home "$DIR"` with DIR unset would quietly
+            # make a desk there.
+            raise BadRequest("the AWL home is given as an empty path; name a folder, or "
+                             f"give none for ${ENV_VAR} (else ./.awl)")
+        path = Path(explicit)
+    elif os.environ.get(ENV_VAR):
+        path = Path(os.environ[ENV_VAR])
+    else:
+        path = Path.cwd() / ".awl"
+    return path.expanduser()
+
+
 def default_store(explicit: str | os.PathLike[str] | None = None, *,
-                  url: str | None = None, checkpoint_every: float | None = None) -> Store:
+                  url: str | None = None, checkpoint_every: float | None = None,
+                  create: bool = True) -> Store:
     """The desk's store: the one ``url`` names, else the one ``AWL_STORE`` names, else the
     SQLite store in ``desk.sqlite3`` under :func:`home_dir` (``explicit``), checkpointed by a
     thread of its own every ``checkpoint_every`` seconds when given (see :class:`SQLiteStore`).
+    ``create=False`` (a command that serves orders already issued) makes no home and no desk:
+    a home that is not there, or holds no desk, is StoreUnavailable.
 
     Raises:
         BadRequest: the URL cannot name a store, or is empty (see :func:`awl.open_store`).
@@ -82,4 +90,11 @@ def default_store(explicit: str | os.PathLike[str] | None = None, *,
     chosen = url if url is not None else os.environ.get(STORE_ENV) or None
     if chosen is not None:
         return open_store(chosen)
+    if not create:
+        desk = _home_path(explicit) / DESK_FILE
+        if not desk.is_file():
+            raise StoreUnavailable(
+                f"there is no desk at {desk}: check --home (or ${ENV_VAR}, else ./.awl) names "
+                "the folder the order was issued in; nothing was made")
+        return SQLiteStore(desk, checkpoint_every=checkpoint_every)
     return SQLiteStore(home_dir(explicit) / DESK_FILE, checkpoint_every=checkpoint_every)

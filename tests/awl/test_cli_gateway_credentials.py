@@ -39,3 +39,21 @@ def test_an_empty_awl_pass_is_refused_not_run_as_the_order_s_worker(
     assert (code, out) == (2, "")
     assert err == ("awl: AWL_PASS is set but empty; put the token `awl pass issue` printed "
                    "in it, or unset AWL_PASS to run as the order's worker\n")
+
+
+@pytest.mark.parametrize("extra", [[], ["--commit"]])
+def test_a_home_with_no_desk_is_one_line_and_nothing_is_made(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str]) -> None:
+    """`awl gateway --home TYPO` made the folder and an empty desk in it, then said the
+    order was not found; a gateway serves an order already issued, so it makes nothing."""
+    config = tmp_path / "upstream.json"
+    config.write_text(json.dumps({"mcpServers": {}}))
+    typo = tmp_path / "no-such-home"
+    code = main(["gateway", "--order", "wo_1", "--config", str(config), "--home", str(typo),
+                 *extra])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "")
+    assert err == (f"awl: STORE_UNAVAILABLE: there is no desk at {typo / 'desk.sqlite3'}: "
+                   "check --home (or $AWL_HOME, else ./.awl) names the folder the order was "
+                   "issued in; nothing was made\n")
+    assert not typo.exists()

@@ -26,6 +26,7 @@ from awl import Desk
 from awl.documents.errors import AWLError, Conflict, StoreUnavailable
 from awl.store.sqlite import SQLiteStore
 from tests.awl.desk_support import MANAGER, order_fields
+from tests.service_support import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,7 +68,8 @@ def _unprivileged() -> int | None:
     if os.geteuid() != 0:
         return None
     if shutil.which("setpriv") is None:
-        pytest.skip("running as root without setpriv: a read-only file is writable to root")
+        unavailable("running as root without setpriv (util-linux): a read-only file is "
+                    "writable to root")
     return NOBODY
 
 

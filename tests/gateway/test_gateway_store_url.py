@@ -72,7 +72,8 @@ async def test_gateway_command_hands_the_store_to_the_gateway_out_of_sight(
 
 @pytest.mark.spec("BIND-14")
 def test_commit_sends_the_approved_effects_of_the_store_it_is_given(tmp_path: Path) -> None:
-    """``--commit --store URL`` commits from that store; without it the order is not found."""
+    """``--commit --store URL`` commits from that store; without it there is no desk in the
+    home (the desk moved), and none is made there."""
     setup = make_setup(tmp_path, [("receiver/deliver", {"to": "cfo", "body": "q3"})])
     url = _move_desk(setup.home, setup.store, tmp_path / "elsewhere.sqlite3")
     base = [sys.executable, "-m", "awl", "gateway", "--order", setup.order_id, "--config",
@@ -80,7 +81,8 @@ def test_commit_sends_the_approved_effects_of_the_store_it_is_given(tmp_path: Pa
     environ = {**os.environ, "PYTHONPATH": str(ROOT)}
     environ.pop("AWL_STORE", None)
     missing = subprocess.run(base, capture_output=True, text=True, env=environ, timeout=120)
-    assert missing.returncode == 1 and "NOT_FOUND" in missing.stderr
+    assert missing.returncode == 1 and "STORE_UNAVAILABLE: there is no desk" in missing.stderr
+    assert not (setup.home / "desk.sqlite3").exists()
     done = subprocess.run([*base, "--store", url], capture_output=True, text=True,
                           env=environ, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -35,6 +35,11 @@ lease ran out), turns every ``dispatching`` it finds into ``unknown``. The mark 
 whether the request went out, so neither does the state: never sending a ``dispatching``
 effect again is what makes the promise hold.
 
+A desk that cannot be written just now (busy past its timeout, a database gone) when an
+answer comes is asked again for up to a lease; if it still cannot record the outcome, the
+effect stays ``dispatching`` (the next commit makes it ``unknown``), the outcome says what
+the answer was, and the commit sends nothing more.
+
 Not sent, provably: when the pool cannot connect it raises
 :class:`~gateway._upstream.UpstreamUnavailable` before ``before_send`` runs, so nothing was
 marked and the effect stays ``held`` for a later commit. When the connection drops while
@@ -55,9 +60,12 @@ approval included (DP-8). Any problem runs **nothing** and is named in
 :attr:`CommitSummary.mismatches`. A sub-order's approval was given under its parent's
 authority: once any order above it has ended, nothing runs and every held call of the
 sub-order is dropped, the reason in :attr:`CommitSummary.refused`; a retry is refused
-(LC-22, :func:`awl.desk.ended_above`). Held calls the approved report does not list, the
-manager did not approve, or that belong to an earlier attempt are ``dropped`` and a
-``drop`` event is logged (:func:`awl.desk.effects.drop_held`, which the desk also uses).
+(LC-22, :func:`awl.desk.ended_above`). This is read again before every send (an order above
+cancelled while the commit runs stops what is not sent yet), and an order above that is
+past its deadline counts as expired even before the desk has written so. Held calls the
+approved report does not list, the manager did not approve, or that belong to an earlier
+attempt are ``dropped`` and a ``drop`` event is logged (:func:`awl.desk.effects.drop_held`,
+which the desk also uses).
 
 ``$ref`` values. A held call's arguments may contain ``{"$ref": "server/tool#M",
 "pointer": "/..."}``. At commit time the value is replaced by the part of effect M's
@@ -65,7 +73,8 @@ recorded result that the JSON pointer (RFC 6901) names. Results are stored exact
 wire carries them (``CallToolResult`` dumped by alias: ``structuredContent``, ``isError``,
 ``content``), so pointers use the wire's camelCase names, e.g. ``/structuredContent/number``.
 If M is not ``committed``, or the pointer names nothing, the dependent effect is
-``skipped`` with the reason.
+``skipped`` with the reason; so is one whose arguments are all one placeholder pointing at
+something that is not an object (no tool call can carry it).
 
 Every forwarded call carries ``_meta`` ``{"awl/ref", "awl/order", "awl/attempt"}``; a
 retry sends the same three values, so a receiver can deduplicate.
@@ -87,7 +96,9 @@ it can ``kill -9`` the committer at exactly that point.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -117,10 +128,12 @@ from awl.desk import (
 )
 from awl.desk import record_event as _log
 from awl.documents import (
+    AWLError,
     CallRecord,
     Conflict,
     InvalidTransition,
     NotFound,
+    StoreUnavailable,
     WorkOrder,
     WorkReport,
     canonical_ref,
@@ -168,6 +181,9 @@ NO_EFFECT = "none"
 
 COMMIT_ACTOR = "awl:gateway"
 """The actor of the ``drop`` events the commit path writes."""
+
+_RECORD_PAUSE = 0.2
+"""Seconds between two attempts to record an effect's outcome in a desk that is busy."""
 
 AfterDispatching = Callable[[str], None]
 """Called with an effect's ref once its ``dispatching`` mark is durable, before the send."""
@@ -258,8 +274,8 @@ class CommitSummary:
     took_over: str | None = None
     """The stale lock holder this run replaced, if any."""
     refused: str | None = None
-    """Why nothing ran and the held calls were dropped, when an order above this sub-order
-    has ended (LC-22)."""
+    """Why nothing (more) ran and the held calls were dropped, when an order above this
+    sub-order has ended, before the commit or while it ran (LC-22)."""
 
     @property
     def ok(self) -> bool:
@@ -269,9 +285,9 @@ class CommitSummary:
 
     def lines(self) -> list[str]:
         """The summary as lines for a terminal: one per effect, then totals."""
+        ran = "nothing more ran" if any(e.sent for e in self.effects) else "nothing ran"
         out = [] if self.refused is None else [
-            f"order {self.order_id}: nothing ran and its held calls were dropped: "
-            f"{self.refused}"]
+            f"order {self.order_id}: {ran} and its held calls were dropped: {self.refused}"]
         out += [f"mismatch {m.ref} {m.path}: {m.message}" for m in self.mismatches]
         if self.mismatches:
             out.append(f"order {self.order_id}: nothing ran; {len(self.mismatches)} "
@@ -303,10 +319,32 @@ class CommitSummary:
         }
 
 
+class _AboveEnded(AWLError):
+    """Raised before a mark when an order above the one committed has ended (LC-22)."""
+
+    code = "INVALID_TRANSITION"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 # --------------------------------------------------------------------------- helpers
 
 def _stamp(clock: Clock) -> str:
     return format_time(clock())
+
+
+def _above_ended(desk: Desk, store: Store, order: WorkOrder) -> str | None:
+    """:func:`awl.desk.ended_above`, once the desk has expired every order above that is
+    past its deadline: such an order has ended (LC-22) though its expiry is written only
+    when the desk next reads it, which may not have happened yet."""
+    if order.parent_id is None:
+        return None
+    for above in ancestors(store, order):
+        with contextlib.suppress(NotFound, Conflict):
+            desk.get(above.id)  # expires it first when it is active past its deadline
+    return ended_above(store, order)
 
 
 def lock_name(order_id: str) -> str:
@@ -351,7 +389,26 @@ def fill_refs(arguments: dict[str, Any],
         except KeyError:
             return arguments, f"the result of {ph.ref} has nothing at {ph.pointer or '(root)'}"
         filled = _put(filled, ph.path, copy.deepcopy(value))
+    if not isinstance(filled, dict):
+        # Arguments that are all one placeholder, pointing at a string, a number or a list:
+        # no tool call can carry them (the pool's dict() made {"type": "text"} of a content
+        # list, and raised past the mark for the rest).
+        return arguments, (f"takes its arguments from {found[0].pointer or '(root)'} in the "
+                           f"result of {found[0].ref}, which is {_json_type(filled)}, not an "
+                           "object; a tool's arguments must be an object")
     return filled, None
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if value is None:
+        return "null"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else type(value).__name__
 
 
 def _result_json(result: types.CallToolResult) -> dict[str, Any]:
@@ -579,6 +636,11 @@ class _Committer:
         self.after_dispatching = after_dispatching
         self.states: dict[str, EffectState] = {}
         self.telemetry = current_telemetry()
+        self.stuck: str | None = None
+        """Why this commit stopped sending: the desk could not record an outcome."""
+        self.order: WorkOrder | None = None
+        """The order committed, once loaded under the lock: an order above it that ends
+        while the commit runs stops every send after that (LC-22)."""
 
     def at(self) -> str:
         return _stamp(self.clock)
@@ -641,6 +703,12 @@ class _Committer:
         async def mark() -> None:
             nonlocal marked
             self.lock.check()  # never start a send on a lock we may have lost
+            if self.order is not None and self.order.parent_id is not None:
+                # Read again before every send, not once per commit: a manager who cancels
+                # the order above while the commit runs stops what it has not sent yet.
+                ended = _above_ended(self.desk, self.store, self.order)
+                if ended is not None:
+                    raise _AboveEnded(ended)
             self.set(ref, expect=expect, state="dispatching", count_dispatch=True)
             marked = True
             if self.after_dispatching is not None:
@@ -657,15 +725,15 @@ class _Committer:
             if not marked:
                 return self._outcome(call, reason=f"not sent: {exc.message}; commit again later")
             if not exc.sent:
-                return self._not_sent(call, back_to, exc.message)
-            return self._unknown(call, f"connection lost after sending: {exc.message}")
+                return await self._not_sent(call, back_to, exc.message)
+            return await self._unknown(call, f"connection lost after sending: {exc.message}")
         except UpstreamTimeout as exc:
-            return self._unknown(call, f"no answer within {exc.timeout:g} s; it may have run")
+            return await self._unknown(call,
+                                       f"no answer within {exc.timeout:g} s; it may have run")
         except UpstreamRejected as exc:
             if exc.rpc_code is None:  # it answered, but we cannot read whether it ran
-                return self._unknown(call, exc.message)
-            self._record(call, "failed", None, exc.message[:500])
-            return self._outcome(call, sent=True)
+                return await self._unknown(call, exc.message)
+            return await self._record(call, "failed", None, exc.message[:500])
         except NotFound as exc:  # no such server in the config: nothing was marked
             return self._outcome(call, reason=f"not sent: {exc.message}")
         except BaseException as exc:
@@ -673,34 +741,65 @@ class _Committer:
                 # A bug or a cancellation after the mark: record what we know (it may have
                 # been sent), never risk a second send.
                 with anyio.CancelScope(shield=True):
-                    self._unknown(call, f"interrupted after the mark: {type(exc).__name__}")
+                    await self._unknown(
+                        call, f"interrupted after the mark: {type(exc).__name__}")
             raise
         if result.is_error:
-            self._record(call, "failed", _result_json(result), _error_text(result))
-        else:
-            self._record(call, "committed", _result_json(result), None)
-        return self._outcome(call, sent=True)
+            return await self._record(call, "failed", _result_json(result),
+                                      _error_text(result))
+        return await self._record(call, "committed", _result_json(result), None)
 
-    def _record(self, call: CallRecord, state: str, result: dict[str, Any] | None,
-                error: str | None) -> None:
-        try:
-            self.set(call.ref, expect=["dispatching"], state=state, result=result, error=error)
-        except Conflict:
-            # Our lease ran out and a later commit already made it unknown. It stays
-            # unknown: that commit may have reported it, and the manager settles it.
-            self.load_states()
+    async def _record(self, call: CallRecord, state: str, result: dict[str, Any] | None,
+                      error: str | None, *, sent: bool = True) -> EffectOutcome:
+        """Move the effect out of ``dispatching`` to what we learned, and say where it is.
 
-    def _unknown(self, call: CallRecord, reason: str) -> EffectOutcome:
-        self._record(call, "unknown", None, reason)
-        return self._outcome(call, sent=True)
+        A desk that cannot be written just now (another writer holds it past the store's
+        busy timeout, a database that went away) is asked again, for up to one lease: the
+        effect ran (or may have), and what we know of it is only ours. A Conflict after
+        which the effect is no longer ``dispatching`` means a later commit took over when
+        our lease ran out and made it ``unknown``: it stays so, the manager settles it.
+        When it cannot be written in time the effect stays ``dispatching`` (the next commit
+        makes it ``unknown``), this commit sends nothing more, and the outcome says what
+        the answer was."""
+        deadline = time.monotonic() + self.lock.lease
+        problem = ""
+        while True:
+            try:
+                self.set(call.ref, expect=["dispatching"], state=state, result=result,
+                         error=error)
+                return self._outcome(call, sent=sent)
+            except (Conflict, StoreUnavailable, OSError) as exc:  # busy, gone: ask again
+                problem = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+                conflict = isinstance(exc, Conflict)
+            try:
+                self.load_states()
+            except (StoreUnavailable, OSError):  # the store cannot be read either
+                pass
+            else:
+                now = self.states.get(call.ref)
+                if conflict and (now is None or now.state != "dispatching"):
+                    return self._outcome(call, sent=sent)
+            if time.monotonic() >= deadline:
+                break
+            await anyio.sleep(_RECORD_PAUSE)
+        what = {"committed": "it was answered with a result",
+                "failed": "it was answered with an error",
+                "unknown": "no answer arrived",
+                "held": "it was not sent"}.get(state, state)
+        self.stuck = (f"the desk could not record the outcome of {call.ref} ({problem}); "
+                      "nothing more was sent")
+        reason = (f"{what}{': ' + error if error else ''}, but the desk could not record "
+                  f"it ({problem}); it stays dispatching until the next commit marks it "
+                  "unknown")
+        return EffectOutcome(call.ref, call.tool, "dispatching", reason, sent=sent,
+                             result=result)
 
-    def _not_sent(self, call: CallRecord, back_to: str, why: str) -> EffectOutcome:
+    async def _unknown(self, call: CallRecord, reason: str) -> EffectOutcome:
+        return await self._record(call, "unknown", None, reason)
+
+    async def _not_sent(self, call: CallRecord, back_to: str, why: str) -> EffectOutcome:
         reason = f"not sent: the upstream could not be reached ({why}); commit again later"
-        try:
-            self.set(call.ref, expect=["dispatching"], state=back_to, error=reason)
-        except Conflict:
-            self.load_states()
-        return self._outcome(call, sent=False)
+        return await self._record(call, back_to, None, reason, sent=False)
 
     def _outcome(self, call: CallRecord, *, sent: bool = False,
                  reason: str | None = None) -> EffectOutcome:
@@ -726,10 +825,15 @@ class _Committer:
                 self.set(call.ref, expect=expect, state="skipped", error=problem)
                 return self._outcome(call)
             return await self.dispatch(call, arguments, expect)
-        except Conflict:
-            # Someone moved it first (only possible without the lock); whatever they did,
-            # it is theirs to report. We never send it.
+        except Conflict as exc:
+            # Someone moved it first (only possible without the lock): whatever they did, it
+            # is theirs to report. Or the desk could not be written (busy): it is still
+            # held, and this commit stops. Either way we never send it.
             self.load_states()
+            now = self.states.get(call.ref)
+            if now is not None and now.state in expect:
+                self.stuck = f"the desk could not be written ({exc.message}); nothing more was sent"
+                return self._outcome(call, reason=f"not sent: {self.stuck}")
             return self._outcome(call, reason="changed by another process; not sent")
 
 
@@ -802,7 +906,8 @@ async def commit(
                          ancestors(store, record.order))
         took_over = None if lock.took_over is None else (
             f"pid {lock.took_over.pid} on {lock.took_over.host}")
-        refused = ended_above(store, record.order)
+        committer.order = record.order
+        refused = _above_ended(desk, store, record.order)
         if refused is not None:  # the approval's authority is gone (LC-22): drop, send nothing
             dropped = committer.drop({c.ref: refused for c in held_calls(store, order_id)})
             outcomes = tuple(committer._outcome(c, reason=f"not run: {refused}")
@@ -818,15 +923,22 @@ async def commit(
         outcomes_list: list[EffectOutcome] = []
         pending = list(plan.approved)
         try:
-            while pending:
+            while pending and committer.stuck is None:
                 outcomes_list.append(await committer.run(pending[0]))
                 pending.pop(0)
+            outcomes_list.extend(committer._outcome(c, reason=f"not run: {committer.stuck}")
+                                 for c in pending)
         except LockLost:
             outcomes_list.extend(
                 committer._outcome(c, reason="not run: this commit lost its lock; commit again")
                 for c in pending)
+        except _AboveEnded as exc:  # ended while we ran: the rest never runs (LC-22)
+            refused = exc.reason
+            dropped += committer.drop({c.ref: refused for c in held_calls(store, order_id)})
+            outcomes_list.extend(committer._outcome(c, reason=f"not run: {refused}")
+                                 for c in pending)
         return CommitSummary(order_id, plan.attempt, tuple(outcomes_list), tuple(dropped),
-                             tuple(recovered), (), took_over)
+                             tuple(recovered), (), took_over, refused)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -916,23 +1028,28 @@ async def retry(
                 f"effect {call.ref} was settled as happened by {settlement.by}; it can "
                 "never be sent again", state="unknown", action="retry")
         _check_authority(record, call, _Revocations.of(store, order_id), clock(),
-                         ancestors(store, record.order), store)
+                         ancestors(store, record.order), store, desk)
         arguments, problem = fill_refs(dict(call.arguments), committer.states)
         if problem is not None:
             raise InvalidTransition(f"cannot retry {call.ref}: it {problem}",
                                     state="unknown", action="retry")
         _log(desk, order_id, by, "retry", note=f"retry {call.ref}",
              data={"ref": call.ref, "dispatches": state.dispatches})
+        committer.order = record.order
         try:
             return await committer.dispatch(call, arguments, ["unknown"])
         except LockLost:
             raise Conflict(f"lost the commit lock of order {order_id!r} before sending "
                            f"{call.ref}; nothing was sent, retry again") from None
+        except _AboveEnded as exc:
+            raise InvalidTransition(f"cannot retry {call.ref}: {exc.reason}; nothing was sent",
+                                    state=record.state, action="retry") from None
     raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _check_authority(record: OrderRecord, call: CallRecord, revoked: _Revocations,
-                     moment: datetime, above: Sequence[WorkOrder], store: Store) -> None:
+                     moment: datetime, above: Sequence[WorkOrder], store: Store,
+                     desk: Desk) -> None:
     order = record.order
     problems: list[str] = []
     if record.state != "approved":
@@ -949,7 +1066,7 @@ def _check_authority(record: OrderRecord, call: CallRecord, revoked: _Revocation
     problem = revoked.problem(call)
     if problem is not None:
         problems.append(f"it was held under {problem}")
-    if (ended := ended_above(store, order)) is not None:
+    if (ended := _above_ended(desk, store, order)) is not None:
         problems.append(ended)
     if problems:
         raise InvalidTransition(f"cannot retry {call.ref}: " + "; ".join(problems),

@@ -27,6 +27,7 @@ gone.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -36,7 +37,7 @@ from types import TracebackType
 
 import anyio
 
-from awl.documents import AWLError, Conflict
+from awl.documents import AWLError, Conflict, StoreUnavailable
 from awl.store import FreedLocks, LockInfo, Store
 
 EXIT_LOCKED = 3
@@ -215,9 +216,14 @@ class OrderLock:
             raise LockLost(self.name)
 
     def release(self) -> None:
-        """Let go of the lock if we still hold it."""
+        """Let go of the lock if we still hold it.
+
+        A desk that cannot be written just now (busy past its timeout, a database gone)
+        keeps the lock: it is freed when our process is gone or our lease runs out. That is
+        no reason to fail what ran under it, whose outcomes are already recorded."""
         if self.info is not None and not self.lost:
-            self.store.release_lock(self.name, self.holder)
+            with contextlib.suppress(Conflict, StoreUnavailable, OSError):
+                self.store.release_lock(self.name, self.holder)
         self.info = None
 
     async def _renew_forever(self) -> None:

@@ -28,6 +28,7 @@ from awl.documents.errors import (
     InvalidTransition,
     NotFound,
     PassError,
+    StoreUnavailable,
 )
 from awl.documents.lazy import lazy_exports
 from awl.documents.lifecycle import TERMINAL, WORKING
@@ -94,6 +95,7 @@ __all__ = [
     "PassError",
     "PatternError",
     "SchemaTooCostly",
+    "StoreUnavailable",
     "WorkOrder",
     "WorkReport",
     "bounded_errors",

@@ -432,7 +432,7 @@ def test_snapshots_run_git_without_the_desks_environment_or_a_monitor(
     (repo / ".gitattributes").write_text("*.py filter=spy\n")
     take_snapshot(repo)
     assert not monitor.exists()
-    assert seen.exists() and "AWL_SECRET_FOR_TEST" not in seen.read_text()
+    assert not seen.exists()  # the work tree's filters never run (test_criteria_attacks.py)
 
 
 @pytest.mark.slow

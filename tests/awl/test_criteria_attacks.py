@@ -1,0 +1,235 @@
+"""A worker attacking the desk's checks: real processes, real files, real git."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from awl.desk.criteria import run_check, run_checks, take_snapshot, tamper_signals
+from awl.documents.models import Check
+
+TEST = "def test_add():\n    assert 2 + 3 == 5\n"
+NAMING_TESTS = Check(run=("pytest", "tests"))
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root,
+                   check=True, capture_output=True)
+
+
+def _workspace(tmp_path: Path, kind: str) -> Path:
+    root = tmp_path / "ws"
+    (root / "tests").mkdir(parents=True)
+    (root / "calc.py").write_text("x = 1\n")
+    (root / "tests" / "test_calc.py").write_text(TEST)
+    if kind == "git":
+        _git(root, "init", "-q")
+        _git(root, "add", "-A")
+        _git(root, "commit", "-q", "-m", "start")
+    return root
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWL_HOME", str(tmp_path / "home"))
+
+
+@pytest.fixture(params=["git", "folder"])
+def workspace(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    return _workspace(tmp_path, request.param)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+def _gone(pid: int, within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
+# A daemon the usual way: fork, leave the session (setsid), fork again, keep the output.
+DAEMON = """
+import os, sys, time
+pid_file = sys.argv[1]
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        open(pid_file + '.tmp', 'w').write(str(os.getpid()))
+        os.rename(pid_file + '.tmp', pid_file)
+        while True:
+            time.sleep(0.2)
+            print('still here', flush=True)
+    os._exit(0)
+while not os.path.exists(pid_file):
+    time.sleep(0.01)
+print('main done', flush=True)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+@pytest.mark.spec("SEC-12")
+def test_a_daemon_that_leaves_the_session_is_killed_and_does_not_stall_the_desk(
+        tmp_path: Path) -> None:
+    pid_file = tmp_path / "daemon.pid"
+    started = time.monotonic()
+    run = run_check(tmp_path, "c1", Check(run=(sys.executable, "-c", DAEMON, str(pid_file))))
+    assert time.monotonic() - started < 4  # not the reader's wait for a held-open pipe
+    daemon = int(pid_file.read_text())
+    assert _gone(daemon, within=1.0)
+    assert run.exit_code == 0
+    assert "main done" in run.tail
+    assert "left" in run.tail[-1] and "the desk killed them" in run.tail[-1]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+@pytest.mark.spec("SEC-12")
+def test_at_the_timeout_a_daemon_out_of_the_group_is_killed_too(tmp_path: Path) -> None:
+    pid_file = tmp_path / "daemon.pid"
+    script = DAEMON.replace("print('main done', flush=True)", "time.sleep(60)")
+    run = run_check(tmp_path, "c1", Check(run=(sys.executable, "-c", script, str(pid_file)),
+                                          timeout=1))
+    assert run.outcome == "timeout" and run.duration < 5
+    assert _gone(int(pid_file.read_text()), within=1.0)
+
+
+@pytest.mark.spec("SEC-12")
+def test_a_check_killed_by_a_signal_is_named_and_fails(tmp_path: Path) -> None:
+    script = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
+    run = run_check(tmp_path, "c1", Check(run=(sys.executable, "-c", script)))
+    assert run.outcome == "failed"
+    assert run.exit_code == -signal.SIGSEGV
+    assert run.summary().startswith("killed by SIGSEGV")
+
+
+@pytest.mark.spec("SEC-12")
+def test_a_check_that_kills_what_watches_it_does_not_pass(tmp_path: Path) -> None:
+    # its parent, unless that is this test's own process (the desk, without a supervisor)
+    script = ("import os, signal, sys\n"
+              "if os.getppid() != int(sys.argv[1]): os.kill(os.getppid(), signal.SIGKILL)")
+    run = run_check(tmp_path, "c1", Check(run=(sys.executable, "-c", script, str(os.getpid()))))
+    assert run.outcome == "failed" and run.error is not None
+    assert "exit is unknown" in run.summary()
+
+
+@pytest.mark.spec("SEC-12")
+def test_a_check_that_closes_its_output_early_still_ends_with_its_exit(tmp_path: Path) -> None:
+    script = "import os, time; print('bye', flush=True); os.close(1); os.close(2); time.sleep(1)"
+    run = run_check(tmp_path, "c1", Check(run=(sys.executable, "-c", script), timeout=10))
+    assert run.outcome == "passed" and run.tail == ("bye",)
+    assert 0.9 < run.duration < 5
+
+
+@pytest.mark.spec("SEC-12")
+def test_a_missing_program_could_not_run(tmp_path: Path) -> None:
+    run = run_check(tmp_path, "c1", Check(run=("no-such-program-awl",)))
+    assert run.outcome == "failed"
+    assert run.summary() == "could not run: no-such-program-awl: No such file or directory"
+
+
+@pytest.mark.spec("SEC-12")
+def test_a_cwd_that_is_a_symlink_loop_is_refused_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "sub").symlink_to("sub")
+    run = run_check(tmp_path, "c1", Check(run=("true",), cwd="sub"))
+    assert run.outcome == "failed" and "cannot be resolved" in str(run.error)
+
+
+@pytest.mark.spec("LC-19")
+def test_a_named_path_made_a_symlink_loop_is_still_a_signal(tmp_path: Path) -> None:
+    root = _workspace(tmp_path, "git")
+    snapshot = take_snapshot(root)
+    (root / "tests" / "test_calc.py").unlink()
+    (root / "tests" / "test_calc.py").symlink_to("test_calc.py")
+    signals = tamper_signals(root, snapshot, Check(run=("pytest", "tests/test_calc.py")))
+    assert "edited test file tests/test_calc.py" in signals
+
+
+@pytest.mark.spec("LC-19")
+def test_a_test_file_swapped_for_a_symlink_out_of_the_workspace_is_a_signal(
+        workspace: Path, tmp_path: Path) -> None:
+    snapshot = take_snapshot(workspace)
+    (tmp_path / "passes.py").write_text("def test_add():\n    pass\n")
+    (workspace / "tests" / "test_calc.py").unlink()
+    (workspace / "tests" / "test_calc.py").symlink_to(tmp_path / "passes.py")
+    signals = tamper_signals(workspace, snapshot, NAMING_TESTS)
+    assert "edited tests/test_calc.py, under a folder the check's command names" in signals
+    assert any("changed type" in s for s in signals)
+
+
+@pytest.mark.spec("LC-19")
+def test_many_changes_hide_no_edit(workspace: Path) -> None:
+    snapshot = take_snapshot(workspace)
+    (workspace / "aaa").mkdir()
+    for i in range(2001):  # they sort before tests/
+        (workspace / "aaa" / f"f{i}").write_text("x")
+    (workspace / "tests" / "test_calc.py").write_text(TEST.replace("== 5", "== 5 or True"))
+    signals = tamper_signals(workspace, snapshot, NAMING_TESTS)
+    assert "edited tests/test_calc.py, under a folder the check's command names" in signals
+    assert any("only the first 2000 were searched" in s for s in signals)
+
+
+@pytest.mark.spec("LC-19")
+def test_core_worktree_cannot_point_the_snapshot_at_another_folder(tmp_path: Path) -> None:
+    root = _workspace(tmp_path, "git")
+    snapshot = take_snapshot(root)
+    pristine = tmp_path / "pristine"
+    shutil.copytree(root, pristine, ignore=shutil.ignore_patterns(".git"))
+    (root / "tests" / "test_calc.py").write_text(TEST.replace("== 5", "== 5 or True"))
+    _git(root, "config", "core.worktree", str(pristine))
+    signals = tamper_signals(root, snapshot, NAMING_TESTS)
+    assert "edited tests/test_calc.py, under a folder the check's command names" in signals
+
+
+@pytest.mark.spec("LC-19")
+def test_a_clean_filter_cannot_hand_git_the_original_text(tmp_path: Path) -> None:
+    root = _workspace(tmp_path, "git")
+    snapshot = take_snapshot(root)
+    (root / "tests" / "test_calc.py").write_text(TEST.replace("== 5", "== 5 or True"))
+    (root / ".gitattributes").write_text("tests/* filter=lie\n")
+    _git(root, "config", "filter.lie.clean", "git show HEAD:tests/test_calc.py")
+    _git(root, "config", "filter.lie.required", "true")
+    signals = tamper_signals(root, snapshot, NAMING_TESTS)
+    assert "edited tests/test_calc.py, under a folder the check's command names" in signals
+
+
+@pytest.mark.spec("LC-19")
+def test_a_huge_added_file_is_not_read_whole_into_memory(workspace: Path) -> None:
+    snapshot = take_snapshot(workspace)
+    with open(workspace / "big.txt", "wb") as big:  # sparse: cheap on disk
+        big.truncate(96 * 1024 * 1024)
+    tracemalloc.start()
+    try:
+        assert tamper_signals(workspace, snapshot, NAMING_TESTS) == []
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 1024 * 1024
+
+
+@pytest.mark.spec("LC-17", "SEC-12")
+def test_a_workspace_swapped_for_a_symlink_runs_nothing(tmp_path: Path) -> None:
+    root = _workspace(tmp_path, "folder")
+    snapshot = take_snapshot(root)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    root.rename(tmp_path / "moved")
+    root.symlink_to(elsewhere)
+    marker = elsewhere / "ran"
+    [run] = run_checks(root, [("c1", Check(run=("touch", str(marker))))], snapshot)
+    assert run.outcome == "failed" and "is now a symbolic link to" in str(run.error)
+    assert not marker.exists()

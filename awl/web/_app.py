@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import shlex
 import time
@@ -69,6 +70,8 @@ _STATIC = {"live.js": "text/javascript", "page.css": "text/css"}
 _SOON = timedelta(hours=24)
 _STATUS = {"FORBIDDEN": 403, "NOT_FOUND": 404, "INVALID_TRANSITION": 409, "CONFLICT": 409}
 _UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+log = logging.getLogger("awl.web")
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -529,6 +532,13 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
                                       desk=desk)).lines()
             except AWLError as exc:  # another live committer holds the lock, say
                 notes = [f"refused: {exc.message}"]
+            except Exception as exc:  # a bug or a surprise: said on the page, one log line
+                said = " ".join(str(exc).split())[:300]
+                log.warning("the commit of order %s failed unexpectedly: %s: %s", oid,
+                            type(exc).__name__, said)
+                notes = [f"the commit failed unexpectedly ({type(exc).__name__}: {said}); an "
+                         "effect it had marked dispatching stays so until the next commit "
+                         "marks it unknown: look at each effect before you commit again"]
             finally:
                 committing.discard(oid)
                 finished[oid] = finished.get(oid, 0) + 1

@@ -387,3 +387,31 @@ def test_a_second_commit_while_one_runs_is_refused_and_the_page_still_follows_th
         running.join(timeout=60)
     assert first["answer"].status_code == 303
     assert [(e.state, e.dispatches) for e in d.store.effects(oid)] == [("committed", 1)] * 2
+
+
+@pytest.mark.spec("BIND-11", "SEC-4")
+def test_a_commit_that_fails_unexpectedly_is_said_on_the_page(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The commit runs after the answer; only the desk's own errors were caught, so any
+    other failure was a server traceback and the page never said what happened (nor let
+    the order be committed again: it stayed "running"). The commit itself is replaced here:
+    what is tested is what the page does when it fails."""
+    from awl.web import _app
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the pool fell over\nbadly")
+
+    monkeypatch.setattr(_app, "commit", broken)
+    d = make_desk(tmp_path)
+    oid, _ = submit_order(d, CALLS)
+    d.desk.review(oid, MANAGER, "approve")
+    client = signed_in(d, MANAGER, upstream=True)
+    answer = client.post(f"/order/commit?id={oid}", data={"csrf": csrf_of(client)})
+    assert answer.status_code == 303
+    page = client.get(f"/order?id={oid}").text
+    assert "the commit failed unexpectedly (RuntimeError: the pool fell over badly)" in page
+    assert 'id="committing"' not in page
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+    again = client.post(f"/order/commit?id={oid}", data={"csrf": csrf_of(client)})
+    assert again.status_code == 303  # not refused as still running

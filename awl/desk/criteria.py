@@ -31,6 +31,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from awl.desk.home import home_dir
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: runs in one workspace are not made to take turns
+    fcntl = None  # type: ignore[assignment]
 from awl.documents.errors import BadRequest
 from awl.documents.models import Check, Event
 
@@ -726,6 +731,38 @@ def run_checks(path: str | os.PathLike[str], checks: Sequence[tuple[str, Check]]
     """
     real = os.path.realpath(path)
     moved = real != os.path.abspath(path)
+    with _workspace_lock(real):
+        yield from _run_each(path, real, moved, checks, snapshot)
+
+
+CHECKS_LOCKS = "checks"
+"""The folder under the AWL home holding one lock file per workspace checks run in."""
+
+
+@contextlib.contextmanager
+def _workspace_lock(real: str) -> Iterator[None]:
+    """Hold the workspace's check lock (an ``flock`` under the AWL home, let go when this
+    process ends, however it ends): runs in one workspace take turns. Two at once (the
+    worker's report and the manager's re-run) would disturb each other's output and fail
+    spuriously, and the same spurious failure twice blocks the order."""
+    if fcntl is None:
+        yield
+        return
+    folder = home_dir() / CHECKS_LOCKS
+    folder.mkdir(mode=0o700, exist_ok=True)
+    name = hashlib.sha256(real.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # the other run ends: each check has a timeout
+        yield
+    finally:
+        os.close(fd)  # lets go of the lock
+
+
+def _run_each(path: str | os.PathLike[str], real: str, moved: bool,
+              checks: Sequence[tuple[str, Check]],
+              snapshot: Mapping[str, Any] | None) -> Iterator[CheckRun]:
+    """:func:`run_checks` under its workspace's lock."""
     for criterion, check in checks:
         if moved:
             yield CheckRun(criterion, None, 0.0, (), snapshot=snapshot,

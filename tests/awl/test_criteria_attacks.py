@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
@@ -233,3 +234,25 @@ def test_a_workspace_swapped_for_a_symlink_runs_nothing(tmp_path: Path) -> None:
     [run] = run_checks(root, [("c1", Check(run=("touch", str(marker))))], snapshot)
     assert run.outcome == "failed" and "is now a symbolic link to" in str(run.error)
     assert not marker.exists()
+
+
+def test_runs_in_one_workspace_take_turns(tmp_path: Path) -> None:
+    """The worker's report and the manager's re-run ran their checks in one workspace at
+    once, disturbing each other's output: a spurious failure, and the same one twice blocks
+    the order. They now take turns (a lock per workspace, under the desk's home)."""
+    import threading
+
+    root = _workspace(tmp_path, "folder")
+    times = tmp_path / "times"
+    stamp = ("import sys, time; f = open(sys.argv[1], 'a'); f.write(f'{time.time()} '); "
+             "f.flush(); time.sleep(0.6); f.write(f'{time.time()}\\n')")
+    check = Check(run=(sys.executable, "-c", stamp, str(times)))
+    runs = [threading.Thread(target=lambda: list(run_checks(root, [("c", check)], None)))
+            for _ in range(3)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join(60)
+    spans = sorted(tuple(map(float, line.split())) for line in times.read_text().splitlines())
+    assert len(spans) == 3
+    assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans)), spans

@@ -122,9 +122,17 @@ def _commit(args: argparse.Namespace) -> int:
         raise BadRequest("--commit needs --order ORDER_ID")
     if not args.config:
         raise BadRequest("--commit needs --config FILE (the upstream servers to send to)")
-    summary = send_once(args, lambda store, config: commit_sync(
-        args.order, store=store, pool_or_config=config, timeout=args.timeout,
-        lock_wait=float(args.lock_wait or 0.0)))
+    try:
+        summary = send_once(args, lambda store, config: commit_sync(
+            args.order, store=store, pool_or_config=config, timeout=args.timeout,
+            lock_wait=float(args.lock_wait or 0.0)))
+    except KeyboardInterrupt:
+        # Exit 130 as any Ctrl-C does, but say where the effects stand: one being sent may
+        # have run, and is never sent again on its own.
+        print(f"awl: interrupted: the commit of order {args.order} stopped; an effect it "
+              "was sending stays unknown until you settle it (`awl effects list "
+              f"{args.order}`), and the rest were not sent", file=sys.stderr, flush=True)
+        raise
     if summary is None:
         return EXIT_LOCKED
     if args.json:

@@ -148,3 +148,26 @@ def test_settle_and_retry_a_killed_dispatch_with_the_same_ref(
     assert [(x["ref"], x["order"], x["attempt"]) for x in first] == [
         (setup.refs[0], setup.order_id, 1)]
     assert setup.counts() == {r: 1 for r in setup.refs}
+
+
+@pytest.mark.spec("CM-6", "SEC-4")
+def test_ctrl_c_while_sending_says_where_the_effects_stand(tmp_path: Path) -> None:
+    """A Ctrl-C while the receiver holds a delivery: exit 130 as for any Ctrl-C, and one line
+    saying the effect being sent stays unknown (it exited with no word), never sent again."""
+    import signal
+
+    setup = two(tmp_path, None)
+    setup.control_receiver(hang_after=[setup.refs[0]])
+    proc = start_committer(setup)
+    wait_for(lambda: setup.counts().get(setup.refs[0]) == 1, what="the first delivery")
+    proc.send_signal(signal.SIGINT)
+    code, _out, err = finish(proc)
+    assert code == 130
+    assert err == (f"awl: interrupted: the commit of order {setup.order_id} stopped; an "
+                   "effect it was sending stays unknown until you settle it (`awl effects "
+                   f"list {setup.order_id}`), and the rest were not sent\n")
+    states = setup.states()
+    assert (states[setup.refs[0]].state, states[setup.refs[1]].state) == ("unknown", "held")
+    setup.control_receiver()
+    recommit(setup)
+    assert setup.counts() == {setup.refs[0]: 1, setup.refs[1]: 1}

@@ -15,6 +15,7 @@ of the gateway's own, parented by its ``meta``.
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import signal
 import sys
@@ -300,22 +301,36 @@ def from_env(wanted: Signals) -> OTelTelemetry:
     """Set up the global providers the environment asks for (OBS-1), unless the application
     already set its own, and answer the telemetry that reports to them.
 
-    Their exporters read the other ``OTEL_*`` settings themselves. At exit, and on SIGTERM,
-    the providers are shut down, which sends what is still buffered, for at most
+    Their exporters read the other ``OTEL_*`` settings themselves; what the SDK says about
+    them, or about a collector it cannot reach, goes to stderr as ``awl: telemetry:`` lines,
+    each kind once (:class:`_SayOnce`). Every part is built before any provider is set, so
+    a setting the SDK refuses leaves none half set up. At exit, and on SIGTERM, the
+    providers are shut down, which sends what is still buffered, for at most
     :data:`EXIT_FLUSH` (OBS-6)."""
+    _say_sdk_problems_once()
     given = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": SERVICE}
     resource = Resource.create(given)
-    providers: list[TracerProvider | MeterProvider] = []
+    tracer_provider: TracerProvider | None = None
+    meter_provider: MeterProvider | None = None
     if wanted.traces and not isinstance(trace.get_tracer_provider(), TracerProvider):
         tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
         for name in wanted.traces:
             tracer_provider.add_span_processor(BatchSpanProcessor(_span_exporter(name)))
-        trace.set_tracer_provider(tracer_provider)
-        providers.append(tracer_provider)
     if wanted.metrics and not isinstance(metrics.get_meter_provider(), MeterProvider):
-        readers = [PeriodicExportingMetricReader(_metric_exporter(n)) for n in wanted.metrics]
+        try:
+            readers = [PeriodicExportingMetricReader(_metric_exporter(n))
+                       for n in wanted.metrics]
+        except BaseException:
+            if tracer_provider is not None:  # its batch thread is running: end it
+                threading.Thread(target=tracer_provider.shutdown, daemon=True).start()
+            raise
         meter_provider = MeterProvider(resource=resource, metric_readers=readers,
                                        shutdown_on_exit=False)
+    providers: list[TracerProvider | MeterProvider] = []
+    if tracer_provider is not None:
+        trace.set_tracer_provider(tracer_provider)
+        providers.append(tracer_provider)
+    if meter_provider is not None:
         metrics.set_meter_provider(meter_provider)
         providers.append(meter_provider)
     if providers:
@@ -323,6 +338,47 @@ def from_env(wanted: Signals) -> OTelTelemetry:
         atexit.register(stop)
         stop.on_sigterm()
     return shared()
+
+
+class _SayOnce(logging.Handler):
+    """What the OpenTelemetry SDK logs (a setting it could not read, a collector it could
+    not reach) as one ``awl: telemetry:`` line on stderr, each kind once: no traceback (the
+    SDK logs some with one), and no line again at every export or retry of a long-running
+    gateway."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self._said: set[tuple[str, str]] = set()
+        self._guard = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            with self._guard:
+                kind = (record.name, str(record.msg))
+                if kind in self._said:
+                    return
+                self._said.add(kind)
+            text = record.getMessage()
+            exc = record.exc_info[1] if record.exc_info else None
+            if exc is not None:
+                text += f" ({type(exc).__name__}: {exc})"
+            text = " ".join(text.split())[:500]
+            sys.stderr.write(f"awl: telemetry: {text} (said once)\n")
+            sys.stderr.flush()
+        except Exception:  # a closed stderr: nothing to say it on
+            pass
+
+
+def _say_sdk_problems_once() -> None:
+    """Show the SDK's warnings through :class:`_SayOnce`, where nobody else shows them: an
+    application that set up logging (a handler on the root or the ``opentelemetry``
+    logger) keeps getting them its own way; otherwise Python's last resort would print each
+    bare, every time, tracebacks included."""
+    sdk = logging.getLogger("opentelemetry")
+    if sdk.handlers or logging.getLogger().handlers:
+        return
+    sdk.addHandler(_SayOnce())
+    sdk.propagate = False
 
 
 class _Stop:

@@ -43,7 +43,8 @@ _active: Telemetry | None = None
 
 
 def _say(line: str) -> None:
-    print(f"awl: telemetry: {line}", file=sys.stderr, flush=True)
+    """One line on stderr, whatever ``line`` holds (the SDK's messages wrap and pad)."""
+    print(f"awl: telemetry: {' '.join(line.split())}", file=sys.stderr, flush=True)
 
 
 def _from_env(env: Mapping[str, str]) -> Telemetry:

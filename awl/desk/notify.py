@@ -422,15 +422,27 @@ def _post(url: str, body: bytes, headers: dict[str, str],
         text = answer.read(_ANSWER_BYTES).decode("utf-8", "replace")
         if 200 <= answer.status < 300:
             return answer.status, None
-        said = " ".join(text.split())[:200]
+        said = _one_line(text)
         return answer.status, f"HTTP {answer.status}" + (f": {said}" if said else "")
     except (OSError, http.client.HTTPException) as exc:
         if expired.is_set() or isinstance(exc, TimeoutError):
             return None, f"no answer within {timeout:g} s"
-        return None, f"{type(exc).__name__}: {exc}"
+        return None, _one_line(f"{type(exc).__name__}: {exc}", 300)
     finally:
         timer.cancel()
         conn.close()
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    """What a receiver said, as an attempt's record keeps it: one line of at most ``limit``
+    printable characters. Its answer (or a malformed status line an error quotes) is the
+    receiver's to choose: a control character in it would reach the operator's terminal
+    through `awl notify log` (an escape sequence, a line break faking another attempt),
+    and a U+0000 (NUL) would make the attempt one a PostgreSQL desk cannot keep, so it
+    would never be recorded and the notification would be sent again at every lease, for
+    ever. Each such character becomes U+FFFD."""
+    line = " ".join(text.split())[:limit]
+    return "".join(c if c.isprintable() else "\ufffd" for c in line)
 
 
 def basic_auth(url: str) -> str | None:

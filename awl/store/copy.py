@@ -111,6 +111,8 @@ def _carries_review(event: Event) -> bool:
 
 BATCH = 500
 """Orders read (and, by a :class:`~awl.store.protocol.Restore` target, written) at a time."""
+OUTBOX_PAGE = 500
+"""Notifications read, and compared, at a time."""
 
 
 def _empty_or_refuse(target: Store) -> None:
@@ -227,21 +229,32 @@ def _write_one_by_one(batches: Iterable[Sequence[DeskOrder]], target: Store) -> 
             target.save_pass(issued)
 
 
-def _outbox(source: Store, target: Store) -> tuple[list[Webhook], list[Notification]]:
-    """The source's webhooks (oldest first) and notifications (oldest first, every state).
+def _outbox(source: Store, target: Store) -> list[Webhook]:
+    """The source's webhooks (oldest first); its notifications are read a page at a time
+    (:func:`_notes`).
 
     Raises:
         BadRequest: the source has some and the target keeps none (nothing was written).
     """
     if not isinstance(source, WebhookStore):
-        return [], []
-    hooks, notes = source.webhooks(), source.notifications(limit=None)
-    if (hooks or notes) and not isinstance(target, WebhookStore):
-        raise BadRequest(f"the source has {len(hooks)} webhooks and {len(notes)} "
-                         "notifications, which the target store cannot keep; copy into a "
-                         "store that keeps webhooks (SQLite, PostgreSQL); nothing was written")
-    notes.reverse()
-    return hooks, notes
+        return []
+    hooks = source.webhooks()
+    if (hooks or source.notifications(limit=1)) and not isinstance(target, WebhookStore):
+        raise BadRequest(f"the source has {len(hooks)} webhooks and notifications, which the "
+                         "target store cannot keep; copy into a store that keeps webhooks "
+                         "(SQLite, PostgreSQL); nothing was written")
+    return hooks
+
+
+def _notes(store: Store) -> Iterator[list[Notification]]:
+    """The store's notifications, oldest first, :data:`OUTBOX_PAGE` at a time (an outbox
+    may hold far more than should be in memory at once)."""
+    if not isinstance(store, WebhookStore):
+        return
+    page = store.notifications_after(limit=OUTBOX_PAGE)
+    while page:
+        yield page
+        page = store.notifications_after(page[-1].id, limit=OUTBOX_PAGE)
 
 
 def copy_store(source: Store, target: Store) -> CopyCounts:
@@ -272,7 +285,14 @@ def copy_store(source: Store, target: Store) -> CopyCounts:
 
     revocations = source.revocations()
     tokens = source.tokens()
-    hooks, notes = _outbox(source, target)
+    hooks = _outbox(source, target)
+    noted = [0]
+
+    def notes() -> Iterator[Notification]:
+        for page in _notes(source):
+            noted[0] += len(page)
+            yield from page
+
     keys = source.published_keys() if isinstance(source, KeyDirectory) else None
     public_keys = "none"
     if keys is not None:
@@ -280,7 +300,7 @@ def copy_store(source: Store, target: Store) -> CopyCounts:
     if isinstance(target, Restore):
         target.restore(counted(), revocations=revocations, tokens=tokens,
                        keys=keys if isinstance(target, KeyDirectory) else None,
-                       webhooks=hooks, notifications=notes)
+                       webhooks=hooks, notifications=notes())
     else:
         _write_one_by_one(counted(), target)
         for jti, revocation in revocations.items():
@@ -292,7 +312,7 @@ def copy_store(source: Store, target: Store) -> CopyCounts:
         if isinstance(target, WebhookStore):  # after the orders: their writes notify no one
             for hook in hooks:
                 target.add_webhook(hook)
-            for note in notes:
+            for note in notes():
                 target.restore_notification(note)
     differences = compare_stores(source, target)
     if differences:
@@ -301,7 +321,7 @@ def copy_store(source: Store, target: Store) -> CopyCounts:
         orders=len(ids), events=counts["events"], reports=counts["reports"],
         reviews=counts["reviews"], calls=counts["calls"], effects=counts["effects"],
         passes=counts["passes"], revocations=len(revocations), tokens=len(tokens),
-        webhooks=len(hooks), notifications=len(notes), public_keys=public_keys)
+        webhooks=len(hooks), notifications=noted[0], public_keys=public_keys)
 
 
 def compare_stores(a: Store, b: Store) -> list[str]:
@@ -367,7 +387,7 @@ def _differences(a: Store, b: Store) -> Iterator[str]:
     if isinstance(a, WebhookStore) and isinstance(b, WebhookStore):
         if a.webhooks() != b.webhooks():
             yield "the webhooks differ"
-        if a.notifications(limit=None) != b.notifications(limit=None):
+        if any(mine != theirs for mine, theirs in zip_longest(_notes(a), _notes(b))):
             yield "the notifications differ"
 
 

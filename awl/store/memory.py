@@ -738,6 +738,19 @@ class MemoryStore:
                      and (order_id is None or n.order_id == order_id)]
         return found if limit is None else found[:limit]
 
+    def notifications_after(self, after: str | None = None, *,
+                            limit: int = 500) -> list[Notification]:
+        """Notifications kept after ``after``, oldest first, at most ``limit``."""
+        with self._lock:
+            ids = list(self._outbox)
+            if after is None:
+                start = 0
+            elif after in self._outbox:
+                start = ids.index(after) + 1
+            else:
+                return []
+            return [self._outbox[i] for i in ids[start:start + limit]]
+
     def restore_notification(self, note: Notification) -> None:
         """Keep a notification as it stands (a copy of a desk). Conflict if its id is kept."""
         with self._lock:

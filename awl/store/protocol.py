@@ -788,6 +788,13 @@ class WebhookStore(Protocol):
         """Notifications matching every filter given, newest first."""
         ...
 
+    def notifications_after(self, after: str | None = None, *,
+                            limit: int = 500) -> list[Notification]:
+        """The notifications kept after the one ``after`` names (from the first kept when
+        None), oldest first, at most ``limit``: the whole outbox read in pages, in the order
+        it was written (a copy of a desk). None after an id not kept."""
+        ...
+
     def restore_notification(self, note: Notification) -> None:
         """Keep a notification exactly as it stands, its id, state and attempts included (a
         copy of a desk, :mod:`awl.store.copy`), after those kept before it. Conflict if its id

@@ -102,6 +102,7 @@ from awl.store.tally import may_change, queued, read_sql
 __all__ = ["Connection", "Cursor", "Dialect", "SQLStore"]
 
 _A = TypeVar("_A", dict[str, Any] | None, str | None)
+_T = TypeVar("_T")
 """An upstream's answer as a store keeps it: a result object, or an error's text."""
 
 
@@ -231,6 +232,22 @@ def _outbox_row(note: Notification) -> tuple[Any, ...]:
     """The outbox row of ``note``, in :data:`_OUTBOX_INSERT`'s order."""
     return (note.id, note.webhook_id, note.order_id, note.state, timestamp(note.next_at),
             dump_json(asdict(note)))
+
+
+_OUTBOX_ROWS = 500
+"""Notifications a restore writes at a time."""
+
+
+def _chunks(items: Iterable[_T], size: int) -> Iterator[list[_T]]:
+    """``items`` in lists of at most ``size``."""
+    chunk: list[_T] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def _notification_from(doc: str) -> Notification:
@@ -924,6 +941,20 @@ class SQLStore(ABC):
                 (*params, self.dialect.no_limit if limit is None else limit)).fetchall()
         return [_notification_from(doc) for (doc,) in rows]
 
+    def notifications_after(self, after: str | None = None, *,
+                            limit: int = 500) -> list[Notification]:
+        """Notifications kept after ``after``, oldest first, at most ``limit``."""
+        q = self.dialect.sql
+        with self._read() as conn:
+            if after is None:
+                rows = conn.execute(q("SELECT doc{text} FROM outbox ORDER BY pos LIMIT ?"),
+                                    (limit,)).fetchall()
+            else:
+                rows = conn.execute(q(
+                    "SELECT doc{text} FROM outbox WHERE pos > (SELECT pos FROM outbox"
+                    " WHERE id = ?) ORDER BY pos LIMIT ?"), (after, limit)).fetchall()
+        return [_notification_from(doc) for (doc,) in rows]
+
     def restore_notification(self, note: Notification) -> None:
         """Keep a notification as it stands (durable). Conflict if its id is kept."""
         with self._write() as conn:
@@ -1030,5 +1061,7 @@ class SQLStore(ABC):
                               [(t.token_hash, t.principal, t.created_at) for t in tokens])
             self._insert_rows(conn, q("INSERT INTO webhooks (id, doc) VALUES (?, ?{jsonb})"),
                               [(w.id, dump_json(asdict(w))) for w in webhooks])
-            # Oldest first, so the outbox lists them as it did.
-            self._insert_rows(conn, q(_OUTBOX_INSERT), [_outbox_row(n) for n in notifications])
+            # Oldest first, so the outbox lists them as it did; a page at a time (an outbox
+            # may hold far more than a desk's memory should).
+            for page in _chunks(notifications, _OUTBOX_ROWS):
+                self._insert_rows(conn, q(_OUTBOX_INSERT), [_outbox_row(n) for n in page])

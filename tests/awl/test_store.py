@@ -751,3 +751,21 @@ def test_web_sessions_are_kept_by_hash_expire_and_end(store: Store) -> None:
     assert store.end_web_session("sha256:new")
     assert not store.end_web_session("sha256:new")
     assert store.web_session("sha256:new", now=200.0) is None
+
+
+def test_the_outbox_reads_in_pages_oldest_first(store: Store) -> None:
+    """notifications_after: the outbox as written, a page at a time, whatever its states;
+    nothing after an id it does not keep."""
+    from awl.store.protocol import Notification, WebhookStore
+
+    assert isinstance(store, WebhookStore)
+    written = [Notification(id=f"msg_{i}", webhook_id="wh_1", event="submitted",
+                            order_id="o1", payload={"n": i}, created_at=T0, next_at=T0,
+                            state="dead" if i % 2 else "pending") for i in range(5)]
+    for note in written:
+        store.restore_notification(note)
+    assert store.notifications_after(limit=2) == written[:2]
+    assert store.notifications_after("msg_1", limit=2) == written[2:4]
+    assert store.notifications_after("msg_3", limit=2) == written[4:]
+    assert store.notifications_after("msg_4") == []
+    assert store.notifications_after("msg_9") == []

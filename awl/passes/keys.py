@@ -25,7 +25,7 @@ from awl.store.protocol import KeyDirectory
 
 __all__ = ["KeySet", "KeyStore"]
 
-_KID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_KID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 
 def _thumbprint(x: str) -> str:
@@ -139,7 +139,7 @@ class KeyStore:
         """
         self._ensure_folder()
         # A kid is a base64url thumbprint; anything else never names a file here.
-        if _KID.match(kid) is None or not (self.folder / f"{kid}.pem").is_file():
+        if _KID.fullmatch(kid) is None or not (self.folder / f"{kid}.pem").is_file():
             raise PassError(f"no signing key {kid!r} in {self.folder}", reason="unknown_kid")
         try:
             key = serialization.load_pem_private_key(self._read(f"{kid}.pem"), password=None)
@@ -169,7 +169,7 @@ class KeyStore:
             BadRequest: ``kid`` is the current signing key (rotate first).
         """
         self._ensure_folder()
-        if _KID.match(kid) is None or not (self.folder / f"{kid}.pem").is_file():
+        if _KID.fullmatch(kid) is None or not (self.folder / f"{kid}.pem").is_file():
             raise NotFound(f"no signing key {kid!r} in {self.folder}; `awl pass jwks` lists "
                            "the kids")
         if kid == self.current_kid:

@@ -419,3 +419,19 @@ async def test_any_refusal_with_foreign_characters_is_a_401_one_ascii_line() -> 
     assert answer.status_code == 401
     assert answer.headers["www-authenticate"].endswith(
         'error_description="no such token \\u20ac second line"')
+
+
+def test_a_kid_with_a_trailing_newline_names_no_key_file(keys: KeyStore) -> None:
+    """The kid check read ``^...$`` with ``match``, which lets a trailing newline through:
+    a key file whose name ends so would have been read as a key. Only a whole kid is."""
+    from awl.documents.errors import NotFound
+
+    kid = keys.current_kid
+    odd = keys.folder / f"{kid}\n.pem"
+    odd.write_bytes((keys.folder / f"{kid}.pem").read_bytes())
+    odd.chmod(0o600)
+    with pytest.raises(PassError) as refused:
+        keys.private_key(f"{kid}\n")
+    assert refused.value.reason == "unknown_kid"
+    with pytest.raises(NotFound):
+        keys.retire(f"{kid}\n")

@@ -54,6 +54,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         if func is None:
             parser.print_help()
             return 2
+        _check_propagators()
         code: int = func(args)
         sys.stdout.flush()
     except CLIError as exc:
@@ -73,6 +74,27 @@ def run(argv: Sequence[str] | None = None) -> int:
         print(f"awl: {_unexpected(exc)}", file=sys.stderr)
         return 1
     return code
+
+
+def _check_propagators() -> None:
+    """Refuse an ``OTEL_PROPAGATORS`` naming a propagator this installation lacks, in one
+    line: the MCP SDK loads them all when it is imported, whether telemetry is on or not,
+    and a name it cannot find stopped every command that serves with Python's ValueError."""
+    configured = os.environ.get("OTEL_PROPAGATORS")
+    if not configured:
+        return
+    names = [name.strip() for name in configured.split(",")]
+    if any(name.lower() == "none" for name in names):
+        return  # no propagator at all: nothing is looked up
+    from importlib.metadata import entry_points
+
+    known = {ep.name for ep in entry_points(group="opentelemetry_propagator")}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise CLIError(
+            f"OTEL_PROPAGATORS names {', '.join(show_value(n) for n in unknown)}, which no "
+            f"installed package provides (installed: {', '.join(sorted(known)) or 'none'}); "
+            "fix the list, or unset OTEL_PROPAGATORS for the default")
 
 
 def _unexpected(exc: Exception) -> str:

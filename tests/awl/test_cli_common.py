@@ -225,3 +225,23 @@ def test_each_listening_flag_and_public_url_is_one_line_from_the_command(
         assert (done.returncode, done.stdout) == (2, ""), done.stderr
         one_line(done.stderr, start)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("value", ["bogus", "tracecontext,", "tracecontext, nope"])
+def test_an_unknown_otel_propagator_is_one_line_not_a_valueerror(value: str) -> None:
+    """The MCP SDK loads every propagator OTEL_PROPAGATORS names as it is imported, telemetry
+    on or not: a name no package provides stopped `awl gateway` and `awl serve` with
+    "INTERNAL ... ValueError". The real command now says which name, in one line, exit 2."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "awl", "serve", "--as", "human:ana", "--no-notify"],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        env={**os.environ, "OTEL_PROPAGATORS": value, "AWL_HOME": "/nonexistent/awl"})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("awl: OTEL_PROPAGATORS names ") and (
+        done.stderr.count("\n") == 1), done.stderr
+    assert "which no installed package provides (installed: baggage, tracecontext)" in (
+        done.stderr)

@@ -38,8 +38,8 @@ LATE_IMPORTS: dict[tuple[str, str], str] = {
     ("awl.cli._effects", "gateway"): "`awl effects retry` only: the commit path",
     ("awl.cli._serve", "awl.server"): "`awl serve` only: the desk's MCP server",
     ("awl.cli._serve", "awl.mcp"): "`awl serve --http` only: its taken port, to name the flag",
-    ("awl.cli._main", "importlib.metadata"): "only when OTEL_PROPAGATORS is set: the "
-                                             "propagators installed, to name a missing one",
+    ("awl.cli._main", "importlib"): "only when OTEL_PROPAGATORS is set: the installed "
+                                    "propagators, to name a missing one",
     ("awl.cli._gateway", "awl.mcp"): "`awl gateway --http` only: its taken port, to name the "
                                      "flag (loaded already: it serves the HTTP)",
     ("awl.cli._web", "awl.mcp"): "`awl web` only: the HTTP listener (Starlette, the MCP SDK)",

@@ -12,7 +12,7 @@ from typing import Any
 
 from awl.documents.checks import iter_pass_findings
 from awl.documents.errors import BadRequest, InvalidTransition, PassError
-from awl.documents.lifecycle import WORKING, is_desk_principal
+from awl.documents.lifecycle import TERMINAL, WORKING, is_desk_principal
 from awl.documents.limits import MAX_EPOCH, MIN_EPOCH, check_amounts, is_finite_number, show_value
 from awl.documents.models import Budget, WorkOrder, epoch_seconds, parse_time
 from awl.documents.patterns import overlap
@@ -27,6 +27,7 @@ from awl.passes.keys import KeyStore, publish_keys
 from awl.passes.records import record_pass, remaining_budget, revoke_order_passes
 from awl.passes.verify import VerifiedPass, unverified_claims, verify_pass
 from awl.store.protocol import Store
+from awl.store.rules import MAX_CHAIN as MAX_ORDERS_ABOVE
 
 __all__ = ["issue_pass", "issue_recorded_pass"]
 
@@ -198,6 +199,23 @@ def issue_pass(
     return token
 
 
+def _refuse_ended_above(store: Store, order: WorkOrder) -> None:
+    """InvalidTransition when an order above ``order`` has ended: a sub-order works only on
+    the authority its parent still has (LC-16), so a pass issued under it would be one no
+    gateway honours but a verifier holding only the key set would."""
+    seen: set[str] = set()
+    parent_id = order.parent_id
+    while parent_id is not None and parent_id not in seen and len(seen) < MAX_ORDERS_ABOVE:
+        seen.add(parent_id)
+        above = store.load(parent_id)
+        if above.state in TERMINAL:
+            raise InvalidTransition(
+                f"order {parent_id}, which order {order.id} is split from, is {above.state}; "
+                "its sub-orders work on no more, so no pass is issued under them",
+                state=above.state, action="issue_pass")
+        parent_id = above.order.parent_id
+
+
 def issue_recorded_pass(
     store: Store,
     order_id: str,
@@ -224,6 +242,7 @@ def issue_recorded_pass(
         raise InvalidTransition(f"order {order_id} is {record.state}; passes are issued while "
                                 "it is accepted or working", state=record.state,
                                 action="issue_pass")
+    _refuse_ended_above(store, record.order)
     revoked = store.revoked()
     t = epoch_seconds(now)
     parent = None

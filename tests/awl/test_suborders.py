@@ -587,3 +587,26 @@ async def test_the_mcp_desk_refuses_a_sub_order_deeper_than_the_chain_is_charged
     assert refused["code"] == "BAD_REQUEST"
     assert f"already has {MAX_DEPTH} orders above it" in refused["message"]
     assert len(store.list_orders(limit=None)) == MAX_DEPTH + 1
+
+
+@pytest.mark.spec("LC-16", "DP-8")
+def test_no_pass_is_issued_under_a_sub_order_whose_parent_has_ended(
+        desk: Desk, tmp_path: Path) -> None:
+    """The parent cancelled, the sub-order still stored as working: the desk signed a pass
+    for it that every gateway refuses (LC-16) but a verifier holding only the key set
+    accepts. Now no pass is issued while any order above has ended."""
+    from awl import InvalidTransition
+    from awl.passes import KeyStore, issue_recorded_pass
+
+    parent = working(desk)
+    child = desk.create(child_fields(parent.id, WORKER), WORKER)
+    desk.accept(child.id, HELPER)
+    desk.start(child.id, HELPER)
+    keys = KeyStore(tmp_path / "keys")
+    assert issue_recorded_pass(desk.store, child.id, keys=keys, subject=HELPER)
+    desk.cancel(parent.id, MANAGER, "not needed any more")
+    assert desk.store.load(child.id).state == "working"
+    with pytest.raises(InvalidTransition, match=f"order {parent.id}, which order "
+                                                f"{child.id} is split from, is cancelled"):
+        issue_recorded_pass(desk.store, child.id, keys=keys, subject=HELPER)
+    assert len(desk.store.passes(child.id)) == 1

@@ -278,6 +278,7 @@ def test_every_cli_path_that_reads_a_file_refuses_a_fifo(tmp_path: Path) -> None
     os.mkfifo(fifo)
     good = tmp_path / "order.json"
     good.write_text(json.dumps(order_fields()))
+    SQLiteStore(_home_file(tmp_path / "home")).close()  # `awl gateway` makes no desk
     for argv in (("validate", str(fifo)),
                  ("validate", str(good), "--order", str(fifo)),
                  ("order", "create", str(fifo), "--as", MANAGER),

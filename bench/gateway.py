@@ -20,7 +20,7 @@ example outbox server, and a client calls its read-only ``get_note`` tool:
   and two lines appended to a file per call (:mod:`bench.recording_floor`): what keeping
   evidence of each call before answering costs at the least;
 - **bare proxy (control)**: a second, identical bare proxy;
-- with ``--against DIR``, another checkout of this project (say ``git worktree add
+- with ``--against DIR``, another checkout of this project (say ``git worktree add --detach
   /tmp/base main``): **gateway (against NAME)** and **gateway (memory store, against
   NAME)**, its own SQLite gateway and in-memory gateway, its order made by its own code,
   in the same run, so a change to the gateway is measured side by side with the code
@@ -97,7 +97,7 @@ def check_checkout(checkout: Path) -> str | None:
     if missing:
         return (f"{checkout} is not a checkout of agent-work-layer that has the memory-store "
                 f"gateway (no {', '.join(missing)}); give a work tree of this project, for "
-                "example one made by `git worktree add /tmp/base main`")
+                "example one made by `git worktree add --detach /tmp/base main`")
     return None
 
 

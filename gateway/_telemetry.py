@@ -37,7 +37,7 @@ from gateway._spans import NOOP, CallSpan, EffectSpan, Signals, Telemetry, signa
 __all__ = ["NOOP", "CallSpan", "EffectSpan", "Signals", "Telemetry", "current", "enable",
            "signals"]
 
-INSTALL_HINT = "pip install 'agent-work-layer[otel]'"
+INSTALL_HINT = "pip install -e '.[otel]' in the agent-work-layer checkout"
 
 _active: Telemetry | None = None
 

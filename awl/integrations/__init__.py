@@ -5,8 +5,8 @@ The framework-neutral part is here: :func:`gateway_command`, :func:`draft_report
 framework has a small module that imports it only when used, so ``import awl`` never needs
 one:
 
-- :mod:`awl.integrations.pydantic_ai` (``pip install "agent-work-layer[pydantic-ai]"``);
-- :mod:`awl.integrations.openai_agents` (``pip install "agent-work-layer[openai-agents]"``).
+- :mod:`awl.integrations.pydantic_ai` (``pip install -e ".[pydantic-ai]"`` in the checkout);
+- :mod:`awl.integrations.openai_agents` (``pip install -e ".[openai-agents]"`` in the checkout).
 """
 
 from awl.integrations._work import (

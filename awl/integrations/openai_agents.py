@@ -1,6 +1,6 @@
 """The OpenAI Agents SDK through the gateway: the order's tools as an ``MCPServerStdio``.
 
-``pip install "agent-work-layer[openai-agents]"``, then::
+``pip install -e ".[openai-agents]"`` in the checkout, then::
 
     from agents import Agent, Runner
     from awl.integrations.openai_agents import gateway_server

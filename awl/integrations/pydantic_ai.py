@@ -1,6 +1,6 @@
 """PydanticAI through the gateway: the order's tools as an ``MCPToolset``.
 
-``pip install "agent-work-layer[pydantic-ai]"``, then::
+``pip install -e ".[pydantic-ai]"`` in the checkout, then::
 
     from pydantic_ai import Agent
     from awl.integrations import draft_report, work_order

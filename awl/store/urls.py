@@ -146,7 +146,7 @@ def _postgres(text: str) -> Store:
             raise BadRequest("this installation of awl has no PostgreSQL store; upgrade "
                              "agent-work-layer, or use a SQLite desk") from None
         raise BadRequest(f"the PostgreSQL store needs {exc.name!r}, which is not installed; "
-                         "pip install 'agent-work-layer[postgres]'") from None
+                         "pip install -e '.[postgres]' in the agent-work-layer checkout") from None
     return PostgresStore(text)
 
 

@@ -16,6 +16,7 @@ that is not one is handed on as the exception (the connection logs it in one lin
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
@@ -72,10 +73,33 @@ async def stop_process(process: anyio.abc.Process) -> None:
         await _exited(process, _REAP_SECONDS)
 
 
+class StderrTail:
+    """The end of what a server wrote on its stderr (passed on to the gateway's errlog as it
+    comes): why a server that never finished starting stopped is usually its last line."""
+
+    def __init__(self, keep: int = 4096) -> None:
+        self._keep = keep
+        self._data = b""
+
+    def add(self, chunk: bytes) -> None:
+        self._data = (self._data + chunk)[-self._keep:]
+
+    def last_line(self, limit: int = 300) -> str | None:
+        """Its last non-empty line, one line of at most ``limit`` characters, or None."""
+        lines = [line.strip() for line in self._data.decode("utf-8", "replace").splitlines()]
+        said = next((line for line in reversed(lines) if line), None)
+        if said is None:
+            return None
+        said = " ".join(said.split())
+        return said if len(said) <= limit else said[:limit - 1] + "\u2026"
+
+
 @asynccontextmanager
-async def stdio_transport(transport: StdioTransport, errlog: TextIO) -> AsyncIterator[Streams]:
+async def stdio_transport(transport: StdioTransport, errlog: TextIO,
+                          said: StderrTail | None = None) -> AsyncIterator[Streams]:
     """Start the server ``transport`` names and yield the streams an MCP client speaks over;
-    on exit, stop it as the module says (on Windows, the MCP SDK's own client)."""
+    on exit, stop it as the module says (on Windows, the MCP SDK's own client). What the
+    server writes on its stderr goes to ``errlog``, its end kept in ``said`` too."""
     if sys.platform == "win32":  # pragma: no cover - the SDK kills a Windows job at once
         params = StdioServerParameters(command=transport.command, args=list(transport.args),
                                        env=dict(transport.env), cwd=transport.cwd)
@@ -84,7 +108,8 @@ async def stdio_transport(transport: StdioTransport, errlog: TextIO) -> AsyncIte
         return
     process = await anyio.open_process(
         [transport.command, *transport.args], env=get_default_environment() | dict(transport.env),
-        cwd=transport.cwd, stderr=errlog, start_new_session=True)
+        cwd=transport.cwd, stderr=subprocess.PIPE if said is not None else errlog,
+        start_new_session=True)
     to_client, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     to_server, from_client = anyio.create_memory_object_stream[SessionMessage](0)
 
@@ -120,9 +145,20 @@ async def stdio_transport(transport: StdioTransport, errlog: TextIO) -> AsyncIte
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             await to_client.aclose()  # the server cannot be written to: end the connection
 
+    async def relay_stderr() -> None:
+        assert process.stderr is not None and said is not None
+        with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError,
+                      ValueError):
+            async for chunk in process.stderr:
+                said.add(chunk)
+                errlog.write(chunk.decode("utf-8", "replace"))
+                errlog.flush()
+
     async with anyio.create_task_group() as tg:
         tg.start_soon(read)
         tg.start_soon(write)
+        if said is not None:
+            tg.start_soon(relay_stderr)
         try:
             yield from_server, to_server
         finally:

@@ -72,7 +72,7 @@ from pydantic import TypeAdapter, ValidationError
 from awl.documents import AWLError, NotFound, is_tool_name
 from gateway._config import GatewayConfig, HttpTransport, ServerConfig
 from gateway._results import bound_result
-from gateway._stdio import stdio_transport
+from gateway._stdio import StderrTail, stdio_transport
 
 logger = logging.getLogger("awl.gateway.upstream")
 
@@ -355,6 +355,8 @@ class _Upstream:
                  handlers: UpstreamHandlers | None = None) -> None:
         self.config = config
         self.errlog = errlog
+        self.said: StderrTail | None = None
+        """The end of what a stdio server wrote on its stderr during its last start."""
         self.listeners = listeners
         self.handlers = handlers or UpstreamHandlers()
         self.conn: _Connection | None = None
@@ -419,7 +421,8 @@ class _Upstream:
                     self._opened(conn)
                     yield _WatchedReadStream(r, conn.end, self.config.name), w
             else:
-                async with stdio_transport(transport, self.errlog) as (r, w):
+                self.said = StderrTail()  # this start's own
+                async with stdio_transport(transport, self.errlog, self.said) as (r, w):
                     self._opened(conn)
                     yield _WatchedReadStream(r, conn.end, self.config.name), w
 
@@ -478,7 +481,10 @@ class _Upstream:
             raise
         except Exception as exc:
             if not started:
-                self.failed_start(f"cannot connect to upstream {name!r}: {_describe(exc)}")
+                last = self.said.last_line() if self.said is not None else None
+                said = "" if last is None else f" (its last words on stderr: {last})"
+                self.failed_start(f"cannot connect to upstream {name!r}: {_describe(exc)}"
+                                  f"{said}")
                 assert self.error is not None
                 raise UpstreamUnavailable(self.error, server=name, sent=False) from exc
             self.error = f"the connection to upstream {name!r} ended: {_describe(exc)}"

@@ -373,3 +373,24 @@ async def test_refresh_lists_tools_again_and_starts_servers_that_were_down() -> 
             assert "flaky/echo" in tools
             assert pool.status()["flaky"].state == "connected"
             assert pool.skipped() == {}
+
+
+@pytest.mark.spec("GW-8", "SEC-4")
+async def test_a_server_that_dies_starting_names_its_last_words(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """A stdio server that exits before its handshake (a missing module, a bad flag) was
+    refused as "Connection closed", its reason only on the gateway's stderr; the refusal
+    now carries the last line it wrote there, which still reaches the gateway's stderr."""
+    dying = {"command": sys.executable, "args": ["-c", (
+        "import sys; sys.stderr.write('Traceback (most recent call last):\\n  ...\\n"
+        "ModuleNotFoundError: No module named \\'anyio\\'\\n\\n'); sys.exit(1)")],
+        "connect_timeout": 10}
+    with anyio.fail_after(30):
+        async with UpstreamPool(config(dying=dying)) as pool:
+            with pytest.raises(UpstreamUnavailable) as info:
+                await pool.call("dying", "anything", {})
+    assert info.value.sent is False
+    assert info.value.message.startswith(
+        "cannot connect to upstream 'dying': Connection closed (its last words on stderr: "
+        "ModuleNotFoundError: No module named 'anyio') "), info.value.message
+    assert "No module named 'anyio'" in capfd.readouterr().err

@@ -1163,13 +1163,13 @@ class PostgresStore(SQLStore):
     def _keepable(self, answer: _A) -> _A:
         """An effect's result or error as PostgreSQL can keep it: a U+0000 (NUL) in what the
         upstream answered becomes U+FFFD, so an effect that ran is still recorded as such
-        (as :func:`_ending_doc` keeps a call's answer)."""
+        (:func:`_answer_text`)."""
         if answer is None:
             return answer
-        text = json_text(answer, "an upstream's answer")
-        if "\\u0000" not in text:
+        text = _answer_text(answer, "an upstream's answer")
+        if "\\ufffd" not in text:
             return answer
-        kept: _A = json.loads(_NUL_ESCAPE.sub(lambda m: m.group(1) + "\\ufffd", text))
+        kept: _A = json.loads(text)
         return kept
 
     def finish_call(
@@ -1541,14 +1541,20 @@ def _call_doc(data: dict[str, Any]) -> str:
     return doc
 
 
-def _ending_doc(ending: dict[str, Any]) -> str:
-    """A call's ending as JSON text this store can keep: a U+0000 (NUL) in what the upstream
-    answered (or in the error naming it) is kept as U+FFFD, as ``jsonb`` keeps no NUL: the
-    call ran, and its outcome must be recorded (GW-7)."""
-    text = json_text(ending, "a call's ending")
+def _answer_text(answer: Any, what: str) -> str:
+    """What an upstream answered, as JSON text this store can keep: a U+0000 (NUL) in it is
+    kept as U+FFFD, as ``jsonb`` keeps no NUL: a call or effect that ran must still be
+    recorded (GW-7, CM-6)."""
+    text = json_text(answer, what)
     if "\\u0000" in text:
         text = _NUL_ESCAPE.sub(lambda m: m.group(1) + "\\ufffd", text)
     return text
+
+
+def _ending_doc(ending: dict[str, Any]) -> str:
+    """A call's ending (what the upstream answered, or the error naming it) as JSON text
+    this store can keep (:func:`_answer_text`)."""
+    return _answer_text(ending, "a call's ending")
 
 
 class _ClosedHere(logging.Filter):

@@ -31,23 +31,7 @@ from awl.passes import (
 from awl.store.memory import MemoryStore
 from awl.store.protocol import PassRecord, Store
 from awl.store.sqlite import SQLiteStore
-
-NOW = 1_800_000_000  # 2027-01-15; the order's deadline is 2030-01-01
-AUD = "awl:gateway"
-
-ORDER = WorkOrder.model_validate({
-    "spec": "awl/work-order@0.3",
-    "id": "ord-1",
-    "created_at": "2026-01-01T00:00:00Z",
-    "from": "human:ana",
-    "to": "agent:worker",
-    "goal": "Answer the mail",
-    "criteria": [{"id": "c1", "text": "the mail is answered"}],
-    "budget": {"usd": 5, "tool_calls": 10},
-    "deadline": "2030-01-01T00:00:00Z",
-    "tools": ["fs/*", "web/search", "mail/*"],
-    "staged": ["mail/send"],
-})
+from tests.awl.test_passes import AUD, NOW, ORDER
 
 
 @pytest.fixture
@@ -257,7 +241,7 @@ def _accepted(store: Store, order: WorkOrder = ORDER) -> Store:
     return store
 
 
-class _MemoryEndingMidIssue(MemoryStore):
+class _EndingMidIssue:
     """A store whose order is cancelled, through the desk, just before a pass is recorded:
     the order's end and the issuing of a pass interleaved as two processes can."""
 
@@ -267,17 +251,15 @@ class _MemoryEndingMidIssue(MemoryStore):
         desk, self.desk = self.desk, None
         if desk is not None:
             desk.cancel(record.order_id, "human:ana", "no longer needed")
-        super().save_pass(record)
+        super().save_pass(record)  # type: ignore[misc]
 
 
-class _SQLiteEndingMidIssue(SQLiteStore):
-    desk: Desk | None = None
+class _MemoryEndingMidIssue(_EndingMidIssue, MemoryStore):
+    pass
 
-    def save_pass(self, record: PassRecord) -> None:
-        desk, self.desk = self.desk, None
-        if desk is not None:
-            desk.cancel(record.order_id, "human:ana", "no longer needed")
-        super().save_pass(record)
+
+class _SQLiteEndingMidIssue(_EndingMidIssue, SQLiteStore):
+    pass
 
 
 @pytest.fixture(params=["memory", "sqlite"])

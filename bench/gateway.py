@@ -16,6 +16,9 @@ example outbox server, and a client calls its read-only ``get_note`` tool:
 - **gateway (memory store)**: the same gateway on the in-memory store
   (:mod:`bench.memory_gateway`): every check and record, none of them written to a file,
   so the gateway's own work apart from the persistent store's two writes per call;
+- **gateway (journal store)**: the same gateway with its two writes per call appended to a
+  journal file and the budget counted in the process (:mod:`bench.journal_gateway`): what a
+  call path leasing an order's calls could cost at the least, folding and leases left out;
 - **recording floor**: the bare proxy plus the least recording there is, a budget counter
   and two lines appended to a file per call (:mod:`bench.recording_floor`): what keeping
   evidence of each call before answering costs at the least;
@@ -75,11 +78,13 @@ TARGET_P99 = 1.25
 BARE = "bare proxy"
 CONTROL = "bare proxy (control)"
 MEMORY = "gateway (memory store)"
-"""The gateway on the in-memory store (:mod:`bench.memory_gateway`)."""
-FLOOR = "recording floor"
-"""The bare proxy plus a counter and two appended lines per call (:mod:`bench.recording_floor`)."""
 """The gateway on the in-memory store (:mod:`bench.memory_gateway`): its checks without the
 persistent store's writes."""
+JOURNAL = "gateway (journal store)"
+"""The gateway whose two writes per call are appended lines (:mod:`bench.journal_gateway`):
+the least a leased call path could cost."""
+FLOOR = "recording floor"
+"""The bare proxy plus a counter and two appended lines per call (:mod:`bench.recording_floor`)."""
 BURST = 2
 """Calls per concurrent caller in one turn of the concurrent phase."""
 
@@ -311,6 +316,16 @@ def _memory_params(root: Path, config: Path) -> StdioServerParameters:
         env={"PYTHONPATH": str(root)}, cwd=root)
 
 
+def _journal_params(home: Path, order_id: str, config: Path) -> StdioServerParameters:
+    """The journal gateway (:mod:`bench.journal_gateway`) for ``order_id`` of the SQLite desk
+    in ``home``."""
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "bench.journal_gateway", "--home", str(home), "--order", order_id,
+              "--config", str(config)],
+        env={"PYTHONPATH": str(ROOT)}, cwd=ROOT)
+
+
 def _floor_params(config: Path, journal: Path) -> StdioServerParameters:
     """The recording floor (:mod:`bench.recording_floor`), its journal at ``journal``."""
     return StdioServerParameters(
@@ -341,6 +356,12 @@ async def run(calls: int, callers: int, per_caller: int,
                 "notes__get_note"))
         # The floor of the gateway's own work: the same gateway on the in-memory store.
         gateways.append((MEMORY, _memory_params(ROOT, config), "notes__get_note"))
+        # The least a journal for call records could cost: its own desk, in a home of its own.
+        journal_home = folder / "journal-home"
+        journal_home.mkdir()
+        gateways.append((JOURNAL, _journal_params(
+            journal_home, _working_order(journal_home, calls + callers * per_caller), config),
+            "notes__get_note"))
         if against is not None:
             gateways += against_targets(against, folder, config, calls + callers * per_caller)
         gateways.append((FLOOR, _floor_params(config, folder / "floor-journal.jsonl"),

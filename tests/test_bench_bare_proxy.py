@@ -1,5 +1,6 @@
-"""The floors of the benchmarks: :mod:`bench.bare_proxy` (the MCP SDK alone) and
-:mod:`bench.memory_gateway` (the gateway on the in-memory store)."""
+"""The floors of the benchmarks: :mod:`bench.bare_proxy` (the MCP SDK alone),
+:mod:`bench.memory_gateway` (the gateway on the in-memory store) and
+:mod:`bench.journal_gateway` (the gateway with a journal for its call records)."""
 
 from __future__ import annotations
 
@@ -70,3 +71,45 @@ async def test_the_memory_store_gateway_checks_and_records_each_call(tmp_path: P
     assert second.is_error
     assert second.content[0].text.startswith("AWL_BUDGET_EXHAUSTED:")  # type: ignore[union-attr]
     assert not outbox.exists() or outbox.read_text() == ""
+
+
+async def test_the_journal_gateway_writes_each_call_before_answering(tmp_path: Path) -> None:
+    """:mod:`bench.journal_gateway` is the whole gateway with a journal for its call records:
+    a reservation line before forwarding and the outcome line before answering, the order's
+    budget counted exactly (a call past it is refused and never forwarded), and nothing of
+    the calls written to the desk."""
+    from contextlib import closing
+
+    from awl.store.sqlite import SQLiteStore
+    from bench.gateway import new_working_order
+
+    outbox = tmp_path / "outbox.jsonl"
+    config = tmp_path / "upstream.json"
+    config.write_text(json.dumps({"mcpServers": {"notes": {
+        "command": sys.executable, "args": [str(NOTES)], "env": {"OUTBOX_PATH": str(outbox)}}}}))
+    home = tmp_path / "home"
+    home.mkdir()
+    with closing(SQLiteStore(home / "desk.sqlite3")) as store:
+        order_id = new_working_order(store, 2)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "bench.journal_gateway", "--home", str(home), "--order", order_id,
+              "--config", str(config)],
+        env={"PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
+    with anyio.fail_after(60), open(tmp_path / "gateway.err", "w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            answers = [await client.call_tool(
+                "notes__send_email", {"to": to, "subject": "s", "body": "b"})
+                for to in ("a@example.test", "b@example.test", "c@example.test")]
+    assert [(a.meta or {}).get("awl/ref") for a in answers[:2]] == [
+        "notes/send_email#1", "notes/send_email#2"]
+    assert answers[2].is_error
+    assert answers[2].content[0].text.startswith("AWL_BUDGET_EXHAUSTED:")  # type: ignore[union-attr]
+    lines = [json.loads(line) for line in (home / "calls.journal").read_text().splitlines()]
+    assert [(kind, r["ref"], r["outcome"]) for line in lines for kind, r in line.items()] == [
+        ("reserved", "notes/send_email#1", "pending"), ("ended", "notes/send_email#1", "ok"),
+        ("reserved", "notes/send_email#2", "pending"), ("ended", "notes/send_email#2", "ok")]
+    assert lines[0]["reserved"]["arguments"] == {"to": "a@example.test", "subject": "s",
+                                                 "body": "b"}
+    assert [json.loads(m)["to"] for m in outbox.read_text().splitlines()] == [
+        "a@example.test", "b@example.test"]  # the refused call never reached the upstream

@@ -613,6 +613,46 @@ class _Row:
     sub_usd: float
 
 
+def _exists(conn: psycopg.Connection[Any], name: str) -> bool:
+    """Whether the schema the store uses holds a table or index ``name``."""
+    row = conn.execute("SELECT to_regclass(quote_ident(current_schema()) || '.' || %s)",
+                       (name,)).fetchone()
+    return row is not None and row[0] is not None
+
+
+def _settle_early_layouts(conn: psycopg.Connection[Any]) -> None:
+    """Bring a desk from a development build whose numbered migration differed from the
+    released one to the layout its number has here, so that the migrations after it apply.
+    Run in the migrating transaction, before them; a desk of any other layout is left as
+    it is.
+
+    - Schema 3 with the track tallies: a build numbered them 3 (they are 4 here, with the
+      question queue) and had no webhook tables (3 here). Those are made now, then what 4
+      makes here and the desk lacks, the tallies and the queue filled again (the tallies
+      from the same orders); the desk is 4.
+    - Schema 4 (or 5) without the listing indexes by parent and by position: builds whose
+      4 made other indexes. They are made now.
+
+    Either way that build's own index, which nothing reads any more, is dropped.
+    """
+    if not _exists(conn, "awl_schema"):
+        return
+    row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
+    version = None if row is None or row[0] is None else int(row[0])
+    if version == 3 and _exists(conn, "track_tally") and not _exists(conn, "webhooks"):
+        for step in MIGRATIONS[2]:
+            conn.execute(cast(str, step))
+        conn.execute("DROP INDEX IF EXISTS orders_blocked_by_escalation")
+        PostgresStore._missing_only(conn, MIGRATIONS[3], lambda name: _exists(conn, name))
+        conn.execute("INSERT INTO awl_schema (version) VALUES (4)")
+    elif version in (4, 5) and not (_exists(conn, "orders_by_parent_state")
+                                    and _exists(conn, "orders_by_pos_state")):
+        conn.execute("DROP INDEX IF EXISTS orders_blocked_by_escalation")
+        indexes = [step for step in MIGRATIONS[3]
+                   if isinstance(step, str) and step.startswith("CREATE INDEX orders_")]
+        PostgresStore._missing_only(conn, indexes, lambda name: _exists(conn, name))
+
+
 def _key(text: str) -> int:
     """A signed 32-bit advisory lock key for ``text``."""
     return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:4], "big",
@@ -851,6 +891,7 @@ class PostgresStore(SQLStore):
             # Held to the end of this transaction: a second process opening a new database
             # waits here, then finds it migrated.
             conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_key(f"awl:{self.schema}"),))
+            _settle_early_layouts(conn)
             self._upgrade(conn, MIGRATIONS, f"the desk at {self._where}")
         conn.commit()
 

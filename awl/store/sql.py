@@ -25,6 +25,7 @@ than spelling stays in each backend: migrations, connections, the gateway's call
 from __future__ import annotations
 
 import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -261,6 +262,10 @@ _PUT_EFFECT = ("INSERT INTO effects (order_id, n, doc) VALUES (?, ?, ?{jsonb})"
                " ON CONFLICT (order_id, n) DO UPDATE SET doc = excluded.doc")
 
 
+_CREATES = re.compile(r"\s*CREATE (?:TABLE|INDEX) (\w+)")
+"""A migration step that makes a table or an index, and its name."""
+
+
 class SQLStore(ABC):
     """The part of a SQL store every SQL backend shares (see the module's description)."""
 
@@ -345,6 +350,23 @@ class SQLStore(ABC):
                     conn.execute(statement)
             conn.execute(cls.dialect.sql("INSERT INTO awl_schema (version) VALUES (?)"),
                          (number + 1,))
+
+    @staticmethod
+    def _missing_only(conn: Connection, steps: Sequence[str | Callable[[Any], None]],
+                      exists: Callable[[str], bool]) -> None:
+        """Run the CREATE statements of ``steps`` whose table or index the desk lacks
+        (``exists`` says, by name), and their functions (backfills, which refill what they
+        fill from scratch): a desk a development build left part-way to a migration's
+        layout gets the rest of it."""
+        for step in steps:
+            if callable(step):
+                step(conn)
+                continue
+            made = _CREATES.match(step)
+            if made is None:
+                raise AssertionError(f"not a CREATE: {step[:40]}")
+            if not exists(made.group(1)):
+                conn.execute(step)
 
     def schema_version(self) -> int:
         """The schema version of the open desk."""

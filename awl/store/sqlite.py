@@ -471,6 +471,41 @@ def _schema_version(conn: sqlite3.Connection) -> int | None:
     return None if row is None or row[0] is None else int(row[0])
 
 
+def _settle_early_layouts(conn: sqlite3.Connection) -> None:
+    """Bring a desk from a development build whose numbered migration differed from the
+    released one to the layout its number has here, so that the migrations after it apply.
+    Run in the migrating transaction, before them; a desk of any other layout is left as
+    it is.
+
+    - Schema 6 with the webhook tables: a build numbered them 6 (they are 7 here) and had
+      no 6 (held calls given their effect). That 6 runs now, and the desk is 7.
+    - Schema 8 (or 9) without the question queue, or without the listing indexes by parent
+      and by position: builds whose 8 made the tallies alone, or other indexes. What 8
+      makes here and the desk lacks is made now, the tallies and the queue filled again
+      (the tallies from the same orders), and those builds' own indexes, which nothing reads
+      any more, dropped.
+    """
+    version = _schema_version(conn)
+    if version is None:
+        return
+    tables = {name for (name,) in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if version == 6 and "webhooks" in tables:
+        for step in MIGRATIONS[5]:
+            conn.execute(cast(str, step))
+        conn.execute("INSERT INTO awl_schema (version) VALUES (7)")
+    elif version in (8, 9):
+        indexes = {name for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'index'")}
+        if ("question_queue" in tables and "orders_by_parent_state" in indexes
+                and "orders_by_pos_state" in indexes):
+            return
+        conn.execute("DROP INDEX IF EXISTS orders_blocked_by_escalation")
+        conn.execute("DROP INDEX IF EXISTS orders_by_pos")
+        SQLiteStore._missing_only(conn, MIGRATIONS[7], lambda name: conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone() is not None)
+
+
 # What a track row is made of (read_track_row's fields), picked from the documents of
 # the orders `o`.
 _TRACK_FIELDS = """o.id, o.state, json_extract(o.doc, '$.budget'),
@@ -897,6 +932,7 @@ class SQLiteStore(SQLStore):
             return
         conn.execute("BEGIN IMMEDIATE")
         try:
+            _settle_early_layouts(conn)
             self._upgrade(conn, MIGRATIONS, f"the desk {self.path}")
         except BaseException:
             conn.execute("ROLLBACK")

@@ -1,8 +1,8 @@
 import pytest
 
-from tests.postgres_support import fresh_pg_url, pg_url, store_url
+from tests.postgres_support import desk_url, fresh_pg_url, pg_url, store_url
 
-__all__ = ["fresh_pg_url", "pg_url", "store_url"]
+__all__ = ["desk_url", "fresh_pg_url", "pg_url", "store_url"]
 
 
 @pytest.fixture

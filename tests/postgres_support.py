@@ -15,6 +15,7 @@ import contextlib
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
@@ -147,6 +148,13 @@ def store_url(request: pytest.FixtureRequest) -> str | None:
         return None
     url: str = request.getfixturevalue("pg_url")
     return url
+
+
+@pytest.fixture
+def desk_url(store_url: str | None, tmp_path: Path) -> str:
+    """Like :func:`store_url`, but always a URL to pass on (``--store``, ``open_store``):
+    a SQLite file of the test's own for the SQLite backend."""
+    return store_url if store_url is not None else str(tmp_path / "desk.sqlite3")
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from typing import Any
 
 from awl.cli._common import add_store_option
 from awl.cli._gateway import send_once
+from awl.desk import Desk
 from awl.desk.effects import EffectView, list_effects
 from awl.desk.home import default_store
 from awl.desk.settlement import settle
@@ -123,7 +124,7 @@ def _result_text(result: dict[str, Any]) -> str:
 def _list(args: argparse.Namespace) -> int:
     store = default_store(args.home, url=args.store)
     try:
-        store.load(args.order)
+        Desk(store).get(args.order)  # NotFound; and an ended order's undone drops are done
         views = list_effects(args.order, store=store)
     finally:
         store.close()

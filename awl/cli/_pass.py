@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -14,8 +15,9 @@ from typing import Any
 # Keys and issuing (PyJWT, cryptography) load when a command uses them: through the package.
 from awl import passes
 from awl.cli._common import CLIError, add_store_option, stdin_text
+from awl.desk import Desk
 from awl.desk.home import default_store, home_dir
-from awl.documents.errors import BadRequest, NotFound, PassError
+from awl.documents.errors import AWLError, BadRequest, NotFound, PassError
 from awl.documents.limits import INT64_MAX, check_epoch, show_value
 from awl.documents.models import format_epoch
 from awl.passes import (
@@ -225,6 +227,12 @@ def _show(args: argparse.Namespace) -> int:
     home = home_dir(args.home)
     store = default_store(home, url=args.store)
     try:
+        order_id = _object(claims.get("grant")).get("order_id")
+        if isinstance(order_id, str):
+            # Reading the order revokes its passes if it ended and its end was cut short
+            # (a desk killed right after the ending event): never "valid" for an ended order.
+            with contextlib.suppress(AWLError):
+                Desk(store).get(order_id)
         revoked = store.revoked()
     finally:
         store.close()

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from awl.desk.access import ACTION_ROLE, check_action
-from awl.desk.effects import drop_held, held_calls
+from awl.desk.effects import drop_held, held_calls, record_event
 from awl.desk.home import default_store
 from awl.desk.views import OrderView
 from awl.documents.errors import (
@@ -20,7 +20,15 @@ from awl.documents.errors import (
     Conflict,
     InvalidTransition,
 )
-from awl.documents.lifecycle import ACTIVE, DESK_ACTOR, NOTE_ACTIONS, TABLE, TERMINAL, targets
+from awl.documents.lifecycle import (
+    ACTIVE,
+    DESK_ACTOR,
+    NOTE_ACTIONS,
+    TABLE,
+    TERMINAL,
+    is_desk_principal,
+    targets,
+)
 from awl.documents.models import (
     Event,
     Review,
@@ -148,6 +156,8 @@ class DeskCore:
         for round_ in range(self._retries + 1):
             record = self.store.load(order_id)
             check_action(record.order, action, actor)
+            if round_ == 0 and not is_desk_principal(actor):
+                self._mend(record)  # the desk's own writes are the tidying itself
             now = self.now()
             stale = record.state in ACTIVE and parse_time(record.order.deadline) < now
             if stale and (expire_stale or record.state != "working"):
@@ -171,7 +181,7 @@ class DeskCore:
             return view
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _tidy(self, view: OrderView, event: Event) -> None:
+    def _tidy(self, view: OrderView, event: Event, *, drop_at: str | None = None) -> None:
         """Right after ``event`` is written, undo what it leaves dangling.
 
         A rework drops the held calls of the attempt it ends (and of any earlier one): they
@@ -182,7 +192,9 @@ class DeskCore:
         commit drops what the approval leaves out.
 
         The event is written whatever happens here, so a failure is logged, not raised;
-        everything here is idempotent and the commit path checks again before running.
+        everything here is idempotent and the commit path checks again before running. What
+        a failure (or a crash right after the event) leaves undone, :meth:`_mend` does when
+        the desk next touches the order; ``drop_at`` is then the time its drops are written.
         """
         ends_attempt = event.action == "rework"
         if event.from_ == event.to or not (ends_attempt or event.to in TERMINAL):
@@ -206,11 +218,66 @@ class DeskCore:
                 note = f"the order was {event.to}"
                 reasons = {call.ref: note for call in held_calls(self.store, order_id)}
             if reasons:
-                drop_held(self, order_id, reasons, actor=DESK_ACTOR, at=event.at, note=note,
-                          data=extra)
+                drop_held(self, order_id, reasons, actor=DESK_ACTOR, at=drop_at or event.at,
+                          note=note, data=extra)
         except AWLError as exc:
             log.warning("order %s is %s (event %d), but tidying after it failed: %s",
                         order_id, event.to, event.seq, exc)
+
+    def _mend(self, record: OrderRecord) -> None:
+        """Finish the tidying an ended order's end left undone (DP-8, CM-4).
+
+        The ending event and its tidying (:meth:`_tidy`) are separate writes: a desk killed
+        between them (``kill -9``, a power cut), or a store that failed under the tidying,
+        leaves an ended order whose passes still verify and whose held calls still read
+        ``held``. So whenever the desk touches an ended order (reads it, or is asked to act on
+        it), it looks: a pass of the order not yet expired and not revoked, or (unless it
+        was approved) a held call, and then it tidies after the ending event as it would have
+        then (revocations as of that event's time; drops now, in one ``drop`` event by
+        ``awl:desk``). A call dropped by a tidying killed before its ``drop`` event is
+        logged then. A call the gateway held while the order was ending (reserved before
+        the end, held after its tidying) is dropped the same way. The look costs a read or
+        two; the log is read only when an ended order has a held or dropped call, or a live
+        pass not revoked. Failures are logged, as the tidying's are: the caller's answer
+        does not depend on them.
+        """
+        if record.state not in TERMINAL:
+            return
+        order_id = record.order.id
+        try:
+            moment = self.now()
+            live = [p.jti for p in self.store.passes(order_id) if p.exp > moment.timestamp()]
+            unrevoked = bool(live) and not set(live) <= self.store.revoked().keys()
+            effects = [] if record.state == "approved" else self.store.effects(order_id)
+            held = any(e.state == "held" for e in effects)
+            dropped = {e.ref: e.error or "dropped" for e in effects if e.state == "dropped"}
+            if not (unrevoked or held or dropped):
+                return
+            events = self.store.events(order_id)
+            logged = {ref for e in events if e.action == "drop" and e.data
+                      and isinstance(e.data.get("refs"), list) for ref in e.data["refs"]}
+            unlogged = {ref: why for ref, why in dropped.items() if ref not in logged}
+            if not (unrevoked or held or unlogged):
+                return
+            ending = next((e for e in reversed(events)
+                           if e.to == record.state and e.from_ != e.to), None)
+            if ending is None:  # pragma: no cover - a terminal state is reached by an event
+                return
+        except AWLError as exc:
+            log.warning("order %s is %s, but looking for what its end left undone failed: %s",
+                        order_id, record.state, exc)
+            return
+        log.info("order %s is %s since event %d; finishing what that end left undone",
+                 order_id, record.state, ending.seq)
+        if unlogged:  # dropped, but killed before the drop event: log it now
+            try:
+                record_event(self, order_id, DESK_ACTOR, "drop",
+                             note=f"the order was {record.state}",
+                             data={"refs": list(unlogged), "reasons": unlogged})
+            except AWLError as exc:
+                log.warning("order %s: logging the drop of %s failed: %s", order_id,
+                            ", ".join(unlogged), exc)
+        self._tidy(OrderView.of(record), ending, drop_at=format_time(moment))
 
     @staticmethod
     def _after(record: OrderRecord, write: Write) -> OrderView:

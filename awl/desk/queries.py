@@ -77,7 +77,8 @@ class DeskQueries(DeskCore):
     def get(self, order_id: str, *, viewer: str | None = None) -> OrderView:
         """The order with its reports and reviews, as ``viewer`` may see it.
 
-        An active order past its deadline is expired first, so the view is never stale.
+        An active order past its deadline is expired first, so the view is never stale;
+        what an ended order's end left undone is done (:meth:`_mend`).
         ``viewer`` None is the desk's operator, who holds the whole store anyway; any other
         viewer must be part of the order or of one it was split from
         (:func:`awl.desk.access.check_reader`).
@@ -86,9 +87,12 @@ class DeskQueries(DeskCore):
             NotFound: no such order.
             Forbidden: ``viewer`` is not part of the order nor of any order above it.
         """
-        view = self._fresh(self.store.load(order_id))
+        record = self.store.load(order_id)
+        view = self._fresh(record)
         if viewer is not None:
             check_reader(view.order, viewer, lambda: ancestors(self.store, view.order))
+        if record.state in TERMINAL:  # one it just expired was tidied then
+            self._mend(record)
         return view
 
     def list(self, *, state: str | Sequence[str] | None = None, worker: str | None = None,

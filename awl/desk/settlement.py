@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import Callable
 from datetime import datetime
 
+from awl.desk.core import Write
 from awl.desk.desk import Desk
 from awl.desk.effects import (
     EffectView,
@@ -21,15 +22,18 @@ from awl.desk.effects import (
     find_call,
     list_effects,
     manager_only,
-    record_event,
     settle_events,
     valid_settlement,
 )
 from awl.documents.errors import BadRequest, Conflict, InvalidTransition
+from awl.documents.lifecycle import targets
 from awl.documents.models import format_time, utc_now
-from awl.store.protocol import EffectState, Settlement, Store
+from awl.store.protocol import EffectState, OrderRecord, Settlement, Store
 
 __all__ = ["settle"]
+
+_ATTEMPTS = 20
+"""How many times a settlement is decided again after another event took its seq."""
 
 
 def settle(order_id: str, ref: str, verdict: Verdict, evidence: str, by: str, *,
@@ -50,7 +54,9 @@ def settle(order_id: str, ref: str, verdict: Verdict, evidence: str, by: str, *,
 
     Raises:
         Forbidden: ``by`` is not the order's manager.
-        InvalidTransition: The effect is not ``unknown``.
+        InvalidTransition: The effect is not ``unknown``, or was already settled for its
+            latest dispatch (by another manager at the same moment, too: the first
+            settlement logged counts, and a refused one writes nothing).
         BadRequest: No evidence, or an unknown verdict.
         NotFound: No such order or call.
     """
@@ -70,14 +76,32 @@ def settle(order_id: str, ref: str, verdict: Verdict, evidence: str, by: str, *,
                                 action="settle")
     _refuse_settled(order_id, call.ref, state, store)
     at = format_time(clock())
+    data = {"ref": call.ref, "verdict": verdict, "evidence": evidence,
+            "dispatches": state.dispatches}
+
+    def plan(record: OrderRecord, moment: datetime) -> Write:
+        # Decided against the log as of the order's seq the event is appended after: a
+        # settlement another manager logged meanwhile moves the seq, so this is decided
+        # again and refused, writing nothing (the first settlement counts, CM-11).
+        fresh = effect_of(store, order_id, call, "settle")
+        if fresh.state != "unknown" or fresh.dispatches != state.dispatches:
+            raise InvalidTransition(
+                f"effect {call.ref} of order {order_id!r} moved on while being settled (it is "
+                f"{fresh.state}, sent {fresh.dispatches}x); list it again and settle what "
+                "it shows", state=fresh.state, action="settle")
+        _refuse_settled(order_id, call.ref, fresh, store)
+        return Write(desk._event(record, "settle", by, targets(record.state, "settle")[0],
+                                 moment, note=evidence, data=data))
+
     # The event is the authority for a retry (it carries the dispatch count it describes);
     # the copy on the effect is for readers of the store.
-    record_event(desk, order_id, by, "settle", note=evidence,
-                 data={"ref": call.ref, "verdict": verdict, "evidence": evidence,
-                       "dispatches": state.dispatches})
-    # Another manager's settlement may have been logged between the check and ours: the
-    # first one counts, and ours is refused.
-    _refuse_settled(order_id, call.ref, state, store, mine=(by, verdict, evidence))
+    for round_ in range(_ATTEMPTS):
+        try:
+            desk._run(order_id, "settle", by, plan)
+            break
+        except Conflict:  # another event took the seq (a progress note, a drop): again
+            if round_ == _ATTEMPTS - 1:
+                raise
     settlement = Settlement(verdict=verdict, evidence=evidence, by=by, at=at)
     # Conflict: it was retried meanwhile; the event's dispatch count makes it stale anyway.
     with contextlib.suppress(Conflict):
@@ -86,13 +110,10 @@ def settle(order_id: str, ref: str, verdict: Verdict, evidence: str, by: str, *,
     return next(v for v in list_effects(order_id, store=store) if v.ref == call.ref)
 
 
-def _refuse_settled(order_id: str, ref: str, state: EffectState, store: Store, *,
-                    mine: tuple[str, str, str] | None = None) -> None:
-    """InvalidTransition when the effect was already settled for its current dispatch
-    (by another settlement than ``mine``, when given: actor, verdict, evidence)."""
+def _refuse_settled(order_id: str, ref: str, state: EffectState, store: Store) -> None:
+    """InvalidTransition when the effect was already settled for its current dispatch."""
     first = valid_settlement(state, settle_events(store.events(order_id)).get(ref))
-    if first is None or (mine is not None
-                         and (first.by, first.verdict, first.evidence) == mine):
+    if first is None:
         return
     verdict = first.verdict.replace("_", " ")
     then = ("it will never be sent again" if first.verdict == "happened"

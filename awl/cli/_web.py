@@ -95,8 +95,12 @@ def _web(args: argparse.Namespace) -> int:
 async def _serve(app: Any, sock: Any, base: str, sessions: Any, principal: str | None) -> None:
     import uvicorn
 
+    from awl.mcp.transport import HeadDeadline
+
+    # HeadDeadline: a connection that never sends a whole request head is closed (a body
+    # that never arrives is refused by the page itself, BIND-12).
     config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False,
-                            lifespan="off", timeout_graceful_shutdown=1)
+                            lifespan="off", timeout_graceful_shutdown=1, http=HeadDeadline)
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.serve, [sock])

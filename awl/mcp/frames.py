@@ -62,7 +62,8 @@ from awl.documents.errors import DocumentError
 from awl.documents.limits import MAX_DOCUMENT_BYTES, MAX_INT_DIGITS, check_json_value
 from awl.mcp.inflight import InFlightGate
 
-__all__ = ["MAX_FRAME_BYTES", "FrameGuard", "Refused", "check_frame", "stdio_frames"]
+__all__ = ["BODY_SECONDS", "MAX_FRAME_BYTES", "FrameGuard", "Refused", "check_frame",
+           "stdio_frames"]
 
 log = logging.getLogger("awl.server.frames")
 
@@ -401,8 +402,19 @@ class FrameGuard:
         if scope["type"] != "http" or scope.get("method") != "POST" or not _says_json(scope):
             await self.app(scope, receive, send)
             return
-        body = await _read_body(receive)
-        if body is None:  # the client left before sending it all
+        body = None
+        with anyio.move_on_after(BODY_SECONDS):
+            body = await _read_body(receive)
+            if body is None:  # the client left before sending it all
+                return
+        if body is None:
+            # A client that stops halfway through its body (crashed, or its network gone)
+            # would otherwise hold this request, its socket and what it sent, forever.
+            log.info("refused an HTTP message: its body did not arrive within %g seconds",
+                     BODY_SECONDS)
+            await _answer(send, 408, _error_body(_refuse(
+                None, types.INVALID_REQUEST, "Invalid Request: the message's body did not "
+                f"arrive within {BODY_SECONDS:g} seconds")), close=True)
             return
         checked = check_frame(body) if body is not _TOO_LARGE else _too_large()
         if isinstance(checked, Refused):
@@ -430,6 +442,10 @@ def _says_json(scope: Scope) -> bool:
 
 _TOO_LARGE = b"(too large)"
 
+BODY_SECONDS = 30.0
+"""How long a POSTed message's body may take to arrive, in seconds, before it is refused
+(``408``) and its connection closed."""
+
 
 async def _read_body(receive: Receive) -> bytes | None:
     """The request body; None when the client left; :data:`_TOO_LARGE` past the limit."""
@@ -448,8 +464,12 @@ async def _read_body(receive: Receive) -> bytes | None:
             return b"".join(chunks)
 
 
-async def _answer(send: Send, status: int, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
+async def _answer(send: Send, status: int, body: bytes, *, close: bool = False) -> None:
+    """Answer ``body``; ``close``: and end the connection (the rest of the request body
+    may still come, and would be read as the next request)."""
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -15,12 +15,13 @@ DNS-rebinding check), so a web page cannot reach the server through a hostile DN
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import ipaddress
 import logging
 import re
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Container
 from typing import Any
 
 import anyio
@@ -30,11 +31,13 @@ from mcp.server import Server
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from awl.documents.errors import AWLError, BadRequest
 from awl.mcp.frames import MAX_FRAME_BYTES, FrameGuard
 
 __all__ = [
+    "HEAD_SECONDS",
     "IDENTITY_KEY",
     "LOOPBACK_NAMES",
     "MCP_PATH",
@@ -42,6 +45,7 @@ __all__ = [
     "BearerAuth",
     "CannotAuthenticate",
     "CannotListen",
+    "HeadDeadline",
     "Unauthorized",
     "bearer_token",
     "identity_of",
@@ -164,12 +168,19 @@ class BearerAuth:
     cancel its calls nor end it, whoever learned its id.
     """
 
-    def __init__(self, app: ASGIApp, authenticate: Authenticate) -> None:
+    def __init__(self, app: ASGIApp, authenticate: Authenticate, *,
+                 sessions: Callable[[], Container[str]] | None = None) -> None:
         self.app = app
         self.authenticate = authenticate
+        self._sessions = sessions
+        """The ids of the sessions still open (the SDK's own view), when known: the owner
+        of a session that has ended (closed, expired) is forgotten, that of an open one
+        never."""
         self._owners: dict[str, str] = {}
-        """Each session's id: the hash of the token that opened it (at most
-        :data:`MAX_SESSIONS`, the oldest forgotten first)."""
+        """Each session's id: the hash of the token that opened it. Sessions that ended are
+        swept out whenever it has doubled since the last sweep; without ``sessions`` it
+        holds at most :data:`MAX_SESSIONS`, the oldest forgotten first."""
+        self._sweep_at = SWEEP_FIRST
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # lifespan messages carry no request
@@ -213,16 +224,90 @@ class BearerAuth:
                 opened = next((v.decode("latin-1") for k, v in message.get("headers", ())
                                if k.lower() == b"mcp-session-id"), None)
                 if opened is not None:
-                    if len(self._owners) >= MAX_SESSIONS:
-                        del self._owners[next(iter(self._owners))]
-                    self._owners[opened] = holder
+                    self._remember(opened, holder)
             await send(message)
 
         await self.app(scope, receive, noting_the_session)
 
+    def _remember(self, session: str, holder: str) -> None:
+        """Note who opened ``session``, first forgetting the owners of sessions that ended.
+
+        A server that runs for days opens far more sessions than are ever open at once:
+        kept forever, their owners grew without end, and once evicted by age alone a
+        session still open lost its owner, and answered any token (BIND-3)."""
+        owners = self._owners
+        if len(owners) >= self._sweep_at and self._sessions is not None:
+            alive = self._sessions()
+            for ended in [s for s in owners if s not in alive]:
+                del owners[ended]
+            self._sweep_at = max(SWEEP_FIRST, 2 * len(owners))
+        if self._sessions is None and len(owners) >= MAX_SESSIONS:
+            del owners[next(iter(owners))]
+        owners[session] = holder
+
 
 MAX_SESSIONS = 100_000
-"""Sessions whose token :class:`BearerAuth` remembers (about 20 MB at most)."""
+"""Sessions whose token :class:`BearerAuth` remembers when it cannot tell which sessions
+are still open (about 20 MB at most)."""
+
+SWEEP_FIRST = 256
+"""How many owners :class:`BearerAuth` notes before it first sweeps out those of sessions
+that ended."""
+
+HEAD_SECONDS = 30.0
+"""How long a connection may take to send a request's head (its request line and headers),
+in seconds from when it opened or from the end of the answer before; then it is closed."""
+
+
+class HeadDeadline(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, closing a connection that has not sent a request's head
+    within :data:`HEAD_SECONDS` (of opening, or of its previous answer).
+
+    uvicorn itself times out only a connection that is idle after an answer: one that
+    connects and sends nothing, or stops halfway through its headers, held its socket and
+    its buffers for as long as the server ran. Such connections pile up from clients that
+    crash or lose their network mid-request (and anyone who can reach the port, token or
+    not, could open them by the thousand) until the process runs out of file descriptors
+    and accepts no one. A request whose head has arrived is not timed here: its body is
+    (:class:`~awl.mcp.frames.FrameGuard`), and an answer, an event stream, may last."""
+
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._await_head()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._await_head()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        super().connection_lost(exc)
+
+    def _await_head(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        self._head_timer = None
+        if not self.transport.is_closing():
+            self._head_timer = self.loop.call_later(HEAD_SECONDS, self._head_late)
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        waiting = self.cycle is None or self.cycle.response_complete
+        if waiting and not self.transport.is_closing():
+            self.transport.close()
+
+
+def _open_sessions(server: Server[Any]) -> Callable[[], Container[str]] | None:
+    """The ids of the sessions the SDK's session manager holds open, when it says (it
+    keeps them privately; None when it no longer does)."""
+    open_now = getattr(server.session_manager, "_server_instances", None)
+    if not isinstance(open_now, dict):
+        return None
+    return lambda: open_now
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -300,10 +385,11 @@ async def serve_http(
     mcp_app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host,
                                          transport_security=_security(host),
                                          max_request_body_size=MAX_FRAME_BYTES)
-    app = BearerAuth(FrameGuard(mcp_app), authenticate)
+    app = BearerAuth(FrameGuard(mcp_app), authenticate,
+                     sessions=_open_sessions(server))
     # log_config=None leaves the process's logging alone (uvicorn would reconfigure it).
     config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False,
-                            lifespan="on", timeout_graceful_shutdown=2)
+                            lifespan="on", timeout_graceful_shutdown=2, http=HeadDeadline)
     http = uvicorn.Server(config)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{sock.getsockname()[1]}{MCP_PATH}"

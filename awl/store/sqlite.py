@@ -404,6 +404,12 @@ MIGRATIONS: tuple[tuple[str | Callable[[sqlite3.Connection], None], ...], ...] =
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
+
+IDLE_KEPT = 8
+"""Idle connections each pool keeps for the next transaction. A burst of concurrent
+requests (a server runs each store call on a thread of its own, up to 40) opens one
+connection per thread; past this many, those given back are closed, so a server that
+once served a burst does not hold two descriptors and a page cache per thread for good."""
 """The schema version this code writes; a desk file is migrated up to it when opened."""
 
 DIALECT = Dialect(param="?", no_limit=-1, effect_state="json_extract(doc, '$.state')")
@@ -838,12 +844,14 @@ class SQLiteStore(SQLStore):
         return conn if conn is not None else self._open(durable=durable)
 
     def _give_back(self, conn: sqlite3.Connection, durable: bool) -> None:
-        """Put ``conn`` back in its pool; one left in a transaction (a failed COMMIT) is closed."""
+        """Put ``conn`` back in its pool; one left in a transaction (a failed COMMIT) is closed,
+        and so is one the pool has no room for (:data:`IDLE_KEPT`)."""
         broken = conn.in_transaction
         with self._guard:
-            keep = not (self._closed or broken)
+            idle = self._idle if durable else self._idle_fast
+            keep = not (self._closed or broken) and len(idle) < IDLE_KEPT
             if keep:
-                (self._idle if durable else self._idle_fast).append(conn)
+                idle.append(conn)
         if not keep:
             conn.close()
 

@@ -75,6 +75,12 @@ log = logging.getLogger("awl.web")
 
 Handler = Callable[[Request], Awaitable[Response]]
 
+FLASH_SESSIONS = 256
+"""Sessions whose notes (what an action did, shown once on the next page) the page keeps
+for them; past that, the notes of the session that acted longest ago are dropped."""
+FLASH_NOTES = 20
+"""Notes kept for one session (its latest)."""
+
 MAX_BODY = 1024 * 1024
 """The largest request body the page reads, in bytes: a form of the page is far smaller, and
 no field of a form may be longer anyway (the form parser's own limit)."""
@@ -254,6 +260,18 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
     committing: set[str] = set()
     finished: dict[str, int] = {}
 
+    def note(session_id: str, lines: list[str]) -> None:
+        """Keep ``lines`` to show on the session's next page. A session that never shows
+        another (a script that does not follow the redirect, a browser closed or signed
+        out just after acting) left its notes here for as long as the page ran, so only
+        the latest :data:`FLASH_NOTES` of the latest :data:`FLASH_SESSIONS` are kept."""
+        kept = flashes.pop(session_id, [])
+        kept.extend(lines)
+        del kept[:-FLASH_NOTES]
+        flashes[session_id] = kept  # the most recent last
+        while len(flashes) > FLASH_SESSIONS:
+            del flashes[next(iter(flashes))]
+
     def page(name: str, session: Session | None, status: int = 200, *,
              keep_notes: bool = False, **context: Any) -> HTMLResponse:
         # keep_notes: the page is already stale and its event stream will reload it; the
@@ -273,6 +291,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
             holder = await anyio.to_thread.run_sync(store.principal_for, session.token_hash)
             if holder != session.principal:
                 await anyio.to_thread.run_sync(sessions.end, session.id)
+                flashes.pop(session.id, None)
                 return None
         return session
 
@@ -338,6 +357,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
 
     async def signout(request: Request, session: Session) -> Response:
         await anyio.to_thread.run_sync(sessions.end, session.id)
+        flashes.pop(session.id, None)  # no page of this session will show them now
         response = RedirectResponse("/signin", status_code=303)
         response.delete_cookie(COOKIE, path="/", secure=secure(request), httponly=True,
                                samesite="strict")
@@ -441,8 +461,8 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         data = await anyio.to_thread.run_sync(load)
         return page("call.html", session, **data)
 
-    def done(session: Session, order_id: str, note: str) -> Response:
-        flashes.setdefault(session.id, []).append(note)
+    def done(session: Session, order_id: str, line: str) -> Response:
+        note(session.id, [line])
         return RedirectResponse(order_url(order_id), status_code=303)
 
     def text(form: Mapping[str, Any], name: str) -> str:
@@ -542,7 +562,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
             finally:
                 committing.discard(oid)
                 finished[oid] = finished.get(oid, 0) + 1
-            flashes.setdefault(session.id, []).extend(notes)
+            note(session.id, notes)
 
         committing.add(oid)
         return RedirectResponse(order_url(oid), status_code=303,

@@ -19,7 +19,7 @@ from awl.documents.errors import AWLError
 from awl.documents.models import CallRecord, Event, WorkOrder
 from awl.store.memory import MemoryStore
 from awl.store.protocol import OverBudget, Reserved, Scope, Store
-from awl.store.sqlite import MIGRATIONS, SCHEMA_VERSION, SQLiteStore
+from awl.store.sqlite import IDLE_KEPT, MIGRATIONS, SCHEMA_VERSION, SQLiteStore
 from tests.awl.desk_support import newer_desk, reserved
 
 T0 = "2030-01-01T00:00:00Z"
@@ -178,6 +178,30 @@ def test_threads_share_a_bounded_pool(tmp_path: Path) -> None:
             thread.start()
             thread.join()
         assert len(store._idle_fast) == 1  # reads use the call-record pool
+
+
+def test_a_burst_of_concurrent_threads_leaves_a_bounded_pool(tmp_path: Path) -> None:
+    """40 threads reading at once (a server's whole thread pool) open a connection each;
+    once the burst is over the pool keeps IDLE_KEPT of them, the rest closed."""
+    with SQLiteStore(tmp_path / "desk.sqlite3") as store:
+        _create(store, "o1")
+        inside = threading.Barrier(40)
+        real_read = store._read
+
+        @contextmanager
+        def together() -> Iterator[sqlite3.Connection]:
+            with real_read() as conn:
+                inside.wait(timeout=30)  # every thread holds its connection at once
+                yield conn
+
+        store._read = together  # type: ignore[method-assign]
+        threads = [threading.Thread(target=store.load, args=("o1",)) for _ in range(40)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not inside.broken
+        assert len(store._idle_fast) == IDLE_KEPT
 
 
 def test_listing_uses_an_index_for_every_filter(tmp_path: Path) -> None:

@@ -635,10 +635,7 @@ def _settle_early_layouts(conn: psycopg.Connection[Any]) -> None:
 
     Either way that build's own index, which nothing reads any more, is dropped.
     """
-    if not _exists(conn, "awl_schema"):
-        return
-    row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
-    version = None if row is None or row[0] is None else int(row[0])
+    version = _desk_version(conn)
     if version == 3 and _exists(conn, "track_tally") and not _exists(conn, "webhooks"):
         for step in MIGRATIONS[2]:
             conn.execute(cast(str, step))
@@ -651,6 +648,27 @@ def _settle_early_layouts(conn: psycopg.Connection[Any]) -> None:
         indexes = [step for step in MIGRATIONS[3]
                    if isinstance(step, str) and step.startswith("CREATE INDEX orders_")]
         PostgresStore._missing_only(conn, indexes, lambda name: _exists(conn, name))
+
+
+def _desk_version(conn: psycopg.Connection[Any]) -> int | None:
+    """The desk's schema version; None for a new database."""
+    if not _exists(conn, "awl_schema"):
+        return None
+    row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def _holders(conn: psycopg.Connection[Any], key: int) -> str:
+    """Who holds the advisory lock ``(key, 0)``, as the refusal names them: each holder's
+    ``application_name`` (an awl names its host and process)."""
+    rows = conn.execute(
+        "SELECT DISTINCT a.application_name FROM pg_locks AS l"
+        " JOIN pg_stat_activity AS a ON a.pid = l.pid"
+        " WHERE l.locktype = 'advisory' AND l.classid = %s AND l.objid = 0"
+        " AND l.objsubid = 2 AND l.pid <> pg_backend_pid() AND l.granted",
+        (key & 0xFFFFFFFF,)).fetchall()
+    names = sorted(str(name) or "unnamed" for (name,) in rows)
+    return f" ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})" if names else ""
 
 
 def _key(text: str) -> int:
@@ -754,6 +772,10 @@ class PostgresStore(SQLStore):
         self._freed: dict[str, tuple[str, LockInfo]] = {}
         """By lock name: the holder that took it and the dead holder's record it found."""
         self._closed = False
+        self._layout = SCHEMA_VERSION
+        """The schema this code writes; a desk migrated past it is refused (BIND-22)."""
+        self._migrated = False
+        """Set when a new connection finds the desk migrated past this code (BIND-22)."""
         self._listener: _Listener | None = None
         self._next_n: dict[str, int] = {}
         """Per order, the N its next call is likely to get (see :meth:`reserve_call`)."""
@@ -788,7 +810,7 @@ class PostgresStore(SQLStore):
         self._pools = {
             durable: ConnectionPool(
                 url, min_size=1, max_size=pool_size, timeout=timeout, open=True,
-                name=f"awl-{'write' if durable else 'read'}",
+                name=f"awl-{'write' if durable else 'read'}", configure=self._mark_open,
                 kwargs={"options": f"{options} -c synchronous_commit=on",
                         "application_name": self._application,
                         "connect_timeout": CONNECT_TIMEOUT, "autocommit": True})
@@ -831,6 +853,7 @@ class PostgresStore(SQLStore):
         with the server's reason.
         """
         pool = self._pools[durable]
+        self._refuse_if_migrated()
         conn = pool.getconn()
         for _ in range(pool.max_size):
             if _still_open(conn):
@@ -839,6 +862,7 @@ class PostgresStore(SQLStore):
             pool.putconn(conn)  # the pool lets it go and opens another
             conn = pool.getconn()
         try:
+            self._refuse_if_migrated()  # what a new connection just found
             with conn:
                 yield conn
         finally:
@@ -886,14 +910,45 @@ class PostgresStore(SQLStore):
             raise _unavailable(self.url, exc) from None
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
-        """Bring the schema up to :data:`SCHEMA_VERSION`, once, whoever opens it first."""
+        """Bring the schema up to :data:`SCHEMA_VERSION`, once, whoever opens it first, and
+        only while no process of an older awl has the desk open (BIND-22): each pooled
+        connection holds the open mark (an advisory lock) shared, and migrating takes it
+        alone for the migrating transaction."""
+        desk = f"the desk at {self._where}"
         with conn.transaction():
             # Held to the end of this transaction: a second process opening a new database
             # waits here, then finds it migrated.
             conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_key(f"awl:{self.schema}"),))
+            version = _desk_version(conn)
+            if version is not None and version < SCHEMA_VERSION:
+                got = conn.execute("SELECT pg_try_advisory_xact_lock(%s, 0)",
+                                   (self._open_key,)).fetchone()
+                if not (got and got[0]):
+                    raise self._open_elsewhere(desk, version, SCHEMA_VERSION,
+                                               _holders(conn, self._open_key))
             _settle_early_layouts(conn)
-            self._upgrade(conn, MIGRATIONS, f"the desk at {self._where}")
+            self._upgrade(conn, MIGRATIONS, desk)
         conn.commit()
+
+    @property
+    def _open_key(self) -> int:
+        """The advisory lock every pooled connection holds shared: the desk is open here."""
+        return _key(f"awl-open:{self.schema}")
+
+    def _mark_open(self, conn: psycopg.Connection[Any]) -> None:
+        """A new pooled connection: mark the desk open on it, then check that the desk was
+        not migrated past this code meanwhile (BIND-22). Only a new connection can see
+        that: while any of this store's connections holds the mark, nobody migrates."""
+        conn.execute("SELECT pg_advisory_lock_shared(%s, 0)", (self._open_key,))
+        self._check_layout(conn)
+
+    def _check_layout(self, conn: psycopg.Connection[Any]) -> None:
+        if _desk_version(conn) != self._layout:
+            self._migrated = True
+
+    def _refuse_if_migrated(self) -> None:
+        if self._migrated:
+            raise self._migrated_under(f"the desk at {self._where}", self._layout)
 
     def close(self) -> None:
         """Close every connection (which lets go of every lock held); calls after this
@@ -1306,11 +1361,18 @@ class PostgresStore(SQLStore):
             return self._renew(held, mine)
         with self._guard:
             conn, self._spare = self._spare, None
+        self._refuse_if_migrated()
         try:
             if conn is None or conn.closed:
                 conn = self._connect(autocommit=True)
+                self._check_layout(conn)
         except psycopg.OperationalError as exc:
             raise _unavailable(self.url, exc) from None
+        try:
+            self._refuse_if_migrated()
+        except BaseException:
+            conn.close()
+            raise
         try:
             taken, freed = self._take(conn, mine, replace)
         except BaseException:

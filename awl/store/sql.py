@@ -338,9 +338,7 @@ class SQLStore(ABC):
         row = conn.execute("SELECT MAX(version) FROM awl_schema").fetchone()
         version = int(row[0] or 0) if row is not None else 0
         if version > len(migrations):
-            raise StoreUnavailable(
-                f"{desk} has schema version {version}, newer than this awl "
-                f"({len(migrations)}); upgrade agent-work-layer to open it")
+            raise cls._newer(desk, version, len(migrations))
         for number in range(version, len(migrations)):
             for statement in migrations[number]:
                 # A step may be a function of the connection (a backfill computed in Python).
@@ -350,6 +348,29 @@ class SQLStore(ABC):
                     conn.execute(statement)
             conn.execute(cls.dialect.sql("INSERT INTO awl_schema (version) VALUES (?)"),
                          (number + 1,))
+
+    @staticmethod
+    def _newer(desk: str, version: int, known: int) -> StoreUnavailable:
+        """The refusal of a desk whose schema is newer than this code's (BIND-16)."""
+        return StoreUnavailable(f"{desk} has schema version {version}, newer than this awl "
+                                f"({known}); upgrade agent-work-layer to open it")
+
+    @staticmethod
+    def _open_elsewhere(desk: str, version: int, known: int, holders: str = "") -> StoreUnavailable:
+        """The refusal to migrate a desk another process of an older awl has open (BIND-22)."""
+        return StoreUnavailable(
+            f"{desk} is at schema version {version} and open in another process of an older "
+            f"awl{holders}; this awl migrates it to {known} only when no older process has it "
+            "open: stop every process using it, then open it again")
+
+    @staticmethod
+    def _migrated_under(desk: str, known: int) -> StoreUnavailable:
+        """The refusal of every use of a desk a newer awl migrated while this process had it
+        open (BIND-22)."""
+        return StoreUnavailable(
+            f"{desk} was migrated past schema version {known} by a newer awl while this "
+            "process had it open; nothing more is written from here: restart this process "
+            "with the newer agent-work-layer")
 
     @staticmethod
     def _missing_only(conn: Connection, steps: Sequence[str | Callable[[Any], None]],

@@ -44,6 +44,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import astuple, dataclass
@@ -55,7 +56,7 @@ from typing import Any, cast
 from awl.documents.errors import AWLError, Conflict, StoreUnavailable
 from awl.documents.lifecycle import ACTIVE
 from awl.documents.models import CallRecord
-from awl.store.files import create_private, make_private
+from awl.store.files import OpenMark, create_private, make_private
 from awl.store.protocol import (
     DeskOrder,
     LockInfo,
@@ -779,6 +780,8 @@ class SQLiteStore(SQLStore):
         self._kept_totals: dict[str, _Kept] = {}
         self._guard = threading.Lock()
         self._closed = False
+        self._mark: OpenMark | None = None
+        """Held shared while this store is open: the desk is not migrated under it."""
         self._private_files()
         self._checkpointer: _Checkpointer | None = None
         try:
@@ -932,16 +935,49 @@ class SQLiteStore(SQLStore):
                     conn.execute("COMMIT")
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
-        """Bring the schema up to :data:`SCHEMA_VERSION` under the write lock, so a second
-        process opening a new desk file waits, then finds it migrated. A desk already at
-        :data:`SCHEMA_VERSION` is only read: opening it never waits for another process's
-        write (a long one would fail the open)."""
-        if _schema_version(conn) == SCHEMA_VERSION:
-            return
+        """Mark the desk open in this process and bring its schema up to
+        :data:`SCHEMA_VERSION` (BIND-22).
+
+        The mark is an ``flock`` on ``<desk>-open``, held shared while the store is open.
+        A desk already at :data:`SCHEMA_VERSION` is only read: opening it never waits for
+        another process's write (a long one would fail the open). An older one is migrated
+        holding the mark alone, under the write lock, so a second process opening it waits,
+        then finds it migrated; while another process (of an older awl: a process of this
+        one would have migrated it) holds the mark, it is refused with nothing written."""
+        desk = f"the desk {self.path}"
+        deadline = time.monotonic() + self._timeout
+        while True:
+            version = _schema_version(conn)
+            if version is not None and version > SCHEMA_VERSION:
+                raise self._newer(desk, version, SCHEMA_VERSION)
+            if self._mark is None:
+                self._mark = OpenMark(self.path.with_name(self.path.name + "-open"))
+            if version == SCHEMA_VERSION:
+                if self._mark.try_shared():
+                    if _schema_version(conn) == SCHEMA_VERSION:
+                        return
+                    self._mark.release()  # migrated between the two reads: look again
+            elif self._mark.try_exclusive():
+                try:
+                    self._migrate_alone(conn, desk)
+                finally:
+                    self._mark.share_after_migrating()
+                return
+            elif self._mark.try_shared():
+                self._mark.release()
+                raise self._open_elsewhere(desk, version or 0, SCHEMA_VERSION)
+            if time.monotonic() > deadline:
+                raise StoreUnavailable(
+                    f"{desk} was being migrated by another process for {self._timeout:g} s; "
+                    "nothing was written: open it again when that process has finished")
+            time.sleep(0.02)  # another process is migrating it: a few statements
+
+    def _migrate_alone(self, conn: sqlite3.Connection, desk: str) -> None:
+        """Run the migrations the desk lacks, in one write transaction."""
         conn.execute("BEGIN IMMEDIATE")
         try:
             _settle_early_layouts(conn)
-            self._upgrade(conn, MIGRATIONS, f"the desk {self.path}")
+            self._upgrade(conn, MIGRATIONS, desk)
         except BaseException:
             conn.execute("ROLLBACK")
             raise
@@ -957,6 +993,8 @@ class SQLiteStore(SQLStore):
             self._checkpointer.stop()
         for conn in idle:
             conn.close()
+        if self._mark is not None:
+            self._mark.close()
 
     def checkpoint(self) -> tuple[int, int]:
         """Run one passive WAL checkpoint now: ``(frames in the log, frames copied)``.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -153,3 +155,24 @@ def open_backend(kind: str, path: Path, request: pytest.FixtureRequest) -> Store
     from awl.store.sqlite import SQLiteStore
 
     return SQLiteStore(path / "desk.sqlite3")
+
+
+def open_at_once(open_and_close: Callable[[], None]) -> list[BaseException]:
+    """Four threads (each a store of its own, as a process would have) open a desk at
+    once; what they raised."""
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def open_one() -> None:
+        barrier.wait()
+        try:
+            open_and_close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return errors

@@ -105,7 +105,7 @@ def test_a_desk_file_left_open_by_an_older_version_is_closed_up(tmp_path: Path) 
         store.list_orders()
         modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.glob("desk*")}
     assert modes == {"desk.sqlite3": 0o600, "desk.sqlite3-wal": 0o600,
-                     "desk.sqlite3-shm": 0o600}
+                     "desk.sqlite3-shm": 0o600, "desk.sqlite3-open": 0o600}
 
 
 def test_an_empty_home_or_store_url_is_refused_not_taken_for_the_default(

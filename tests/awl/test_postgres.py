@@ -26,7 +26,7 @@ from awl.documents.errors import AWLError, Conflict
 from awl.store.postgres import SCHEMA_VERSION, PostgresStore
 from awl.store.protocol import LockInfo, OverBudget, Reservation, Reserved, Scope
 from gateway._lock import OrderLock
-from tests.awl.desk_support import reserved
+from tests.awl.desk_support import open_at_once, reserved
 from tests.awl.test_store import T0, create, ev, refusal, reserve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,22 +55,7 @@ def _awl(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *a
 def test_stores_opening_a_new_database_at_once_migrate_it_once(fresh_pg_url: str) -> None:
     """Four stores (each on connections of its own, as four processes would be) open one
     empty schema together: all succeed, and each version is applied once."""
-    barrier = threading.Barrier(4)
-    errors: list[BaseException] = []
-
-    def open_one() -> None:
-        barrier.wait()
-        try:
-            PostgresStore(fresh_pg_url).close()
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=open_one) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert errors == []
+    assert open_at_once(lambda: PostgresStore(fresh_pg_url).close()) == []
     assert _rows(fresh_pg_url, "SELECT version FROM awl_schema ORDER BY version") == [
         (v,) for v in range(1, SCHEMA_VERSION + 1)]
 

@@ -58,14 +58,11 @@ class OpenMark:
     """
 
     def __init__(self, path: Path) -> None:
-        self.path = path
         # Not inherited by the processes this one starts (an upstream server outliving its
         # gateway must not keep the desk marked open).
         self._fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
     def _try(self, how: int) -> bool:
-        if fcntl is None:
-            return True
         try:
             fcntl.flock(self._fd, how | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -74,11 +71,11 @@ class OpenMark:
 
     def try_shared(self) -> bool:
         """Hold it shared, unless a migrator holds it."""
-        return self._try(fcntl.LOCK_SH if fcntl is not None else 0)
+        return fcntl is None or self._try(fcntl.LOCK_SH)
 
     def try_exclusive(self) -> bool:
         """Hold it alone, unless anyone else holds it at all."""
-        return self._try(fcntl.LOCK_EX if fcntl is not None else 0)
+        return fcntl is None or self._try(fcntl.LOCK_EX)
 
     def share_after_migrating(self) -> None:
         """Go from exclusive to shared. Not atomic (``flock`` lets go first): another

@@ -853,7 +853,6 @@ class PostgresStore(SQLStore):
         with the server's reason.
         """
         pool = self._pools[durable]
-        self._refuse_if_migrated()
         conn = pool.getconn()
         for _ in range(pool.max_size):
             if _still_open(conn):
@@ -948,7 +947,10 @@ class PostgresStore(SQLStore):
 
     def _refuse_if_migrated(self) -> None:
         if self._migrated:
-            raise self._migrated_under(f"the desk at {self._where}", self._layout)
+            raise StoreUnavailable(
+                f"the desk at {self._where} was migrated past schema version {self._layout} "
+                "by a newer awl while this process had it open; nothing more is written from "
+                "here: restart this process with the newer agent-work-layer")
 
     def close(self) -> None:
         """Close every connection (which lets go of every lock held); calls after this
@@ -1361,7 +1363,6 @@ class PostgresStore(SQLStore):
             return self._renew(held, mine)
         with self._guard:
             conn, self._spare = self._spare, None
-        self._refuse_if_migrated()
         try:
             if conn is None or conn.closed:
                 conn = self._connect(autocommit=True)
@@ -1370,10 +1371,6 @@ class PostgresStore(SQLStore):
             raise _unavailable(self.url, exc) from None
         try:
             self._refuse_if_migrated()
-        except BaseException:
-            conn.close()
-            raise
-        try:
             taken, freed = self._take(conn, mine, replace)
         except BaseException:
             conn.close()

@@ -364,15 +364,6 @@ class SQLStore(ABC):
             "open: stop every process using it, then open it again")
 
     @staticmethod
-    def _migrated_under(desk: str, known: int) -> StoreUnavailable:
-        """The refusal of every use of a desk a newer awl migrated while this process had it
-        open (BIND-22)."""
-        return StoreUnavailable(
-            f"{desk} was migrated past schema version {known} by a newer awl while this "
-            "process had it open; nothing more is written from here: restart this process "
-            "with the newer agent-work-layer")
-
-    @staticmethod
     def _missing_only(conn: Connection, steps: Sequence[str | Callable[[Any], None]],
                       exists: Callable[[str], bool]) -> None:
         """Run the CREATE statements of ``steps`` whose table or index the desk lacks

@@ -1,4 +1,4 @@
-"""agent-work-layer: Work Orders, Work Reports and Delegation Passes for AI agents.
+"""awl-gateway: Work Orders, Work Reports and Delegation Passes for AI agents.
 
 The public surface is re-exported here; everything else is private. Each name loads with its
 module the first time it is used (:mod:`awl.documents.lazy`), so importing one part of the

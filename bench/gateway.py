@@ -100,7 +100,7 @@ def check_checkout(checkout: Path) -> str | None:
                                  "bench/gateway.py", "bench/memory_gateway.py")
                if not (checkout / part).is_file()]
     if missing:
-        return (f"{checkout} is not a checkout of agent-work-layer that has the memory-store "
+        return (f"{checkout} is not a checkout of awl-gateway that has the memory-store "
                 f"gateway (no {', '.join(missing)}); give a work tree of this project, for "
                 "example one made by `git worktree add --detach /tmp/base main`")
     return None

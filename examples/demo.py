@@ -465,7 +465,7 @@ def run(home: Path) -> None:
     try:
         demo = Demo(home=home, desk=Desk(store), manager=order["from"],
                     worker=order["to"], config=config, outbox=outbox)
-        print("agent-work-layer demo: an agent's two emails held, one approved, sent exactly "
+        print("awl-gateway demo: an agent's two emails held, one approved, sent exactly "
               "once")
         print(f"desk {shown(home)}/desk.sqlite3 · upstream examples/outbox_server.py "
               f"(it appends each sent email to {shown(outbox)})")
@@ -493,7 +493,7 @@ def unwrap(exc: BaseException) -> BaseException:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the demo; 0 when every expectation held, 1 otherwise."""
     parser = argparse.ArgumentParser(
-        description="The agent-work-layer main job, end to end, on a local SQLite desk.")
+        description="The awl-gateway main job, end to end, on a local SQLite desk.")
     parser.add_argument("--home", default="demo-desk", metavar="DIR",
                         help="the demo's desk folder, wiped first (default: ./demo-desk)")
     parser.add_argument("--debug", action="store_true",

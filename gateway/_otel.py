@@ -1,6 +1,6 @@
 """The real telemetry (SPEC OBS-1 to OBS-5): imported only when it is turned on.
 
-It needs the ``agent-work-layer[otel]`` extra (the OpenTelemetry SDK and its OTLP/HTTP
+It needs the ``awl-gateway[otel]`` extra (the OpenTelemetry SDK and its OTLP/HTTP
 exporter). It reports to the global providers, the ones the MCP SDK's own spans go to: its
 server middleware opens a ``SERVER`` span for every request the gateway serves (named
 ``tools/call {tool}``, parented by the trace context in the request's ``_meta``) and its

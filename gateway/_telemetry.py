@@ -6,7 +6,7 @@ no-op one defined here: its context managers are shared ``nullcontext`` objects 
 methods do nothing, so a call pays a few attribute lookups and nothing imports the
 OpenTelemetry SDK. (The OpenTelemetry *API* is always loaded: the MCP SDK depends on it and
 opens its own spans, which record nothing until an SDK provider is installed.) When the
-environment asks for it, :mod:`gateway._otel` (which needs the ``agent-work-layer[otel]``
+environment asks for it, :mod:`gateway._otel` (which needs the ``awl-gateway[otel]``
 extra) builds the real one, once per process.
 
 The switch, read once per process from the standard variables:
@@ -37,7 +37,7 @@ from gateway._spans import NOOP, CallSpan, EffectSpan, Signals, Telemetry, signa
 __all__ = ["NOOP", "CallSpan", "EffectSpan", "Signals", "Telemetry", "current", "enable",
            "signals"]
 
-INSTALL_HINT = "pip install -e '.[otel]' in the agent-work-layer checkout"
+INSTALL_HINT = "pip install -e '.[otel]' in the awl-gateway checkout"
 
 _active: Telemetry | None = None
 

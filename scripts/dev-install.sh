@@ -10,5 +10,11 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
+# The distribution was called agent-work-layer until it took a name of its own (that name on
+# PyPI is the published AWL package): an editable install of this checkout under the old
+# name goes first, so one distribution owns the awl command.
+if .venv/bin/python -m pip show agent-work-layer 2>/dev/null | grep -qx "Editable project location: $PWD"; then
+  .venv/bin/python -m pip uninstall -q -y --disable-pip-version-check agent-work-layer
+fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev,pydantic-ai,openai-agents,otel,postgres]"
 touch .venv/.awl-installed

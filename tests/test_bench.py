@@ -324,7 +324,7 @@ def test_another_checkout_is_measured_in_the_same_run(tmp_path: Path,
     assert stopped.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith(f"python -m bench.gateway: error: --against: {tmp_path} is not a "
-                            "checkout of agent-work-layer")
+                            "checkout of awl-gateway")
     assert "git worktree add" in error
     config = tmp_path / "upstream.json"
     config.write_text('{"mcpServers": {}}')

@@ -269,7 +269,7 @@ class Deliverer:
         text = self.body(note)
         headers = {
             "content-type": "application/json",
-            "user-agent": "agent-work-layer",
+            "user-agent": "awl-gateway",
             "webhook-id": note.id,
             "webhook-timestamp": str(int(moment.timestamp())),
             "webhook-signature": Signer(webhook.secret).sign(note.id, moment, text),

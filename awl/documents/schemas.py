@@ -79,7 +79,7 @@ def schema_dir() -> Path:
     """
     folder = _data_folder("schemas")
     if folder is None:
-        raise AWLError("the AWL schemas are not installed: reinstall agent-work-layer")
+        raise AWLError("the AWL schemas are not installed: reinstall awl-gateway")
     return folder
 
 

@@ -49,7 +49,7 @@ the frameworks' own defaults (5 s) are too short on a busy machine."""
 def missing_extra(module: str, extra: str) -> str:
     """The one line an integration module raises when its framework is not installed."""
     return (f"{module} needs the {extra} extra: pip install -e '.[{extra}]' in the "
-            "agent-work-layer checkout")
+            "awl-gateway checkout")
 
 
 @dataclass(frozen=True)

@@ -950,7 +950,7 @@ class PostgresStore(SQLStore):
             raise StoreUnavailable(
                 f"the desk at {self._where} was migrated past schema version {self._layout} "
                 "by a newer awl while this process had it open; nothing more is written from "
-                "here: restart this process with the newer agent-work-layer")
+                "here: restart this process with the newer awl-gateway")
 
     def close(self) -> None:
         """Close every connection (which lets go of every lock held); calls after this

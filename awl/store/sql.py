@@ -353,7 +353,7 @@ class SQLStore(ABC):
     def _newer(desk: str, version: int, known: int) -> StoreUnavailable:
         """The refusal of a desk whose schema is newer than this code's (BIND-16)."""
         return StoreUnavailable(f"{desk} has schema version {version}, newer than this awl "
-                                f"({known}); upgrade agent-work-layer to open it")
+                                f"({known}); upgrade awl-gateway to open it")
 
     @staticmethod
     def _open_elsewhere(desk: str, version: int, known: int, holders: str = "") -> StoreUnavailable:

@@ -144,9 +144,9 @@ def _postgres(text: str) -> Store:
     except ModuleNotFoundError as exc:
         if exc.name == "awl.store.postgres":
             raise BadRequest("this installation of awl has no PostgreSQL store; upgrade "
-                             "agent-work-layer, or use a SQLite desk") from None
+                             "awl-gateway, or use a SQLite desk") from None
         raise BadRequest(f"the PostgreSQL store needs {exc.name!r}, which is not installed; "
-                         "pip install -e '.[postgres]' in the agent-work-layer checkout") from None
+                         "pip install -e '.[postgres]' in the awl-gateway checkout") from None
     return PostgresStore(text)
 
 

@@ -155,4 +155,4 @@ def test_import_awl_needs_no_framework() -> None:
     assert done.returncode == 0, done.stderr
     loaded, missing = done.stdout.splitlines()
     assert loaded == "[]"
-    assert missing.endswith("pip install -e '.[pydantic-ai]' in the agent-work-layer checkout")
+    assert missing.endswith("pip install -e '.[pydantic-ai]' in the awl-gateway checkout")

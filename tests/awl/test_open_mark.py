@@ -236,7 +236,7 @@ def test_a_postgres_process_whose_desk_was_migrated_while_it_was_cut_off_writes_
             assert refused.value.message == (
                 f"the desk at {older._where} was migrated past schema version {newer - 1} by a "
                 "newer awl while this process had it open; nothing more is written from here: "
-                "restart this process with the newer agent-work-layer")
+                "restart this process with the newer awl-gateway")
         with psycopg.connect(fresh_pg_url, autocommit=True) as conn:
             assert conn.execute("SELECT id FROM orders").fetchall() == [("o-1",)]
     finally:

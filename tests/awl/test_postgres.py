@@ -69,7 +69,7 @@ def test_a_database_from_a_newer_version_is_refused_with_nothing_written(
     with psycopg.connect(fresh_pg_url, autocommit=True) as conn:
         conn.execute("INSERT INTO awl_schema (version) VALUES (%s)", (SCHEMA_VERSION + 1,))
     before = _rows(fresh_pg_url, "SELECT version FROM awl_schema ORDER BY version")
-    with pytest.raises(AWLError, match=r"newer than this awl .* upgrade agent-work-layer"):
+    with pytest.raises(AWLError, match=r"newer than this awl .* upgrade awl-gateway"):
         PostgresStore(fresh_pg_url)
     code, err = _awl(monkeypatch, capsys, "order", "list", store=fresh_pg_url)
     assert code == 1 and err.count("\n") == 1 and "newer than this awl" in err

@@ -408,7 +408,7 @@ async def test_otel_settings_without_the_extra_say_so_once_and_the_gateway_serve
     assert lines == [
         "awl: telemetry: OTEL_* settings ask for telemetry, but the OpenTelemetry SDK is "
         "not installed; running without it. Install it with "
-        "pip install -e '.[otel]' in the agent-work-layer checkout"]
+        "pip install -e '.[otel]' in the awl-gateway checkout"]
     assert [d["ref"] for d in env.deliveries()] == ["receiver/deliver#1"]
 
 

@@ -392,13 +392,21 @@ class FrameGuard:
 
     A refused body is answered ``400`` with its JSON-RPC error; any other request reaches
     the app with its body unchanged. Bodies that do not say they are JSON are left to the
-    app (it answers ``415``).
+    app (it answers ``415``). A request whose ``Content-Length`` declares more than
+    :data:`MAX_FRAME_BYTES`, whatever its type, is answered ``413``
+    at once, before a byte of its body is read, and its connection closed: waiting for a
+    body that is refused anyway held the request for :data:`BODY_SECONDS` (SEC-9).
     """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and _declared_length(scope) > MAX_FRAME_BYTES:
+            log.info("refused an HTTP message: its Content-Length is over %d bytes",
+                     MAX_FRAME_BYTES)
+            await _answer(send, 413, _error_body(_too_large()), close=True)
+            return
         if scope["type"] != "http" or scope.get("method") != "POST" or not _says_json(scope):
             await self.app(scope, receive, send)
             return
@@ -431,6 +439,15 @@ class FrameGuard:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+def _declared_length(scope: Scope) -> int:
+    """The body length the request's ``Content-Length`` declares (0 without one; the HTTP
+    server refuses a malformed one before the app is called)."""
+    for key, value in scope.get("headers", ()):
+        if key.lower() == b"content-length":
+            return int(value) if value.strip().isdigit() else 0
+    return 0
 
 
 def _says_json(scope: Scope) -> bool:

@@ -228,3 +228,39 @@ async def test_an_open_session_keeps_its_owner_however_many_come_after(
                 still = await http.post(url, json=_LISTING, headers=inside)
     assert stolen.status_code == 404 and "opened with another token" in stolen.text
     assert still.status_code == 200
+
+
+def _declare_huge(port: int, token: str) -> tuple[float, bytes]:
+    """POST a head declaring a terabyte and a body of two bytes: how long the answer took,
+    and the answer."""
+    head = (f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+            "Accept: application/json, text/event-stream\r\n"
+            "Content-Length: 1000000000000\r\n\r\n{}").encode()
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        started = time.monotonic()
+        sock.sendall(head)
+        answer = _read_all(sock)
+    return time.monotonic() - started, answer
+
+
+@pytest.mark.anyio
+@pytest.mark.spec("SEC-9")
+async def test_a_declared_length_over_the_limit_is_refused_413_at_once(
+        tmp_path: Path) -> None:
+    """A head declaring ``Content-Length: 1000000000000`` and a body of two bytes waited
+    for the rest of the body (30 s) and got a 408; it is refused 413 at once, nothing read,
+    its connection closed, and the server goes on serving."""
+    with closing(SQLiteStore(tmp_path / "desk.sqlite3")) as store:
+        token = issue_token(store, MANAGER)
+        async with _desk_over_http(store) as url:
+            port = int(url.rsplit(":", 1)[1].split("/")[0])
+            with anyio.fail_after(20):
+                took, answer = await anyio.to_thread.run_sync(_declare_huge, port, token)
+                async with httpx2.AsyncClient(timeout=10) as http:
+                    still = await http.post(url, json=_INITIALIZE, headers={
+                        **_HEADERS, "Authorization": f"Bearer {token}"})
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
+    assert b"larger than" in answer and b"connection: close" in answer.lower()
+    assert took < frames.BODY_SECONDS / 3, f"answered after {took:.1f} s"
+    assert still.status_code == 200

@@ -149,3 +149,41 @@ def test_addresses_parse_and_loopback_is_recognised() -> None:
     assert is_loopback("127.0.0.2") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.1")
     assert not is_loopback("example.com")
+
+
+@pytest.mark.spec("SEC-9")
+async def test_the_gateway_refuses_a_huge_declared_body_at_once(tmp_path: Path) -> None:
+    """A worker's POST declaring a terabyte (its body two bytes) is answered 413 at once,
+    its connection closed, instead of after the 30 s the body may take to arrive."""
+    env = make_env(tmp_path, servers={}, tools=["notes/*"], staged=[])
+    token = issue_recorded_pass(env.store, env.order_id, keys=KeyStore(env.home),
+                                subject=WORKER)
+    with anyio.fail_after(30):
+        async with (open_gateway(env.order_id, env.config, store=env.store, home=env.home,
+                                 load_keys=True) as gw,
+                    anyio.create_task_group() as tg):
+            url = await tg.start(serve_http, gw)
+            port = int(url.rsplit(":", 1)[1].split("/")[0])
+            stream = await anyio.connect_tcp("127.0.0.1", port)
+            async with stream:
+                started = anyio.current_time()
+                await stream.send(
+                    f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                    f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+                    "Accept: application/json, text/event-stream\r\n"
+                    "Content-Length: 1000000000000\r\n\r\n{}".encode())
+                answer = b""
+                with anyio.move_on_after(20):
+                    while True:
+                        try:
+                            answer += await stream.receive()
+                        except (anyio.EndOfStream, anyio.BrokenResourceError):
+                            break
+                took = anyio.current_time() - started
+            async with _client(url, token) as client:
+                names = {t.name for t in (await client.list_tools()).tools}
+            tg.cancel_scope.cancel()
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
+    assert b"connection: close" in answer.lower()
+    assert took < 10, f"answered after {took:.1f} s"
+    assert "awl_get_order" in names

@@ -42,6 +42,8 @@ LATE_IMPORTS: dict[tuple[str, str], str] = {
                                     "propagators, to name a missing one",
     ("awl.cli._gateway", "awl.mcp"): "`awl gateway --http` only: its taken port, to name the "
                                      "flag (loaded already: it serves the HTTP)",
+    ("awl.cli._connect", "awl.mcp"): "`awl connect` only: the bridge (the MCP SDK's HTTP "
+                                     "client)",
     ("awl.cli._web", "awl.mcp"): "`awl web` only: the HTTP listener (Starlette, the MCP SDK)",
     ("awl.cli._common", "awl.mcp"): "`awl web --listen`, `awl serve --http` and `awl gateway "
                                     "--http` only: their HOST:PORT reader (the MCP SDK)",

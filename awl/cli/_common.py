@@ -15,10 +15,11 @@ from urllib.parse import urlsplit
 from awl.documents.checks import load_document
 from awl.documents.errors import AWLError, BadRequest
 from awl.documents.limits import MAX_DOCUMENT_BYTES, show_value
+from awl.passes import MAX_TOKEN_BYTES
 from awl.store.urls import shown_url
 
 __all__ = ["MAX_SECONDS", "STORE_HELP", "CLIError", "add_store_option", "check_address",
-           "check_seconds", "read_document", "read_stdin", "stdin_text"]
+           "check_seconds", "read_document", "read_pass_file", "read_stdin", "stdin_text"]
 
 MAX_SECONDS = 365 * 24 * 3600.0
 """The longest wait a flag in seconds takes (a year, as the gateway config's timeouts)."""
@@ -49,6 +50,25 @@ def read_document(name: str) -> Any:
     if name == "-":
         return load_document(read_stdin())
     return load_document(Path(name))
+
+
+def read_pass_file(path: str) -> str:
+    """The pass token in the file ``path`` (given as ``--pass-file``): its text, stripped.
+
+    Refused in one line when the file cannot be read (missing, not this user's to read,
+    not UTF-8) or does not hold one token: nothing, white space inside it, or more than a
+    token's bytes."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read(MAX_TOKEN_BYTES + 1025)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CLIError(f"cannot read the pass file {show_value(path)} "
+                       f"({getattr(exc, 'strerror', None) or exc})") from None
+    token = text.strip()
+    if not token or len(text) > MAX_TOKEN_BYTES + 1024 or len(token.split()) != 1:
+        raise CLIError(f"the pass file {show_value(path)} must hold one pass token, as "
+                       "`awl pass issue` printed it")
+    return token
 
 
 def stdin_text(what: str) -> str:

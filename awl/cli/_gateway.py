@@ -16,18 +16,19 @@ from typing import Any, TypeVar
 
 import anyio
 
-from awl.cli._common import CLIError, add_store_option, check_address, check_seconds
+from awl.cli._common import (
+    CLIError,
+    add_store_option,
+    check_address,
+    check_seconds,
+    read_pass_file,
+)
 from awl.desk.home import default_store
 from awl.documents.errors import BadRequest
 from awl.documents.limits import show_value
-from awl.passes import MAX_TOKEN_BYTES
 from awl.store.protocol import Store
 
 _T = TypeVar("_T")
-
-_MAX_PASS_FILE = MAX_TOKEN_BYTES + 1024
-"""A pass file holds one token (at most MAX_TOKEN_BYTES) and some white space."""
-
 
 def register(subparsers: Any) -> None:
     """Add ``gateway`` to the ``awl`` command."""
@@ -199,14 +200,4 @@ def _pass_token(args: argparse.Namespace) -> str | None:
             raise CLIError("--pass is empty; give the token `awl pass issue` printed, or "
                            "leave --pass out to run as the order's worker")
         return token
-    try:
-        with open(args.pass_file, encoding="utf-8") as f:
-            text = f.read(_MAX_PASS_FILE + 1)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CLIError(f"cannot read the pass file {args.pass_file} "
-                       f"({getattr(exc, 'strerror', None) or exc})") from None
-    token = text.strip()
-    if not token or len(text) > _MAX_PASS_FILE:
-        raise CLIError(f"the pass file {args.pass_file} must hold one pass token, as "
-                       "`awl pass issue` printed it")
-    return token
+    return read_pass_file(args.pass_file)

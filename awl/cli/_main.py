@@ -13,7 +13,18 @@ import os
 import sys
 from collections.abc import Sequence
 
-from awl.cli import _desk, _effects, _gateway, _notify, _pass, _serve, _store, _validate, _web
+from awl.cli import (
+    _connect,
+    _desk,
+    _effects,
+    _gateway,
+    _notify,
+    _pass,
+    _serve,
+    _store,
+    _validate,
+    _web,
+)
 from awl.cli._common import CLIError
 from awl.documents.errors import AWLError
 from awl.documents.limits import check_text, show_value
@@ -21,7 +32,8 @@ from awl.documents.limits import check_text, show_value
 __all__ = ["build_parser", "run"]
 
 # Modules that add subcommands, in the order they appear in --help.
-_COMMAND_MODULES = (_validate, _desk, _pass, _gateway, _effects, _serve, _web, _store, _notify)
+_COMMAND_MODULES = (_validate, _desk, _pass, _gateway, _connect, _effects, _serve, _web, _store,
+                    _notify)
 
 
 def build_parser() -> argparse.ArgumentParser:

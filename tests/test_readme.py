@@ -146,9 +146,10 @@ def test_the_library_example_prints_what_its_comments_say(
 
 
 def test_the_json_blocks_are_configs_the_gateway_accepts() -> None:
-    """Both mcpServers snippets load as gateway configs."""
+    """Every mcpServers snippet loads as a gateway config (the clients' registrations too:
+    they are stdio entries of the same shape)."""
     snippets = [body for lang, body in blocks() if lang == "json"]
-    assert len(snippets) == 2
+    assert len(snippets) == 3
     for body in snippets:
         assert load_config(json.loads(body)).servers
     assert json.loads(snippets[0]) == json.loads((ROOT / "examples" / "upstream.json").read_text())

@@ -3,7 +3,7 @@
 It speaks MCP on stdin/stdout to the client that started it and carries every message to
 and from the gateway at ``URL`` (``awl gateway --http``), sending the pass as the Bearer
 token (:mod:`awl.mcp.bridge`). It needs no desk home, opens no store and reads no keys, so
-it runs as the worker's own OS user, who holds nothing but the pass (SPEC BIND-23).
+it runs as the worker's own OS user, who holds nothing but the pass (SPEC BIND-30).
 Stdout is the protocol stream: this command prints nothing else there.
 """
 

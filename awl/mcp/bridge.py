@@ -4,7 +4,7 @@ A stdio-only MCP client (Claude Code and most others) starts ``awl connect URL -
 F``, which runs :func:`run_bridge`: every JSON-RPC message the client writes on stdin is
 posted to the gateway at ``URL`` with ``Authorization: Bearer <pass>``, and every message
 the gateway sends (answers, notifications, its own requests, on a request's stream or the
-session's) is written to stdout, one line each (SPEC BIND-23). The HTTP side is the MCP
+session's) is written to stdout, one line each (SPEC BIND-30). The HTTP side is the MCP
 SDK's streamable HTTP client transport, which keeps the session id, opens the session's
 GET stream and ends the session on the way out; this module only stamps each message with
 the headers its era needs (``MCP-Protocol-Version`` after the handshake; a 2026-07-28
@@ -14,7 +14,7 @@ exchange for the conditions that end a bridge.
 It opens no desk, reads no key and knows no principal: what it may do is what the pass
 allows, decided by the gateway on every request (BIND-7). It ends when stdin closes, and
 with :class:`BridgeFailed` (one line) when the gateway cannot be reached, refuses the pass,
-forgets the session or goes away (BIND-24).
+forgets the session or goes away (BIND-31).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``awl connect``: the stdio bridge to ``awl gateway --http`` (SPEC BIND-23, BIND-24).
+"""``awl connect``: the stdio bridge to ``awl gateway --http`` (SPEC BIND-30, BIND-31).
 
 Every test runs real processes: the gateway as ``awl gateway --http`` on 127.0.0.1 in front
 of the chatty test server (a subprocess that logs every request reaching it), the bridge as
@@ -70,7 +70,7 @@ def gateway(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[En
 
 
 @pytest.mark.anyio
-@pytest.mark.spec("BIND-23")
+@pytest.mark.spec("BIND-30")
 @pytest.mark.parametrize(("mode", "gateway"), [("legacy", "legacy"),
                                                ("2026-07-28", "modern")],
                          indirect=["gateway"])
@@ -159,7 +159,7 @@ def _one_line(said: str) -> str:
     return said.strip()
 
 
-@pytest.mark.spec("BIND-24")
+@pytest.mark.spec("BIND-31")
 def test_a_bad_pass_file_or_url_is_one_line(tmp_path: Path) -> None:
     """A pass file that is missing, unreadable or holds no token, and a URL that is no
     http(s) address, stop the bridge before it connects, in one line each (exit 2)."""
@@ -184,7 +184,7 @@ def test_a_bad_pass_file_or_url_is_one_line(tmp_path: Path) -> None:
         assert expected in _one_line(done.stderr) and done.stdout == ""
 
 
-@pytest.mark.spec("BIND-24")
+@pytest.mark.spec("BIND-31")
 def test_an_unreachable_gateway_is_one_line(tmp_path: Path) -> None:
     """Nothing listens at the URL: the first message ends the bridge, in one line."""
     with socket.socket() as probe:
@@ -202,7 +202,7 @@ def test_an_unreachable_gateway_is_one_line(tmp_path: Path) -> None:
     assert "awl gateway --http" in line
 
 
-@pytest.mark.spec("BIND-24")
+@pytest.mark.spec("BIND-31")
 def test_a_refused_pass_is_one_line(gateway: tuple[Env, Path, str], tmp_path: Path) -> None:
     """A pass the gateway refuses (a forged signature): 401, said in one line with the
     gateway's reason, and the bridge ends; nothing reached the upstream."""
@@ -220,7 +220,7 @@ def test_a_refused_pass_is_one_line(gateway: tuple[Env, Path, str], tmp_path: Pa
     assert _upstream_log(tmp_path) == [] and env.calls() == []
 
 
-@pytest.mark.spec("BIND-23", "BIND-24")
+@pytest.mark.spec("BIND-30", "BIND-31")
 def test_the_bridge_ends_when_stdin_closes_or_the_gateway_goes_away(tmp_path: Path) -> None:
     """Raw JSON lines over the bridge: it answers, ends with exit 0 when its stdin closes;
     a second bridge whose gateway is stopped mid-session ends at its next message, in one

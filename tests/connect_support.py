@@ -21,12 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @contextmanager
 def http_gateway(order_id: str, config: Path, home: Path, *, python: str = sys.executable,
-                 env: Mapping[str, str] | None = None,
+                 env: Mapping[str, str] | None = None, port: int = 0,
                  errlog: Path | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """``awl gateway --order ID --config FILE --home HOME --http 127.0.0.1:0`` running;
+    """``awl gateway --order ID --config FILE --home HOME --http 127.0.0.1:PORT`` running;
     yields its MCP URL and the process. Its stderr after the URL line goes to ``errlog``."""
     command = [python, "-m", "awl", "gateway", "--order", order_id, "--config", str(config),
-               "--home", str(home), "--http", "127.0.0.1:0"]
+               "--home", str(home), "--http", f"127.0.0.1:{port}"]
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                env={"PYTHONPATH": str(ROOT), "PATH": os.environ["PATH"],
                                     **(env or {})})

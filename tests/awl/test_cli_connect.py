@@ -9,6 +9,7 @@ read from its own log.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -223,8 +224,8 @@ def test_a_refused_pass_is_one_line(gateway: tuple[Env, Path, str], tmp_path: Pa
 @pytest.mark.spec("BIND-30", "BIND-31")
 def test_the_bridge_ends_when_stdin_closes_or_the_gateway_goes_away(tmp_path: Path) -> None:
     """Raw JSON lines over the bridge: it answers, ends with exit 0 when its stdin closes;
-    a second bridge whose gateway is stopped mid-session ends at its next message, in one
-    line saying the gateway went away."""
+    a second bridge whose gateway is stopped mid-session ends (on losing its session stream,
+    or at its next message), in one line saying the gateway went away."""
     env, pass_file = _env(tmp_path)
     with http_gateway(env.order_id, env.config, env.home) as (url, gateway_process):
         with _bridge(url, pass_file) as first:
@@ -245,11 +246,35 @@ def test_the_bridge_ends_when_stdin_closes_or_the_gateway_goes_away(tmp_path: Pa
             _send(second, {"jsonrpc": "2.0", "method": "notifications/initialized"})
             gateway_process.terminate()
             gateway_process.wait(30)
-            _send(second, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+            # It may have ended already, on losing its session stream; else this ends it.
+            with contextlib.suppress(BrokenPipeError):
+                _send(second, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
             code, said = _ended(second)
     assert code == 1
     line = _one_line(said)
     assert line.startswith(f"awl: UNAVAILABLE: the gateway at {url} went away"), line
+    assert "restart the MCP client" in line
+
+
+@pytest.mark.spec("BIND-31")
+def test_a_session_the_restarted_gateway_does_not_have_is_one_line(tmp_path: Path) -> None:
+    """The gateway restarted on the same address: it answers the old session 404, and the
+    bridge ends in one line saying to restart the client. (No `initialized` is sent, so
+    the bridge opens no session stream, whose loss would end it first as a gateway gone.)"""
+    env, pass_file = _env(tmp_path)
+    with (http_gateway(env.order_id, env.config, env.home) as (url, first),
+          _bridge(url, pass_file) as process):
+        _send(process, INITIALIZE)
+        assert "result" in _receive(process)
+        first.terminate()
+        first.wait(30)
+        port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
+        with http_gateway(env.order_id, env.config, env.home, port=port):
+            _send(process, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+            code, said = _ended(process)
+    assert code == 1
+    line = _one_line(said)
+    assert f"the gateway at {url} no longer has this session" in line, line
     assert "restart the MCP client" in line
 
 

@@ -214,6 +214,7 @@ def test_a_worker_under_another_uid_cannot_touch_the_desk_and_works_through_the_
             work = json.loads(worked.stdout)
         reached = [m for m in read_log(str(service / "spy.jsonl"))
                    if m.get("method") == "tools/call"]
+        left = sorted(p.name for p in mine.iterdir())  # no desk home, nothing else made
     finally:
         shutil.rmtree(case, ignore_errors=True)
 
@@ -241,6 +242,7 @@ def test_a_worker_under_another_uid_cannot_touch_the_desk_and_works_through_the_
     assert [(r.ref, r.outcome) for r in records] == [("spy/read#1", "ok"),
                                                      ("spy/write#2", "held")]
     assert all(r.pass_jti is not None for r in records)  # under the pass, not as the worker
+    assert left == ["attacks.py", "bridge.err", "plan.json", "work.py", "worker.pass"]
     assert env.view().state == "submitted"  # the manager's approval never came from it
 
 

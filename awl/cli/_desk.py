@@ -28,6 +28,7 @@ from awl.desk import Desk, OrderView, Question
 from awl.desk.criteria import check_question, latest_checks
 from awl.desk.home import default_store
 from awl.desk.track import TrackRecord
+from awl.documents.display import scan, shown_value, visible
 from awl.documents.errors import ValidationFailed
 from awl.documents.lifecycle import ACTIVE, TERMINAL
 from awl.documents.limits import MAX_QUESTION_PAGE, QUESTION_PAGE, check_integer
@@ -41,7 +42,7 @@ FOLLOW_TIMED_OUT = 3
 """Exit code of ``awl order follow`` when ``--timeout`` ran out before the order ended."""
 
 _STATES = sorted(ACTIVE | TERMINAL)
-_CONTROL = re.compile("[\x00-\x1f\x7f\u2028\u2029]")
+_BREAKS = re.compile("[\t\n\r\x0b\x0c\x85\u2028\u2029]")
 
 
 # --------------------------------------------------------------------------- plumbing
@@ -64,8 +65,15 @@ def _percent(text: str | None) -> int | None:
 
 
 def _clean(text: str) -> str:
-    """One line, whatever the text holds (a goal or a note may have line breaks)."""
-    return _CONTROL.sub(" ", text)
+    """One line, whatever the text holds (a goal or a note may have line breaks), shown by
+    the display rule (SEC-14): what would not show is written ``<U+XXXX>``."""
+    return visible(_BREAKS.sub(" ", text))
+
+
+def _effect_lines(arguments: dict[str, Any], indent: str) -> list[str]:
+    """A warning line for each string in an effect's arguments that is not what it looks
+    like (SEC-14)."""
+    return [f"{indent}warning {_short(flag.line(), 300)}" for flag in scan(arguments)]
 
 
 def _short(text: str, limit: int) -> str:
@@ -330,7 +338,9 @@ def _show_text(view: OrderView, events: Sequence[Event]) -> list[str]:
             for q in r.questions or ():
                 out.append(f"    question: {_short(q, 200)}")
             for eff in r.effects or ():
-                out.append(f"    effect {eff.ref}: {_short(json.dumps(eff.arguments), 120)}")
+                shown = json.dumps(shown_value(eff.arguments), ensure_ascii=False)
+                out.append(f"    effect {eff.ref}: {_short(shown, 300)}")
+                out += _effect_lines(eff.arguments, "      ")
     if view.reviews:
         out += ["", "reviews:"]
         for rv in view.reviews:
@@ -517,7 +527,14 @@ def _review(args: argparse.Namespace) -> int:
     detail = ""
     if args.approve and effects is not None:
         detail = f" (effects: {', '.join(view.reviews[-1].effects or ()) or 'none'})"
-    return _write_result(args, view, "approved" if args.approve else "sent back", detail)
+    code = _write_result(args, view, "approved" if args.approve else "sent back", detail)
+    report = view.reports[-1] if view.reports and args.approve else None
+    approved = view.reviews[-1].effects if view.reviews else None
+    for eff in (report.effects or ()) if report is not None and not args.json else ():
+        if approved is None or eff.ref in approved:  # what this approval lets run
+            for line in _effect_lines(eff.arguments, ""):
+                print(f"awl: {eff.ref}: {line}", file=sys.stderr)
+    return code
 
 
 def _track(args: argparse.Namespace) -> int:

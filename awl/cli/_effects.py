@@ -20,6 +20,7 @@ from awl.desk import Desk
 from awl.desk.effects import EffectView, list_effects
 from awl.desk.home import default_store
 from awl.desk.settlement import settle
+from awl.documents.display import scan, shown_value, visible
 
 
 def register(subparsers: Any) -> None:
@@ -91,17 +92,28 @@ def _view_lines(order_id: str, views: Sequence[EffectView]) -> Iterator[str]:
     for v in views:
         extra = " (retryable)" if v.retryable else ""
         yield f"{v.ref}  {v.state}{extra}  attempt {v.attempt}  sent {v.dispatches}x"
-        yield f"  arguments: {json.dumps(v.arguments, sort_keys=True)}"
+        # As stored (the tool's order, not sorted), through the display rule (SEC-14);
+        # --json has the exact JSON.
+        yield f"  arguments: {json.dumps(shown_value(v.arguments), ensure_ascii=False)}"
+        for flag in scan(v.arguments):
+            yield f"  warning {_line(flag.line())}"
         if v.result is not None:
-            yield f"  result: {_result_text(v.result)}"
+            yield f"  result: {_line(_result_text(v.result))}"
         if v.error:
-            yield f"  note: {v.error}"
+            yield f"  note: {_line(v.error)}"
         if v.settlement is not None:
             s = v.settlement
-            yield f"  settled {s.verdict.replace('_', ' ')} by {s.by} at {s.at}: {s.evidence}"
+            yield (f"  settled {s.verdict.replace('_', ' ')} by {_line(s.by)} at {s.at}: "
+                   f"{_line(s.evidence)}")
         elif v.state == "unknown":
             yield (f"  unsettled: find out whether it ran, then `awl effects settle "
                    f"{order_id} {v.ref} --happened|--did-not-happen --evidence ...`")
+
+
+def _line(text: str) -> str:
+    """``text`` on one line, what would not show (line breaks too) written ``<U+XXXX>``
+    (SEC-14)."""
+    return visible(text)
 
 
 _RESULT_CHARS = 500

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from awl.desk.criteria import check_question, latest_checks
+from awl.documents.display import visible
 from awl.documents.models import Event, Handoff, NextStep, Review, WorkOrder, WorkReport
 
 __all__ = ["briefing"]
@@ -154,7 +155,8 @@ def briefing(record: _Record, events: Sequence[Event] = ()) -> str:
 
     if sources:
         out.append("_Handoff notes are the worker's account, not verified fact._")
-    return "\n".join(out).rstrip("\n") + "\n"
+    # Through the display rule (SEC-14): what would not show is written <U+XXXX>.
+    return visible("\n".join(out).rstrip("\n"), lines=True) + "\n"
 
 
 def _budget_line(order: WorkOrder, latest: WorkReport | None) -> str:

@@ -39,6 +39,7 @@ from urllib.parse import quote, unquote_to_bytes, urlsplit
 
 from standardwebhooks import Webhook as Signer
 
+from awl.documents.display import visible, warnings
 from awl.documents.errors import AWLError, BadRequest, NotFound
 from awl.documents.limits import show_value
 from awl.documents.models import parse_time
@@ -200,6 +201,28 @@ def remove_webhook(store: Store, webhook_id: str, *, now: datetime | None = None
         raise NotFound(f"no webhook with id {webhook_id!r}; `awl notify list` shows them")
 
 
+def display(data: dict[str, object]) -> dict[str, object]:
+    """What a receiver that shows a notification to a person should show (SEC-14):
+    ``display``, the shown form of each top-level text field whose shown form differs from
+    it (what would not show written ``<U+XXXX>``), and ``warnings``, one line for each such
+    field or look-alike identifier; empty when every field shows as it is. The fields
+    themselves stay exact."""
+    shown: dict[str, str] = {}
+    said: list[str] = []
+    for name, value in data.items():
+        if isinstance(value, str):
+            text = visible(value, lines=True)
+            if text != value:
+                shown[name] = text
+            said += [f"{name}: {line}" for line in warnings(value)]
+    out: dict[str, object] = {}
+    if shown:
+        out["display"] = shown
+    if said:
+        out["warnings"] = said
+    return out
+
+
 def order_link(public_url: str, order_id: str) -> str:
     """The order's page on the approval page at ``public_url``: ``/order?id=`` and the id
     percent-encoded in full, as the page makes its own links (``awl.web._links``), so every
@@ -261,6 +284,9 @@ class Deliverer:
         if self.public_url is not None:
             payload = {**payload, "data": {**payload["data"],
                                            "url": order_link(self.public_url, note.order_id)}}
+        shown = display(payload["data"])
+        if shown:
+            payload = {**payload, "data": {**payload["data"], **shown}}
         return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
 
     def send(self, note: Notification, webhook: Webhook) -> DeliveryAttempt:

@@ -16,7 +16,7 @@ import logging
 import re
 import shlex
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -48,6 +48,7 @@ from awl.desk.lineage import reports_below
 from awl.desk.settlement import settle
 from awl.desk.tokens import principal_for_token, token_hash
 from awl.documents.checks import iter_report_findings
+from awl.documents.display import scan
 from awl.documents.errors import AWLError, BadRequest, Conflict, NotFound
 from awl.documents.limits import QUESTION_PAGE
 from awl.documents.models import parse_time
@@ -55,7 +56,9 @@ from awl.documents.pointers import pointer
 from awl.store.protocol import Store
 from awl.store.urls import shown_url
 from awl.web._links import ORDER, WORKER, legacy_target, link, order_url, worker_url
+from awl.web._schemas import ToolSchemas
 from awl.web._sessions import Session, Sessions
+from awl.web._shown import exact, exact_json, fields, finalize
 from gateway import commit, retry
 
 __all__ = ["COOKIE", "CSP", "WebConfig", "build_app"]
@@ -66,7 +69,8 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';
 """The page's Content-Security-Policy: no inline script or style, nothing from elsewhere."""
 
 _HERE = Path(__file__).parent
-_STATIC = {"live.js": "text/javascript", "page.css": "text/css"}
+_STATIC = {"live.js": "text/javascript", "approve.js": "text/javascript",
+           "page.css": "text/css"}
 _SOON = timedelta(hours=24)
 _STATUS = {"FORBIDDEN": 403, "NOT_FOUND": 404, "INVALID_TRANSITION": 409, "CONFLICT": 409}
 _UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -236,6 +240,15 @@ def _placeholders(value: Any, path: tuple[str | int, ...] = ()) -> Iterator[tupl
             yield from _placeholders(item, (*path, i))
 
 
+def _tally(tools: Iterable[str]) -> str:
+    """Tool names with how many times each comes: ``mail/send x2, issues/open`` (with a
+    times sign)."""
+    counts: dict[str, int] = {}
+    for tool in tools:
+        counts[tool] = counts.get(tool, 0) + 1
+    return ", ".join(t if n == 1 else f"{t} \u00d7{n}" for t, n in counts.items())
+
+
 def _digest(fingerprint: str) -> str:
     """A fingerprint of the desk's state (see ``fingerprint`` in :func:`build_app`) in short
     form, as a page carries it (``data-since``): it names no order."""
@@ -253,6 +266,11 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
     env = Environment(loader=FileSystemLoader(_HERE / "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True))
     env.filters["pretty"] = _pretty
+    # Every printed value goes through the display rule (SEC-14); `exact` opts out.
+    env.finalize = finalize
+    env.filters["exact"] = exact
+    env.filters["exact_json"] = exact_json
+    schemas = ToolSchemas(cfg.upstream)
     # Every address a page links to or posts to is made by these (see awl.web._links).
     env.globals.update(order_url=order_url, worker_url=worker_url, events_url=partial(
         link, "/events"))
@@ -395,7 +413,9 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
             QUESTION_PAGE if limit is None else _whole(limit, "limit"))
         return page("inbox.html", session, watch="", since=since, **data)
 
-    def order_data(order_id: str, me: str) -> dict[str, Any]:
+    def order_data(order_id: str, me: str,
+                   tool_schemas: Mapping[str, dict[str, Any]] | None = None,
+                   schema_note: str | None = None) -> dict[str, Any]:
         view = desk.get(order_id)
         check_party(view.order, me)
         order = view.order
@@ -423,6 +443,14 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
             "check_questions": {cid: check_question(run) for cid, run in checks.items()},
             "effects": effects, "held": held, "choosable": choosable,
             "placeholders": {e.ref: list(_placeholders(e.arguments)) for e in effects},
+            # What a person reads of each held call (SEC-14, BIND-23): its fields in its
+            # tool's schema order, labelled from it, and a warning for each string in it
+            # that is not what it looks like.
+            "fields": {e.ref: fields(e.arguments, (tool_schemas or {}).get(e.tool))
+                       for e in held},
+            "schema_note": schema_note,
+            "warnings": {e.ref: [f.line() for f in scan(e.arguments)] for e in effects},
+            "held_tools": _tally(e.tool for e in held if e.ref in choosable),
             "usage": store.usage(order_id), "events": store.events(order_id),
             "is_manager": me == order.manager, "may_answer": me in order.answerers,
             "can_commit": cfg.upstream is not None, "committing": order_id in committing,
@@ -435,6 +463,16 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
                                  strict=False)),
         }
 
+    def held_tools(order_id: str, me: str) -> set[str]:
+        """The tools of the order's calls held for its current attempt (whose schemas the
+        page shows them by), when the order waits for review."""
+        view = desk.get(order_id)
+        check_party(view.order, me)
+        if view.state != "submitted":
+            return set()
+        return {e.tool for e in list_effects(order_id, store=store)
+                if e.attempt == view.attempt and e.state == "held"}
+
     async def order_page(request: Request, session: Session) -> Response:
         oid = _order_id(request)
         # The state the page is made from, read before its data: the page's event stream
@@ -445,7 +483,10 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         runs = commit_runs(oid)
         since = _digest(await anyio.to_thread.run_sync(fingerprint, session.principal, oid,
                                                        runs))
-        data = await anyio.to_thread.run_sync(order_data, oid, session.principal)
+        held = await anyio.to_thread.run_sync(held_tools, oid, session.principal)
+        tool_schemas, note = await schemas.get(held)
+        data = await anyio.to_thread.run_sync(order_data, oid, session.principal, tool_schemas,
+                                              note)
         return page("order.html", session, keep_notes=commit_runs(oid) != runs, watch=oid,
                     since=since, **data)
 
@@ -483,9 +524,22 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         if decision == "approve":
             chosen = [v for v in form.getlist("effect") if isinstance(v, str)]
             everything = text(form, "all") == "1"
+            if everything and text(form, "confirmed") == "":
+                # Approving all is confirmed first (BIND-24): by the page's script, which
+                # asks and fills in `confirmed`, or without it on a page that asks.
+                return await confirm_all(oid, session, shown)
+            if not everything and not chosen and text(form, "none") != "1":
+                raise BadRequest("you ticked no effect: tick the ones to run and approve "
+                                 "again, or approve the report without running any")
             effects = None if everything else chosen
-            await anyio.to_thread.run_sync(
-                lambda: desk.review(oid, me, "approve", effects=effects, attempt=shown))
+            counted = _whole(text(form, "confirmed"), "confirmed") if everything else None
+
+            def approve() -> None:
+                if everything:
+                    expect_all(oid, counted, shown)
+                desk.review(oid, me, "approve", effects=effects, attempt=shown)
+
+            await anyio.to_thread.run_sync(approve)
             what = "all effects" if effects is None else (
                 f"{len(chosen)} effect(s): {', '.join(chosen)}" if chosen else "no effects")
             return done(session, oid, f"approved with {what}")
@@ -495,6 +549,30 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
                 lambda: desk.review(oid, me, "rework", reason, attempt=shown))
             return done(session, oid, "sent back for rework; its held calls are dropped")
         raise BadRequest(f"decision must be approve or rework, not {decision!r}")
+
+    def expect_all(order_id: str, count: int | None, attempt: int | None) -> None:
+        """Approving all effects, as confirmed for ``count`` of them: refused when the
+        report lists another number by now (the confirmation named those it showed). A
+        report of another attempt is the review's own refusal (BIND-11)."""
+        view = desk.get(order_id)
+        if attempt is not None and attempt != view.attempt:
+            return
+        listed = len(view.latest_report.effects or ()) if view.latest_report else 0
+        if count != listed:
+            raise Conflict(f"you confirmed approving {count} effect(s), but the report lists "
+                           f"{listed}; read the order again")
+
+    async def confirm_all(order_id: str, session: Session, attempt: int | None) -> Response:
+        """The page that asks before approving all effects (when no script asked)."""
+        def load() -> dict[str, Any]:
+            view = desk.get(order_id)
+            manager_only(view.order, session.principal, "review")
+            report = view.latest_report
+            listed = list(report.effects or ()) if report else []
+            return {"view": view, "order": view.order, "listed": listed,
+                    "tools": _tally(e.tool for e in listed), "attempt": attempt}
+        data = await anyio.to_thread.run_sync(load)
+        return page("confirm.html", session, **data)
 
     async def answer(request: Request, session: Session) -> Response:
         oid = _order_id(request)

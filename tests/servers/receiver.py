@@ -47,7 +47,8 @@ TOOLS = [
         description="Deliver a message (a write the receiver counts).",
         input_schema={
             "type": "object",
-            "properties": {"to": {"type": "string"}, "body": {}},
+            "properties": {"to": {"type": "string", "title": "Recipient",
+                                  "description": "Who gets the message."}, "body": {}},
             "required": ["to"],
         },
     ),

@@ -163,7 +163,7 @@ def test_sign_in_and_the_inbox_shows_a_submitted_order(web: Web,
 def test_approve_one_of_two_and_commit_it_once(web: Web, manager: BrowserContext) -> None:
     oid, refs = submit_order(web.desk, TWO)
     page = open_order(manager, web, oid)
-    page.uncheck(f"input[name=effect][value='{refs[1]}']")
+    page.check(f"input[name=effect][value='{refs[0]}']")  # nothing is ticked before
     page.click("#approve-selected")
     assert page.locator("#state").inner_text() == "approved"
     page.click("#run-commit")
@@ -249,7 +249,8 @@ def test_a_hostile_argument_is_text_and_runs_nothing(web: Web, manager: BrowserC
     page = manager.new_page()
     page.on("dialog", on_dialog)
     page.goto(f"{web.url}/order?id={oid}")
-    assert json.dumps(hostile) in page.locator("#held pre.arguments").inner_text()
+    assert page.locator("#held dd[data-field=to] .text").inner_text() == hostile
+    assert json.dumps(hostile) in (page.locator("#held pre.arguments").text_content() or "")
     assert page.locator("h1").inner_text() == hostile
     assert page.locator("img").count() == 0
     assert page.locator("main script").count() == 0
@@ -375,7 +376,7 @@ def test_orders_whose_ids_a_path_cannot_carry_are_approved_and_cancelled(
         page.locator("#review").get_by_text(approved, exact=True).click()
         assert page.locator("dl.facts code").first.inner_text() == approved
         assert page.locator("#state").inner_text() == "submitted"
-        page.uncheck(f"input[name=effect][value='{refs[0]}']")
+        page.check(f"input[name=effect][value='{refs[1]}']")
         page.click("#approve-selected")
         assert page.locator("#state").inner_text() == "approved"
         view = web.desk.desk.get(approved)
@@ -404,3 +405,143 @@ def test_the_page_of_an_order_whose_id_holds_a_line_break_follows_the_desk(
     web.desk.desk.review(oid, MANAGER, "rework", reason="send them again")
     page.locator("#state", has_text="working").wait_for()
     page.close()
+
+
+# --------------------------------------------------------------------------- issue 45: what a
+# manager sees is what will be sent. Each test saves screenshots of what it checked under the
+# session's pytest temporary folder (screenshots/), kept as the run's artifacts.
+
+RLO = "ceo@\u202emoc.elpmaxe\u202c"
+ZWSP = "payroll@exa\u200bmple.com"
+CYRILLIC = "p\u0430yroll@example.com"
+HIDDEN = ("\u202e", "\u202c", "\u200b")
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.getbasetemp() / "screenshots"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def effect_box(page: Page, ref: str) -> Any:
+    return page.locator(f"li.effect[data-ref='{ref}']")
+
+
+def page_width(page: Page) -> int:
+    width: int = page.evaluate("document.documentElement.scrollWidth")
+    return width
+
+
+@pytest.mark.spec("SEC-14")
+def test_spoofed_recipients_are_marked_and_warned_about_beside_their_effects(
+        web: Web, manager: BrowserContext, shots: Path) -> None:
+    calls = [("receiver/deliver", {"to": to, "body": "payslips"})
+             for to in (RLO, ZWSP, CYRILLIC, "payroll@example.com")]
+    oid, refs = submit_order(web.desk, calls, goal=f"Send the payslips to {ZWSP}")
+    page = open_order(manager, web, oid)
+    page.screenshot(path=str(shots / "spoofed-recipients.png"), full_page=True)
+    text = page.locator("main").inner_text()
+    assert not any(ch in text for ch in HIDDEN)  # nothing on the page hides
+    expected = {refs[0]: ("U+202E", "RIGHT-TO-LEFT OVERRIDE"),
+                refs[1]: ("U+200B", "looks like 'payroll@example.com'"),
+                refs[2]: ("U+0430", "mixes scripts (Latin, Cyrillic)")}
+    for ref, (code, said) in expected.items():
+        box = effect_box(page, ref)
+        assert box.locator(".warning").is_visible()
+        assert said in box.locator(".warning").inner_text()
+        field = box.locator("dd[data-field=to] .text")
+        assert code in field.locator(".mark").all_inner_texts()
+        assert field.locator(".mark").first.is_visible()
+    assert effect_box(page, refs[3]).locator(".warning").count() == 0
+    assert "U+200B" in page.locator("h1").inner_text()
+    # The exact JSON is a click away, every hidden character in it escaped.
+    box = effect_box(page, refs[0])
+    assert not box.locator("pre.arguments").is_visible()
+    box.locator("details.raw summary").click()
+    assert '"to": "ceo@\\u202emoc.elpmaxe\\u202c"' in box.locator("pre.arguments").inner_text()
+    # What is sent is what is stored: the receiver's log has the exact bytes.
+    for ref in (refs[2], refs[3]):
+        page.check(f"input[name=effect][value='{ref}']")
+    page.click("#approve-selected")
+    page.click("#run-commit")
+    page.locator(".flash", has_text="2 committed").wait_for()
+    sent = {line["ref"]: line["arguments"]["to"] for line in read_log(str(web.desk.log))
+            if line.get("order") == oid}
+    assert sent == {refs[2]: CYRILLIC, refs[3]: "payroll@example.com"}
+    page.close()
+
+
+@pytest.mark.spec("BIND-23")
+def test_an_effect_reads_in_its_tool_s_order_and_words_with_long_text_wrapped(
+        web: Web, manager: BrowserContext, shots: Path) -> None:
+    long_word = "x" * 6000
+    oid, refs = submit_order(web.desk, [("receiver/deliver", {
+        "body": f"Dear team,\n{long_word}\nbye", "to": "team@example.com"})])
+    page = open_order(manager, web, oid)
+    box = effect_box(page, refs[0])
+    # The schema lists `to` (titled "Recipient") before `body`; the worker sent body first.
+    assert [t.strip() for t in box.locator("dl.fields dt").all_inner_texts()] == [
+        "Recipient to", "body"]
+    assert "Who gets the message." in box.locator("dd[data-field=to]").inner_text()
+    assert box.locator("dd[data-field=body] .text").inner_text().startswith("Dear team,\n")
+    assert page_width(page) <= page.viewport_size["width"]  # type: ignore[index]
+    page.screenshot(path=str(shots / "effect-fields.png"), full_page=True)
+    page.close()
+
+
+@pytest.mark.spec("BIND-24")
+def test_nothing_is_ticked_and_approve_all_asks_naming_count_and_tools(
+        web: Web, manager: BrowserContext, shots: Path) -> None:
+    oid, refs = submit_order(web.desk, [*TWO, ("receiver/create_issue", {"title": "t"})])
+    page = open_order(manager, web, oid)
+    assert page.locator("input[name=effect]").count() == 3
+    assert page.locator("input[name=effect]:checked").count() == 0
+    page.click("#approve-selected")  # nothing ticked: refused in words, nothing approved
+    assert "you ticked no effect" in page.locator("#refusal").inner_text()
+    assert web.desk.desk.get(oid).state == "submitted"
+    page.goto(f"{web.url}/order?id={oid}")
+    asked: list[str] = []
+
+    def answer(accept: bool) -> Any:
+        def on(dialog: Dialog) -> None:
+            asked.append(dialog.message)
+            dialog.accept() if accept else dialog.dismiss()
+        return on
+
+    page.once("dialog", answer(False))
+    page.click("#approve-all")
+    assert asked == ["Approve all 3 effects of this report (receiver/deliver \u00d72, "
+                     "receiver/create_issue)? Each will be sent as shown."]
+    assert web.desk.desk.get(oid).state == "submitted"  # said no: nothing happened
+    page.once("dialog", answer(True))
+    page.click("#approve-all")
+    page.locator("#state", has_text="approved").wait_for()
+    page.click("#run-commit")
+    page.locator(".flash", has_text="3 committed").wait_for()
+    assert delivered(web, oid) == {ref: 1 for ref in refs}
+    page.screenshot(path=str(shots / "approve-all-committed.png"), full_page=True)
+    page.close()
+
+
+@pytest.mark.spec("BIND-24")
+def test_without_scripts_approve_all_asks_on_a_page_of_its_own(
+        web: Web, browser: Browser, shots: Path) -> None:
+    oid, _ = submit_order(web.desk, TWO)
+    context = browser.new_context(java_script_enabled=False)
+    context.set_default_timeout(TIMEOUT_MS)
+    try:
+        page = context.new_page()
+        page.goto(web.url + "/signin")
+        page.fill("input[name=token]", issue_token(web.desk.store, MANAGER))
+        page.click("button[type=submit]")
+        page.goto(f"{web.url}/order?id={oid}")
+        page.click("#approve-all")
+        assert "receiver/deliver \u00d72" in page.locator("#confirm-what").inner_text()
+        page.screenshot(path=str(shots / "approve-all-confirm-page.png"), full_page=True)
+        assert web.desk.desk.get(oid).state == "submitted"
+        page.click("#confirm-all")
+        assert page.locator("#state").inner_text() == "approved"
+        assert web.desk.desk.get(oid).latest_review.effects is None  # type: ignore[union-attr]
+    finally:
+        context.close()

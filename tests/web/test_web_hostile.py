@@ -289,7 +289,8 @@ def test_text_from_workers_and_upstreams_is_text_everywhere_on_the_page(tmp_path
                        data={"csrf": csrf, "decision": "approve", "effect": [ref, MARK]})
     assert done.status_code == 400  # MARK is no effect of the order; the refusal is a page
     pages = {"refusal": done.text}
-    client.post(f"/order/review?id={_q(oid)}", data={"csrf": csrf, "decision": "approve"})
+    client.post(f"/order/review?id={_q(oid)}", data={"csrf": csrf, "decision": "approve",
+                                                     "none": "1"})
     at = "2030-01-01T00:00:00Z"
     d.store.set_effect(oid, ref, expect=["held"], state="dispatching", count_dispatch=True,
                        at=at)
@@ -328,13 +329,18 @@ def _form(page: str, button: str) -> dict[str, str]:
                            page[start:end]))
 
 
+def _confirmed(form: dict[str, str]) -> dict[str, str]:
+    """The approve-all form as its script sends it once asked (BIND-24)."""
+    return {**form, "confirmed": form["count"]}
+
+
 @pytest.mark.spec("BIND-11")
 def test_a_stale_page_approves_nothing_of_a_later_attempt(tmp_path: Path) -> None:
     d = make_desk(tmp_path)
     oid, _ = submit_order(d, CALLS)
     client = signed_in(d, MANAGER)
     stale = client.get(f"/order?id={oid}").text
-    approve_all, rework = _form(stale, "approve-all"), _form(stale, "rework")
+    approve_all, rework = _confirmed(_form(stale, "approve-all")), _form(stale, "rework")
     assert approve_all["attempt"] == rework["attempt"] == "1"
     # Sent back from another door (the CLI, another tab), and submitted again with other
     # held calls that this page never showed.
@@ -352,7 +358,7 @@ def test_a_stale_page_approves_nothing_of_a_later_attempt(tmp_path: Path) -> Non
     view = d.desk.get(oid)
     assert (view.state, view.attempt, view.latest_review and view.latest_review.attempt) == (
         "submitted", 2, 1)
-    fresh = _form(client.get(f"/order?id={oid}").text, "approve-all")
+    fresh = _confirmed(_form(client.get(f"/order?id={oid}").text, "approve-all"))
     assert fresh["attempt"] == "2"
     assert client.post(f"/order/review?id={oid}", data=fresh).status_code == 303
     assert d.desk.get(oid).state == "approved"

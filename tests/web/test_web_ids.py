@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from markupsafe import escape
 from starlette.testclient import TestClient
 
 from awl.desk.notify import order_link
+from awl.web._shown import shown as shown_html
 from tests.web.web_support import MANAGER, WORKER, make_desk, signed_in, submit_order
 
 CALLS = [("receiver/deliver", {"to": "a@example.com", "body": "one"}),
@@ -38,7 +38,7 @@ def _links(page: str, before: str, text: str) -> list[str]:
     tag = re.match(r"<(\w+)", before)
     if tag is not None:
         body = body[:body.index(f"</{tag.group(1)}>")]
-    shown = re.escape(str(escape(text)))
+    shown = re.escape(str(shown_html(text)))  # as the display rule shows it (SEC-14)
     return [unescape(h) for h in re.findall(rf'<a[^>]* href="([^"]*)"[^>]*>(?:<code>)?{shown}'
                                             rf'(?:</code>)?</a>', body)]
 
@@ -62,7 +62,7 @@ def _open_from_inbox(client: TestClient, oid: str) -> tuple[str, str]:
     assert len(links) == 1, links
     page = client.get(links[0])
     assert page.status_code == 200, (links[0], page.text[:300])
-    assert f"<dt>Order</dt><dd><code>{escape(oid)}</code></dd>" in page.text
+    assert f"<dt>Order</dt><dd><code>{shown_html(oid)}</code></dd>" in page.text
     return links[0], page.text
 
 
@@ -187,7 +187,7 @@ def test_a_worker_with_any_name_has_its_track_record_page(tmp_path: Path) -> Non
         [link] = _links(page, '<dl class="facts">', worker)
         shown = client.get(link)
         assert shown.status_code == 200, (link, shown.text[:300])
-        assert f"<h1>Track record of {escape(worker)}</h1>" in shown.text
+        assert f"<h1>Track record of {shown_html(worker)}</h1>" in shown.text
         assert "cancelled" in shown.text
         assert stranger.get(link).status_code == 403  # SEC-8: bob issued nothing to it
 

@@ -26,6 +26,7 @@ from typing import Any
 from awl.cli._common import CLIError, add_store_option, read_document
 from awl.desk import Desk, OrderView, Question
 from awl.desk.criteria import check_question, latest_checks
+from awl.desk.effects import ApprovalScope, list_effects, scope_of
 from awl.desk.home import default_store
 from awl.desk.track import TrackRecord
 from awl.documents.display import scan, shown_value, visible
@@ -314,7 +315,8 @@ def _amounts(units: dict[str, float]) -> str:
     return ", ".join(f"{unit} {value:g}" for unit, value in units.items())
 
 
-def _show_text(view: OrderView, events: Sequence[Event]) -> list[str]:
+def _show_text(view: OrderView, events: Sequence[Event],
+               scope: ApprovalScope | None = None) -> list[str]:
     o = view.order
     out = [f"{o.id} · {view.state} · attempt {view.attempt}",
            f"goal: {_short(o.goal, 300)}",
@@ -348,6 +350,8 @@ def _show_text(view: OrderView, events: Sequence[Event]) -> list[str]:
             why = f": {_short(rv.reason, 200)}" if rv.reason else ""
             out.append(f"  attempt {rv.attempt} · {rv.decision} by {rv.actor} at {rv.at}"
                        f"{chosen}{why}")
+    if scope is not None:  # until the commit runs (BIND-25)
+        out += ["", "until the commit runs:", *(f"  {line}" for line in scope.lines())]
     out += ["", f"events ({len(events)}):"] + [f"  {_event_line(e)}" for e in events]
     return out
 
@@ -456,10 +460,11 @@ def _show(args: argparse.Namespace) -> int:
     with _desk(args) as desk:
         view = desk.get(args.order_id, viewer=_viewer(args))
         events = desk.events(args.order_id)
+        scope = scope_of(view, list_effects(args.order_id, store=desk.store))
     if args.json:
         _print_json({**view.to_json(), "events": [e.to_json() for e in events]})
     else:
-        print("\n".join(_show_text(view, events)))
+        print("\n".join(_show_text(view, events, scope)))
     return 0
 
 

@@ -35,6 +35,7 @@ from awl.documents.patterns import canonical_ref
 from awl.store.protocol import EffectState, Settlement, Store
 
 __all__ = [
+    "ApprovalScope",
     "EffectView",
     "EventLog",
     "Settles",
@@ -46,6 +47,7 @@ __all__ = [
     "list_effects",
     "manager_only",
     "record_event",
+    "scope_of",
     "settle_events",
     "valid_settlement",
 ]
@@ -230,6 +232,40 @@ def list_effects(order_id: str, *, store: Store) -> list[EffectView]:
         )
         for call in store.calls(order_id) if (state := states.get(call.ref)) is not None
     ]
+
+
+@dataclass(frozen=True)
+class ApprovalScope:
+    """What an approval lets the commit send, while the commit has not run (BIND-25):
+    ``covered``, the held effects it will send, and ``dropped``, the held calls of the
+    approved attempt it will drop (not chosen, or not listed in the report)."""
+
+    covered: tuple[EffectView, ...]
+    dropped: tuple[EffectView, ...]
+
+    def lines(self) -> list[str]:
+        """The scope in words, one line each for what is sent and what is dropped."""
+        def refs(views: Sequence[EffectView]) -> str:
+            return ", ".join(f"{v.ref} ({v.tool})" for v in views) or "none"
+        return [f"the approval covers {len(self.covered)}: {refs(self.covered)} (sent by the "
+                "commit)", f"it drops {len(self.dropped)}: {refs(self.dropped)} (never sent)"]
+
+
+def scope_of(view: Any, effects: Sequence[EffectView]) -> ApprovalScope | None:
+    """What the approval of an :class:`~awl.OrderView` (its last review, an approve) covers
+    and drops while any held call of the approved attempt is still ``held`` (the commit has
+    not run), else None. ``effects``: the order's (:func:`list_effects`)."""
+    review = view.reviews[-1] if view.reviews else None
+    if view.state != "approved" or review is None or review.decision != "approve":
+        return None
+    held = [e for e in effects if e.attempt == view.attempt and e.state == "held"]
+    if not held:
+        return None
+    report = view.latest_report
+    listed = {e.ref for e in report.effects or ()} if report is not None else set()
+    covered = tuple(e for e in held if e.ref in listed
+                    and (review.effects is None or e.ref in review.effects))
+    return ApprovalScope(covered, tuple(e for e in held if e not in covered))
 
 
 def find_call(store: Store, order_id: str, ref: str) -> CallRecord:

@@ -43,7 +43,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from awl.desk import Desk, OrderView
 from awl.desk.access import check_party
 from awl.desk.criteria import check_question
-from awl.desk.effects import find_call, list_effects, manager_only
+from awl.desk.effects import find_call, list_effects, manager_only, scope_of
 from awl.desk.lineage import reports_below
 from awl.desk.settlement import settle
 from awl.desk.tokens import principal_for_token, token_hash
@@ -387,9 +387,13 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
         review = sorted((v for v in mine if v.state == "submitted"),
                         key=lambda v: v.updated_at)
         unknown: list[tuple[OrderView, Any]] = []
+        approved: list[tuple[OrderView, Any]] = []
         for view in mine:
-            unknown += [(view, e) for e in list_effects(view.id, store=store)
-                        if e.state == "unknown"]
+            effects = list_effects(view.id, store=store)
+            unknown += [(view, e) for e in effects if e.state == "unknown"]
+            scope = scope_of(view, effects)
+            if scope is not None:
+                approved.append((view, scope))
         soon_by = desk.now() + _SOON
         working = [v for v in desk.list(worker=me, limit=None) if v.active]
         near = sorted({v.id: v for v in [*mine, *working]
@@ -400,7 +404,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
             "/", after=questions.next,
             limit=None if limit == QUESTION_PAGE else str(limit)) + "#questions"
         return {"review": review, "questions": questions.questions, "more_questions": more,
-                "unknown": unknown, "near": near, "working": working,
+                "unknown": unknown, "approved": approved, "near": near, "working": working,
                 "others": [v for v in mine if v.state not in ("submitted",)][:50]}
 
     async def inbox(request: Request, session: Session) -> Response:
@@ -450,6 +454,7 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
                        for e in held},
             "schema_note": schema_note,
             "warnings": {e.ref: [f.line() for f in scan(e.arguments)] for e in effects},
+            "scope": scope_of(view, effects),
             "held_tools": _tally(e.tool for e in held if e.ref in choosable),
             "usage": store.usage(order_id), "events": store.events(order_id),
             "is_manager": me == order.manager, "may_answer": me in order.answerers,

@@ -162,3 +162,22 @@ def test_a_webhook_body_keeps_its_fields_exact_and_adds_what_to_show(tmp_path: P
     assert data["display"] == {"goal": f"Tell {visible(ZWSP)} and the team"}
     assert data["warnings"] == [f"goal: {warnings(data['goal'])[0]}"]
     store.close()
+
+
+@pytest.mark.spec("BIND-25")
+def test_order_show_says_what_the_approval_sends_and_drops_until_the_commit(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    desk, oid, refs = _submitted(tmp_path)
+    desk.review(oid, MANAGER, "approve", effects=[refs[1]])
+    assert main(["order", "show", oid, "--home", str(tmp_path)]) == 0
+    shown = capsys.readouterr().out
+    assert (f"until the commit runs:\n  the approval covers 1: {refs[1]} (mail/send) (sent by "
+            f"the commit)\n  it drops 2: {refs[0]} (mail/send), {refs[2]} (mail/send) (never "
+            "sent)\n") in shown
+    at = "2030-01-01T00:00:00Z"
+    for ref in refs:  # as the commit leaves them
+        desk.store.set_effect(oid, ref, expect=["held"], state="dropped" if ref != refs[1]
+                              else "dispatching", at=at)
+    assert main(["order", "show", oid, "--home", str(tmp_path)]) == 0
+    assert "until the commit runs" not in capsys.readouterr().out
+    desk.store.close()

@@ -545,3 +545,61 @@ def test_without_scripts_approve_all_asks_on_a_page_of_its_own(
         assert web.desk.desk.get(oid).latest_review.effects is None  # type: ignore[union-attr]
     finally:
         context.close()
+
+
+@pytest.mark.spec("BIND-25")
+def test_between_approval_and_commit_the_page_and_inbox_say_what_is_sent_and_dropped(
+        web: Web, manager: BrowserContext, shots: Path) -> None:
+    oid, refs = submit_order(web.desk, TWO, goal="Scope until the commit")
+    page = open_order(manager, web, oid)
+    page.check(f"input[name=effect][value='{refs[1]}']")
+    page.click("#approve-selected")
+    page.reload()  # what a manager coming back later sees
+    assert page.locator("#scope-covered").inner_text() == f"Sends 1: {refs[1]} (receiver/deliver)"
+    assert page.locator("#scope-dropped").inner_text() == (
+        f"Drops 1: {refs[0]} (receiver/deliver) (never sent)")
+    assert "the commit sends it" in state_of(page, refs[1])
+    assert "the commit drops it" in state_of(page, refs[0])
+    page.screenshot(path=str(shots / "approval-scope.png"), full_page=True)
+    inbox = manager.new_page()
+    inbox.goto(web.url + "/")
+    line = inbox.locator(f"#approved li[data-order='{oid}']").inner_text()
+    assert f"the approval covers 1: {refs[1]}" in line and f"it drops 1: {refs[0]}" in line
+    inbox.close()
+    page.click("#run-commit")
+    page.locator(".flash", has_text="1 committed").wait_for()
+    assert page.locator("#scope").count() == 0  # the commit has run: the states say it all
+    assert delivered(web, oid) == {refs[1]: 1}
+    page.close()
+
+
+@pytest.mark.spec("BIND-27")
+def test_long_unbroken_strings_never_widen_the_page(
+        web: Web, manager: BrowserContext, shots: Path) -> None:
+    word = "W" * 20_000
+    oid, refs = submit_order(web.desk, [("receiver/deliver", {"to": word, "body": word})],
+                             goal=word)
+    web.desk.desk.review(oid, MANAGER, "rework", word)  # a long note in the log
+    hold_ref = submit_again(web, oid, word)
+    page = open_order(manager, web, oid)
+    width = page.viewport_size["width"]  # type: ignore[index]
+    assert page_width(page) <= width, page_width(page)
+    page.screenshot(path=str(shots / "long-strings-order.png"))
+    page.goto(f"{web.url}/order/call?id={oid}&ref={quote(hold_ref, safe='')}")
+    assert page_width(page) <= width
+    page.goto(web.url + "/")
+    assert page_width(page) <= width
+    page.screenshot(path=str(shots / "long-strings-inbox.png"))
+    page.close()
+    assert refs
+
+
+def submit_again(web: Web, oid: str, text: str) -> str:
+    """Attempt 2 of ``oid``: one held call and a report whose summary is ``text``."""
+    from tests.gateway.commit_support import hold, report_doc
+
+    ref = hold(web.desk.store, oid, "receiver/deliver", {"to": text, "body": text}, attempt=2)
+    doc = report_doc([{"ref": ref, "tool": "receiver/deliver",
+                       "arguments": {"to": text, "body": text}}], ["receiver/deliver"], ref)
+    web.desk.desk.report(oid, WORKER, {**doc, "result": {"summary": text}})
+    return ref

@@ -27,7 +27,7 @@ from contextlib import ExitStack, contextmanager
 from types import FrameType
 from typing import Any
 
-from opentelemetry import metrics, trace
+from opentelemetry import context, metrics, trace
 from opentelemetry.context import Context
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
@@ -35,10 +35,12 @@ from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.trace import Span, SpanKind, StatusCode
+from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace.span import TraceState
 
 from awl.documents import CallRecord
+from awl.mcp import bound_meta, bound_tracestate
 from gateway._names import split_canonical
 from gateway._spans import CallSpan, EffectSpan, Signals, Telemetry, Watched
 
@@ -65,14 +67,34 @@ def _parent(meta: Mapping[str, Any] | None) -> Context | None:
     when there is none (or it is not valid), so the span nests under the ambient one."""
     if not meta:
         return None
+    bounded = bound_meta(meta)  # the W3C limits, as the upstream gets it
     carrier = {k: v for k in ("traceparent", "tracestate")
-               if isinstance(v := meta.get(k), str)}
+               if isinstance(v := bounded.get(k), str)}
     if "traceparent" not in carrier:
         return None
     context = _W3C.extract(carrier)
     if not trace.get_current_span(context).get_span_context().is_valid:
         return None
     return context
+
+
+def _bound_current_state(stack: ExitStack, span: Span) -> None:
+    """Make the context under ``span`` carry its ``tracestate`` bounded to the W3C limits
+    (32 members, 512 characters), so the requests sent upstream from it do. The frames of
+    a stdio or HTTP worker are bounded before the MCP SDK opens its span; an in-process
+    client's ``_meta`` reaches the SDK as given."""
+    found = span.get_span_context()
+    header = found.trace_state.to_header()
+    if not header:
+        return
+    kept = bound_tracestate(header)
+    if kept == header:
+        return
+    bounded = SpanContext(found.trace_id, found.span_id, is_remote=found.is_remote,
+                          trace_flags=found.trace_flags,
+                          trace_state=TraceState.from_header([kept]) if kept else TraceState())
+    token = context.attach(trace.set_span_in_context(NonRecordingSpan(bounded)))
+    stack.callback(context.detach, token)
 
 
 class _Call(CallSpan):
@@ -172,6 +194,7 @@ class OTelTelemetry(Telemetry):
             if served:  # the MCP SDK's server span for this request is the current one
                 span = trace.get_current_span()
                 span.set_attributes(attributes)
+                _bound_current_state(stack, span)
             else:
                 span = stack.enter_context(self._tracer.start_as_current_span(
                     f"tools/call {name}", context=_parent(meta), kind=SpanKind.SERVER,

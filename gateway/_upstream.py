@@ -70,6 +70,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import TypeAdapter, ValidationError
 
 from awl.documents import AWLError, NotFound, is_tool_name
+from awl.mcp import bound_meta
 from gateway._config import GatewayConfig, HttpTransport, ServerConfig
 from gateway._results import bound_result
 from gateway._stdio import StderrTail, stdio_transport
@@ -203,7 +204,10 @@ def clean_meta(meta: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
     Reserved keys (``io.modelcontextprotocol/...``) describe the worker's connection, not
     ours, and a handshake-era upstream refuses a request carrying them; a progress token
-    belongs to the worker's request id space.
+    belongs to the worker's request id space. The worker's trace context goes on bounded
+    to the W3C limits (:func:`awl.mcp.trace_context.bound_meta`: a malformed
+    ``traceparent`` dropped with its ``tracestate``, which keeps at most 32 members and 512
+    characters).
     """
     if not meta:
         return None
@@ -212,7 +216,7 @@ def clean_meta(meta: Mapping[str, Any] | None) -> dict[str, Any] | None:
         for k, v in meta.items()
         if not k.startswith(RESERVED_META_PREFIX) and k not in ("progressToken", "progress_token")
     }
-    return out or None
+    return bound_meta(out) or None
 
 
 def _without_reserved(result: types.CallToolResult) -> types.CallToolResult:

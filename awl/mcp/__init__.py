@@ -6,16 +6,20 @@ the names re-exported here: the stdio frame guard, the streamable HTTP transport
 Bearer check and address rules, :func:`tool_error` (so a refusal reads the same from the
 gateway's desk tools as from the desk server), :func:`coded_error` (a gateway refusal, its
 code under :data:`ERROR_META` too) and :func:`text_result` (every other answer of one text
-block).
+block), and :func:`bound_meta` / :func:`bound_tracestate` (a client's trace context within
+the W3C limits).
 """
 
 from awl.mcp.errors import ERROR_META, coded_error, text_result, tool_error
 from awl.mcp.frames import stdio_frames
+from awl.mcp.trace_context import bound_meta, bound_tracestate
 from awl.mcp.transport import Unauthorized, identity_of, is_loopback, parse_address, serve_http
 
 __all__ = [
     "ERROR_META",
     "Unauthorized",
+    "bound_meta",
+    "bound_tracestate",
     "coded_error",
     "identity_of",
     "is_loopback",

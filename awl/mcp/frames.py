@@ -61,6 +61,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from awl.documents.errors import DocumentError
 from awl.documents.limits import MAX_DOCUMENT_BYTES, MAX_INT_DIGITS, check_json_value
 from awl.mcp.inflight import InFlightGate
+from awl.mcp.trace_context import bound_meta, needs_bounding
 
 __all__ = ["BODY_SECONDS", "MAX_FRAME_BYTES", "FrameGuard", "Refused", "check_frame",
            "stdio_frames"]
@@ -221,6 +222,10 @@ def _check_message(data: dict[str, Any],
         check_json_value(data, where="the message", max_bytes=MAX_FRAME_BYTES)
     except DocumentError as exc:
         return _beyond_limits(data, kind, answer_id, exc.message)
+    params = data.get("params")
+    if kind != "response" and isinstance(params, dict) and needs_bounding(params.get("_meta")):
+        # The client's trace context, bounded before any span or upstream sees it (OBS-2).
+        data = {**data, "params": {**params, "_meta": bound_meta(params["_meta"])}}
     try:
         return types.jsonrpc_message_adapter.validate_python(data, by_name=False)
     except ValidationError as exc:
@@ -429,6 +434,9 @@ class FrameGuard:
             log.info("refused an HTTP message: %s", checked.reason)
             await _answer(send, 413 if body is _TOO_LARGE else 400, _error_body(checked))
             return
+        if b'"tracestate"' in body or b'"traceparent"' in body:
+            # The message as checked, its trace context bounded (check_frame).
+            body = checked.model_dump_json(by_alias=True, exclude_unset=True).encode()
         sent = False
 
         async def replay() -> Message:

@@ -294,3 +294,40 @@ async def test_one_http_worker_s_log_level_never_changes_another_s(tmp_path: Pat
     assert not said.is_error and not heard.is_error
     assert logs == {"worker": ["info for the worker"], "helper": []}
     no_traceback(stderr[0])
+
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+HUGE_STATE = ",".join(f"vendor{i}=" + "v" * 190 for i in range(300))  # 60 KB, 300 members
+
+
+@pytest.mark.spec("OBS-2")
+async def test_a_workers_trace_context_reaches_the_upstream_within_the_w3c_limits(
+        tmp_path: Path) -> None:
+    """A 60 KB ``tracestate`` of 300 members in a worker's ``_meta`` went upstream verbatim;
+    the upstream now gets at most 32 members and 512 characters, the worker's first ones
+    kept, and a malformed ``traceparent`` is dropped with its ``tracestate`` (on a tool call
+    and on a read passed through alike)."""
+    env = spy_env(tmp_path, tools=["spy/*"])
+    short = ",".join(f"k{i}=v{i}" for i in range(40)) + ",Bad=x,k0=again"
+    with anyio.fail_after(90):
+        async with raw_gateway(env) as peer:
+            calls = [({"traceparent": TRACEPARENT, "tracestate": HUGE_STATE}, "huge"),
+                     ({"traceparent": TRACEPARENT, "tracestate": short}, "short"),
+                     ({"traceparent": "00-nothex-01", "tracestate": "a=1"}, "malformed")]
+            for n, (meta, label) in enumerate(calls, start=1):
+                await peer.send(frame(n, "tools/call", {
+                    "name": "spy__read", "arguments": {"text": label}, "_meta": meta}))
+                assert "result" in await answer_to(peer, n)
+            await peer.send(frame(9, "resources/read", {"uri": "spy://doc", "_meta": {
+                "traceparent": TRACEPARENT, "tracestate": HUGE_STATE}}))
+            assert "result" in await answer_to(peer, 9)
+    sent = [m["params"].get("_meta") or {} for m in spy_log(env)]
+    huge, kept, malformed, read = sent
+    for meta in (huge, read):
+        assert meta["traceparent"] == TRACEPARENT
+        members = meta["tracestate"].split(",")
+        assert len(meta["tracestate"]) <= 512 and 1 <= len(members) <= 32
+        assert HUGE_STATE.startswith(meta["tracestate"])
+    assert kept["tracestate"] == ",".join(f"k{i}=v{i}" for i in range(32))
+    assert "traceparent" not in malformed and "tracestate" not in malformed
+    assert malformed["awl/ref"] == "spy/read#3"

@@ -449,3 +449,35 @@ async def test_otel_traces_exporter_console_turns_tracing_on_in_a_gateway_proces
     assert served[0]["attributes"]["awl.ref"] == "receiver/deliver#1"
     [delivery] = env.deliveries()
     assert _ids(delivery["traceparent"])[0] == TRACE
+
+
+@pytest.mark.slow
+@pytest.mark.spec("OBS-2")
+async def test_a_workers_tracestate_is_bounded_before_its_span_and_the_upstream(
+        tmp_path: Path, otel: tuple[_Capture, InMemoryMetricReader]) -> None:
+    """With telemetry on, a worker's ``tracestate`` of 30 members and 3,000 characters (its
+    SDK client's context, or the ``_meta`` of an in-process call) reaches the upstream cut
+    to the W3C's 512 characters, the worker's first members kept; the gateway's own span
+    of an in-process call takes it bounded as its parent's."""
+    capture, _reader = otel
+    env = make_env(tmp_path)
+    members = [(f"vendor{i}", "v" * 90) for i in range(30)]
+    long_state = ",".join(f"{k}={v}" for k, v in members)
+    worker = NonRecordingSpan(SpanContext(TRACE, SPAN, is_remote=True,
+                                          trace_flags=TraceFlags(TraceFlags.SAMPLED),
+                                          trace_state=TraceState(members)))
+    with anyio.fail_after(60):
+        async with connect(env) as (gw, client):
+            with trace.use_span(worker):
+                served = await client.call_tool("receiver__deliver", {"to": "ops"})
+            direct = final(await gw.call("receiver__deliver", {"to": "it"}, meta={
+                "traceparent": _traceparent(OTHER_TRACE, SPAN), "tracestate": long_state}))
+    assert not served.is_error and not direct.is_error
+    first, second = env.deliveries()
+    for delivery, trace_id in ((first, TRACE), (second, OTHER_TRACE)):
+        assert _ids(delivery["traceparent"])[0] == trace_id
+        state = delivery["tracestate"]
+        assert len(state) <= 512 and long_state.startswith(state), state
+        assert state.count(",") + 1 == 5  # vendor0 to vendor4: 98 characters each
+    own = _one(capture.spans, "tools/call receiver__deliver", awl_ref=second["ref"])
+    assert own.parent is not None and own.parent.trace_state.to_header() == second["tracestate"]

@@ -27,7 +27,8 @@ Optional per-server keys added by the gateway:
 
 Top-level ``gateway`` settings: ``safe_mode`` (hold every allowed tool whose upstream
 annotations do not mark it read-only; default false) and ``startup_wait`` (seconds after the
-gateway starts during which ``tools/list`` waits for upstreams still starting; default 3).
+gateway starts during which ``tools/list`` waits for upstreams still starting, each until it
+is up, has failed or has used its own ``connect_timeout``; default 20).
 
 Values of ``env`` and ``headers`` may name environment variables as ``$NAME`` or
 ``${NAME}``; ``$$`` is a literal ``$``. A variable that is not set is an error, so a
@@ -71,7 +72,9 @@ MAX_SECONDS = 365 * 24 * 3600
 """Longest ``timeout`` or ``connect_timeout`` accepted, in seconds."""
 MAX_PRICE = 1e9
 """Largest per-call price in ``costs``, in USD."""
-DEFAULT_STARTUP_WAIT = 3.0
+DEFAULT_STARTUP_WAIT = 20.0
+"""Seconds the first ``tools/list`` waits at most, from the gateway's start, for servers
+still starting: well under the 60 s an MCP client waits for an answer."""
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_CONNECT_TIMEOUT = 60.0
 DEFAULT_MAX_RESULT_BYTES = 1 << 20
@@ -169,7 +172,8 @@ class GatewaySettings:
     """Hold every allowed tool whose upstream annotations do not say ``readOnlyHint: true``."""
     startup_wait: float = DEFAULT_STARTUP_WAIT
     """Seconds from the gateway's start during which ``tools/list`` waits for upstreams that
-    are still starting; later it lists at once what is up."""
+    are still starting (each until it is up, has failed, or its ``connect_timeout`` has run
+    out); later it lists at once what is up."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,8 +50,10 @@ from awl.desk.tokens import principal_for_token, token_hash
 from awl.documents.checks import iter_report_findings
 from awl.documents.display import scan
 from awl.documents.errors import AWLError, BadRequest, Conflict, NotFound
-from awl.documents.limits import QUESTION_PAGE
+from awl.documents.lifecycle import ACTIVE, TERMINAL
+from awl.documents.limits import MAX_QUESTION_PAGE, QUESTION_PAGE
 from awl.documents.models import parse_time
+from awl.documents.patterns import parse_ref
 from awl.documents.pointers import pointer
 from awl.store.protocol import Store
 from awl.store.urls import shown_url
@@ -256,6 +258,17 @@ def _digest(fingerprint: str) -> str:
 
 
 _DIGEST = re.compile(r"[0-9a-f]{32}")
+ORDER_PAGE = QUESTION_PAGE
+"""Events and calls an order's page shows at a time."""
+_NOT_SUBMITTED = tuple(sorted((ACTIVE | TERMINAL) - {"submitted"}))
+
+
+def _page_size(text: str) -> int:
+    """A page's ``?limit=``: a whole number from 1 to the largest page."""
+    size = _whole(text, "limit")
+    if not 1 <= size <= MAX_QUESTION_PAGE:
+        raise BadRequest(f"limit must be from 1 to {MAX_QUESTION_PAGE}, not {size}")
+    return size
 
 
 def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None, *,
@@ -381,11 +394,17 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
                                samesite="strict")
         return response
 
-    def inbox_data(me: str, after: str | None = None,
-                   limit: int = QUESTION_PAGE) -> dict[str, Any]:
+    def inbox_data(me: str, after: str | None = None, limit: int = QUESTION_PAGE,
+                   cursors: Mapping[str, str] | None = None) -> dict[str, Any]:
+        cursors = cursors or {}
+        sized = None if limit == QUESTION_PAGE else str(limit)
         mine = desk.list(manager=me, limit=None)
-        review = sorted((v for v in mine if v.state == "submitted"),
-                        key=lambda v: v.updated_at)
+        # Reports to review and the other orders a page at a time (BIND-26), newest first,
+        # each page after the last order of the one before (the desk's `before`).
+        review, more_review = paged(partial(desk.list, state="submitted", manager=me),
+                                    cursors.get("review_after"), limit)
+        others, more_others = paged(partial(desk.list, state=_NOT_SUBMITTED, manager=me),
+                                    cursors.get("others_after"), limit)
         unknown: list[tuple[OrderView, Any]] = []
         approved: list[tuple[OrderView, Any]] = []
         for view in mine:
@@ -401,25 +420,38 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
                       key=lambda v: v.order.deadline)
         questions = desk.questions(actor=me, limit=limit, after=after)
         more = None if questions.next is None else link(
-            "/", after=questions.next,
-            limit=None if limit == QUESTION_PAGE else str(limit)) + "#questions"
+            "/", after=questions.next, limit=sized) + "#questions"
         return {"review": review, "questions": questions.questions, "more_questions": more,
+                "more_review": more_review and link(
+                    "/", review_after=more_review, limit=sized) + "#review",
+                "more_others": more_others and link(
+                    "/", others_after=more_others, limit=sized) + "#others",
                 "unknown": unknown, "approved": approved, "near": near, "working": working,
-                "others": [v for v in mine if v.state not in ("submitted",)][:50]}
+                "others": others}
+
+    def paged(lister: Callable[..., list[OrderView]], after: str | None,
+              limit: int) -> tuple[list[OrderView], str | None]:
+        """One page of orders after the order ``after`` (None: the first page), and the
+        cursor of the next page (None: this is the last)."""
+        views = lister(limit=limit + 1, before=after)
+        return views[:limit], views[limit - 1].id if len(views) > limit else None
 
     async def inbox(request: Request, session: Session) -> Response:
         # The question queue a page at a time (BIND-20): ?after= the cursor of the page
         # before, as its "next page" link gives it, and ?limit= its size.
         limit = request.query_params.get("limit")
         since = _digest(await anyio.to_thread.run_sync(fingerprint, session.principal, ""))
+        cursors = {name: value for name in ("review_after", "others_after")
+                   if (value := _the(request, name)) is not None}
         data = await anyio.to_thread.run_sync(
             inbox_data, session.principal, request.query_params.get("after"),
-            QUESTION_PAGE if limit is None else _whole(limit, "limit"))
+            QUESTION_PAGE if limit is None else _page_size(limit), cursors)
         return page("inbox.html", session, watch="", since=since, **data)
 
     def order_data(order_id: str, me: str,
                    tool_schemas: Mapping[str, dict[str, Any]] | None = None,
-                   schema_note: str | None = None) -> dict[str, Any]:
+                   schema_note: str | None = None, events_after: int = 0,
+                   calls_after: int = 0) -> dict[str, Any]:
         view = desk.get(order_id)
         check_party(view.order, me)
         order = view.order
@@ -456,7 +488,8 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
             "warnings": {e.ref: [f.line() for f in scan(e.arguments)] for e in effects},
             "scope": scope_of(view, effects),
             "held_tools": _tally(e.tool for e in held if e.ref in choosable),
-            "usage": store.usage(order_id), "events": store.events(order_id),
+            "usage": store.usage(order_id),
+            **paged_log(order_id, calls, events_after, calls_after),
             "is_manager": me == order.manager, "may_answer": me in order.answerers,
             "can_commit": cfg.upstream is not None, "committing": order_id in committing,
             "commit_command": f"awl gateway --order {shlex.quote(order_id)} --config "
@@ -467,6 +500,27 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
             "attempts": list(zip(view.reports, [*view.reviews, *([None] * len(view.reports))],
                                  strict=False)),
         }
+
+    def paged_log(order_id: str, calls: list[Any], events_after: int,
+                  calls_after: int) -> dict[str, Any]:
+        """The order's events and calls a page at a time (BIND-26): those after the seq
+        ``events_after`` and after the call numbered ``calls_after``, with the links to the
+        next pages (None on the last)."""
+        events = store.events(order_id, after=events_after, limit=ORDER_PAGE + 1)
+        numbered = [(ref.n if (ref := parse_ref(c.ref)) else 0, c) for c in calls]
+        later = [(n, c) for n, c in numbered if n > calls_after][:ORDER_PAGE + 1]
+        more_events = more_calls = None
+        if len(events) > ORDER_PAGE:
+            more_events = order_url(order_id, events_after=str(events[ORDER_PAGE - 1].seq),
+                                    calls_after=str(calls_after) if calls_after else None
+                                    ) + "#log"
+        if len(later) > ORDER_PAGE:
+            more_calls = order_url(order_id, calls_after=str(later[ORDER_PAGE - 1][0]),
+                                   events_after=str(events_after) if events_after else None
+                                   ) + "#calls"
+        return {"events": events[:ORDER_PAGE], "more_events": more_events,
+                "calls": [c for _, c in later[:ORDER_PAGE]], "more_calls": more_calls,
+                "earlier_log": bool(events_after or calls_after)}
 
     def held_tools(order_id: str, me: str) -> set[str]:
         """The tools of the order's calls held for its current attempt (whose schemas the
@@ -490,8 +544,10 @@ def build_app(store: Store, sessions: Sessions, config: WebConfig | None = None,
                                                        runs))
         held = await anyio.to_thread.run_sync(held_tools, oid, session.principal)
         tool_schemas, note = await schemas.get(held)
-        data = await anyio.to_thread.run_sync(order_data, oid, session.principal, tool_schemas,
-                                              note)
+        after = {name: _whole(value, name) for name in ("events_after", "calls_after")
+                 if (value := _the(request, name)) is not None}
+        data = await anyio.to_thread.run_sync(partial(
+            order_data, oid, session.principal, tool_schemas, note, **after))
         return page("order.html", session, keep_notes=commit_runs(oid) != runs, watch=oid,
                     since=since, **data)
 

@@ -25,7 +25,7 @@ from urllib.parse import quote
 import pytest
 
 from awl.desk.tokens import issue_token
-from tests.gateway.commit_support import ROOT
+from tests.gateway.commit_support import ROOT, hold, report_doc
 from tests.servers.receiver import read_log
 from tests.service_support import unavailable
 from tests.web.web_support import MANAGER, WORKER, Desked, make_desk, submit_order
@@ -596,10 +596,66 @@ def test_long_unbroken_strings_never_widen_the_page(
 
 def submit_again(web: Web, oid: str, text: str) -> str:
     """Attempt 2 of ``oid``: one held call and a report whose summary is ``text``."""
-    from tests.gateway.commit_support import hold, report_doc
-
     ref = hold(web.desk.store, oid, "receiver/deliver", {"to": text, "body": text}, attempt=2)
     doc = report_doc([{"ref": ref, "tool": "receiver/deliver",
                        "arguments": {"to": text, "body": text}}], ["receiver/deliver"], ref)
     web.desk.desk.report(oid, WORKER, {**doc, "result": {"summary": text}})
     return ref
+
+
+def walk(page: Page, start: str, items: str, next_link: str) -> list[list[str]]:
+    """Follow ``next_link`` from ``start`` to the last page: each page's ``items`` texts."""
+    pages: list[list[str]] = []
+    page.goto(start)
+    while True:
+        pages.append(page.locator(items).all_inner_texts())
+        link = page.locator(next_link)
+        if link.count() == 0:
+            return pages
+        assert "after=" in (link.get_attribute("href") or "")
+        link.click()
+        page.wait_for_load_state()
+
+
+@pytest.mark.spec("BIND-26")
+def test_every_list_on_the_page_comes_a_page_at_a_time(
+        web: Web, manager: BrowserContext, shots: Path) -> None:
+    desk = web.desk.desk
+    for n in range(55):
+        submit_order(web.desk, TWO[:1], goal=f"paged review {n}")
+    for n in range(52):
+        view = web.desk.desk.create({
+            "to": WORKER, "goal": f"paged other {n}", "criteria": [{"id": "c1", "text": "t"}],
+            "budget": {"usd": 1}, "deadline": "2099-01-01T00:00:00Z", "tools": ["receiver/*"]},
+            MANAGER)
+        web.desk.desk.cancel(view.id, MANAGER, "not needed")
+    page = manager.new_page()
+    review = walk(page, web.url + "/", "#review li a.order", "#next-review")
+    assert all(len(p) <= 50 for p in review) and len(review) >= 2
+    assert sorted(i for p in review for i in p) == sorted(
+        v.id for v in desk.list(state="submitted", manager=MANAGER, limit=None))
+    others = walk(page, web.url + "/", "#others li a.order", "#next-others")
+    assert all(len(p) <= 50 for p in others) and len(others) >= 2
+    shown = [i for p in others for i in p]
+    assert len(shown) == len(set(shown)) == len([
+        v for v in desk.list(manager=MANAGER, limit=None) if v.state != "submitted"])
+    page.screenshot(path=str(shots / "inbox-last-page.png"), full_page=True)
+    # An order's events and calls: 120 progress notes and 60 calls.
+    oid = desk.create({
+        "to": WORKER, "goal": "a long log", "criteria": [{"id": "c1", "text": "t"}],
+        "budget": {"usd": 1}, "deadline": "2099-01-01T00:00:00Z", "tools": ["receiver/*"]},
+        MANAGER).id
+    desk.accept(oid, WORKER)
+    desk.start(oid, WORKER)
+    for n in range(60):
+        hold(web.desk.store, oid, "receiver/echo", {"text": str(n)})
+    for n in range(120):
+        web.desk.desk.progress(oid, WORKER, f"note {n}")
+    events = walk(page, f"{web.url}/order?id={oid}", "#log tr td:first-child", "#next-events")
+    seqs = [int(s) for p in events for s in p]
+    assert seqs == list(range(1, len(desk.events(oid)) + 1)) and len(events) >= 3
+    calls = walk(page, f"{web.url}/order?id={oid}", "#calls tr.call td:first-child",
+                 "#next-calls")
+    assert [len(p) for p in calls] == [50, 10]
+    assert [c.strip() for p in calls for c in p] == [f"receiver/echo#{n}" for n in range(1, 61)]
+    page.close()

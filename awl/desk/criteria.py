@@ -1,24 +1,24 @@
-"""Running a criterion's check in an order's workspace, and what changed since the start.
+"""Running a criterion's check, and what changed in the workspace since the order started.
 
 The desk calls this module; the documents and checks layer never does (it does no I/O). A
 workspace is a folder: the top of a git work tree, or a plain folder in no work tree. Its
-snapshot, taken when the order starts, is a git tree object of the whole folder as it was.
-In a git work tree that is the commit checked out (``head``) and a tree of the tracked and
-untracked files (ignored ones left out), written into the work tree's own object store
-through a temporary index, so the worker's own index is left alone. A plain folder is
-written the same way into an object store the desk keeps (``snapshots`` under the AWL
-home), and every file in it counts. When a check runs, the folder is written the same way
-again and the two trees are compared: that is how edits to tests and to the files that
-define how checks run are found (the tamper signals).
+snapshot is a git tree object of the folder's files, written into an object store the desk
+keeps (``snapshots`` under the AWL home), never into the worker's repository, whose objects,
+refs and configuration the worker controls (LC-17). When the worker reports, the folder is
+snapshotted again before anything runs; the tamper signals come from comparing the two trees
+(LC-19), and each check runs in the sandbox (awl.desk.sandbox, SEC-15) on a fresh copy made
+from the reported tree, so what is judged is exactly what was compared (LC-18).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import os
 import re
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from awl.desk import sandbox
 from awl.desk.home import home_dir
 
 try:
@@ -43,6 +44,7 @@ __all__ = [
     "ENV_KEPT",
     "CheckRun",
     "check_question",
+    "checks_refused",
     "latest_checks",
     "normalize",
     "run_check",
@@ -52,8 +54,9 @@ __all__ = [
     "workspace_root",
 ]
 
-ENV_KEPT = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")
-"""The only variables of the desk's own environment a check inherits."""
+ENV_KEPT = ("PATH", "LANG", "LC_ALL", "SYSTEMROOT")
+"""The only variables of the desk's own environment a check inherits (``HOME`` and
+``TMPDIR`` are the sandbox's private ``/tmp``)."""
 
 OUTPUT_LIMIT = 64 * 1024
 """Bytes of a check's output the desk keeps (the last ones)."""
@@ -69,70 +72,54 @@ _MAX_BLOB = 1024 * 1024
 
 # --------------------------------------------------------------------------- git
 
-# The work tree is the worker's: git reads its config, so git runs with the same minimal
-# environment as a check, never the desk's own, and without a file-system monitor program.
-_GIT = ("git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
+# Every git command here runs with the desk's own object store (--git-dir) and the
+# workspace only as the files to read (--work-tree): the worker's repository (its objects,
+# replace refs, grafts, alternates, hooks, filters, configuration) is never consulted, and
+# neither are the system's and the user's git configuration.
+_GIT = ("git", "--no-replace-objects", "-c", "core.fsmonitor=false",
+        "-c", "core.hooksPath=/dev/null", "-c", "core.fileMode=true", "-c", "core.symlinks=true",
+        "-c", "core.autocrlf=false", "-c", "core.sparseCheckout=false",
+        "-c", "core.attributesFile=/dev/null", "-c", "core.excludesFile=/dev/null",
+        "-c", "core.untrackedCache=false", "-c", "core.splitIndex=false",
+        "-c", "index.sparse=false", "-c", "gc.auto=0")
+_GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
+            "GIT_NO_REPLACE_OBJECTS": "1", "GIT_ATTR_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0",
+            "GIT_OPTIONAL_LOCKS": "0"}
 
 SNAPSHOTS = "snapshots"
-"""The folder under the AWL home that keeps the snapshots of plain-folder workspaces."""
+"""The folder under the AWL home that keeps the workspaces' snapshots."""
 
 
 @dataclass(frozen=True, slots=True)
 class _Tree:
-    """A workspace as git sees it: its folder, and the object store of a plain folder's
-    snapshots (None for a git work tree, whose own store is used)."""
+    """A workspace as the desk's object store sees it: its folder, and the store."""
 
     root: Path
-    objects: Path | None = None
+    objects: Path
 
     def git(self, *args: str, env: Mapping[str, str] | None = None,
             check: bool = True, limit: int | None = None) -> str:
-        where: tuple[str, ...] = (f"--work-tree={self.root}",)  # never core.worktree's
-        if self.objects is not None:
-            where = (f"--git-dir={self.objects}", *where)
-        else:
-            where = (*_neutral_filters(self.root), *where)
-        return _git(self.root, *where, *args, env=env, check=check, limit=limit)
-
-
-# What the worker's own git configuration could otherwise change in what a snapshot sees:
-# file modes and symbolic links recorded as they are, no line-ending conversion, no sparse
-# checkout, and (see _neutral_filters) no clean filter rewriting a file as it is read.
-_AS_IS = ("-c", "core.fileMode=true", "-c", "core.symlinks=true", "-c", "core.autocrlf=false",
-          "-c", "core.sparseCheckout=false", "-c", "core.attributesFile=/dev/null")
-
-
-def _neutral_filters(root: Path) -> tuple[str, ...]:
-    """``-c`` options that empty every filter driver the work tree's configuration defines:
-    a clean filter would otherwise hand git whatever it likes in place of a file (its
-    original text, say), and an edit would not be seen."""
-    out = _git(root, "config", "--name-only", "--get-regexp", r"^filter\.", check=False)
-    names = {line.rsplit(".", 1)[0] for line in out.splitlines() if line.count(".") >= 2}
-    options: list[str] = list(_AS_IS)
-    for name in sorted(names):
-        options += ["-c", f"{name}.clean=", "-c", f"{name}.process=",
-                    "-c", f"{name}.required=false"]
-    return tuple(options)
+        return _git(self.root, f"--git-dir={self.objects}", f"--work-tree={self.root}", *args,
+                    env=env, check=check, limit=limit)
 
 
 def _git(root: Path, *args: str, env: Mapping[str, str] | None = None,
          check: bool = True, limit: int | None = None) -> str:
     """Run git; with ``limit``, only the first ``limit`` bytes of its output are read (a
     huge file is never read whole into memory) and git is stopped there."""
-    base = {name: os.environ[name] for name in ENV_KEPT if name in os.environ}
+    base = {name: os.environ[name] for name in ("PATH", "LANG", "LC_ALL") if name in os.environ}
+    full = {**base, **_GIT_ENV, **(env or {})}
     command = next((a for a in args if not a.startswith("-") and "=" not in a), args[0])
     try:
         if limit is None:
             done = subprocess.run((*_GIT, *args), cwd=root, capture_output=True,
-                                  timeout=_GIT_TIMEOUT,
-                                  env={**base, "GIT_CONFIG_NOSYSTEM": "1", **(env or {})},
-                                  check=False, stdin=subprocess.DEVNULL)
+                                  timeout=_GIT_TIMEOUT, env=full, check=False,
+                                  stdin=subprocess.DEVNULL)
             returncode, stdout, stderr = done.returncode, done.stdout, done.stderr
         else:
             with subprocess.Popen((*_GIT, *args), cwd=root, stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                                  env={**base, "GIT_CONFIG_NOSYSTEM": "1", **(env or {})},
-                                  ) as process:
+                                  env=full) as process:
                 assert process.stdout is not None
                 stdout = process.stdout.read(limit)
                 process.kill()
@@ -148,6 +135,16 @@ def _git(root: Path, *args: str, env: Mapping[str, str] | None = None,
     return stdout.decode("utf-8", "replace")
 
 
+def _top_level(root: Path) -> str:
+    """The top of the git work tree ``root`` is in ("" for none): the nearest folder, from
+    ``root`` up, holding a ``.git``. Found from the files alone, so no setting of the
+    worker's repository (``core.worktree``, say) can move it."""
+    for folder in (root, *root.parents):
+        if os.path.lexists(folder / ".git"):
+            return str(folder)
+    return ""
+
+
 def workspace_root(path: str | os.PathLike[str]) -> Path:
     """``path`` as an absolute workspace folder, or :class:`BadRequest` saying why not.
 
@@ -158,20 +155,15 @@ def workspace_root(path: str | os.PathLike[str]) -> Path:
     if not root.is_dir():
         raise BadRequest(f"workspace {path} is not a folder; give the folder the work happens "
                          "in")
-    top = _git(root, "rev-parse", "--show-toplevel", check=False).strip()
+    top = _top_level(root)
     if top and Path(top).resolve() != root:
         raise BadRequest(f"workspace {root} is inside the git work tree {top} but not its top "
                          "folder; give the repository's top folder")
     return root
 
 
-def _is_work_tree(root: Path) -> bool:
-    top = _git(root, "rev-parse", "--show-toplevel", check=False).strip()
-    return bool(top) and Path(top).resolve() == root
-
-
 def _snapshot_store() -> Path:
-    """The desk's object store for plain-folder snapshots, created on first use."""
+    """The desk's object store for snapshots, created on first use."""
     objects = home_dir() / SNAPSHOTS
     if not (objects / "HEAD").is_file():
         _git(home_dir(), "init", "--bare", "-q", str(objects))
@@ -183,61 +175,59 @@ _EXCLUDED = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", "node
              ".tox", ".nox")
 
 
-def _write_tree(tree: _Tree, head: str | None) -> str:
-    """The whole folder (for a work tree: tracked and untracked, minus ignored files) as a
-    tree object."""
+def _write_tree(tree: _Tree, *, every_file: bool) -> str:
+    """The folder's files as a tree object in the desk's store: for a git work tree those
+    its ``.gitignore`` files do not ignore, for a plain folder every file (bar byproduct
+    folders). The ``.git`` folder is never part of it."""
     with tempfile.TemporaryDirectory(prefix="awl-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        if head is not None:
-            tree.git("read-tree", head, env=env)
         spec: tuple[str, ...] = ("--", ".")
-        if tree.objects is not None:  # every file counts: --force takes ignored ones too
+        if every_file:  # --force takes ignored ones too
             spec = ("--force", "--", ".",
                     *(f":(exclude,glob)**/{name}/**" for name in _EXCLUDED))
         tree.git("add", "-A", *spec, env=env)
         return tree.git("write-tree", env=env).strip()
 
 
-def _head(tree: _Tree) -> str | None:
-    if tree.objects is not None:
-        return None
-    head = tree.git("rev-parse", "--verify", "-q", "HEAD", check=False).strip()
-    return head or None
-
-
-def take_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The workspace as it is now: ``{"kind": "git", "head": commit, "tree": tree}`` for a
-    git work tree, ``{"kind": "folder", "objects": store, "tree": tree}`` for a plain one."""
+def take_snapshot(path: str | os.PathLike[str], kind: str | None = None) -> dict[str, Any]:
+    """The workspace as it is now, in the desk's object store: ``{"kind": "git", "head":
+    commit, "tree": tree, "objects": store}`` for a git work tree (``head`` as the worker's
+    repository names it, for the reader only), ``{"kind": "folder", "tree": tree,
+    "objects": store}`` for a plain folder. ``kind`` keeps the start snapshot's kind when
+    the workspace is snapshotted again (a worker's ``git init`` changes nothing)."""
     root = workspace_root(path)
-    if _is_work_tree(root):
-        tree = _Tree(root)
-        head = _head(tree)
-        snapshot: dict[str, Any] = {"kind": "git", "tree": _write_tree(tree, head)}
-        if head is not None:
+    tree = _Tree(root, _snapshot_store())
+    if kind is None:
+        kind = "git" if _top_level(root) else "folder"
+    if kind == "git":
+        snapshot: dict[str, Any] = {"kind": "git",
+                                    "tree": _write_tree(tree, every_file=False),
+                                    "objects": str(tree.objects)}
+        head = _git(root, "rev-parse", "--verify", "-q", "HEAD", check=False).strip()
+        if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", head):
             snapshot["head"] = head
         return snapshot
-    tree = _Tree(root, _snapshot_store())
-    return {"kind": "folder", "objects": str(tree.objects), "tree": _write_tree(tree, None)}
+    return {"kind": "folder", "objects": str(tree.objects),
+            "tree": _write_tree(tree, every_file=True)}
 
 
 def _tree_of(root: Path, snapshot: Mapping[str, Any]) -> _Tree:
     """How to read ``root`` against ``snapshot``; BadRequest when the snapshot cannot be."""
-    if snapshot.get("kind") == "folder":
-        objects = Path(str(snapshot.get("objects", "")))
-        if not (objects / "HEAD").is_file():
-            raise BadRequest(f"the start snapshot's object store {objects} is gone")
-        return _Tree(root, objects)
-    return _Tree(root)
+    if "objects" not in snapshot:
+        raise BadRequest("the start snapshot was kept in the workspace's own repository (by an "
+                         "older desk), which the worker can rewrite")
+    objects = Path(str(snapshot.get("objects", "")))
+    if not (objects / "HEAD").is_file():
+        raise BadRequest(f"the start snapshot's object store {objects} is gone")
+    return _Tree(root, objects)
 
 
-def _changes(tree: _Tree, snapshot: Mapping[str, Any]) -> tuple[str, list[tuple[str, str]]]:
-    """The tree of the folder now and each ``(status, path)`` changed since the snapshot."""
-    now = _write_tree(tree, _head(tree))
-    out = tree.git("diff-tree", "-r", "--no-renames", "--name-status", "-z",
-                   str(snapshot["tree"]), now)
+def _diff(tree: _Tree, old: str, now: str) -> list[tuple[str, str]]:
+    """Each ``(status, path)`` changed from tree ``old`` to tree ``now``."""
+    out = tree.git("diff-tree", "-r", "--no-renames", "--name-status", "-z", old, now)
     parts = [p for p in out.split("\0") if p]
     pairs = [(parts[i], parts[i + 1]) for i in range(0, len(parts) - 1, 2)]
-    return now, [p for p in pairs if not _is_byproduct(p[1])]
+    return [p for p in pairs if not _is_byproduct(p[1])]
 
 
 _BYPRODUCT_FOLDERS = frozenset(_EXCLUDED)
@@ -253,6 +243,15 @@ def _blob(tree: _Tree, tree_id: str, path: str) -> str:
     return tree.git("cat-file", "-p", f"{tree_id}:{path}", check=False, limit=_MAX_BLOB)
 
 
+def _materialize(snapshot: Mapping[str, Any], folder: Path) -> None:
+    """Write the files of ``snapshot``'s tree into the empty ``folder``."""
+    tree = _Tree(folder, Path(str(snapshot["objects"])))
+    with tempfile.TemporaryDirectory(prefix="awl-index-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        tree.git("read-tree", str(snapshot["tree"]), env=env)
+        tree.git("checkout-index", "-a", "-f", env=env)
+
+
 # --------------------------------------------------------------------------- tamper signals
 
 _SKIP_MARKERS = re.compile(
@@ -264,6 +263,12 @@ _SKIP_MARKERS = re.compile(
 _EXEMPTIONS = re.compile(
     r"#\s*noqa\b|#\s*type:\s*ignore\b|#\s*pragma:\s*no\s*cover\b|eslint-disable"
     r"|@ts-(?:ignore|expect-error|nocheck)\b|#\s*pylint:\s*disable\b|#!\[allow\(|#\[allow\(")
+# A worker's module imported by the manager's test runs inside the test process: it can end
+# that process early with exit status 0 (os._exit(0) at import) or kill what runs it.
+_PROCESS_ENDING = re.compile(
+    r"\b_exit\s*\(|\b(?:os|posix|nt)\s*\.\s*(?:kill|killpg|abort|exec[lv]p?e?)\b"
+    r"|\bsignal\s*\.\s*(?:pthread_kill|raise_signal)\b|\bctypes\b"
+    r"|\bprocess\s*\.\s*(?:exit|kill|abort|reallyExit)\s*\(")
 _TEST_NAME = re.compile(
     r"^(?:test_.*\.py|.*_test\.py|.*_test\.go|.*\.(?:test|spec)\.[cm]?[jt]sx?|.*Test\.java)$")
 _TEST_FOLDERS = frozenset({"test", "tests", "__tests__", "spec", "specs"})
@@ -271,7 +276,8 @@ _CONFIG_NAMES = frozenset({
     "pyproject.toml", "setup.cfg", "setup.py", "tox.ini", "pytest.ini", "noxfile.py",
     "conftest.py", ".coveragerc", "mypy.ini", ".mypy.ini", "ruff.toml", ".ruff.toml",
     ".flake8", ".pylintrc", "package.json", "Makefile", "justfile", "Cargo.toml",
-    ".pre-commit-config.yaml", ".gitlab-ci.yml", "Jenkinsfile", "azure-pipelines.yml",
+    ".pre-commit-config.yaml", ".gitattributes", ".gitlab-ci.yml", "Jenkinsfile",
+    "azure-pipelines.yml",
     "tsconfig.json", ".eslintrc", ".eslintrc.json", ".eslintrc.js",
 })
 _CONFIG_PREFIXES = ("jest.config.", "vitest.config.", "eslint.config.", "playwright.config.",
@@ -317,21 +323,27 @@ def _verb(status: str) -> str:
 
 
 def tamper_signals(path: str | os.PathLike[str], snapshot: Mapping[str, Any],
-                   check: Check) -> list[str]:
-    """What changed since ``snapshot`` that could make ``check`` pass without the work.
+                   check: Check, now: Mapping[str, Any] | None = None) -> list[str]:
+    """What changed from ``snapshot`` to ``now`` (the workspace as it is, when not given)
+    that could make ``check`` pass without the work.
 
-    New skip/only/xfail markers in test files, new lint or type exemptions, deleted or
-    edited test files, edits to the files the command names (or under the folders it
-    names), and edits to the files that define how checks run (project and CI
-    configuration). A new test file is no signal unless it skips.
+    New skip/only/xfail markers in test files, new lint or type exemptions, new calls that
+    end or signal a process (a worker's module can end the test run early, exit 0), deleted
+    or edited test files, edits to the files the command names (or under the folders it
+    names), and edits to the files that define how checks run (project, CI and git
+    attribute configuration). A new test file is no signal unless it skips.
     """
     root = Path(path).resolve()
     try:
         tree = _tree_of(root, snapshot)
-        now, changed = _changes(tree, snapshot)
+        if now is None:
+            now = take_snapshot(root, kind=str(snapshot.get("kind", "git")))
+        if Path(str(now.get("objects", ""))) != tree.objects:
+            raise BadRequest("the two snapshots are in different object stores")
+        changed = _diff(tree, str(snapshot["tree"]), str(now["tree"]))
     except BadRequest as exc:  # a snapshot that cannot be compared is no silent pass
         return [f"the workspace could not be compared with its start snapshot ({exc})"]
-    old_tree = str(snapshot["tree"])
+    old_tree, now_tree = str(snapshot["tree"]), str(now["tree"])
     named = _named_paths(root, check)
     signals: list[str] = []
     read = 0
@@ -356,12 +368,14 @@ def tamper_signals(path: str | os.PathLike[str], snapshot: Mapping[str, Any],
         read += 1
         if read > _MAX_CHANGED:  # names are all judged; only so many files are read
             continue
-        new = _blob(tree, now, file)
+        new = _blob(tree, now_tree, file)
         old = _blob(tree, old_tree, file) if status.startswith(("M", "T")) else ""
         if _is_test_file(file) and _count(_SKIP_MARKERS, new) > _count(_SKIP_MARKERS, old):
             signals.append(f"new skip, only or xfail marker in {file}")
         if _count(_EXEMPTIONS, new) > _count(_EXEMPTIONS, old):
             signals.append(f"new lint or type exemption in {file}")
+        if _count(_PROCESS_ENDING, new) > _count(_PROCESS_ENDING, old):
+            signals.append(f"new call that ends or signals a process in {file}")
     if read > _MAX_CHANGED:
         signals.append(f"{read} files were added or edited; only the first {_MAX_CHANGED} "
                        "were searched for new skip markers and exemptions")
@@ -413,6 +427,10 @@ class CheckRun:
     """Tamper signals found when it passed."""
     snapshot: Mapping[str, Any] | None = None
     """The snapshot it was compared with."""
+    judged: str | None = None
+    """The tree of the reported snapshot it ran on (and was compared as)."""
+    sandboxed: bool = True
+    """False when it ran without a sandbox (the operator's AWL_UNSAFE_UNSANDBOXED_CHECKS)."""
 
     @property
     def outcome(self) -> str:
@@ -437,8 +455,13 @@ class CheckRun:
         if self.timed_out:
             return f"killed at its timeout after {self.duration:.1f} s"
         status = f"exit {self.exit_code} after {self.duration:.1f} s"
+        if self.sandboxed and self.exit_code is not None and self.exit_code > 128:
+            status = (f"exit {self.exit_code} (as when killed by "
+                      f"{_signal_name(self.exit_code - 128)}) after {self.duration:.1f} s")
         if self.exit_code is not None and self.exit_code < 0:
             status = f"killed by {_signal_name(-self.exit_code)} after {self.duration:.1f} s"
+        if not self.sandboxed:
+            status += ", without a sandbox"
         if self.signals:
             return f"{status}, but {'; '.join(self.signals)}"
         return status
@@ -458,6 +481,10 @@ class CheckRun:
             body["signals"] = list(self.signals)
         if self.snapshot is not None:
             body["snapshot"] = dict(self.snapshot)
+        if self.judged is not None:
+            body["judged"] = self.judged
+        if not self.sandboxed:
+            body["unsandboxed"] = True
         return {"criterion": self.criterion, "type": "check", "check": body}
 
     @classmethod
@@ -468,7 +495,8 @@ class CheckRun:
                    duration=float(body.get("duration", 0.0)),
                    tail=tuple(body.get("tail", ())), timed_out=bool(body.get("timed_out")),
                    error=body.get("error"), signals=tuple(body.get("signals", ())),
-                   snapshot=body.get("snapshot"))
+                   snapshot=body.get("snapshot"), judged=body.get("judged"),
+                   sandboxed=not body.get("unsandboxed"))
 
 
 def latest_checks(events: Iterable[Event], *,
@@ -500,6 +528,7 @@ def check_question(item: Mapping[str, Any]) -> str | None:
 
 def _environment(check: Check) -> dict[str, str]:
     env = {name: os.environ[name] for name in ENV_KEPT if name in os.environ}
+    env.update({"HOME": "/tmp", "TMPDIR": "/tmp"})
     env.update(check.env or {})
     return env
 
@@ -514,100 +543,11 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-# The check runs under this small supervisor (``python -I -S``, so nothing in the workspace
-# or the environment changes what it imports). On Linux it makes itself the subreaper of
-# everything the check starts, so a daemon that leaves the process group and the session
-# (setsid, double fork) is still its descendant; when the check ends, or the desk sends
-# SIGTERM at the timeout, it kills every descendant it has and reports on the status pipe:
-# ``exit N``, ``signal N``, ``timeout`` or ``error TEXT``, then ``left N``.
-_SUPERVISOR = r"""
-import os, signal, sys
-status, argv = int(sys.argv[1]), sys.argv[2:]
-os.set_inheritable(status, False)
-try:
-    import ctypes
-    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-except Exception:
-    pass
-class Stop(Exception):
-    pass
-def stop(*_):
-    raise Stop
-read, write = os.pipe()
-pid = os.fork()
-if pid == 0:
-    os.close(read)
-    try:
-        os.execvp(argv[0], argv)
-    except OSError as exc:
-        os.write(write, (exc.strerror or str(exc)).encode("utf-8", "replace")[:500])
-    os._exit(127)
-os.close(write)
-why = b""
-while True:
-    chunk = os.read(read, 500)
-    if not chunk:
-        break
-    why += chunk
-signal.signal(signal.SIGTERM, stop)
-me = os.getpid()
-def descendants():
-    parents = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return []
-    for name in names:
-        if name.isdigit():
-            try:
-                with open("/proc/%s/stat" % name, "rb") as f:
-                    parents[int(name)] = int(f.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                pass
-    found, todo = [], [me]
-    while todo:
-        parent = todo.pop()
-        kids = [p for p, pp in parents.items() if pp == parent]
-        found += kids
-        todo += kids
-    return found
-result = ""
-try:
-    _, code = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(code):
-        result = "signal %d" % os.WTERMSIG(code)
-    else:
-        result = "exit %d" % os.WEXITSTATUS(code)
-except Stop:
-    result = "timeout"
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-if why:
-    result = "error " + why.decode("utf-8", "replace")
-left = set()
-for _ in range(200):
-    alive = False
-    for p in set(descendants()):
-        try:
-            os.kill(p, signal.SIGKILL)
-            alive = True
-            if p != pid:
-                left.add(p)
-        except OSError:
-            pass
-    while True:
-        try:
-            done, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            break
-        if done == 0:
-            break
-    if not alive:
-        break
-os.write(status, ("%s\nleft %d\n" % (result, len(left))).encode("utf-8", "replace"))
-"""
+_SUPERVISOR = Path(__file__).with_name("_supervise.py")
+"""The supervisor of an unsandboxed check (only with ``AWL_UNSAFE_UNSANDBOXED_CHECKS=1``)."""
 
 _GRACE = 5.0
-"""Seconds the desk waits for the supervisor to clean up, and for the output to end."""
+"""Seconds the desk waits for the check's processes to end, and for the output to end."""
 
 
 def _signal_name(number: int) -> str:
@@ -617,12 +557,27 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def run_check(path: str | os.PathLike[str], criterion: str, check: Check) -> CheckRun:
-    """Run ``check`` in the workspace at ``path``: no shell, its own process group (and on
-    Linux every process it starts, even one that leaves the group) killed when it ends or at
-    the timeout, output bounded to the last :data:`OUTPUT_LIMIT` bytes, and an environment
-    of only :data:`ENV_KEPT` plus what the check names."""
+def checks_refused() -> str | None:
+    """Why the desk refuses to run checks here (no sandbox can be made and the operator did
+    not opt in to unsandboxed ones), or None (SEC-15)."""
+    if sandbox.unsafe_allowed():
+        return None
+    why = sandbox.sandbox_problem()
+    return None if why is None else f"the desk runs no check here: {why}"
+
+
+def run_check(path: str | os.PathLike[str], criterion: str, check: Check, *,
+              mount_at: str | os.PathLike[str] | None = None,
+              protected: Iterable[str] = ()) -> CheckRun:
+    """Run ``check`` in the folder ``path``, in the sandbox (SEC-15): no shell, output
+    bounded to the last :data:`OUTPUT_LIMIT` bytes, an environment of only :data:`ENV_KEPT`
+    plus what the check names, every process it started gone when it ends or at its
+    timeout. The sandbox shows the folder at ``mount_at`` (default: where it is), and
+    nothing of ``protected`` (the desk's home is always protected). With
+    ``AWL_UNSAFE_UNSANDBOXED_CHECKS=1`` and no sandbox to be had, it runs unsandboxed under
+    a supervisor, and the run says so."""
     root = Path(path).resolve()
+    target = Path(mount_at).resolve() if mount_at is not None else root
     try:
         cwd = (root / (check.cwd or ".")).resolve()
     except (OSError, RuntimeError) as exc:
@@ -632,22 +587,72 @@ def run_check(path: str | os.PathLike[str], criterion: str, check: Check) -> Che
         return CheckRun(criterion, None, 0.0, (), error=f"cwd {check.cwd} leaves the workspace")
     if not cwd.is_dir():
         return CheckRun(criterion, None, 0.0, (), error=f"cwd {check.cwd} is not a folder")
+    why = sandbox.sandbox_problem()
+    if why is None:
+        inner = target / cwd.relative_to(root)
+        try:
+            argv = sandbox.sandbox_argv(
+                str(root), str(target), str(inner), check.run, _environment(check),
+                network=check.network is True, seconds=check.seconds,
+                protected=(str(home_dir()), *protected))
+        except sandbox.Unavailable as exc:
+            return CheckRun(criterion, None, 0.0, (), error=str(exc))
+        return _run_sandboxed(argv, criterion, check)
+    if not sandbox.unsafe_allowed():
+        return CheckRun(criterion, None, 0.0, (), error=f"the desk runs no check here: {why}")
+    return _run_supervised(cwd, criterion, check)
+
+
+def _run_sandboxed(argv: Sequence[str], criterion: str, check: Check) -> CheckRun:
+    """Run the sandbox's command; its exit status is ``bwrap``'s own, which the check cannot
+    reach, and when ``bwrap`` ends (or is killed at the timeout) the kernel ends every
+    process left in the check's PID namespace."""
+    started = time.monotonic()
+    try:
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, start_new_session=True,
+                                   env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+    except OSError as exc:
+        return CheckRun(criterion, None, 0.0, (), error=f"{argv[0]}: {exc.strerror or exc}")
+    assert process.stdout is not None
+    kept, timed_out = _collect(process, process.stdout.fileno(), started + check.seconds,
+                               signal.SIGKILL)
+    process.stdout.close()
+    duration = time.monotonic() - started
+    tail = _tail(kept)
+    if timed_out:
+        return CheckRun(criterion, None, duration, tail, timed_out=True)
+    code = process.returncode
+    missing = _NOT_STARTED.match(tail[-1]) if code == 127 and tail else None
+    if missing is not None:
+        return CheckRun(criterion, None, duration, tail[:-1],
+                        error=f"{check.run[0]}: {missing.group(1)}")
+    return CheckRun(criterion, code, duration, tail)
+
+
+# What bwrap (or setpriv, as root) says when the check's program cannot be started.
+_NOT_STARTED = re.compile(r"^(?:bwrap: execvp|setpriv: failed to execute) .*: ([^:]+)$")
+
+
+def _run_supervised(cwd: Path, criterion: str, check: Check) -> CheckRun:
+    """The unsandboxed run, under the supervisor (only on the operator's explicit opt-in)."""
     started = time.monotonic()
     status_read, status_write = os.pipe()
     try:
         process = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _SUPERVISOR, str(status_write),
-             *check.run], cwd=cwd, env=_environment(check), stdin=subprocess.DEVNULL,
+            [sys.executable, "-I", "-S", str(_SUPERVISOR), str(status_write), *check.run],
+            cwd=cwd, env=_environment(check), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
             pass_fds=(status_write,))
     except OSError as exc:
         os.close(status_read)
-        return CheckRun(criterion, None, 0.0, (),
+        return CheckRun(criterion, None, 0.0, (), sandboxed=False,
                         error=f"{check.run[0]}: {exc.strerror or exc}")
     finally:
         os.close(status_write)
     assert process.stdout is not None
-    kept, timed_out = _collect(process, process.stdout.fileno(), started + check.seconds)
+    kept, timed_out = _collect(process, process.stdout.fileno(), started + check.seconds,
+                               signal.SIGTERM)
     process.stdout.close()
     with os.fdopen(status_read, "rb") as status_file:
         report = status_file.read(4096).decode("utf-8", "replace").splitlines()
@@ -659,32 +664,32 @@ def run_check(path: str | os.PathLike[str], criterion: str, check: Check) -> Che
         tail.append(f"[awl: the check left {left} process(es) running; the desk killed them]")
     tail = tail[-TAIL_LINES:]
     if ended.startswith("error "):
-        return CheckRun(criterion, None, duration, tuple(tail),
+        return CheckRun(criterion, None, duration, tuple(tail), sandboxed=False,
                         error=f"{check.run[0]}: {ended.removeprefix('error ')}")
     if timed_out or ended == "timeout":
-        return CheckRun(criterion, None, duration, tuple(tail), timed_out=True)
+        return CheckRun(criterion, None, duration, tuple(tail), timed_out=True,
+                        sandboxed=False)
     code: int | None = process.returncode
     if ended.startswith(("exit ", "signal ")):
         number = int(ended.split()[1])
         code = -number if ended.startswith("signal ") else number
     elif code is not None and code < 0:
-        # the supervisor itself was killed (by the check): what the check did is unknown
-        return CheckRun(criterion, None, duration, tuple(tail),
+        return CheckRun(criterion, None, duration, tuple(tail), sandboxed=False,
                         error=f"its supervisor was killed by {_signal_name(-code)}; "
                               "the check's own exit is unknown")
-    return CheckRun(criterion, code, duration, tuple(tail))
+    return CheckRun(criterion, code, duration, tuple(tail), sandboxed=False)
 
 
-def _collect(process: subprocess.Popen[bytes], fd: int,
-             deadline: float) -> tuple[bytes, bool]:
-    """Read the output until the process ends (asking it to stop at ``deadline``) and the
+def _collect(process: subprocess.Popen[bytes], fd: int, deadline: float,
+             stop: signal.Signals) -> tuple[bytes, bool]:
+    """Read the output until the process ends (sent ``stop`` at ``deadline``) and the
     output closes; the last :data:`OUTPUT_LIMIT` bytes, and whether the deadline came.
     Whatever is still running afterwards in its group is killed, and output still held open
     by an escaped process is abandoned after :data:`_GRACE` seconds, never waited for."""
     kept: deque[bytes] = deque()
     size = 0
     timed_out = False
-    stop_at: float | None = None  # when waiting for the supervisor and the output ends
+    stop_at: float | None = None  # when waiting for the process and the output ends
     with selectors.DefaultSelector() as selector:
         selector.register(fd, selectors.EVENT_READ)
         open_ = True
@@ -697,7 +702,7 @@ def _collect(process: subprocess.Popen[bytes], fd: int,
             elif now >= deadline and not timed_out:
                 timed_out = True
                 with contextlib.suppress(ProcessLookupError):
-                    process.send_signal(signal.SIGTERM)  # the supervisor kills the tree
+                    process.send_signal(stop)
                 stop_at = now + _GRACE
             if not open_ and process.returncode is not None:
                 break
@@ -722,9 +727,30 @@ def _collect(process: subprocess.Popen[bytes], fd: int,
     return b"".join(kept)[-OUTPUT_LIMIT:], timed_out
 
 
+# pytest's closing line ("3 passed in 0.05s", "== 1 passed, 2 warnings in 0.1s =="), or
+# under -qq, where there is none, the end of its progress line ("...   [100%]").
+_PYTEST_CLOSING = re.compile(
+    r"^=*\s*(?:\d+ \w+(?:, \d+ \w+)*|no tests ran) in [\d.]+s\b|.*\[100%\]$")
+
+
+def _runner_signals(check: Check, tail: Sequence[str]) -> list[str]:
+    """Signals a passing run's own output gives: pytest that exited 0 without its closing
+    line ended early (a worker's module calling ``os._exit(0)`` at import, say)."""
+    names = [PurePosixPath(a).name for a in check.run]
+    runs_pytest = any(n.startswith(("pytest", "py.test")) for n in names[:1]) or any(
+        a == "-m" and b == "pytest" for a, b in itertools.pairwise(check.run))
+    if runs_pytest and not any(_PYTEST_CLOSING.match(_ANSI.sub("", line).strip())
+                               for line in tail):
+        return ["pytest exited 0 without finishing its run (no closing line, no progress "
+                "to 100%): something ended it early"]
+    return []
+
+
 def run_checks(path: str | os.PathLike[str], checks: Sequence[tuple[str, Check]],
                snapshot: Mapping[str, Any] | None) -> Iterator[CheckRun]:
-    """Run each ``(criterion, check)``; a passing run is compared with ``snapshot``.
+    """Judge the workspace as it is reported: snapshot it, then for each ``(criterion,
+    check)`` compare that snapshot with ``snapshot`` (the start's) before anything runs, and
+    run the check in the sandbox on a fresh copy made from the reported snapshot (LC-18).
 
     ``path`` is the workspace as the desk resolved it when the order was created: when it
     resolves elsewhere now (the folder was swapped for a symbolic link), nothing runs there.
@@ -759,20 +785,56 @@ def _workspace_lock(real: str) -> Iterator[None]:
         os.close(fd)  # lets go of the lock
 
 
+@contextlib.contextmanager
+def _copy_of(reported: Mapping[str, Any]) -> Iterator[Path]:
+    """A fresh folder holding the reported snapshot's files, handed to the check's user,
+    removed afterwards whatever the check left in it."""
+    holder = Path(tempfile.mkdtemp(prefix="awl-check-"))
+    try:
+        folder = holder / "workspace"
+        folder.mkdir()
+        _materialize(reported, folder)
+        sandbox.prepare_copy(folder)
+        yield folder
+    finally:
+        for top, dirs, _files in os.walk(holder):  # folders a check made unwritable
+            for name in dirs:
+                with contextlib.suppress(OSError):
+                    os.chmod(os.path.join(top, name), 0o700, follow_symlinks=False)
+        shutil.rmtree(holder, ignore_errors=True)
+
+
 def _run_each(path: str | os.PathLike[str], real: str, moved: bool,
               checks: Sequence[tuple[str, Check]],
               snapshot: Mapping[str, Any] | None) -> Iterator[CheckRun]:
     """:func:`run_checks` under its workspace's lock."""
-    for criterion, check in checks:
-        if moved:
+    if moved:
+        for criterion, _check in checks:
             yield CheckRun(criterion, None, 0.0, (), snapshot=snapshot,
                            error=f"the workspace {path} is now a symbolic link to {real}; "
                                  "checks run only in the folder the order was created with")
-            continue
-        run = run_check(path, criterion, check)
-        signals: tuple[str, ...] = ()
-        if run.outcome == "passed" and snapshot is not None:
-            signals = tuple(tamper_signals(path, snapshot, check))
+        return
+    try:
+        kind = str(snapshot.get("kind", "git")) if snapshot is not None else None
+        reported = take_snapshot(real, kind=kind)
+    except BadRequest as exc:
+        for criterion, _check in checks:
+            yield CheckRun(criterion, None, 0.0, (), snapshot=snapshot,
+                           error=f"the workspace could not be snapshotted ({exc})")
+        return
+    for criterion, check in checks:
+        signals = (tuple(tamper_signals(real, snapshot, check, reported))
+                   if snapshot is not None else ())
+        try:
+            with _copy_of(reported) as copy:
+                run = run_check(copy, criterion, check, mount_at=real, protected=(real,))
+        except (BadRequest, OSError) as exc:
+            run = CheckRun(criterion, None, 0.0, (), error=f"the workspace's copy could not "
+                                                           f"be made ({exc})")
+        if run.outcome == "passed":
+            signals += tuple(_runner_signals(check, run.tail))
         yield CheckRun(run.criterion, run.exit_code, run.duration, run.tail,
-                       timed_out=run.timed_out, error=run.error, signals=signals,
-                       snapshot=snapshot)
+                       timed_out=run.timed_out, error=run.error,
+                       signals=signals if run.outcome == "passed" else (),
+                       snapshot=snapshot, judged=str(reported["tree"]),
+                       sandboxed=run.sandboxed)

@@ -19,6 +19,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
@@ -268,6 +269,8 @@ class Check(_Model):
     env: Maybe[Annotated[dict[EnvName, Annotated[StrictStr, Field(max_length=4096)]],
                          Field(max_length=64)]] = None
     """Variables the command gets beside the minimal environment."""
+    network: Maybe[StrictBool] = None
+    """Whether the command may use the network (SEC-15: without it, only its own loopback)."""
 
     @property
     def seconds(self) -> float:

@@ -36,7 +36,14 @@ from typing import Any, Literal
 
 from awl.desk.access import check_action, check_author, check_manager, check_splitter
 from awl.desk.core import Write
-from awl.desk.criteria import CheckRun, latest_checks, run_checks, take_snapshot, workspace_root
+from awl.desk.criteria import (
+    CheckRun,
+    checks_refused,
+    latest_checks,
+    run_checks,
+    take_snapshot,
+    workspace_root,
+)
 from awl.desk.lineage import (
     MAX_DEPTH,
     ancestors,
@@ -243,7 +250,9 @@ class Desk(DeskWaiting):
             "from": None, "to": "offered",
         }
         if workspace is not None:
-
+            refused = checks_refused() if _checked(model) else None
+            if refused is not None:
+                raise BadRequest(refused)
             fields["data"] = {"workspace": str(workspace_root(workspace))}
         elif _checked(model):
             raise BadRequest(f"order {model.id!r} has criteria with checks but no workspace; "
@@ -313,6 +322,9 @@ class Desk(DeskWaiting):
         if workspace is None:
             raise BadRequest(f"order {order.id!r} has criteria with checks but no workspace "
                              "to run them in")
+        refused = checks_refused()
+        if refused is not None:
+            raise BadRequest(refused)
         checks = [(c.id, c.check) for c in order.criteria if c.check is not None]
         return list(run_checks(workspace, checks, self._snapshot(order.id)))
 

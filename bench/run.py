@@ -20,7 +20,7 @@ import time
 from bench.stores import Stores, add_options, pass_through
 
 BENCHMARKS = ("validation", "desk", "gateway", "startup", "memory", "telemetry", "commit",
-              "notify", "copy", "connect")
+              "notify", "copy", "connect", "check")
 WITH_STORES = ("desk", "gateway", "commit", "copy")
 """The benchmarks that take ``--store``."""
 WITH_REPEAT = ("gateway",)

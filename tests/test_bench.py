@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from contextlib import closing
 from pathlib import Path
 
@@ -458,3 +459,17 @@ def test_the_steps_measure_a_real_gateway_on_each_store(
     with pytest.raises(SystemExit):
         main(["--calls", "3"])
     assert "--calls must be at least 30" in capfd.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_check_bench_rates_the_sandboxed_check_against_the_floor_and_unsafe(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from awl.desk import sandbox
+    from bench import check
+
+    if sandbox.sandbox_problem() is not None and os.environ.get("CI") != "true":
+        pytest.skip(str(sandbox.sandbox_problem()))
+    assert check.main(["--runs", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "check in the sandbox (the desk's way)" in out and "x unsafe" in out
+    assert "the sandbox adds" in out

@@ -58,6 +58,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from awl.desk import Desk, acting_as, ancestors, first_ended, staging_ancestor
 from awl.documents import (
+    AWLError,
     CallRecord,
     Conflict,
     DocumentError,
@@ -91,6 +92,7 @@ from gateway._results import OutputSchemas
 from gateway._staging import check_arguments
 from gateway._store_threads import store_threads
 from gateway._telemetry import CallSpan, current
+from gateway._unrecorded import Unrecorded
 from gateway._upstream import (
     RESERVED_META_PREFIX,
     UpstreamError,
@@ -131,6 +133,9 @@ META_ATTEMPT = "awl/attempt"
 INPUT_ROUNDS = 10
 """How many ``input_required`` rounds the gateway answers for a handshake-era worker in
 one call before it gives up (the SDK clients' own default)."""
+
+AWL_NOT_RECORDED = "AWL_NOT_RECORDED"
+"""A forwarded call whose outcome the store could not record: it may have run."""
 
 AWL_CANCELLED = "AWL_CANCELLED"
 """The error recorded for a call the worker cancelled before the upstream answered."""
@@ -277,6 +282,8 @@ class Gateway:
         # Every order above this one: its calls run only while they are all active (LC-16).
         self._above_ids: tuple[str, ...] = ()
         self.desk = Desk(store, clock=self._clock)
+        self.unrecorded = Unrecorded(store, order_id)
+        """Outcomes of forwarded calls the store could not take yet (GW-7)."""
         self._telemetry = current()
         self._worker = WorkerTools(self)
         self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -637,7 +644,14 @@ class Gateway:
             log.exception("call %s failed unexpectedly", ref)
             error = f"{AWL_UPSTREAM_ERROR}: the call to {canonical} failed: {exc}"[:1000]
             answer = coded_error(error)
-        await self._finish(ref, outcome, result, error)
+        if not await self._finish(ref, outcome, result, error):
+            # It was forwarded: it may have run, whatever the store says (GW-7).
+            error = (f"{AWL_NOT_RECORDED}: the call {ref} was sent to {canonical} and may "
+                     "have run, but the desk's store could not record its outcome; the "
+                     "gateway keeps the outcome and records it as soon as the store is back. "
+                     f"Do not call again to be sure: check {ref} with awl_list_calls once "
+                     "the desk answers.")
+            outcome, answer = "error", coded_error(error)
         span.done(tool=canonical, ref=ref, attempt=attempt, outcome=outcome,
                   code=error.split(":", 1)[0] if error else None)
         # The worker cites this ref as evidence; the answer is its only way to learn it.
@@ -701,12 +715,34 @@ class Gateway:
             raise stale_order(self.order_id, record.seq, record.seq + 1)
 
     async def _finish(self, ref: str, outcome: str, result: dict[str, Any] | None,
-                      error: str | None) -> None:
+                      error: str | None) -> bool:
+        """Record the outcome of a forwarded call; False when the store could not take it
+        (it is kept, to be written once the store is back: :mod:`gateway._unrecorded`)."""
+        ended_at = format_time(self.now())
+
         def finish() -> None:
             self.store.finish_call(self.order_id, ref, outcome=outcome, result=result,
-                                   error=error, ended_at=format_time(self.now()))
+                                   error=error, ended_at=ended_at)
 
-        await self._run(finish)
+        try:
+            await self._run(finish)
+        except DocumentError:
+            raise
+        except AWLError as exc:
+            if isinstance(exc, Conflict) and "already has outcome" in exc.message:
+                # The desk read it as left behind (stale, may have run) meanwhile: that
+                # record stands, and the worker is told the same.
+                log.warning("awl gateway: the outcome of call %s was not recorded: %s", ref,
+                            exc.message)
+                return False
+            why = exc.message
+        except Exception as exc:  # a driver's own error: the store is away all the same
+            why = f"{type(exc).__name__}: {exc}"
+        else:
+            return True
+        self.unrecorded.keep(ref, outcome=outcome, result=result, error=error,
+                             ended_at=ended_at, why=why)
+        return False
 
     # ------------------------------------------------------------------ store side (thread)
 

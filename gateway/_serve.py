@@ -132,6 +132,13 @@ async def open_gateway(
         gateway = Gateway(order_id, store=store, pool=pool, pass_token=pass_token, jwks=jwks,
                           audience=audience, safe=safe, clock=clock,
                           offload_store=offload_store, relay=relay)
+        # Outcomes the store could not take are tried once more, and named, at the end.
+        unrecorded = gateway.unrecorded
+
+        async def last_try() -> None:
+            await anyio.to_thread.run_sync(unrecorded.close)
+
+        stack.push_async_callback(last_try)
         await gateway.start()
         yield gateway
 

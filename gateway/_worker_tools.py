@@ -18,7 +18,7 @@ from typing import Any, Protocol, get_args
 import anyio.to_thread
 import mcp_types as types
 
-from awl.desk import Desk
+from awl.desk import Desk, settle_stale_calls
 from awl.documents import (
     INT64_MAX,
     AWLError,
@@ -277,7 +277,10 @@ class WorkerTools:
         if outcome is not None and outcome not in _OUTCOMES:
             raise BadRequest(f"outcome must be one of {', '.join(_OUTCOMES)}")
         current = gw.desk.get(gw.order_id).attempt
-        found = [c for c in gw.store.calls(gw.order_id, attempt=attempt)
+        # Calls a gateway left pending (it died) are read as may-have-run (GW-7).
+        recorded = settle_stale_calls(gw.store, gw.store.calls(gw.order_id, attempt=attempt),
+                                      now=gw.desk.now())
+        found = [c for c in recorded
                  if (tool is None or c.tool == tool)
                  and (outcome is None or c.outcome == outcome)]
         keep = found[-(limit or DEFAULT_CALL_LIMIT):]

@@ -16,7 +16,8 @@ The interface the gateway uses, and the only names it imports from here:
   manager-only rule, and reading settlements back; :func:`settle` records one;
 - an order's lineage: the orders above it, which of them stages a tool, and whether one
   ended (so a sub-order's effects no longer run);
-- the desk's home folder and default store, for ``awl gateway`` run without a store.
+- the desk's home folder and default store, for ``awl gateway`` run without a store;
+- :func:`settle_stale_calls`: calls a gateway left ``pending`` read as may-have-run.
 """
 
 from awl.desk.access import acting_as
@@ -37,11 +38,14 @@ from awl.desk.effects import (
 )
 from awl.desk.home import default_store, home_dir
 from awl.desk.lineage import ancestors, ended_above, first_ended, staging_ancestor
+from awl.desk.pending import AWL_OUTCOME_UNKNOWN, STALE_PENDING_SECONDS, settle_stale_calls
 from awl.desk.settlement import settle
 from awl.desk.views import OrderView, Question, QuestionPage
 from awl.desk.waiting import Subscription
 
 __all__ = [
+    "AWL_OUTCOME_UNKNOWN",
+    "STALE_PENDING_SECONDS",
     "AsyncDesk",
     "Clock",
     "Desk",
@@ -65,6 +69,7 @@ __all__ = [
     "record_event",
     "settle",
     "settle_events",
+    "settle_stale_calls",
     "staging_ancestor",
     "valid_settlement",
 ]

@@ -1,0 +1,135 @@
+"""A PostgreSQL desk that goes away mid-call (GW-7, GW-20): a throwaway server of the test's
+own, on a port of its own (never the shared one), stopped with ``pg_ctl stop -m immediate``
+(a crash: no shutdown checkpoint) while a forwarded call is at the upstream, then started
+again. What reached the upstream is read from the receiver's own log and compared with the
+records."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import mcp_types as types
+import pytest
+
+from awl.store.postgres import PostgresStore
+from tests.gateway.gateway_support import ROOT, connect, make_env, server_entry, text
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+SCRIPT = ROOT / "scripts" / "postgres.sh"
+
+
+@dataclass
+class Server:
+    """A PostgreSQL cluster of this test's own."""
+
+    url: str
+    folder: str
+    port: int
+
+    def _env(self) -> dict[str, str]:
+        return {**os.environ, "AWL_PG_DIR": self.folder, "AWL_PG_PORT": str(self.port)}
+
+    def start(self) -> None:
+        subprocess.run(["bash", str(SCRIPT)], env=self._env(), check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def crash(self) -> None:
+        """Stop the server as a crash would: no checkpoint, every connection cut."""
+        pg_ctl = next(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"), None)
+        command = [str(pg_ctl or shutil.which("pg_ctl") or "pg_ctl"), "-D", self.folder,
+                   "-m", "immediate", "stop"]
+        if os.geteuid() == 0:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+
+    def stop(self) -> None:
+        subprocess.run(["bash", str(SCRIPT), "stop"], env=self._env(),
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    port = _free_port()
+    folder = f"/tmp/awl-pg-outage-{uuid.uuid4().hex[:8]}"
+    made = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env={
+        **os.environ, "AWL_PG_DIR": folder, "AWL_PG_PORT": str(port)})
+    assert made.returncode == 0, made.stderr[-2000:]
+    own = Server(made.stdout.strip(), folder, port)
+    try:
+        yield own
+    finally:
+        own.stop()
+
+
+def _delivered(log: Path) -> list[str]:
+    if not log.exists():
+        return []
+    return [json.loads(line)["ref"] for line in log.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.spec("GW-7", "GW-20")
+async def test_a_call_whose_outcome_cannot_be_recorded_is_said_to_have_maybe_run(
+        tmp_path: Path, server: Server) -> None:
+    """The server crashes while a forwarded call is at the upstream (which has logged it).
+    The worker is told the truth: the call may have run, with its ref, never that nothing
+    was written. The gateway keeps the outcome and records it once the server is back, so
+    the records end as the receiver's log says."""
+    control = tmp_path / "control.json"
+    control.write_text(json.dumps({"delay": 2}))
+    store = PostgresStore(server.url, timeout=5)
+    log = tmp_path / "receiver.jsonl"
+    env = make_env(tmp_path, store=store, servers={"receiver": server_entry(
+        "receiver", env={"RECEIVER_LOG": str(log), "RECEIVER_CONTROL": str(control)})},
+        tools=["receiver/*"], staged=[])
+    answers: list[types.CallToolResult] = []
+    try:
+        with anyio.fail_after(120):
+            async with connect(env) as (gw, client):
+                async def deliver() -> None:
+                    answers.append(await client.call_tool("receiver__deliver", {"to": "ops"}))
+
+                async with anyio.create_task_group() as tg:
+                    began = time.monotonic()
+                    tg.start_soon(deliver)
+                    while not _delivered(log):  # at the upstream now
+                        await anyio.sleep(0.05)
+                    await anyio.to_thread.run_sync(server.crash)
+                took = time.monotonic() - began
+                assert gw.unrecorded.refs() == ["receiver/deliver#1"]
+                await anyio.to_thread.run_sync(server.start)
+                while gw.unrecorded.refs():  # written by the gateway's own thread
+                    await anyio.sleep(0.1)
+                control.write_text("{}")
+                after = await client.call_tool("receiver__deliver", {"to": "again"})
+        records = {c.ref: c.outcome for c in env.calls()}
+    finally:
+        store.close()
+    (answer,) = answers
+    assert answer.is_error
+    said = text(answer)
+    assert said.startswith("AWL_NOT_RECORDED: the call receiver/deliver#1 was sent"), said
+    assert "may have run" in said and "nothing was written" not in said
+    assert (answer.meta or {})["awl/ref"] == "receiver/deliver#1"
+    assert took < 20, f"answered after {took:.1f} s"
+    assert not after.is_error
+    assert _delivered(log) == ["receiver/deliver#1", "receiver/deliver#2"]
+    assert records == {"receiver/deliver#1": "ok", "receiver/deliver#2": "ok"}

@@ -42,6 +42,8 @@ LATE_IMPORTS: dict[tuple[str, str], str] = {
                                     "propagators, to name a missing one",
     ("awl.cli._gateway", "awl.mcp"): "`awl gateway --http` only: its taken port, to name the "
                                      "flag (loaded already: it serves the HTTP)",
+    ("awl.desk._supervise", "ctypes"): "an unsandboxed check's supervisor, on Linux only: "
+                                       "prctl, to be the subreaper of what the check starts",
     ("awl.cli._connect", "awl.mcp"): "`awl connect` only: the bridge (the MCP SDK's HTTP "
                                      "client)",
     ("awl.cli._web", "awl.mcp"): "`awl web` only: the HTTP listener (Starlette, the MCP SDK)",

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from awl.documents.errors import BadRequest
+
 __all__ = [
     "CHECK_UID",
     "LIMITS",
@@ -59,7 +61,7 @@ class Limits:
 LIMITS = Limits()
 
 
-class Unavailable(Exception):
+class Unavailable(BadRequest):
     """No sandbox can be made here; the message says why and what to do."""
 
 

@@ -15,7 +15,8 @@ Tools:
 - ``get_note(id)``: one note (read-only);
 - ``send_email(to, subject, body)``: appends the message as one JSON line to the file
   named by ``OUTBOX_PATH`` (with the request's ``awl/ref`` if it carries one), which is
-  the write a gateway should hold for approval;
+  the write a gateway should hold for approval (one to an address ``@lost.example`` is
+  written, then the server exits without answering, so its sender cannot know);
 - ``create_issue(title)``: files an issue in memory, answering ``{"number": N}``.
 
 When ``CALL_LOG_PATH`` is set, every ``tools/call`` that reaches the server is appended to
@@ -48,6 +49,10 @@ NOTES: tuple[dict[str, str], ...] = (
     {"id": "n3", "title": "Refund policy",
      "text": "Refunds over 100 USD need a manager's approval before they are paid."},
 )
+
+LOST_DOMAIN = "@lost.example"
+"""A message to an address here is written to the outbox, then the server exits before it
+answers: a send whose outcome the sender cannot know, for the README's manager walk."""
 
 READ_ONLY = types.ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
 WRITE = types.ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
@@ -132,6 +137,10 @@ class Outbox:
         }
         # One line, synced before answering: the outbox is the record of what was sent.
         _append_line(self.outbox_path, message)
+        if str(args["to"]).endswith(LOST_DOMAIN):
+            # The mail went out, and the server died before it could say so: the sender
+            # cannot tell whether it was sent (the commit marks it unknown). The outbox says.
+            os._exit(3)
         return _text(f"sent {message['id']} to {args['to']}", structured={"id": message["id"]})
 
     def create_issue(self, title: str) -> types.CallToolResult:

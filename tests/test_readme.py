@@ -189,7 +189,7 @@ def test_the_settlement_block_settles_and_retries_once(
     run_bash("awl gateway --order wo_offsite_notice --config examples/upstream.json --commit "
              "|| true", folder, env)
     assert outbox(folder) == []
-    out = run_bash(find("bash", "awl effects settle"), folder, env)
+    out = run_bash(find("bash", "awl effects retry"), folder, env)
     assert "unknown" in out
     assert [m["to"] for m in outbox(folder)] == ["team@example.com"]
 

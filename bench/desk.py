@@ -87,7 +87,7 @@ def worked(store: Store, order_id: str, attempt: int = 1,
            now: datetime | None = None) -> dict[str, Any]:
     """Record the worker's calls of one attempt as a gateway records them (a search
     answered, then the mail held for approval) and return the report citing them: the desk
-    checks a report's effects and tool_call evidence against the recorded calls (R16-R18)."""
+    checks a report's effects and tool_call evidence against the recorded calls (RX2-RX4)."""
     at = format_time(now or datetime.now(UTC))
     refs = []
     for tool, arguments in (("filings/search", {"q": "10-Q"}), ("mail/send", MAIL)):

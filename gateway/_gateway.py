@@ -185,7 +185,7 @@ def held_note(tool: str, order: WorkOrder) -> str:
                 "pending:server/tool#N for your report's effects.")
     return (f"Held, and never run: the gateway holds {tool} (safe mode or the operator's "
             "hold list) but the order does not stage it, so no report may list its calls as "
-            "effects (rule R13) and no approval runs them. Leave them out of your report's "
+            "effects (rule R14) and no approval runs them. Leave them out of your report's "
             "effects; if the work needs this tool, say so in your report.")
 
 
@@ -277,7 +277,7 @@ class Gateway:
         # other units of every order above when it reserves a call.
         self._timed_above: tuple[WorkOrder, ...] = ()
         # The orders above this one that stage tools: those tools are never called here
-        # (LC-14; C6 keeps them out of a sub-order the desk creates).
+        # (LC-14; C5 keeps them out of a sub-order the desk creates).
         self._staging_above: tuple[WorkOrder, ...] = ()
         # Every order above this one: its calls run only while they are all active (LC-16).
         self._above_ids: tuple[str, ...] = ()

@@ -163,14 +163,14 @@ _USED = frozenset({"ok", "error", "held"})
 
 
 def tools_used(calls: Iterable[CallRecord]) -> list[str]:
-    """What a report's ``tools_used`` must equal (rule R18), given one attempt's calls:
+    """What a report's ``tools_used`` must equal (rule RX4), given one attempt's calls:
     every tool called that ran, failed or was held, sorted."""
     return sorted({c.tool for c in calls if c.outcome in _USED})
 
 
 def listable_effects(order: WorkOrder, calls: Iterable[CallRecord]) -> list[dict[str, Any]]:
     """One attempt's held calls a report may list as effects, in order, as ``{ref, tool,
-    arguments}``: only calls of tools the order stages (R13); the others (held by safe mode
+    arguments}``: only calls of tools the order stages (R14); the others (held by safe mode
     or the operator's hold list) never run."""
     return [{"ref": c.ref, "tool": c.tool, "arguments": c.arguments}
             for c in calls if c.outcome == "held" and matches_any(order.staged, c.tool)]
@@ -266,7 +266,7 @@ class WorkerTools:
 
     def _list_calls(self, arguments: dict[str, Any], actor: str) -> types.CallToolResult:
         # Every call of the order, whoever made it (the worker or a pass holder under it):
-        # the report answers for all of them (rule R18), so the worker must see all of them.
+        # the report answers for all of them (rule RX4), so the worker must see all of them.
         gw = self.gateway
         attempt = _whole_number(arguments.get("attempt"), "attempt", 1, None)
         limit = _whole_number(arguments.get("limit"), "limit", 1, MAX_CALL_LIMIT)
@@ -307,7 +307,7 @@ class WorkerTools:
         never = len(calls) - len(held)
         if never:
             lines.append(f"{never} more held call(s) of tools the order does not stage are "
-                         "left out: they never run and a report may not list them (R13)")
+                         "left out: they never run and a report may not list them (R14)")
         return _ok({"attempt": view.attempt, "effects": held}, "\n".join(lines))
 
     def _submit(self, arguments: dict[str, Any], actor: str) -> types.CallToolResult:

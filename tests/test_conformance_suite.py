@@ -27,13 +27,13 @@ CONFORMANCE = ROOT / "conformance"
 CASES = CONFORMANCE / "cases"
 TESTS = ROOT / "tests"
 
-ID = r"(?:[A-Z]+-[0-9]+|[A-Z][0-9]+)"
-"""A requirement id: ``AREA-N`` (``GW-3``) or a numbered check ``LN`` (``R14``)."""
+ID = r"(?:[A-Z]+-[0-9]+|[A-Z]X?[0-9]+)"
+"""A requirement id: ``AREA-N`` (``GW-3``), or a numbered check ``LN`` or ``LXN`` (``RX2``)."""
 _DEFINITION = re.compile(rf"^(?:[-*] |[0-9]+\. )?\*\*\[(?P<id>{ID})\]\*\*", re.MULTILINE)
 _MARKER = re.compile(r"mark\.spec\((?P<args>[^)]*)\)")
 _QUOTED = re.compile(rf"[\"'](?P<id>{ID})[\"']")
 _NORMATIVE = re.compile(r"\b(MUST|REQUIRED|SHALL)\b")
-_CHECK = re.compile(r"^[A-Z][0-9]+$")
+_CHECK = re.compile(r"^[A-Z]X?[0-9]+$")
 
 
 def spec_ids(text: str) -> list[str]:

@@ -31,10 +31,10 @@ def register(subparsers: Any) -> None:
     validate.add_argument("--parent", metavar="PARENT.json",
                           help="the parent order of a sub-order, or the parent pass claims")
     validate.add_argument("--calls", metavar="CALLS.json",
-                          help="a JSON array of the order's call records (report rules R16-R18)")
+                          help="a JSON array of the order's call records (report rules RX2-RX4)")
     validate.add_argument("--sub-reports", metavar="REPORTS.json",
                           help="a JSON array of the latest report of each direct sub-order of "
-                               "the order (report rule R20)")
+                               "the order (report rule RX6)")
     validate.add_argument("--json", action="store_true", help="print one JSON array of results")
     validate.set_defaults(func=_validate)
 

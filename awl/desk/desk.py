@@ -355,7 +355,7 @@ class Desk(DeskWaiting):
                         doc: Mapping[str, Any]) -> builtins.list[CheckRun]:
         """Run the checks of a ``done`` report before it is decided (LC-18 to LC-20).
 
-        A failing check refuses the report with an R19 finding; the run is recorded in a
+        A failing check refuses the report with an RX5 finding; the run is recorded in a
         ``check`` event, or, when the same check failed the same way on its previous run,
         in a ``block`` event that puts the question to the manager.
         """
@@ -423,8 +423,8 @@ class Desk(DeskWaiting):
         1 + the reworks so far; a report naming another attempt is refused.
 
         The report is checked against the order (and against its gateway call records when
-        there are any: R16-R18; against the latest reports of its sub-orders when they have
-        reported: R20). ``limit`` findings (cost over budget, finished after the deadline,
+        there are any: RX2-RX4; against the latest reports of its sub-orders when they have
+        reported: RX6). ``limit`` findings (cost over budget, finished after the deadline,
         fewer tokens than the sub-orders reported) are accepted: the report is kept and the
         order expires. A report that arrives after the deadline is kept the same way.
 

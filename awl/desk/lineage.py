@@ -7,13 +7,13 @@ need the whole chain, not just the parent, and each has its one home here:
   any order above it, so nobody approves, up the chain, a result that holds their own
   work (LC-13). Its escalation contact is neither its worker nor its manager.
 - :func:`staging_ancestor`: the order above that stages a tool. A sub-order may not carry
-  a tool its parent stages (C6, so by C2 no tool any ancestor stages); the gateway and the
+  a tool its parent stages (C5, so by C2 no tool any ancestor stages); the gateway and the
   commit check it again (LC-14), because an effect's only approval is its own order's
   manager's.
 - :func:`remaining_of`: what is left of an order's budget, its sub-orders' spending
   included, which caps a new sub-order's budget (C1, LC-15). Tokens, which no gateway
   counts, are what the sub-orders' latest reports say (:func:`reports_below`), which the
-  order's own report must cover (R20).
+  order's own report must cover (RX6).
 - :func:`ended_above`: why nothing more reaches the world under a sub-order, when an order
   above it has ended: the commit and a retry send none of its effects (LC-22). The rule
   itself, which order above has ended, is :func:`first_ended`, which the gateway also
@@ -136,7 +136,7 @@ def remaining_of(order: WorkOrder, spent: Usage, now: datetime, *,
     (:meth:`awl.Store.usage`). ``seconds`` runs from the first call under the order or any
     sub-order. ``tokens`` are counted by no gateway: what is taken of them is what the
     direct sub-orders have reported, ``below`` (:func:`reports_below`), each report
-    covering the sub-orders under it (R20).
+    covering the sub-orders under it (RX6).
     """
     left: dict[str, float] = {}
     for unit, limit in order.budget.units().items():
@@ -156,7 +156,7 @@ def remaining_of(order: WorkOrder, spent: Usage, now: datetime, *,
 def reports_below(store: Store, order_id: str) -> list[WorkReport]:
     """The latest report of each direct sub-order of ``order_id`` that has reported, read
     in one listing by ``parent_id``: what the order's tokens went to below it, as far as
-    anyone has said (LC-15, R20). A sub-order with no report yet has taken none."""
+    anyone has said (LC-15, RX6). A sub-order with no report yet has taken none."""
     return [record.reports[-1]
             for record in store.list_orders(parent_id=order_id, limit=None)
             if record.reports]

@@ -36,6 +36,7 @@ from awl.documents.limits import (
 from awl.documents.models import (
     CallRecord,
     Check,
+    Effect,
     Event,
     PassClaims,
     Review,
@@ -44,7 +45,7 @@ from awl.documents.models import (
     epoch_seconds,
     parse_time,
 )
-from awl.documents.patterns import covered_by_any, matches_any, overlap, parse_ref
+from awl.documents.patterns import Ref, covered_by_any, matches_any, overlap, parse_ref
 from awl.documents.pointers import pointer
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "check",
     "check_structure",
     "detect_type",
+    "effect_ref",
     "is_valid_call",
     "is_valid_event",
     "is_valid_order",
@@ -75,6 +77,7 @@ __all__ = [
     "json_equal",
     "load_document",
     "pass_rule_findings",
+    "placeholders",
     "reported_tokens",
     "to_plain",
     "validate_call",
@@ -255,7 +258,7 @@ def context_model(doc: Any, doc_type: DocType, model_cls: type[_M], role: str) -
 # --------------------------------------------------------------------------- order
 
 def iter_order_findings(doc: Any) -> Iterator[Finding]:
-    """Every finding of a Work Order on its own (V1, O1-O7).
+    """Every finding of a Work Order on its own (V1, O1-O5, OX1, OX2).
 
     Raises:
         DocumentError: ``doc`` cannot be a JSON document at all.
@@ -289,23 +292,23 @@ def _order_rules(order: WorkOrder) -> Iterator[Finding]:
             yield Finding("O5", "invalid", pointer("staged", i),
                           f"staged pattern {_show(pattern)} is not covered by tools")
     if order.parent_id is not None and order.parent_id == order.id:
-        yield Finding("O6", "invalid", "/parent_id", "parent_id is the order's own id")
+        yield Finding("OX1", "invalid", "/parent_id", "parent_id is the order's own id")
     if order.continues is not None and order.continues == order.id:
-        yield Finding("O6", "invalid", "/continues", "continues is the order's own id")
+        yield Finding("OX1", "invalid", "/continues", "continues is the order's own id")
 
 
 def _check_rules(check: Check, i: int) -> Iterator[Finding]:
-    """O7: a criterion's check stays inside the workspace and holds no NUL character."""
+    """OX2: a criterion's check stays inside the workspace and holds no NUL character."""
     for j, arg in enumerate(check.run):
         if "\0" in arg:
-            yield Finding("O7", "invalid", pointer("criteria", i, "check", "run", j),
+            yield Finding("OX2", "invalid", pointer("criteria", i, "check", "run", j),
                           "a command argument cannot hold a NUL character")
     if check.cwd is not None and cwd_problem(check.cwd) is not None:
-        yield Finding("O7", "invalid", pointer("criteria", i, "check", "cwd"),
+        yield Finding("OX2", "invalid", pointer("criteria", i, "check", "cwd"),
                       f"cwd {_show(check.cwd)} {cwd_problem(check.cwd)}")
     for name, value in sorted((check.env or {}).items()):
         if "\0" in value:
-            yield Finding("O7", "invalid", pointer("criteria", i, "check", "env", name),
+            yield Finding("OX2", "invalid", pointer("criteria", i, "check", "env", name),
                           f"the value of {_show(name)} cannot hold a NUL character")
 
 
@@ -339,7 +342,7 @@ def validate_order(doc: Any) -> WorkOrder:
 
 def iter_suborder_findings(child: Any, parent: Any,
                            remaining: Mapping[str, float] | None = None) -> Iterator[Finding]:
-    """Every finding of a sub-order: its own order findings, then C1-C3, C5, C6 against
+    """Every finding of a sub-order: its own order findings, then C1-C3, CX1, C5 against
     ``parent``.
 
     Authority only shrinks: budget, tools and deadline stay within the parent's, and no
@@ -373,7 +376,7 @@ def _suborder_rules(child: WorkOrder, parent: WorkOrder,
         value = child_budget.get(unit)
         left = remaining.get(unit)
         if value is None:
-            yield Finding("C1", "invalid", pointer("budget", unit),
+            yield Finding("C1", "invalid", "/budget",
                           f"the parent budgets {unit}; the sub-order must too")
         elif value > limit:
             yield Finding("C1", "invalid", pointer("budget", unit),
@@ -389,13 +392,13 @@ def _suborder_rules(child: WorkOrder, parent: WorkOrder,
     if parse_time(child.deadline) > parse_time(parent.deadline):
         yield Finding("C3", "invalid", "/deadline", "deadline is after the parent's deadline")
     if child.parent_id != parent.id:
-        yield Finding("C5", "invalid", "/parent_id",
+        yield Finding("CX1", "invalid", "/parent_id",
                       f"parent_id must be the parent's id {_show(parent.id)}")
     for i, pattern in enumerate(child.tools):
         for staged in parent.staged:
             shared = overlap(pattern, staged)
             if shared is not None:
-                yield Finding("C6", "invalid", pointer("tools", i),
+                yield Finding("C5", "invalid", pointer("tools", i),
                               f"the parent stages {_show(shared)}; a sub-order may not carry "
                               "it (its held calls would be approved by the sub-order's "
                               "manager, not the parent's); leave it out of tools")
@@ -426,18 +429,18 @@ def iter_report_findings(doc: Any, order: Any = None,
                          calls: Iterable[Any] | None = None,
                          checks: Iterable[Any] | None = None,
                          sub_reports: Iterable[Any] | None = None) -> Iterator[Finding]:
-    """Every finding of a Work Report (V1, R1-R20).
+    """Every finding of a Work Report (V1, R1-R12, R14-R16, RX1-RX6).
 
     Args:
         doc: the report.
         order: the order it answers. Without it only the rules that need no order run
-            (R1, R9, R10, R12, R14, R15).
-        calls: the order's call records. With them R16-R18 run too.
+            (R1, R9, R10, R12, R15, R16, RX1).
+        calls: the order's call records. With them RX2-RX4 run too.
         checks: the desk's runs of the order's criteria checks, as evidence of type
             ``check`` (``{criterion, type, check: {outcome, ...}}``). With them and the
-            order, R19 runs too.
+            order, RX5 runs too.
         sub_reports: the latest report of each direct sub-order of the order that has one
-            (reports or their JSON). With them R20 runs too.
+            (reports or their JSON). With them RX6 runs too.
 
     Raises:
         DocumentError: ``doc`` cannot be a JSON document, or ``order`` / a call record / a
@@ -473,7 +476,7 @@ def _sub_reports(reports: Iterable[Any]) -> list[WorkReport]:
 def reported_tokens(reports: Iterable[WorkReport]) -> int:
     """The tokens sub-orders have spent, as their reports say: the sum of each report's
     ``cost.tokens`` (0 for one that states none). Given the latest report of each direct
-    sub-order, it is what they took of their parent's tokens (LC-15, R20)."""
+    sub-order, it is what they took of their parent's tokens (LC-15, RX6)."""
     return sum(r.cost.tokens or 0 for r in reports)
 
 
@@ -483,7 +486,7 @@ def _report_below_rules(report: WorkReport, below: Sequence[WorkReport]) -> Iter
     if spent is not None and spent < total:
         named = [f"{r.cost.tokens} in {_show(r.order_id, 40)}" for r in below if r.cost.tokens]
         more = f" and {len(named) - 5} more" if len(named) > 5 else ""
-        yield Finding("R20", "limit", "/cost/tokens",
+        yield Finding("RX6", "limit", "/cost/tokens",
                       f"tokens spent {spent} is less than the {total} its sub-orders reported "
                       f"({', '.join(named[:5])}{more}); the cost of an order includes its "
                       "sub-orders'")
@@ -507,7 +510,7 @@ _CHECK_PASSED = frozenset({"passed", "question"})
 
 
 def check_run_findings(order: Any, checks: Iterable[Any]) -> list[Finding]:
-    """R19 alone, for a ``done`` report on ``order`` given the desk's check runs."""
+    """RX5 alone, for a ``done`` report on ``order`` given the desk's check runs."""
     order_model = context_model(order, "order", WorkOrder, "order")
     runs = _check_runs(checks)
     return list(_check_rules_done(order_model, runs))
@@ -526,13 +529,13 @@ def _check_rules_done(order: WorkOrder,
             continue
         run = runs.get(criterion.id)
         if run is None:
-            yield Finding("R19", "invalid", "/status",
+            yield Finding("RX5", "invalid", "/status",
                           f"the check of criterion {_show(criterion.id)} (/criteria/{i}/check) "
                           "was not run")
         elif run["outcome"] not in _CHECK_PASSED:
             tail = [str(line) for line in run.get("tail", ()) if isinstance(line, str)]
             last = " | ".join(tail[-5:]) or "no output"
-            yield Finding("R19", "invalid", "/status",
+            yield Finding("RX5", "invalid", "/status",
                           f"the check of criterion {_show(criterion.id)} (/criteria/{i}/check) "
                           f"did not pass: {run.get('summary') or run['outcome']}; output "
                           f"ends: {last[:1000]}")
@@ -555,23 +558,52 @@ def _report_own_rules(report: WorkReport) -> Iterator[Finding]:
     for i, evidence in enumerate(report.evidence):
         if evidence.type == "tool_call" and (evidence.ref is None or parse_ref(evidence.ref)
                                              is None):
-            yield Finding("R14", "invalid", pointer("evidence", i, "ref"),
+            yield Finding("RX1", "invalid", pointer("evidence", i, "ref"),
                           "tool_call evidence needs a ref of the form server/tool#N")
-    seen: set[str] = set()
+    listed: set[str] = set()
     for i, effect in enumerate(report.effects or ()):
-        ref = parse_ref(effect.ref)
-        if ref is None:
-            yield Finding("R14", "invalid", pointer("effects", i, "ref"),
-                          f"effect ref {_show(effect.ref)} is not of the form server/tool#N")
-        elif ref.tool != effect.tool:
-            yield Finding("R14", "invalid", pointer("effects", i, "ref"),
-                          f"effect ref {_show(effect.ref)} names another tool than "
-                          f"{_show(effect.tool)}")
-        key = effect.ref if ref is None else str(ref)
-        if key in seen:
+        if effect_ref(effect) is None:
             yield Finding("R15", "invalid", pointer("effects", i, "ref"),
-                          f"effect {_show(key)} is listed twice")
-        seen.add(key)
+                          f"effect ref {_show(effect.ref)} is not "
+                          f"{_show(effect.tool + '#<n>')}")
+        elif effect.ref in listed:
+            yield Finding("R15", "invalid", pointer("effects", i, "ref"),
+                          f"effect {_show(effect.ref)} is listed twice")
+        for where, target, at in placeholders(effect.arguments):
+            path = pointer("effects", i, "arguments") + where
+            if target not in listed:
+                yield Finding("R16", "invalid", path,
+                              f"{_show(target)} is not an effect listed before this one")
+            elif at != "" and not at.startswith("/"):
+                yield Finding("R16", "invalid", path, f"{_show(at)} is not a JSON pointer")
+        listed.add(effect.ref)
+
+
+def effect_ref(effect: Effect) -> Ref | None:
+    """An effect's ref when it is well formed (R15): exactly ``<its tool>#N``. The draft
+    spelling ``#call-N`` predates effects, so an effect never carries it."""
+    ref = parse_ref(effect.ref)
+    if ref is None or str(ref) != effect.ref or ref.tool != effect.tool:
+        return None
+    return ref
+
+
+def placeholders(arguments: Any, where: str = "") -> Iterator[tuple[str, str, str]]:
+    """Every placeholder for an earlier effect's result in held arguments (R16, GW-10), in
+    document order: ``(pointer to it within the arguments, the ref it names, its pointer)``.
+    A placeholder is an object whose members are ``$ref`` (a string) and, optionally,
+    ``pointer`` (a string, ``""`` when absent)."""
+    if isinstance(arguments, Mapping):
+        target, at = arguments.get("$ref"), arguments.get("pointer", "")
+        if (isinstance(target, str) and isinstance(at, str)
+                and set(arguments) <= {"$ref", "pointer"}):
+            yield where, target, at
+            return
+        for key, value in arguments.items():
+            yield from placeholders(value, where + pointer(key))
+    elif isinstance(arguments, list | tuple):
+        for i, value in enumerate(arguments):
+            yield from placeholders(value, where + pointer(i))
 
 
 def _report_order_rules(report: WorkReport, data: Mapping[str, Any],
@@ -599,7 +631,7 @@ def _report_order_rules(report: WorkReport, data: Mapping[str, Any],
     for unit, limit in order.budget.units().items():
         spent = cost.get(unit)
         if spent is None:
-            yield Finding("R6", "invalid", pointer("cost", unit),
+            yield Finding("R6", "invalid", "/cost",
                           f"the order budgets {unit}; the report's cost must state it")
         elif spent > limit:
             yield Finding("R7", "limit", pointer("cost", unit),
@@ -619,7 +651,7 @@ def _report_order_rules(report: WorkReport, data: Mapping[str, Any],
                               f"result.output does not match the output_schema: {problem}")
     for i, effect in enumerate(report.effects or ()):
         if not matches_any(order.staged, effect.tool):
-            yield Finding("R13", "invalid", pointer("effects", i, "tool"),
+            yield Finding("R14", "invalid", pointer("effects", i, "tool"),
                           f"tool {_show(effect.tool)} is not staged by the order")
 
 
@@ -635,16 +667,16 @@ def _report_call_rules(report: WorkReport, order: WorkOrder | None,
     for i, evidence in enumerate(report.evidence):
         ref = parse_ref(evidence.ref) if evidence.type == "tool_call" and evidence.ref else None
         if ref is not None and str(ref) not in recorded:
-            yield Finding("R16", "invalid", pointer("evidence", i, "ref"),
+            yield Finding("RX2", "invalid", pointer("evidence", i, "ref"),
                           f"no call {str(ref)!r} is recorded for this order")
     attempt = report.attempt or 1
     for i, effect in enumerate(report.effects or ()):
-        ref = parse_ref(effect.ref)
+        ref = effect_ref(effect)
         if ref is None:
-            continue  # R14 has said it
+            continue  # R15 has said it
         recorded_call = recorded.get(str(ref))
         if recorded_call is None:
-            yield Finding("R16", "invalid", pointer("effects", i, "ref"),
+            yield Finding("RX2", "invalid", pointer("effects", i, "ref"),
                           f"no call {str(ref)!r} is recorded for this order")
             continue
         call = recorded_call
@@ -658,7 +690,7 @@ def _report_call_rules(report: WorkReport, order: WorkOrder | None,
         if call.attempt != attempt:
             problems.append(f"the call was made in attempt {call.attempt}")
         if problems:
-            yield Finding("R17", "invalid", pointer("effects", i), "; ".join(problems))
+            yield Finding("RX3", "invalid", pointer("effects", i), "; ".join(problems))
     if not ours:
         return  # no call of the order recorded: its tools were used outside a gateway
     called = {c.tool for c in ours
@@ -668,7 +700,7 @@ def _report_call_rules(report: WorkReport, order: WorkOrder | None,
         extra = sorted(set(report.tools_used) - called)
         parts = ([f"called but not listed: {', '.join(missing)}"] if missing else []) + (
             [f"listed but not called: {', '.join(extra)}"] if extra else [])
-        yield Finding("R18", "invalid", "/tools_used",
+        yield Finding("RX4", "invalid", "/tools_used",
                       f"tools_used differs from the recorded calls ({'; '.join(parts)})")
 
 
@@ -1096,9 +1128,9 @@ def check(doc: Any, type: DocType | None = None, *, order: Any = None, parent: A
         remaining: for a pass, the budget that remains for it; for a sub-order, what is
             left of the parent's budget.
         now: for a pass, the time to check against (seconds since the epoch).
-        checks: for a report, the desk's runs of the order's criteria checks (R19).
+        checks: for a report, the desk's runs of the order's criteria checks (RX5).
         sub_reports: for a report, the latest report of each direct sub-order of its order
-            (R20).
+            (RX6).
 
     Raises:
         DocumentError: the input cannot be read, its type cannot be told, or a context

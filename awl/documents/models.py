@@ -29,6 +29,7 @@ from pydantic import (
 from awl.documents.errors import BadRequest
 from awl.documents.limits import MAX_EPOCH, check_epoch, check_instant
 from awl.documents.patterns import NAME
+from awl.documents.rule_ids import current_findings, current_findings_note
 
 __all__ = [
     "CHECK_TIMEOUT",
@@ -263,7 +264,7 @@ class Check(_Model):
                    Field(min_length=1, max_length=256)]
     """The argument vector, run without a shell; the first item is the program."""
     cwd: Maybe[Annotated[StrictStr, Field(min_length=1, max_length=1024)]] = None
-    """Working folder relative to the workspace (O7 keeps it inside)."""
+    """Working folder relative to the workspace (OX2 keeps it inside)."""
     timeout: Maybe[Annotated[StrictFloat | StrictInt, Field(gt=0, le=3600)]] = None
     """Seconds before the command's process group is killed (default :data:`CHECK_TIMEOUT`)."""
     env: Maybe[Annotated[dict[EnvName, Annotated[StrictStr, Field(max_length=4096)]],
@@ -558,6 +559,24 @@ class Event(_Model):
     to: StrictStr
     note: Maybe[StrictStr] = None
     data: Maybe[JSONObject] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _current_rule_ids(cls, value: Any) -> Any:
+        """An ``expire`` event stored before the rule ids followed the published ones reads
+        under today's ids (:mod:`awl.documents.rule_ids`)."""
+        if not isinstance(value, dict) or value.get("action") != "expire":
+            return value
+        data, note = value.get("data"), value.get("note")
+        if isinstance(data, dict) and "findings" in data:
+            findings = current_findings(data["findings"])
+            if findings is not data["findings"]:
+                value = {**value, "data": {**data, "findings": findings}}
+        if isinstance(note, str):
+            now = current_findings_note(note)
+            if now != note:
+                value = {**value, "note": now}
+        return value
 
 
 class Review(_Model):

@@ -187,7 +187,7 @@ class ReportDraft:
     calls: tuple[CallRecord, ...]
     """The attempt's recorded calls, oldest first."""
     tools_used: list[str]
-    """Every tool of the attempt that ran, failed or was held (what rule R18 asks)."""
+    """Every tool of the attempt that ran, failed or was held (what rule RX4 asks)."""
     effects: list[dict[str, Any]]
     """The attempt's held calls of staged tools, in order, as ``{ref, tool, arguments}``."""
     cost: dict[str, Any]

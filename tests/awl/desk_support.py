@@ -112,7 +112,7 @@ def working(desk: Desk, manager: str = MANAGER, **order: Any) -> OrderView:
 
 def submitted(desk: Desk, **report: Any) -> OrderView:
     """A new order with a submitted done report; the effects it lists (:func:`effect`) are
-    held calls the worker made first, numbered as their refs say (R16, R17)."""
+    held calls the worker made first, numbered as their refs say (RX2, RX3)."""
     view = working(desk)
     effects = report.get("effects") or []
     if effects:

@@ -241,10 +241,10 @@ def test_o5_staged_covered_by_tools() -> None:
     assert list(iter_order_findings(make_order(tools=["*"], staged=["a/*", "b/c"]))) == []
 
 
-def test_o6_parent_and_continues_differ_from_id() -> None:
-    """parent_id or continues equal to the order's own id is O6 at that field."""
+def test_ox1_parent_and_continues_differ_from_id() -> None:
+    """parent_id or continues equal to the order's own id is OX1 at that field."""
     assert pairs(iter_order_findings(make_order(parent_id="wo_1", continues="wo_1"))) == {
-        ("O6", "/parent_id"), ("O6", "/continues")}
+        ("OX1", "/parent_id"), ("OX1", "/continues")}
     assert list(iter_order_findings(make_order(parent_id="wo_0", continues="wo_00"))) == []
 
 
@@ -285,9 +285,9 @@ def test_r5_tools_used_covered() -> None:
 
 
 def test_r6_cost_sets_every_budget_unit() -> None:
-    """A budgeted unit missing from cost is R6 at /cost/<unit>."""
+    """A budgeted unit missing from cost is R6 at /cost, naming the unit."""
     found = iter_report_findings(make_report(cost={"usd": 0.5}), make_order())
-    assert pairs(found) == {("R6", "/cost/tool_calls")}
+    assert pairs(found) == {("R6", "/cost")}
 
 
 def test_r7_cost_over_budget_is_a_limit() -> None:
@@ -347,43 +347,61 @@ def test_r12_started_before_finished() -> None:
     assert pairs(found) == {("R12", "/started_at")}
 
 
-def test_r13_effects_only_for_staged_tools() -> None:
-    """An effect for a tool the order does not stage is R13 at /effects/i/tool."""
+def test_r14_effects_only_for_staged_tools() -> None:
+    """An effect for a tool the order does not stage is R14 at /effects/i/tool."""
     effects = [{"ref": "gmail/draft#3", "tool": "gmail/draft", "arguments": {}}]
     found = iter_report_findings(make_report(effects=effects), make_order())
-    assert pairs(found) == {("R13", "/effects/0/tool")}
+    assert pairs(found) == {("R14", "/effects/0/tool")}
 
 
-def test_r14_refs_well_formed() -> None:
-    """A tool_call evidence without a good ref, or an effect ref naming another tool, is R14."""
+def test_rx1_evidence_refs_well_formed() -> None:
+    """A tool_call evidence without a ref that parses is RX1 at /evidence/i/ref; the draft
+    spelling #call-N parses, and other evidence types carry free text."""
     evidence = [{"criterion": "c1", "type": "tool_call"},
                 {"criterion": "c2", "type": "tool_call", "ref": "search"},
                 {"criterion": "c2", "type": "tool_call", "ref": "filings/search#call-1"},
                 {"criterion": "c2", "type": "citation", "ref": "https://example.com"}]
+    found = iter_report_findings(make_report(evidence=evidence, effects=[]))
+    assert pairs(found) == {("RX1", "/evidence/0/ref"), ("RX1", "/evidence/1/ref")}
+
+
+def test_r15_effect_refs_are_tool_n_and_unique() -> None:
+    """An effect ref naming another tool, numbered 0, in the draft spelling, or repeating an
+    earlier one is R15 at /effects/i/ref, once per effect."""
     effects = [{"ref": "gmail/draft#2", "tool": "gmail/send", "arguments": {}},
-               {"ref": "gmail/send#0", "tool": "gmail/send", "arguments": {}}]
-    found = iter_report_findings(make_report(evidence=evidence, effects=effects))
-    assert pairs(found) == {("R14", "/evidence/0/ref"), ("R14", "/evidence/1/ref"),
-                            ("R14", "/effects/0/ref"), ("R14", "/effects/1/ref")}
+               {"ref": "gmail/send#0", "tool": "gmail/send", "arguments": {}},
+               {"ref": "gmail/send#call-2", "tool": "gmail/send", "arguments": {}},
+               {"ref": "gmail/send#2", "tool": "gmail/send", "arguments": {}},
+               {"ref": "gmail/send#2", "tool": "gmail/send", "arguments": {}},
+               {"ref": "gmail/draft#2", "tool": "gmail/send", "arguments": {}}]
+    found = list(iter_report_findings(make_report(effects=effects)))
+    assert sorted((f.rule, f.path) for f in found) == [
+        ("R15", f"/effects/{i}/ref") for i in (0, 1, 2, 4, 5)]
 
 
-def test_r15_effect_refs_unique() -> None:
-    """The repeat of an effect ref (in either spelling) is R15 at /effects/i/ref."""
-    effect = {"ref": "gmail/send#2", "tool": "gmail/send", "arguments": {}}
-    again = {"ref": "gmail/send#call-2", "tool": "gmail/send", "arguments": {}}
-    found = iter_report_findings(make_report(effects=[effect, again]))
-    assert pairs(found) == {("R15", "/effects/1/ref")}
+def test_r16_placeholders_name_earlier_effects() -> None:
+    """A placeholder naming no earlier effect, or with a pointer not starting with /, is R16
+    at its place; one without a pointer means the whole result; an object with other members
+    is plain data."""
+    first = {"ref": "gmail/send#2", "tool": "gmail/send",
+             "arguments": {"body": {"$ref": "gmail/send#3"}}}
+    second = {"ref": "gmail/send#3", "tool": "gmail/send", "arguments": {
+        "a": {"$ref": "gmail/send#2"}, "b": [{"$ref": "gmail/send#2", "pointer": "/x~1y"}],
+        "c": {"$ref": "gmail/send#2", "pointer": "x"}, "d": {"$ref": "nope", "also": 1}}}
+    found = iter_report_findings(make_report(effects=[first, second]))
+    assert pairs(found) == {("R16", "/effects/0/arguments/body"),
+                            ("R16", "/effects/1/arguments/c")}
 
 
-def test_r16_refs_name_recorded_calls() -> None:
-    """Refs that name no recorded call of this order are R16."""
+def test_rx2_refs_name_recorded_calls() -> None:
+    """Refs that name no recorded call of this order are RX2."""
     evidence = [{"criterion": "c1", "type": "tool_call", "ref": "filings/search#9"},
                 {"criterion": "c2", "type": "tool_call", "ref": "filings/search#call-1"}]
     report = make_report(evidence=evidence, effects=[
         {"ref": "gmail/send#7", "tool": "gmail/send", "arguments": {}}])
     other = make_call(ref="gmail/send#7", tool="gmail/send", order_id="wo_2", outcome="held")
     found = iter_report_findings(report, make_order(), [*make_calls(), other])
-    assert pairs(found) == {("R16", "/evidence/0/ref"), ("R16", "/effects/0/ref")}
+    assert pairs(found) == {("RX2", "/evidence/0/ref"), ("RX2", "/effects/0/ref")}
 
 
 @pytest.mark.parametrize("change", [
@@ -392,15 +410,15 @@ def test_r16_refs_name_recorded_calls() -> None:
     {"arguments": {"to": "cfo@example.com", "body": "three lines", "cc": None}},
     {"attempt": 2},
 ])
-def test_r17_effect_matches_its_call(change: dict[str, Any]) -> None:
-    """An effect whose held call differs in outcome, arguments or attempt is R17 at /effects/i."""
+def test_rx3_effect_matches_its_call(change: dict[str, Any]) -> None:
+    """An effect whose held call differs in outcome, arguments or attempt is RX3 at /effects/i."""
     calls = make_calls()
     calls[1].update(change)
     found = iter_report_findings(make_report(), make_order(), calls)
-    assert ("R17", "/effects/0") in pairs(found)
+    assert ("RX3", "/effects/0") in pairs(found)
 
 
-def test_r17_compares_arguments_as_json() -> None:
+def test_rx3_compares_arguments_as_json() -> None:
     """Arguments equal as JSON (1 and 1.0, any key order) match; true never equals 1."""
     calls = make_calls()
     report = make_report(effects=[{"ref": "gmail/send#2", "tool": "gmail/send",
@@ -408,23 +426,23 @@ def test_r17_compares_arguments_as_json() -> None:
     calls[1]["arguments"] = {"flag": True, "n": 1}
     assert list(iter_report_findings(report, make_order(), calls)) == []
     calls[1]["arguments"] = {"flag": 1, "n": 1}
-    assert pairs(iter_report_findings(report, make_order(), calls)) == {("R17", "/effects/0")}
+    assert pairs(iter_report_findings(report, make_order(), calls)) == {("RX3", "/effects/0")}
 
 
-def test_r18_tools_used_equals_called_tools() -> None:
-    """tools_used that differs from the tools called in the attempt is R18 at /tools_used."""
+def test_rx4_tools_used_equals_called_tools() -> None:
+    """tools_used that differs from the tools called in the attempt is RX4 at /tools_used."""
     calls = [*make_calls(), make_call(ref="filings/get#3", tool="filings/get")]
     assert pairs(iter_report_findings(make_report(), make_order(), calls)) == {
-        ("R18", "/tools_used")}
+        ("RX4", "/tools_used")}
     refused = make_call(ref="filings/get#3", tool="filings/get", outcome="refused")
     earlier = make_call(ref="filings/list#4", tool="filings/list", attempt=2)
     assert list(iter_report_findings(make_report(), make_order(),
                                      [*make_calls(), refused, earlier])) == []
 
 
-@pytest.mark.spec("R20")
-def test_r20_a_report_s_tokens_cover_its_sub_orders_reports() -> None:
-    """Fewer tokens than the given sub-order reports state is an R20 limit finding at
+@pytest.mark.spec("RX6")
+def test_rx6_a_report_s_tokens_cover_its_sub_orders_reports() -> None:
+    """Fewer tokens than the given sub-order reports state is an RX6 limit finding at
     /cost/tokens naming both figures and each sub-order's share; a sub-order report without
     tokens counts 0, a report stating none is not judged, and stored report models are
     taken as they are (the desk's way), through ``check`` too."""
@@ -433,7 +451,7 @@ def test_r20_a_report_s_tokens_cover_its_sub_orders_reports() -> None:
     below.append(make_report(order_id="wo_1.9", cost={"usd": 0.1}))
     short = make_report(cost={"usd": 0.2, "tool_calls": 2, "tokens": 599})
     found = list(iter_report_findings(short, order, None, None, below))
-    assert [(f.rule, f.kind, f.path) for f in found] == [("R20", "limit", "/cost/tokens")]
+    assert [(f.rule, f.kind, f.path) for f in found] == [("RX6", "limit", "/cost/tokens")]
     assert found[0].message.startswith("tokens spent 599 is less than the 600 its sub-orders "
                                        "reported (200 in 'wo_1.2', 400 in 'wo_1.4')")
     assert is_valid_report(short, order)  # a limit never makes a report invalid
@@ -482,9 +500,11 @@ def test_suborder_within_parent_passes() -> None:
 
 
 def test_c1_child_budget_within_parent() -> None:
-    """A missing or larger budget unit is C1 at /budget/<unit>."""
-    found = iter_suborder_findings(make_child(budget={"usd": 2, "tokens": 5}), make_order())
-    assert pairs(found) == {("C1", "/budget/usd"), ("C1", "/budget/tool_calls")}
+    """A larger budget unit is C1 at /budget/<unit>, a missing one C1 at /budget naming it."""
+    found = list(iter_suborder_findings(make_child(budget={"usd": 2, "tokens": 5}),
+                                        make_order()))
+    assert pairs(found) == {("C1", "/budget/usd"), ("C1", "/budget")}
+    assert "tool_calls" in next(f.message for f in found if f.path == "/budget")
 
 
 @pytest.mark.spec("C1", "LC-15")
@@ -515,34 +535,34 @@ def test_c3_child_deadline_within_parent() -> None:
     assert pairs(found) == {("C3", "/deadline")}
 
 
-@pytest.mark.spec("C6")
-def test_c6_a_staged_tool_is_never_handed_down() -> None:
-    """A child pattern reaching a tool the parent stages is C6 at /tools/i, staged by the
+@pytest.mark.spec("C5")
+def test_c5_a_staged_tool_is_never_handed_down() -> None:
+    """A child pattern reaching a tool the parent stages is C5 at /tools/i, staged by the
     child or not: its held calls would be approved by the child's manager."""
     for staged in ([], ["gmail/send"], ["gmail/*"]):
         found = iter_suborder_findings(make_child(tools=["filings/*", "gmail/*"],
                                                   staged=staged), make_order())
-        assert pairs(found) == {("C6", "/tools/1")}, staged
+        assert pairs(found) == {("C5", "/tools/1")}, staged
     found = iter_suborder_findings(make_child(tools=["gmail/send", "*"], staged=[]),
                                    make_order(tools=["*"]))
-    assert pairs(found) == {("C6", "/tools/0"), ("C6", "/tools/1")}
+    assert pairs(found) == {("C5", "/tools/0"), ("C5", "/tools/1")}
     others = make_child(tools=["gmail/read", "gmail/drafts"], staged=["gmail/drafts"])
     assert list(iter_suborder_findings(others, make_order())) == []
 
 
-def test_c5_parent_id_names_parent() -> None:
-    """A child whose parent_id is missing or another id is C5 at /parent_id."""
+def test_cx1_parent_id_names_parent() -> None:
+    """A child whose parent_id is missing or another id is CX1 at /parent_id."""
     assert pairs(iter_suborder_findings(make_child(parent_id="wo_9"), make_order())) == {
-        ("C5", "/parent_id")}
+        ("CX1", "/parent_id")}
     assert pairs(iter_suborder_findings(make_child(parent_id=None), make_order())) == {
-        ("C5", "/parent_id")}
+        ("CX1", "/parent_id")}
 
 
 def test_suborder_includes_order_rules() -> None:
     """A sub-order is also checked as an order; a schema failure stops the C rules."""
     found = iter_suborder_findings(make_child(criteria=[{"id": "a", "text": "x"}] * 2,
                                               parent_id="wo_9"), make_order())
-    assert pairs(found) == {("O2", "/criteria/1/id"), ("C5", "/parent_id")}
+    assert pairs(found) == {("O2", "/criteria/1/id"), ("CX1", "/parent_id")}
     assert rules(iter_suborder_findings(make_child(goal=""), make_order())) == {"O1"}
 
 
@@ -620,7 +640,7 @@ _FORMS: dict[str, tuple[Any, Any, Any, tuple[Any, ...], tuple[Any, ...], set[tup
     "suborder": (iter_suborder_findings, is_valid_suborder, validate_suborder,
                  (make_child(), make_order()),
                  (make_child(parent_id="wo_9", deadline="2026-10-03T00:00:00Z"), make_order()),
-                 {("C3", "/deadline"), ("C5", "/parent_id")}),
+                 {("C3", "/deadline"), ("CX1", "/parent_id")}),
     "report": (iter_report_findings, is_valid_report, validate_report,
                (make_report(), make_order(), make_calls()),
                (make_report(order_id="wo_9", started_at="2026-10-01T12:00:00Z"), make_order(),
@@ -704,7 +724,7 @@ def test_check_detects_the_type() -> None:
     assert detect_type(make_event()) == "event"
     assert detect_type(make_review()) == "review"
     assert pairs(check(make_report(order_id="x"), order=make_order())) == {("R2", "/order_id")}
-    assert pairs(check(make_child(parent_id="x"), parent=make_order())) == {("C5", "/parent_id")}
+    assert pairs(check(make_child(parent_id="x"), parent=make_order())) == {("CX1", "/parent_id")}
     with pytest.raises(DocumentError):
         check({"hello": 1})
     assert rules(check({"hello": 1}, "order")) == {"O1"}

@@ -60,10 +60,10 @@ def test_limit_findings_print_but_pass(tmp_path: Path) -> None:
     assert f"{report}: R7 limit /cost/usd: " in result.stdout
 
 
-@pytest.mark.spec("R20")
-def test_sub_reports_run_r20(tmp_path: Path) -> None:
+@pytest.mark.spec("RX6")
+def test_sub_reports_run_rx6(tmp_path: Path) -> None:
     """``--sub-reports`` gives the sub-orders' latest reports: a report stating fewer tokens
-    than they did prints its R20 limit finding (and still exits 0); without the option R20
+    than they did prints its RX6 limit finding (and still exits 0); without the option RX6
     does not run; a file that is not a list of reports is one line and a non-zero exit."""
     order = write(tmp_path / "order.json",
                   make_order(budget={"usd": 1, "tool_calls": 10, "tokens": 1000}))
@@ -73,7 +73,7 @@ def test_sub_reports_run_r20(tmp_path: Path) -> None:
                    make_report(cost={"usd": 0.2, "tool_calls": 2, "tokens": 599}))
     result = awl("validate", report, "--order", order, "--sub-reports", below)
     assert result.returncode == 0, result.stderr
-    assert (f"{report}: R20 limit /cost/tokens: tokens spent 599 is less than the 600 its "
+    assert (f"{report}: RX6 limit /cost/tokens: tokens spent 599 is less than the 600 its "
             "sub-orders reported (200 in 'wo_1.2', 400 in 'wo_1.4')") in result.stdout
     assert awl("validate", report, "--order", order).stdout.strip() == f"{report}: valid"
     not_reports = write(tmp_path / "not-reports.json", {"reports": []})
@@ -92,7 +92,7 @@ def test_json_output(tmp_path: Path) -> None:
     assert result.returncode == 1
     out = json.loads(result.stdout)
     assert [r["valid"] for r in out] == [False, True]
-    assert [(f["rule"], f["path"]) for f in out[0]["findings"]] == [("C5", "/parent_id")]
+    assert [(f["rule"], f["path"]) for f in out[0]["findings"]] == [("CX1", "/parent_id")]
     assert out[0]["findings"][0]["kind"] == "invalid"
 
 

@@ -107,14 +107,14 @@ def test_passing_check_marks_the_criterion_met(workspace: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.spec("LC-18")
-@pytest.mark.spec("R19")
+@pytest.mark.spec("RX5")
 def test_failing_check_refuses_the_report_with_its_output_tail(workspace: Path) -> None:
     repo = workspace
     desk, order_id = _started(repo)
     with pytest.raises(ValidationFailed) as caught:
         desk.report(order_id, WORKER, report_fields())
     finding = caught.value.findings[0]
-    assert (finding.rule, finding.path) == ("R19", "/status")
+    assert (finding.rule, finding.path) == ("RX5", "/status")
     assert "c1" in finding.message and "exit 1" in finding.message
     assert "1 failed" in finding.message
     assert desk.get(order_id).state == "working"
@@ -258,7 +258,7 @@ def test_checks_come_only_from_the_order(repo: Path) -> None:
         {"criterion": "c2", "type": "note", "note": "cited"}])
     with pytest.raises(ValidationFailed) as caught:
         desk.report(order_id, WORKER, forged)
-    assert caught.value.findings[0].rule in ("R1", "R19")
+    assert caught.value.findings[0].rule in ("R1", "RX5")
     assert desk.get(order_id).reports == ()
 
 
@@ -461,7 +461,7 @@ async def test_over_mcp_no_workspace_is_given_and_a_failing_check_refuses_the_re
         error = await w.refused("submit_work_report", order_id=view.id,
                                 report=report_fields())
         assert error["code"] == "VALIDATION_FAILED"
-        assert [f["rule"] for f in error["findings"]] == ["R19"]
+        assert [f["rule"] for f in error["findings"]] == ["RX5"]
         await w.refused("submit_work_report", order_id=view.id, report=report_fields())
         got = await w.call("get_work_order", order_id=view.id)
         assert got["state"] == "blocked"

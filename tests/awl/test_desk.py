@@ -429,7 +429,7 @@ def test_a_report_over_budget_is_kept_and_expires_the_order(desk: Desk) -> None:
 
 @pytest.mark.spec("LC-7")
 def test_the_report_is_checked_against_the_order_s_calls(desk: Desk, store: Store) -> None:
-    """With call records, effects must name held calls of this order (R16, R17)."""
+    """With call records, effects must name held calls of this order (RX2, RX3)."""
     view = working(desk)
     call = reserved(store.reserve_call(
         view.id, attempt=1, tool="mail/send", arguments={"to": "cfo"}, pass_jti=None, usd=0.0,
@@ -438,29 +438,29 @@ def test_the_report_is_checked_against_the_order_s_calls(desk: Desk, store: Stor
     with pytest.raises(ValidationFailed) as caught:
         desk.report(view.id, WORKER, report_fields(
             tools_used=["mail/send"], effects=[effect(2, to="cfo")]))
-    assert ("R16", "/effects/0/ref") in rules(caught.value)
+    assert ("RX2", "/effects/0/ref") in rules(caught.value)
     with pytest.raises(ValidationFailed) as caught:
         desk.report(view.id, WORKER, report_fields(
             tools_used=["mail/send"], effects=[effect(1, to="ceo")]))
-    assert ("R17", "/effects/0") in rules(caught.value)
+    assert ("RX3", "/effects/0") in rules(caught.value)
     ok = desk.report(view.id, WORKER, report_fields(
         tools_used=["mail/send"], effects=[effect(1, to="cfo")]))
     assert ok.state == "submitted"
 
 
-@pytest.mark.spec("R16", "R18")
+@pytest.mark.spec("RX2", "RX4")
 def test_an_order_without_calls_proves_no_call(desk: Desk) -> None:
     """No call recorded is no proof: a report citing calls on an order whose worker made
-    none (R16, for evidence and effects alike) is refused, as the approval page would flag
-    it; the tools it says it used outside a gateway cannot be checked (no R18)."""
+    none (RX2, for evidence and effects alike) is refused, as the approval page would flag
+    it; the tools it says it used outside a gateway cannot be checked (no RX4)."""
     view = working(desk)
     with pytest.raises(ValidationFailed) as caught:
         desk.report(view.id, WORKER, report_fields(
             evidence=[{"criterion": "c1", "type": "tool_call", "ref": "filings/search#1"},
                       {"criterion": "c2", "type": "note", "note": "cited"}],
             effects=[effect(2, to="cfo")]))
-    assert rules(caught.value) >= {("R16", "/evidence/0/ref"), ("R16", "/effects/0/ref")}
-    assert not any(rule == "R18" for rule, _ in rules(caught.value))
+    assert rules(caught.value) >= {("RX2", "/evidence/0/ref"), ("RX2", "/effects/0/ref")}
+    assert not any(rule == "RX4" for rule, _ in rules(caught.value))
     assert desk.report(view.id, WORKER, report_fields()).state == "submitted"
 
 
@@ -550,7 +550,7 @@ def test_a_sub_order_beyond_the_parent_is_refused(desk: Desk) -> None:
         desk.create(order_fields(to="agent:helper", parent_id=parent.id,
                                  budget={"usd": 30, "tool_calls": 10}, staged=[],
                                  **{"from": WORKER}), WORKER)
-    assert {("C1", "/budget/usd"), ("C6", "/tools/1")} <= rules(caught.value)
+    assert {("C1", "/budget/usd"), ("C5", "/tools/1")} <= rules(caught.value)
 
 
 @pytest.mark.spec("LC-12")

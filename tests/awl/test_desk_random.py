@@ -87,7 +87,7 @@ class Run:
             fields.update(parent_id=parent.id, budget={"usd": rng.choice([1, 50]),
                                                        "tool_calls": 5},
                           deadline=parent.deadline)
-            if rng.random() < 0.7:  # else it carries the parent's staged tool: C6
+            if rng.random() < 0.7:  # else it carries the parent's staged tool: C5
                 fields.update(tools=["filings/*"], staged=[])
             manager = rng.choice([parent.to, parent.manager, manager])
             self.touched.append(parent.id)

@@ -118,7 +118,7 @@ async def test_refusals_are_tool_errors_with_a_code_a_model_can_act_on() -> None
             refused = await w.refused("submit_work_report", order_id=oid, report=report)
             assert refused["code"] == "VALIDATION_FAILED"
             assert {(f["rule"], f["path"]) for f in refused["findings"]} == {
-                ("R4", "/evidence"), ("R5", "/tools_used/0"), ("R6", "/cost/tool_calls")}
+                ("R4", "/evidence"), ("R5", "/tools_used/0"), ("R6", "/cost")}
             review = await m.refused("review_work_report", order_id=oid, decision="rework",
                                      effects=["mail/send#1"])
             assert review["code"] == "BAD_REQUEST"

@@ -1,12 +1,12 @@
 """Sub-orders cannot get around the manager (issue 14): each attack through the door it used.
 
 - A worker splits its order into a sub-order carrying a tool the order stages, so that it
-  would approve the sub-agent's held call itself (C6, LC-14).
+  would approve the sub-agent's held call itself (C5, LC-14).
 - Sub-orders multiply the budget: each asks the parent's whole budget (C1 against what is
   left, LC-15; the charging itself is tested here on both stores and through the real
   gateway in tests/gateway/test_suborder_attacks.py). Tokens, which no gateway counts, are
   taken from the parent as its sub-orders report them, and its own report must cover
-  theirs (LC-15, R20).
+  theirs (LC-15, RX6).
 - An order issued to its own manager, at any depth, so one principal approves its own work
   (LC-13).
 
@@ -123,13 +123,13 @@ def _refusal(desk: Desk, fields: dict[str, Any], actor: str) -> str:
     return str(caught.value)
 
 
-# --------------------------------------------------------------------------- C6 / LC-14
+# --------------------------------------------------------------------------- C5 / LC-14
 
-@pytest.mark.spec("C6", "LC-14", "LC-12")
+@pytest.mark.spec("C5", "LC-14", "LC-12")
 def test_a_worker_cannot_hand_a_staged_tool_to_a_sub_order(desk: Desk) -> None:
     """The attack: the worker splits its order into a sub-order to a sub-agent carrying the
     tool the order stages (staged there too), to approve the held call itself. Refused as
-    C6, staged or not, by the worker and by the manager; nothing is stored."""
+    C5, staged or not, by the worker and by the manager; nothing is stored."""
     root = working(desk)  # tools filings/* and mail/send, staging mail/send
     for staged in (["mail/send"], None):
         for creator in (WORKER, MANAGER):
@@ -137,11 +137,11 @@ def test_a_worker_cannot_hand_a_staged_tool_to_a_sub_order(desk: Desk) -> None:
                                   tools=["filings/*", "mail/send"], staged=staged)
             with pytest.raises(ValidationFailed) as caught:
                 desk.create(fields, creator)
-            assert [(f.rule, f.path) for f in caught.value.findings] == [("C6", "/tools/1")]
+            assert [(f.rule, f.path) for f in caught.value.findings] == [("C5", "/tools/1")]
     assert desk.list(parent_id=root.id) == []
 
 
-@pytest.mark.spec("C6", "LC-14")
+@pytest.mark.spec("C5", "LC-14")
 def test_no_order_below_reaches_a_tool_staged_above(desk: Desk) -> None:
     """A child that leaves the staged tool out cannot give it to its own child: C2 keeps the
     grandchild within the child's tools, so no tool any ancestor stages reaches it."""
@@ -243,15 +243,15 @@ def reported(desk: Desk, order_id: str, worker: str, tokens: int) -> OrderView:
 
 
 @EVERY_STORE
-@pytest.mark.spec("C1", "LC-15", "R7", "R20")
+@pytest.mark.spec("C1", "LC-15", "R7", "RX6")
 def test_tokens_spent_through_sub_orders_are_charged_to_the_parent(desk: Desk) -> None:
     """The attack: under a budget of 1000 tokens the worker splits three sub-orders of 1000
     each (none has reported yet, so each fits) and every helper truthfully reports its 1000.
     A fourth is refused (C1: 0 left after their reports), and the worker's own report cannot
     pass as within budget: stating its budget's 1000 is less than its sub-orders reported
-    (R20), stating their 3000 is over its budget (R7). Either way the report is kept and the
+    (RX6), stating their 3000 is over its budget (R7). Either way the report is kept and the
     order expired, the finding in the expire event, as for every limit finding."""
-    for mine, rule in ((1000, "R20"), (3000, "R7")):
+    for mine, rule in ((1000, "RX6"), (3000, "R7")):
         root = tokens_root(desk)
         helpers = (HELPER, DEEP, THIRD)
         children = [desk.create(child_fields(root.id, WORKER, to=helper, budget=TOKENS), WORKER)
@@ -268,13 +268,13 @@ def test_tokens_spent_through_sub_orders_are_charged_to_the_parent(desk: Desk) -
         last = desk.store.events(root.id)[-1]
         assert last.action == "expire" and last.data is not None
         assert [(f["rule"], f["path"]) for f in last.data["findings"]] == [(rule, "/cost/tokens")]
-        if rule == "R20":
+        if rule == "RX6":
             assert "tokens spent 1000 is less than the 3000 its sub-orders reported" in (
                 last.note or "")
 
 
 @EVERY_STORE
-@pytest.mark.spec("C1", "LC-15", "R20")
+@pytest.mark.spec("C1", "LC-15", "RX6")
 def test_tokens_are_taken_from_the_parent_as_its_sub_orders_report_them(desk: Desk) -> None:
     """A sub-order that has not reported has taken nothing: a sibling of the whole 1000
     still fits beside it. Once another reports 700 (its own sub-order's 500 inside), a new
@@ -307,10 +307,10 @@ def test_tokens_are_taken_from_the_parent_as_its_sub_orders_report_them(desk: De
 
 
 @EVERY_STORE
-@pytest.mark.spec("R20", "LC-7")
-def test_a_parent_leaving_out_its_sub_orders_tokens_is_expired_with_r20(desk: Desk) -> None:
+@pytest.mark.spec("RX6", "LC-7")
+def test_a_parent_leaving_out_its_sub_orders_tokens_is_expired_with_rx6(desk: Desk) -> None:
     """A parent whose budget has room states fewer tokens than its sub-order reported: an
-    R20 limit finding naming both figures; the report is kept and the order expired. Its
+    RX6 limit finding naming both figures; the report is kept and the order expired. Its
     sub-order's later report does not reach back, and with no sub-order report a parent's
     figure is its own word (the order beside it is submitted)."""
     root = tokens_root(desk)
@@ -320,7 +320,7 @@ def test_a_parent_leaving_out_its_sub_orders_tokens_is_expired_with_r20(desk: De
     assert view.state == "expired"
     last = desk.store.events(root.id)[-1]
     assert last.data is not None
-    assert [(f["rule"], f["kind"]) for f in last.data["findings"]] == [("R20", "limit")]
+    assert [(f["rule"], f["kind"]) for f in last.data["findings"]] == [("RX6", "limit")]
     assert ("tokens spent 150 is less than the 400 its sub-orders reported "
             f"(400 in '{child.id}')") in last.data["findings"][0]["message"]
     alone = tokens_root(desk)
@@ -457,7 +457,7 @@ def test_the_cli_refuses_an_order_to_its_own_manager(
     assert [o["order"]["id"] for o in json.loads(listed[1])] == [root]
 
 
-@pytest.mark.spec("C6", "LC-14", "C1", "LC-15")
+@pytest.mark.spec("C5", "LC-14", "C1", "LC-15")
 def test_the_cli_refuses_a_sub_order_with_a_staged_tool_or_more_than_is_left(
         home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The two sub-order attacks as the worker ran them, with `awl order create`: a sub-order
@@ -465,7 +465,7 @@ def test_the_cli_refuses_a_sub_order_with_a_staged_tool_or_more_than_is_left(
     root = _cli_working(capsys, home)
     code, _, err = _create(capsys, home, WORKER, child_fields(
         root, WORKER, tools=["filings/*", "mail/send"], staged=["mail/send"]))
-    assert code != 0 and err.count("\n") == 1 and "C6 /tools/1" in err
+    assert code != 0 and err.count("\n") == 1 and "C5 /tools/1" in err
     code, _, err = _create(capsys, home, WORKER, child_fields(
         root, WORKER, budget={"usd": 1, "tool_calls": 41}))
     assert code != 0 and "C1 /budget/tool_calls" in err
@@ -474,12 +474,12 @@ def test_the_cli_refuses_a_sub_order_with_a_staged_tool_or_more_than_is_left(
     assert json.loads(out)["order"]["parent_id"] == root
 
 
-@pytest.mark.spec("C1", "LC-15", "R20")
-def test_the_cli_carves_tokens_by_report_and_shows_the_r20_expiry(
+@pytest.mark.spec("C1", "LC-15", "RX6")
+def test_the_cli_carves_tokens_by_report_and_shows_the_rx6_expiry(
         home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """With `awl`: a sub-order's report of 600 of the order's 1000 tokens leaves 400 for the
     next sub-order (one of 500 is refused in one line naming C1), and the worker's report of
-    100 expires the order, `awl order show` naming R20 and both figures."""
+    100 expires the order, `awl order show` naming RX6 and both figures."""
     root = _cli_working(capsys, home, **order_fields(
         budget={"usd": 10, "tool_calls": 40, "tokens": 1000}))
     child = _cli_working(capsys, home, WORKER, HELPER,
@@ -494,7 +494,7 @@ def test_the_cli_carves_tokens_by_report_and_shows_the_r20_expiry(
     assert out == f"reported on {root}: now expired (seq 4)\n"
     code, out, _ = _cli(capsys, "order", "show", root, "--as", MANAGER)
     assert code == 0
-    assert "expire (working → expired): R20 /cost/tokens: tokens spent 100 is less than the " \
+    assert "expire (working → expired): RX6 /cost/tokens: tokens spent 100 is less than the " \
            "600 its sub-orders reported" in out
 
 
@@ -502,10 +502,10 @@ def test_the_cli_carves_tokens_by_report_and_shows_the_r20_expiry(
 
 @pytest.mark.slow
 @pytest.mark.anyio
-@pytest.mark.spec("LC-13", "C6", "LC-14")
+@pytest.mark.spec("LC-13", "C5", "LC-14")
 async def test_the_mcp_desk_refuses_the_same_sub_orders() -> None:
     """create_work_order, bound to the worker, refuses a sub-order to the manager above it
-    (BAD_REQUEST) and one carrying the staged tool (VALIDATION_FAILED, C6)."""
+    (BAD_REQUEST) and one carrying the staged tool (VALIDATION_FAILED, C5)."""
     from tests.awl.test_server_tools import desks
 
     store = MemoryStore()
@@ -521,18 +521,18 @@ async def test_the_mcp_desk_refuses_the_same_sub_orders() -> None:
             staged = await w.refused("create_work_order", order=child_fields(
                 oid, WORKER, tools=["filings/*", "mail/send"], staged=["mail/send"]))
             assert staged["code"] == "VALIDATION_FAILED"
-            assert [(f["rule"], f["path"]) for f in staged["findings"]] == [("C6", "/tools/1")]
+            assert [(f["rule"], f["path"]) for f in staged["findings"]] == [("C5", "/tools/1")]
     assert [r.order.id for r in store.list_orders()] == [oid]
 
 
 @pytest.mark.slow
 @pytest.mark.anyio
-@pytest.mark.spec("C1", "LC-15", "R20")
+@pytest.mark.spec("C1", "LC-15", "RX6")
 async def test_the_mcp_desk_carves_tokens_by_report_and_expires_an_under_report() -> None:
     """Over MCP (create_work_order, submit_work_report, each client bound to its principal):
     after the helper reports 600 of the order's 1000 tokens, a sub-order of 500 is refused
     as VALIDATION_FAILED with C1 at /budget/tokens, and the worker's report of 100 tokens
-    is kept and the order expired by R20."""
+    is kept and the order expired by RX6."""
     from tests.awl.test_server_tools import desks
 
     store = MemoryStore()
@@ -559,7 +559,7 @@ async def test_the_mcp_desk_carves_tokens_by_report_and_expires_an_under_report(
             assert mine["reports"][-1]["cost"]["tokens"] == 100
     last = store.events(oid)[-1]
     assert last.action == "expire" and last.data is not None
-    assert [(f["rule"], f["path"]) for f in last.data["findings"]] == [("R20", "/cost/tokens")]
+    assert [(f["rule"], f["path"]) for f in last.data["findings"]] == [("RX6", "/cost/tokens")]
 
 
 @pytest.mark.anyio

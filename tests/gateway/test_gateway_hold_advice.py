@@ -1,4 +1,4 @@
-"""What the worker is told about a held call agrees with what a report may list (GW-9, R13):
+"""What the worker is told about a held call agrees with what a report may list (GW-9, R14):
 a call held only by the operator's hold list or by safe mode never runs, and the gateway
 says so instead of asking for it in the report's effects."""
 
@@ -22,7 +22,7 @@ def _texts(result: Any) -> str:
     return "\n".join(b.text for b in result.content if b.type == "text")
 
 
-@pytest.mark.spec("GW-9", "GW-11", "R13")
+@pytest.mark.spec("GW-9", "GW-11", "R14")
 async def test_a_call_held_only_by_the_operator_or_safe_mode_is_never_asked_for(
         tmp_path: Path) -> None:
     """The operator's hold list (receiver/deliver) and safe mode (receiver/reject) hold calls

@@ -61,9 +61,9 @@ async def test_report_refs_are_checked_against_the_call_log(tmp_path: Path) -> N
     assert order.structured_content is not None
     assert order.structured_content["tools_used"] == ["notes/search_notes", "notes/send_email"]
     assert unknown.is_error and text(unknown).startswith("VALIDATION_FAILED: ")
-    assert ("R16", "/evidence/0/ref") in _rules(unknown)
-    assert swapped.is_error and ("R17", "/effects/0") in _rules(swapped)
-    assert unlisted.is_error and ("R18", "/tools_used") in _rules(unlisted)
+    assert ("RX2", "/evidence/0/ref") in _rules(unknown)
+    assert swapped.is_error and ("RX3", "/effects/0") in _rules(swapped)
+    assert unlisted.is_error and ("RX4", "/tools_used") in _rules(unlisted)
     assert not good.is_error, text(good)
     assert good.structured_content == {"state": "submitted", "attempt": 1, "seq": 4}
     assert after.is_error and text(after).startswith("AWL_NOT_ACTIVE: ")

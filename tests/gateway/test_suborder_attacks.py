@@ -2,7 +2,7 @@
 the upstream: what reached it is read from its own log.
 
 - Defect 2: a sub-order carrying a tool its parent stages, approved by its own manager (the
-  parent's worker), sends nothing: the desk refuses to create it (C6), and one stored around
+  parent's worker), sends nothing: the desk refuses to create it (C5), and one stored around
   the desk is stopped by the commit (LC-14).
 - Defect 3: sub-orders do not multiply the budget: under an order with ``tool_calls: 3`` and
   two sub-orders of 3, served by three gateways (two of them separate processes) at once,
@@ -67,7 +67,7 @@ def _working_child(env: Env, to: str, **over: Any) -> Env:
 
 
 def _stored_around_the_desk(env: Env, order_id: str, fields: dict[str, Any]) -> Env:
-    """A sub-order written straight into the store (as a desk before C6, or a damaged store,
+    """A sub-order written straight into the store (as a desk before C5, or a damaged store,
     could hold it), accepted and started by its worker."""
     now = format_time(env.desk.now())
     legacy = WorkOrder.model_validate({
@@ -81,12 +81,12 @@ def _stored_around_the_desk(env: Env, order_id: str, fields: dict[str, Any]) -> 
     return replace(env, order_id=legacy.id)
 
 
-@pytest.mark.spec("C6", "LC-14", "CM-3", "CM-11")
+@pytest.mark.spec("C5", "LC-14", "CM-3", "CM-11")
 async def test_a_staged_write_split_into_a_sub_order_never_runs(tmp_path: Path) -> None:
     """The attack as found: the worker splits a sub-order to a sub-agent with the staged
     create_issue in its tools and staged list, the sub-agent's call is held, the worker
     approves it as the sub-order's manager and runs ``awl gateway --commit``. The desk
-    refuses the sub-order (C6). One written to the store around the desk, staging the tool
+    refuses the sub-order (C5). One written to the store around the desk, staging the tool
     or not, gets no such tool from the gateway (not listed, refused AWL_FORBIDDEN); and a
     call held under it before (recorded as the gateway recorded held calls), reported and
     approved by the worker, is stopped by the commit (staged_above). 0 calls reach the
@@ -96,7 +96,7 @@ async def test_a_staged_write_split_into_a_sub_order_never_runs(tmp_path: Path) 
                     staged=["receiver/create_issue"])
     with pytest.raises(ValidationFailed) as caught:
         env.desk.create(attack, WORKER)
-    assert [(f.rule, f.path) for f in caught.value.findings] == [("C6", "/tools/0")]
+    assert [(f.rule, f.path) for f in caught.value.findings] == [("C5", "/tools/0")]
 
     staged = _stored_around_the_desk(env, "wo_legacy", attack)
     unstaged = _stored_around_the_desk(env, "wo_unstaged", {**attack, "staged": []})

@@ -215,7 +215,7 @@ class World:
         return out
 
 
-@pytest.mark.spec("LC-14", "LC-15", "C6", "C1", "GW-5", "CM-1")
+@pytest.mark.spec("LC-14", "LC-15", "C5", "C1", "GW-5", "CM-1")
 @PROPERTY
 @given(seed=st.integers(0, 2**32 - 1))
 def test_no_staged_write_escapes_and_no_order_overspends(keys: KeyStore, seed: int) -> None:

@@ -346,10 +346,10 @@ def test_the_order_page_shows_each_check_result_beside_its_criterion(tmp_path: P
     assert hostile not in page
 
 
-@pytest.mark.spec("R20", "BIND-11")
+@pytest.mark.spec("RX6", "BIND-11")
 def test_the_order_page_shows_a_report_leaving_out_its_sub_orders_tokens(tmp_path: Path) -> None:
     """The manager's page of an order whose worker reported fewer tokens than its sub-order
-    did lists the R20 limit finding at /cost/tokens with both figures, beside the expiry."""
+    did lists the RX6 limit finding at /cost/tokens with both figures, beside the expiry."""
     d = make_desk(tmp_path)
     deadline = format_time(datetime.now(UTC) + timedelta(hours=2))
     fields = {"goal": "Survey the suppliers", "criteria": [{"id": "c1", "text": "surveyed"}],
@@ -372,7 +372,7 @@ def test_the_order_page_shows_a_report_leaving_out_its_sub_orders_tokens(tmp_pat
     assert d.desk.report(root, WORKER, report(100)).state == "expired"
     page = signed_in(d, MANAGER).get(f"/order?id={root}").text
     found = page.split('<section id="findings">', 1)[1].split("</section>", 1)[0]
-    assert '<li class="limit"><b>R20</b> limit at <code>/cost/tokens</code>' in found
+    assert '<li class="limit"><b>RX6</b> limit at <code>/cost/tokens</code>' in found
     assert "tokens spent 100 is less than the 600 its sub-orders reported" in found
 
 

@@ -208,12 +208,13 @@ def sandbox_argv(folder: str, target: str, cwd: str, argv: Sequence[str],
            f"--fsize={limits.file_size}", f"--cpu={cpu}", "--core=0", "--"]
     out += _namespaces(bwrap, root, network=network)
     out += _system_mounts()
+    # The private /tmp first: a toolchain or workspace under /tmp is mounted over it after.
+    out += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_size),
+            "--tmpfs", "/tmp"]
     made: set[str] = set()
     for path in toolchain((*protected, folder, target)):
         out += [*_folders_to(path, made), "--ro-bind", path, path]
-    out += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_size),
-            "--tmpfs", "/tmp", *_folders_to(target, made), "--bind", folder, target,
-            "--chdir", cwd]
+    out += [*_folders_to(target, made), "--bind", folder, target, "--chdir", cwd]
     for name, value in env.items():
         out += ["--setenv", name, value]
     return out + _as_check_user(root, argv)

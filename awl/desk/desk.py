@@ -85,12 +85,11 @@ from awl.documents.models import (
     parse_time,
 )
 from awl.documents.patterns import parse_ref
+from awl.documents.versions import from_published, order_spec_for, report_spec_for
 from awl.store.protocol import Notification, OrderRecord, Webhook
 
 __all__ = ["Desk"]
 
-ORDER_SPEC = "awl/work-order@0.3"
-REPORT_SPEC = "awl/work-report@0.3"
 
 Decision = Literal["approve", "rework"]
 
@@ -169,7 +168,7 @@ class Desk(DeskWaiting):
 
         Args:
             order: a full Work Order, or its fields: ``spec``, ``id``, ``created_at`` and
-                ``from`` are filled in when absent (``awl/work-order@0.3``, a fresh id, now,
+                ``from`` are filled in when absent (the lowest version that fits, a fresh id, now,
                 ``actor``).
             actor: the manager issuing it.
             copy_handoff: when the order ``continues`` another and has no handoff of its
@@ -198,8 +197,8 @@ class Desk(DeskWaiting):
         if not isinstance(doc, dict):  # an array, a string: judged by the checks (DOC-1)
             _raise_invalid("work order", list(iter_order_findings(doc)))
             raise BadRequest("an order is a JSON object")  # pragma: no cover - O1 said so
+        doc = from_published(doc)  # extensions a published writer carried in x-awl
         now = self.now()
-        doc.setdefault("spec", ORDER_SPEC)
         doc.setdefault("id", new_order_id())
         doc.setdefault("created_at", format_time(now))
         doc.setdefault("from", actor)
@@ -216,6 +215,7 @@ class Desk(DeskWaiting):
                 handoff = _latest_handoff(previous)
                 if handoff is not None:
                     doc["handoff"] = handoff.to_json()
+        doc.setdefault("spec", order_spec_for(doc))  # the lowest version that fits (DOC-6)
         parent_id = doc.get("parent_id")
         parent: OrderView | None = None
         above: tuple[WorkOrder, ...] = ()
@@ -444,8 +444,8 @@ class Desk(DeskWaiting):
         def plan(record: OrderRecord, now: datetime) -> Write:
             order = record.order
             view = OrderView.of(record)
-            full = dict(doc)
-            full.setdefault("spec", REPORT_SPEC)
+            full = from_published(dict(doc))  # extensions a published writer carried
+            full.setdefault("spec", report_spec_for(full))  # the lowest that fits (DOC-6)
             full.setdefault("order_id", order.id)
             full.setdefault("from", actor)
             full.setdefault("finished_at", format_time(now))

@@ -47,6 +47,7 @@ from awl.documents.models import (
 )
 from awl.documents.patterns import Ref, covered_by_any, matches_any, overlap, parse_ref
 from awl.documents.pointers import pointer
+from awl.documents.versions import READS, from_published
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -95,8 +96,9 @@ DEFAULT_MAX_BYTES = MAX_DOCUMENT_BYTES
 DEFAULT_MAX_DEPTH = MAX_DEPTH
 """Deepest nesting of arrays and objects a document may have."""
 
-KNOWN_VERSIONS = ("0.1", "0.2", "0.3")
-"""Versions of every document format this implementation reads."""
+KNOWN_VERSIONS = tuple(sorted({v for vs in READS.values() for v in vs}))
+"""Every version this implementation reads of some document format; per format, see
+:data:`awl.documents.versions.READS`."""
 
 DocType = Literal["order", "report", "pass", "call", "event", "review"]
 
@@ -191,11 +193,12 @@ def version_findings(data: Any, doc_type: str) -> list[Finding]:
     if not isinstance(spec, str) or not spec.startswith(prefix):
         return []
     m = _VERSION_RE.match(spec)
-    if m is None or m.group("v") in KNOWN_VERSIONS:
+    known = READS[doc_type]
+    if m is None or m.group("v") in known:
         return []
     return [Finding("V1", "invalid", "/spec",
                     f"version {m.group('v')} of {prefix[:-1]} is not one this reader knows "
-                    f"({', '.join(KNOWN_VERSIONS)})")]
+                    f"({', '.join(known)})")]
 
 
 def check_structure(doc: Any, doc_type: DocType) -> tuple[Any, BaseModel | None, list[Finding]]:
@@ -211,6 +214,8 @@ def check_structure(doc: Any, doc_type: DocType) -> tuple[Any, BaseModel | None,
         DocumentError: ``doc`` cannot be a JSON document at all.
     """
     data = to_plain(doc)
+    if doc_type in ("order", "report"):
+        data = from_published(data)  # extensions carried in x-awl go back where they belong
     found = version_findings(data, doc_type)
     if found:
         return data, None, found
@@ -1173,5 +1178,8 @@ def _validated(model_cls: type[_M], what: str, findings: Iterable[Finding], doc:
         more = f" (and {len(invalid) - 1} more)" if len(invalid) > 1 else ""
         raise ValidationFailed(f"invalid {what}: {first.rule} {first.path or '/'}: "
                                f"{first.message}{more}", findings=found)
-    return model_cls.model_validate(to_plain(doc), by_alias=True, by_name=False)
+    data = to_plain(doc)
+    if model_cls in (WorkOrder, WorkReport):
+        data = from_published(data)
+    return model_cls.model_validate(data, by_alias=True, by_name=False)
 

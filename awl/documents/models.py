@@ -369,9 +369,9 @@ class Handoff(_Model):
     """The previous worker's account of where a job stands (not verified fact)."""
 
     summary: Maybe[Text] = None
-    decisions: Maybe[Several[Decision]] = None
-    tried: Maybe[Several[Tried]] = None
-    open_questions: Maybe[Several[Text]] = None
+    decisions: Maybe[tuple[Decision, ...]] = None
+    tried: Maybe[tuple[Tried, ...]] = None
+    open_questions: Maybe[tuple[Text, ...]] = None
     next_step: Maybe[Text] = None
     next_steps: Maybe[Several[NextStep]] = None
     files: Maybe[Several[FileFocus]] = None
@@ -464,12 +464,15 @@ class Evidence(_Model):
 class Effect(_Model):
     """A held call the worker asks the manager to let run."""
 
-    ref: StrictStr
+    ref: Annotated[StrictStr, Field(min_length=1)]
     """The held call, ``server/tool#N``."""
     tool: ToolName
     """The canonical tool name, ``server/tool``."""
     arguments: JSONObject
     """The exact arguments that were held."""
+    reversible: Maybe[StrictBool] = None
+    """The worker's word that the effect can be undone (a published member; checks ignore
+    it)."""
 
 
 class WorkReport(_Document):

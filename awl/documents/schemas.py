@@ -186,12 +186,50 @@ def schema_problem(schema: Any) -> str | None:
     except RecursionError:
         return "nested too deeply"
     if not errors:
-        return None
+        return _reference_problem(schema)
     error = errors[0]
     where = pointer(*error.absolute_path) or "/"
     if isinstance(error.cause, PatternError):
         return f"at {where}: pattern {_show(error.instance)} cannot be used: {error.cause}"
     return f"at {where}: {error.message[:200]}"
+
+
+_DIALECT_2020 = frozenset({"https://json-schema.org/draft/2020-12/schema",
+                           "https://json-schema.org/draft/2020-12/schema#"})
+
+
+def _reference_problem(schema: Any) -> str | None:
+    """Why a schema that fits the meta-schema still cannot be used: it declares another
+    dialect, or a ``$ref`` / ``$dynamicRef`` names nothing inside it (nothing is fetched,
+    R11), as the published package judges it."""
+    if not isinstance(schema, Mapping):
+        return None
+    declared = schema.get("$schema")
+    if declared is not None and declared not in _DIALECT_2020:
+        return f"$schema {_show(declared)} is not JSON Schema 2020-12"
+    resource = Resource.from_contents(dict(schema), default_specification=DRAFT202012)
+    base = resource.id() or ""
+    resolver = Registry().with_resource(base, resource).resolver(base_uri=base)
+    for where, ref in _references(schema, ()):
+        try:
+            resolver.lookup(ref)
+        except Unresolvable:
+            return (f"at {pointer(*where) or '/'}: {_show(ref)} names nothing inside the "
+                    "schema (nothing is fetched)")
+    return None
+
+
+def _references(value: Any, where: tuple[str | int, ...]
+                ) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if key in ("$ref", "$dynamicRef") and isinstance(item, str):
+                yield (*where, key), item
+            elif key not in ("const", "enum", "default", "examples"):
+                yield from _references(item, (*where, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _references(item, (*where, i))
 
 
 def output_problem(schema: Mapping[str, Any], output: Any) -> str | None:

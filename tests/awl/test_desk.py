@@ -82,7 +82,7 @@ def test_an_order_goes_from_offer_to_approval(desk: Desk) -> None:
     """A full order runs create, accept, start, progress, report and approve, one event each."""
     view = desk.create(order_fields(), MANAGER)
     assert (view.state, view.seq) == ("offered", 1)
-    assert view.order.spec == "awl/work-order@0.3"
+    assert view.order.spec == "awl/work-order@0.4"  # it stages a tool (DOC-6)
     assert view.order.manager == MANAGER
     assert view.order.created_at == format_time(T0)
     desk.accept(view.id, WORKER)

@@ -274,7 +274,7 @@ def test_text_from_workers_and_upstreams_is_text_everywhere_on_the_page(tmp_path
     d.desk.accept(oid, worker)
     d.desk.start(oid, worker)
     ref = hold(d.store, oid, "receiver/deliver", {f"key {MARK}": f"value {MARK}",
-                                                  "nested": {"$ref": f"x/{MARK}#1"}})
+                                                  "nested": {"see": f"x/{MARK}#1"}})
     d.desk.report(oid, worker, {
         "status": "done", "result": {"summary": f"summary {MARK}", "output": {MARK: MARK}},
         "evidence": [{"criterion": "c1", "type": "tool_call", "ref": ref},
@@ -282,7 +282,7 @@ def test_text_from_workers_and_upstreams_is_text_everywhere_on_the_page(tmp_path
         "cost": {"usd": 0, "tool_calls": 1}, "tools_used": ["receiver/deliver"],
         "effects": [{"ref": ref, "tool": "receiver/deliver",
                      "arguments": {f"key {MARK}": f"value {MARK}",
-                                   "nested": {"$ref": f"x/{MARK}#1"}}}]})
+                                   "nested": {"see": f"x/{MARK}#1"}}}]})
     client = signed_in(d, MANAGER)
     csrf = csrf_of(client)
     done = client.post(f"/order/review?id={_q(oid)}",

@@ -221,3 +221,40 @@ def test_the_webhook_block_subscribes_and_lists_without_the_secret(
     assert listed.startswith(f"{webhook_id}  ") and "whsec_" not in listed
     assert listed.endswith("https://chat.example/hooks/awl  "
                            "submitted,blocked,unknown,failed,expired  every order")
+
+
+@pytest.mark.slow
+def test_the_five_command_manager_walk_runs_as_written(
+        world: tuple[Path, dict[str, str]]) -> None:
+    """Order, the shipped scripted worker, approval of two of three effects, commit, and the
+    settlement of the one left ``unknown``: the block runs as written on a fresh desk, and
+    the example mail server's outbox (what really went out) agrees with the desk."""
+    folder, env = world
+    body = find("bash", "examples/scripted_worker.py $O")
+    assert len([line for line in body.splitlines() if line.strip()]) == 5
+    # Run as a reader pastes it into a terminal: line after line in one shell (so ``$O``
+    # carries over), each line's exit status kept. The commit exits 1 as the README says
+    # ("1 means an approved effect did not commit"): one of its two effects ends unknown.
+    lines = [line for line in body.splitlines() if line.strip()]
+    script = "".join(f"{line}\necho \"exit=$?\"\n" for line in lines)
+    done = subprocess.run(["bash", "-c", script], cwd=folder, env=env, capture_output=True,
+                          text=True, timeout=240, stdin=subprocess.DEVNULL)
+    out = done.stdout + done.stderr
+    assert re.findall(r"^exit=(\d+)$", done.stdout, re.M) == ["0", "0", "0", "1", "0"], out
+    assert "1 committed, 1 unknown" in out and "dropped: mail/send_email#4" in out
+    # What reached the mail server: the team's email and the venue's (written to the outbox
+    # before the server died unanswered); never the caterer's, which was not approved.
+    assert [m["to"] for m in outbox(folder)] == ["team@example.com", "venue@lost.example"]
+    shown = run_bash("awl effects list wo_offsite_notice --json", folder, env)
+    effects = {e["ref"]: e for e in json.loads(shown)["effects"]}
+    assert effects["mail/send_email#3"]["state"] == "committed"
+    assert effects["mail/send_email#4"]["state"] not in {"committed", "dispatching", "unknown"}
+    settled = effects["mail/send_email#5"]
+    assert settled["state"] == "unknown" and settled["dispatches"] == 1, settled
+    assert settled["settlement"]["verdict"] == "happened", settled
+    assert settled["settlement"]["by"] == "human:ana"
+    assert "Traceback" not in out
+    # Nothing is sent twice: a second commit finds nothing left to run.
+    run_bash("awl gateway --order wo_offsite_notice --config examples/upstream.json --commit "
+             "|| true", folder, env)
+    assert len(outbox(folder)) == 2

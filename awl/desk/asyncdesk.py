@@ -59,7 +59,7 @@ class _InThread(Generic[_P, _T]):
         if obj is None:
             return self
         bound = cast(Callable[_P, _T], getattr(obj.desk, self.method.__name__))
-        call = obj._write if self.wakes else obj._call
+        call = obj.run_write if self.wakes else obj.run
 
         @functools.wraps(bound)
         async def run(*args: _P.args, **kwargs: _P.kwargs) -> _T:
@@ -94,12 +94,17 @@ class AsyncDesk:
         """The underlying store."""
         return self.desk.store
 
-    async def _call(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    async def run(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """``func(*args, **kwargs)`` in a worker thread: how async code reads the store (or
+        runs anything else that blocks on it) without blocking the event loop."""
         return await anyio.to_thread.run_sync(functools.partial(func, *args, **kwargs))
 
-    async def _write(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    async def run_write(self, func: Callable[_P, _T], *args: _P.args,
+                        **kwargs: _P.kwargs) -> _T:
+        """:meth:`run` for a function that may write to the store: this object's waiters
+        (:meth:`wait`, :meth:`follow`) are woken after it, whether it returned or raised."""
         try:
-            return await self._call(func, *args, **kwargs)
+            return await self.run(func, *args, **kwargs)
         finally:
             # Wake this object's async waiters, whatever happened (an expiry may have been
             # written before a refusal).
@@ -149,12 +154,12 @@ class AsyncDesk:
                 if self._bump is None:
                     self._bump = anyio.Event()
                 bump = self._bump  # taken before reading, so no wake-up is lost
-                # Read without _write: bumping our own event here would wake this very loop
+                # Read without run_write: bumping our own event here would wake this very loop
                 # at once and turn the wait into a busy loop. A read that expires the order
                 # raises seq, so this waiter returns anyway.
-                view = await self._call(self.desk.get, order_id)
+                view = await self.run(self.desk.get, order_id)
                 if view.seq > after:
-                    return await self._call(self.desk.store.events, order_id, after)
+                    return await self.run(self.desk.store.events, order_id, after)
                 nap = pause
                 if view.active:
                     left = (parse_time(view.order.deadline) - self.desk.now()).total_seconds()
@@ -172,7 +177,7 @@ class AsyncDesk:
                 after = event.seq
                 yield event
             if until_terminal and (await self.get(order_id)).state in TERMINAL:
-                for event in await self._call(self.desk.store.events, order_id, after):
+                for event in await self.run(self.desk.store.events, order_id, after):
                     yield event
                 return
 

@@ -8,7 +8,8 @@
 from __future__ import annotations
 
 from awl.mcp.transport import LOOPBACK_NAMES
-from awl.web._app import COOKIE, CSP, WebConfig, build_app
+from awl.web._app import COOKIE, WebConfig, build_app
+from awl.web._guard import CSP
 from awl.web._sessions import Session, Sessions
 
 __all__ = ["COOKIE", "CSP", "Session", "Sessions", "WebConfig", "build_app", "loopback_hosts"]

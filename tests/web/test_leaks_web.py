@@ -18,33 +18,17 @@ from typing import Any
 
 import httpx2
 import pytest
+from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from awl.desk.tokens import issue_token
 from awl.documents.models import format_time
-from awl.web import Sessions, WebConfig, build_app
+from awl.web import Sessions, WebConfig
 from awl.web import _app as web_app
+from awl.web._app import ApprovalPage
 from awl.web._links import order_url
 from tests.awl.server_support import ROOT
 from tests.web.web_support import MANAGER, WORKER, Desked, csrf_of, make_desk
-
-
-def _flashes(app: Any) -> dict[str, list[str]]:
-    """The page's notes by session (found through the closures of its routes)."""
-    seen: set[int] = set()
-    todo = [route.endpoint for route in app.app.routes]
-    while todo:
-        fn = todo.pop()
-        if id(fn) in seen or not hasattr(fn, "__code__"):
-            continue
-        seen.add(id(fn))
-        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True):
-            if name == "flashes":
-                found: dict[str, list[str]] = cell.cell_contents
-                return found
-            if callable(cell.cell_contents):
-                todo.append(cell.cell_contents)
-    raise AssertionError("the page keeps no flashes")
 
 
 def _order(d: Desked) -> str:
@@ -77,8 +61,9 @@ def test_notes_of_sessions_that_never_show_another_page_do_not_pile_up(
     monkeypatch.setattr(web_app, "FLASH_SESSIONS", 50, raising=False)
     d = make_desk(tmp_path)
     token = issue_token(d.store, MANAGER)
-    app = build_app(d.store, Sessions(), WebConfig(), desk=d.desk)
-    flashes = _flashes(app)
+    page = ApprovalPage(d.store, Sessions(), WebConfig(), desk=d.desk)
+    app = Starlette(routes=page.routes())
+    flashes = page.flashes
     for _ in range(100):
         _cancel_once(app, token, _order(d), sign_out=True)
     after_sign_outs = len(flashes)

@@ -554,6 +554,9 @@ def test_between_approval_and_commit_the_page_and_inbox_say_what_is_sent_and_dro
     page = open_order(manager, web, oid)
     page.check(f"input[name=effect][value='{refs[1]}']")
     page.click("#approve-selected")
+    # The approval's own page (live.js may reload it once more) before reloading it.
+    page.locator(".flash", has_text="approved with 1 effect").wait_for()
+    page.wait_for_load_state()
     page.reload()  # what a manager coming back later sees
     assert page.locator("#scope-covered").inner_text() == f"Sends 1: {refs[1]} (receiver/deliver)"
     assert page.locator("#scope-dropped").inner_text() == (

@@ -71,6 +71,7 @@ from awl.documents import (
     parse_time,
     utc_now,
 )
+from awl.documents.errors import debugging
 from awl.mcp import coded_error, identity_of
 from awl.passes import DEFAULT_AUDIENCE, VerifiedPass, pass_scopes, verify_pass
 from awl.store import OrderRecord, OverBudget, Scope, Store, stale_order
@@ -92,7 +93,7 @@ from gateway._results import OutputSchemas
 from gateway._staging import check_arguments
 from gateway._store_threads import store_threads
 from gateway._telemetry import CallSpan, current
-from gateway._unrecorded import Unrecorded
+from gateway._unrecorded import Unrecorded, one_line
 from gateway._upstream import (
     RESERVED_META_PREFIX,
     UpstreamError,
@@ -495,6 +496,14 @@ class Gateway:
 
     async def _on_list_tools(self, ctx: ServerRequestContext[Any],
                              params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        try:
+            return await self._list_tools(ctx)
+        except DocumentError:
+            raise
+        except AWLError as exc:
+            raise _failed("tools/list", exc) from None
+
+    async def _list_tools(self, ctx: ServerRequestContext[Any]) -> types.ListToolsResult:
         # The worker's connection, to tell it later when the tool set changes. The SDK's
         # per-request session names it only privately; a session without one is not told.
         connection = getattr(ctx.session, "_connection", None)
@@ -538,14 +547,20 @@ class Gateway:
             arguments = check_json_value(dict(params.arguments or {}), where="the arguments")
         except DocumentError as exc:
             raise MCPError(types.INVALID_PARAMS, f"Invalid params: {exc.message}") from None
-        if params.name in WORKER_TOOL_NAMES:
-            authority = await anyio.to_thread.run_sync(self.verify, token)
-            return await self._worker.call(params.name, arguments, authority)
-        meta = dict(params.meta or {})
-        with self._telemetry.tool_call(params.name, self.order_id, meta, served=True) as span:
-            # The arguments were checked above: not again.
-            return await self._call(span, params.name, arguments, token, meta, ctx,
-                                    params.input_responses, params.request_state)
+        try:
+            if params.name in WORKER_TOOL_NAMES:
+                authority = await anyio.to_thread.run_sync(self.verify, token)
+                return await self._worker.call(params.name, arguments, authority)
+            meta = dict(params.meta or {})
+            with self._telemetry.tool_call(params.name, self.order_id, meta,
+                                           served=True) as span:
+                # The arguments were checked above: not again.
+                return await self._call(span, params.name, arguments, token, meta, ctx,
+                                        params.input_responses, params.request_state)
+        except DocumentError:
+            raise
+        except AWLError as exc:  # the store failed before the call was forwarded
+            raise _failed(f"the call to {params.name}", exc) from None
 
     async def _on_set_logging_level(self, ctx: ServerRequestContext[Any],
                                     params: types.SetLevelRequestParams) -> types.EmptyResult:
@@ -641,7 +656,8 @@ class Gateway:
                                    "upstream, and the call may have run")
             raise
         except Exception as exc:  # the gateway must outlive any upstream surprise
-            log.exception("call %s failed unexpectedly", ref)
+            log.error("awl gateway: call %s failed unexpectedly: %s: %s", ref,
+                      type(exc).__name__, one_line(str(exc)), exc_info=debugging())
             error = f"{AWL_UPSTREAM_ERROR}: the call to {canonical} failed: {exc}"[:1000]
             answer = coded_error(error)
         if not await self._finish(ref, outcome, result, error):
@@ -700,8 +716,17 @@ class Gateway:
         if not self.offload_store:
             return func(*args)
         with anyio.CancelScope(shield=True):
-            done = await store_threads().run(func, *args)
+            done: _T = await store_threads().run(self._bounded, func, *args)
         return done
+
+    def _bounded(self, func: Callable[..., _T], *args: Any) -> _T:
+        """``func(*args)`` with every wait on the store inside it bounded from now by the
+        store's timeout, as one operation's are (a store without the bound: as it is)."""
+        bounded = getattr(self.store, "bounded", None)
+        if bounded is None:
+            return func(*args)
+        with bounded():
+            return func(*args)
 
     def _load_record(self) -> OrderRecord:
         """The order as stored now, kept for the next calls."""
@@ -924,3 +949,12 @@ class Gateway:
         )
         self.store.hold_call(self.order_id, record.ref, result=_wire(answer), ended_at=ended)
         return _Admission(decision, record.ref, record.attempt, answer)
+
+
+def _failed(what: str, exc: AWLError) -> MCPError:
+    """The worker's protocol error for a request the desk's store (or another check before
+    anything was forwarded) failed; said in one line on the gateway's stderr too, with the
+    traceback only under ``AWL_DEBUG=1``."""
+    said = f"{exc.code}: {one_line(exc.message)}"
+    log.warning("awl gateway: %s failed: %s", what, said, exc_info=debugging())
+    return MCPError(types.INTERNAL_ERROR, said)

@@ -24,7 +24,7 @@ from typing import Any
 from awl.documents import AWLError, Conflict, NotFound
 from awl.store import Store
 
-__all__ = ["MAX_KEPT", "MAX_KEPT_BYTES", "Unrecorded"]
+__all__ = ["MAX_KEPT", "MAX_KEPT_BYTES", "Unrecorded", "one_line"]
 
 log = logging.getLogger("awl.gateway")
 
@@ -88,7 +88,7 @@ class Unrecorded:
         self._wake.set()
         log.warning("awl gateway: the outcome of call %s could not be recorded (%s); kept in "
                     "this gateway (%d kept) and written as soon as the store is back",
-                    ref, _one_line(why), count)
+                    ref, one_line(why), count)
         for old_ref in given_up:
             log.error("awl gateway: gave up the kept outcome of call %s (more than %d "
                       "outcomes or %d MiB kept); its record stays pending, read as may have "
@@ -125,7 +125,7 @@ class Unrecorded:
                 return False  # the store was busy: try again
             # Set meanwhile (the desk marked it may-have-run), or gone: nothing to add.
             log.warning("awl gateway: the kept outcome of call %s was not written: %s",
-                        ref, _one_line(exc.message))
+                        ref, one_line(exc.message))
             return True
         except AWLError:
             return False
@@ -154,5 +154,6 @@ class Unrecorded:
                       ", ".join(left[:10]) + (", ..." if len(left) > 10 else ""))
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
+    """``text`` on one line (its white space runs made one space), at most 300 characters."""
     return " ".join(text.split())[:300]

@@ -26,7 +26,7 @@ from awl.cli import (
     _web,
 )
 from awl.cli._common import CLIError
-from awl.documents.errors import AWLError
+from awl.documents.errors import AWLError, print_debug
 from awl.documents.limits import check_text, show_value
 
 __all__ = ["build_parser", "run"]
@@ -54,7 +54,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     Every failure the user can cause ends here as one line on stderr: an argument that is
     not UTF-8 (DOC-13), an :class:`AWLError`, a reader that went away (``awl ... | head``);
     so does one nobody foresaw (a store that refuses a value or lost a table), as
-    ``INTERNAL``.
+    ``INTERNAL``. With ``AWL_DEBUG=1`` the line comes after its traceback.
     A Ctrl-C goes on to :func:`awl.cli.main`, which ends the command quietly.
     """
     words = sys.argv[1:] if argv is None else list(argv)
@@ -70,19 +70,23 @@ def run(argv: Sequence[str] | None = None) -> int:
         code: int = func(args)
         sys.stdout.flush()
     except CLIError as exc:
+        print_debug(exc, sys.stderr)
         print(f"awl: {exc}", file=sys.stderr)
         return exc.exit_code
     except AWLError as exc:
+        print_debug(exc, sys.stderr)
         print(f"awl: {exc.code}: {exc.message}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         return _reader_gone()
     except OSError as exc:  # the file system said no (a name too long, a full disk, ...)
+        print_debug(exc, sys.stderr)
         name = f" {show_value(os.fsdecode(exc.filename))}" if exc.filename else ""
         print(f"awl: cannot use{name}: {exc.strerror or exc}; check the path and try again",
               file=sys.stderr)
         return 1
     except Exception as exc:  # a store or a bug failed under us: one line still (SEC-4)
+        print_debug(exc, sys.stderr)
         print(f"awl: {_unexpected(exc)}", file=sys.stderr)
         return 1
     return code

@@ -18,9 +18,35 @@ Every error carries its data in attributes; the message is for people.
 
 from __future__ import annotations
 
+import os
+import traceback
 from collections.abc import Sequence
+from typing import TextIO
 
 from awl.documents.findings import Finding
+
+DEBUG_ENV = "AWL_DEBUG"
+"""Set to anything but empty or ``0``: every failure printed as one line (a command's, a
+gateway's or a server's) is preceded by its traceback, the driver's own error included."""
+
+
+def debugging() -> bool:
+    """Whether :data:`DEBUG_ENV` asks for tracebacks beside the one-line errors."""
+    return os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
+
+
+def print_debug(exc: BaseException, file: TextIO) -> None:
+    """Print ``exc``'s traceback to ``file`` when :func:`debugging`, with the error it was
+    raised from even when the one line hid it (``raise ... from None``); else nothing."""
+    if not debugging():
+        return
+    error: BaseException | None = exc
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:  # what `from None` kept out of the line
+        seen.add(id(error))
+        error.__suppress_context__ = False
+        error = error.__cause__ or error.__context__
+    traceback.print_exception(exc, file=file)
 
 
 class AWLError(Exception):

@@ -47,6 +47,7 @@ from awl.documents.errors import (
     AWLError,
     BadRequest,
     Forbidden,
+    debugging,
 )
 from awl.documents.lifecycle import TABLE, TERMINAL
 from awl.documents.limits import INT64_MAX, check_integer, check_json_value
@@ -89,7 +90,9 @@ Handler = Callable[[str, Data], Awaitable[tuple[Data, str]]]
 
 
 def _internal_error(name: str, exc: Exception) -> types.CallToolResult:
-    log.exception("tool %s failed unexpectedly", name)
+    said = " ".join(str(exc).split())[:300]
+    log.error("awl serve: tool %s failed unexpectedly: %s: %s", name, type(exc).__name__, said,
+              exc_info=debugging())
     message = (f"the desk failed unexpectedly ({type(exc).__name__}); the operation may or "
                "may not have been written: read the order again before retrying")
     return error_result(f"INTERNAL: {message}", {"code": "INTERNAL", "message": message})

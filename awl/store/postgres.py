@@ -73,7 +73,7 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from awl.documents.errors import BadRequest, Conflict, StoreUnavailable
+from awl.documents.errors import BadRequest, Conflict, StoreUnavailable, debugging
 from awl.documents.lifecycle import ACTIVE
 from awl.documents.models import CallRecord
 from awl.store.protocol import (
@@ -117,6 +117,7 @@ from awl.store.rules import (
 )
 from awl.store.sql import QUEUE_COLUMNS, Connection, Dialect, SQLStore
 from awl.store.tally import filled, write_sql
+from awl.store.urls import POOL_SIZE_ENV, TIMEOUT_ENV
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
@@ -360,7 +361,9 @@ DIALECT = Dialect(
 the rows it checks (there is no one write lock)."""
 
 CONNECT_TIMEOUT = 10
-"""Seconds to wait for the server when connecting."""
+"""Seconds to wait for the server when connecting (at most the store's timeout)."""
+
+
 
 _TAKEOVER_WAIT = 5.0
 """Seconds a takeover waits for the old holder's lock connection to end."""
@@ -689,40 +692,157 @@ def _where(url: str) -> str:
     return f"PostgreSQL at {host}{'' if port is None else f':{port}'}/{database}"
 
 
-def _unavailable(url: str, exc: BaseException) -> StoreUnavailable:
-    """One line for a server that cannot be reached or refuses us."""
+def _address(url: str) -> str:
+    """``HOST:PORT`` of the server a URL names (libpq's defaults filled in)."""
+    try:
+        parts = urlsplit(url)
+        return f"{parts.hostname or 'localhost'}:{parts.port or 5432}"
+    except ValueError:
+        return "the host and port of the store URL"
+
+
+# What each refusal of the server means, by SQLSTATE (a refusal while connecting carries
+# none in psycopg: then by what libpq and the server said, in English).
+_FULL, _AUTH, _UNREACHABLE, _READ_ONLY, _RESTARTING, _NO_DATABASE, _SLOW = (
+    "full", "auth", "unreachable", "read-only", "restarting", "no database", "slow")
+_BY_STATE = {"53300": _FULL, "28P01": _AUTH, "28000": _AUTH, "25006": _READ_ONLY,
+             "57P01": _RESTARTING, "57P02": _RESTARTING, "57P03": _RESTARTING,
+             "3D000": _NO_DATABASE, "57014": _SLOW}
+_BY_TEXT = (
+    (_FULL, ("too many connections", "too many clients", "connection slots are reserved")),
+    (_AUTH, ("password authentication failed", "no password supplied", "authentication "
+             "failed", "no pg_hba.conf entry", "is not permitted to log in")),
+    (_RESTARTING, ("starting up", "shutting down", "in recovery mode", "not yet accepting",
+                   "administrator command", "not accepting connections")),
+    (_READ_ONLY, ("read-only transaction",)),
+    (_UNREACHABLE, ("connection refused", "timeout expired", "could not translate host name",
+                    "no route to host", "network is unreachable", "no such file or directory",
+                    "server closed the connection", "connection timed out", "connection reset",
+                    "could not connect", "ssl negotiation", "consuming input failed",
+                    "failed to resolve host",
+                    "the connection is lost", "connection is closed")),
+)
+
+
+def _cause(exc: BaseException) -> str | None:
+    """Why the server refused or could not be used, as one of the kinds above (None: none
+    of them, the server's own words say it)."""
+    state = getattr(exc, "sqlstate", None)
+    if state in _BY_STATE:
+        return _BY_STATE[str(state)]
+    if isinstance(exc, pg_errors.InvalidPassword):
+        return _AUTH
+    lowered = str(exc).lower()
+    if "does not exist" in lowered:  # a role's (28000) or a database's (3D000)
+        if 'database "' in lowered:
+            return _NO_DATABASE
+        if 'role "' in lowered:
+            return _AUTH
+    for cause, signs in _BY_TEXT:
+        if any(sign in lowered for sign in signs):
+            return cause
+    return None
+
+
+def _unavailable(url: str, exc: BaseException, *, refused: BaseException | None = None,
+                 pool_size: int | None = None, timeout: float | None = None,
+                 ) -> StoreUnavailable:
+    """One line for a server that cannot be reached, refuses us, or cannot take a write,
+    with the advice that fits its cause (never the URL's password). ``refused``: what the
+    last try to connect said, for a wait for a connection that ran out (``exc``, a
+    PoolTimeout, says nothing of why)."""
     where = _where(url)
-    text = str(exc).strip()
-    lowered = text.lower()
-    if "password authentication failed" in lowered or "no password supplied" in lowered \
-            or isinstance(exc, pg_errors.InvalidPassword):
-        return StoreUnavailable(f"{where} refused the credentials in the store URL (password "
-                        "authentication failed); check its user name and password")
-    if "does not exist" in lowered and "database" in lowered:
+    waited = isinstance(exc, PoolTimeout)
+    if waited and refused is not None:
+        exc = refused
+    said = _said(url, exc)
+    cause = _cause(exc)
+    after = f" within {timeout:g} s" if waited and timeout is not None else ""
+    if cause == _AUTH:
+        return StoreUnavailable(f"{where} refused the credentials in the store URL ({said}); "
+                                "check its user name and password (or PGPASSWORD, ~/.pgpass)")
+    if cause == _FULL:
+        each = f" (each awl process opens up to 2 x {pool_size})" if pool_size else ""
+        return StoreUnavailable(
+            f"{where} is full: it refused a new connection{after} ({said}); nothing was "
+            "written: raise the server's max_connections (or the role's CONNECTION LIMIT), "
+            f"or lower {POOL_SIZE_ENV}{each} or run fewer awl processes against it")
+    if cause == _UNREACHABLE:
+        return StoreUnavailable(
+            f"cannot reach {where}{after} ({said or 'no answer'}); is the server running at "
+            f"{_address(url)}? Start it, or fix the host and port in the store URL")
+    if cause == _READ_ONLY:
+        return StoreUnavailable(
+            f"{where} is read-only ({said}): a hot standby, or a role or database with "
+            "default_transaction_read_only on; nothing was written: point the store URL at "
+            "the primary server")
+    if cause == _RESTARTING:
+        return StoreUnavailable(f"{where} is restarting or shutting down ({said}); nothing "
+                                "was written: retry once it is up")
+    if cause == _NO_DATABASE:
         return StoreUnavailable(f"{where}: the database does not exist; create it (createdb) "
                                 "or fix the store URL")
-    if "connection refused" in lowered or "timeout expired" in lowered \
-            or "could not translate host name" in lowered or "no route" in lowered \
-            or isinstance(exc, PoolTimeout):
-        return StoreUnavailable(f"cannot reach {where} ({_last_line(text) or 'no answer'}); start "
-                        "the server or fix the host and port in the store URL")
-    # The server's own one-line message, when it sent one (the last line of the text may
-    # be a HINT that says nothing by itself).
-    primary = getattr(getattr(exc, "diag", None), "message_primary", None)
-    said = primary or _last_line(text) or type(exc).__name__
+    if cause == _SLOW or waited:
+        busy = (f"no connection of this process's {pool_size} came free" if waited else said)
+        more = f", or raise {TIMEOUT_ENV} (now {timeout:g} s)" if timeout else ""
+        return StoreUnavailable(f"{where} did not answer{after or ' in time'} ({busy}); "
+                                f"nothing was written: retry{more}")
     if isinstance(exc, (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)):
         return StoreUnavailable(f"{where}: {said} (another session held what this one "
                                 "needed); nothing was written, try again")
     return StoreUnavailable(f"{where}: {said}; nothing was written")
 
 
+def _said(url: str, exc: BaseException) -> str:
+    """What the server or libpq said, in one line, the URL's password never in it."""
+    # The server's own one-line message, when it sent one (the last line of the text may
+    # be a HINT that says nothing by itself).
+    primary = getattr(getattr(exc, "diag", None), "message_primary", None)
+    said = str(primary or _last_line(str(exc).strip()) or type(exc).__name__)
+    with suppress(ValueError):
+        password = urlsplit(url).password
+        if password:
+            said = said.replace(password, "***")
+    return said
+
+
 def _last_line(text: str) -> str:
-    """The most telling line of a libpq message (its last non-empty one), shortened."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    line = lines[-1] if lines else ""
+    """The most telling line of a libpq message (its last non-empty one but a hint),
+    shortened, without the address libpq repeats (the message names the server itself)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()
+             and not line.strip().startswith(("Is the server running", "HINT:"))]
+    line = _TRIED.sub("", lines[-1] if lines else "")
     for prefix in ("FATAL:", "ERROR:"):
         line = line.removeprefix(prefix).strip()
     return line[:200]
+
+
+_TRIED = re.compile(r"^(connection failed: )?(connection to server (at|on) .*? failed: )?")
+"""What libpq puts before the reason a connection failed."""
+
+
+class _Pool(ConnectionPool[psycopg.Connection[Any]]):
+    """A connection pool that keeps what its last failed try to connect said
+    (``refused``, None once one succeeds), so a wait for a connection that runs out names
+    the cause (the pool's own timeout says only that it waited)."""
+
+    refused: BaseException | None = None
+
+    def _connect(self, timeout: float | None = None) -> psycopg.Connection[Any]:
+        # psycopg_pool's one place that opens a connection (and runs ``configure``).
+        try:
+            conn = super()._connect(timeout)
+        except Exception as exc:
+            self.refused = exc
+            raise
+        self.refused = None
+        return conn
+
+
+def _set_waits(conn: psycopg.Connection[Any], ms: int) -> None:
+    """Bound the lock waits and statements of ``conn`` to ``ms`` milliseconds each."""
+    conn.execute("SELECT set_config('lock_timeout', %s, false),"
+                 " set_config('statement_timeout', %s, false)", (f"{ms}ms", f"{ms}ms"))
 
 
 class _HeldLock:
@@ -741,8 +861,11 @@ class PostgresStore(SQLStore):
     Args:
         url: ``postgresql://USER:PASSWORD@HOST:PORT/DATABASE`` (any libpq connection URL).
         pool_size: The most connections each of the two pools opens.
-        timeout: Seconds a call waits for a free connection, or for a row another writer
-            holds, before giving up with an error.
+        timeout: The bound on every wait of one operation on the store (or of the store
+            work :meth:`bounded` encloses, a gateway call's admission say), in seconds from
+            its start: for a free connection (a server out of reach, full or restarting is
+            tried again meanwhile), for a row another writer holds, and for the server's
+            answer. Past it the operation fails in one line naming the cause.
 
     Raises:
         StoreUnavailable: The server cannot be reached, refuses the credentials, or the
@@ -759,6 +882,9 @@ class PostgresStore(SQLStore):
     def __init__(self, url: str, *, pool_size: int = 8, timeout: float = 30.0) -> None:
         self.url = url
         self._timeout = timeout
+        self._pool_size = pool_size
+        self._local = threading.local()
+        """This thread's deadline (``deadline``), set by :meth:`bounded`."""
         self._where = _where(url)
         # Each connection names its host and process (pg_stat_activity shows which gateway
         # on which host holds what), unless the URL names one itself.
@@ -799,29 +925,70 @@ class PostgresStore(SQLStore):
                                            "search_path names does not exist; create it first")
                 self.schema: str = str(schema[0])
                 self._migrate(conn)
-        except psycopg.OperationalError as exc:
+        except (psycopg.OperationalError, pg_errors.ReadOnlySqlTransaction) as exc:
             raise _unavailable(url, exc) from None
         self._space = _key(f"awl:{self.schema}")
         self.channel = f"awl_events_{self._space & 0xFFFFFFFF:08x}"
         """The ``NOTIFY`` channel events are announced on."""
         # The URL's own options (a search_path, say) come first; ours are added to them.
         given = str(conninfo_to_dict(url).get("options") or "")
-        options = f"{given} -c lock_timeout={int(timeout * 1000)}".strip()
+        wait = int(timeout * 1000)
+        options = f"{given} -c lock_timeout={wait} -c statement_timeout={wait}".strip()
         self._pools = {
-            durable: ConnectionPool(
+            durable: _Pool(
                 url, min_size=1, max_size=pool_size, timeout=timeout, open=True,
                 name=f"awl-{'write' if durable else 'read'}", configure=self._mark_open,
                 kwargs={"options": f"{options} -c synchronous_commit=on",
                         "application_name": self._application,
-                        "connect_timeout": CONNECT_TIMEOUT, "autocommit": True})
+                        "connect_timeout": self._connect_timeout,
+                        # A server that stops answering (its host gone) is given up on
+                        # once data sent to it stays unacknowledged this long.
+                        "tcp_user_timeout": wait, "autocommit": True})
             for durable in (True, False)
         }
+
+    @property
+    def _connect_timeout(self) -> int:
+        return max(1, min(CONNECT_TIMEOUT, int(self._timeout)))
+
+    @contextmanager
+    def bounded(self) -> Iterator[None]:
+        """Every wait on the store in this thread inside this ends within the store's
+        timeout of entering it (a nested one: within the outer one's), so work made of
+        several operations (a gateway call's admission) is bounded as one is."""
+        if getattr(self._local, "deadline", None) is not None:
+            yield
+            return
+        self._local.deadline = time.monotonic() + self._timeout
+        try:
+            yield
+        finally:
+            self._local.deadline = None
+
+    def _left(self) -> float:
+        """Seconds left of this thread's bound (the whole timeout outside one)."""
+        deadline = getattr(self._local, "deadline", None)
+        return self._timeout if deadline is None else max(0.0, deadline - time.monotonic())
+
+    def _waited(self) -> StoreUnavailable:
+        """The error for a bound that ran out waiting on this process's own other work."""
+        return _unavailable(self.url, PoolTimeout(), refused=self._refused(),
+                            pool_size=self._pool_size, timeout=self._timeout)
+
+    def _refused(self) -> BaseException | None:
+        """What the pools' last try to connect said, if it failed."""
+        pools = getattr(self, "_pools", {})
+        return next((pool.refused for pool in pools.values() if pool.refused), None)
+
+    def _hold(self, lock: threading.Lock) -> bool:
+        """Take ``lock`` within this thread's bound; False when it ran out."""
+        return lock.acquire(timeout=max(self._left(), 0.001))
 
     # Connections and transactions -------------------------------------------------------
     def _connect(self, *, autocommit: bool) -> psycopg.Connection[Any]:
         """A connection of its own (outside the pools)."""
         return psycopg.connect(self.url, autocommit=autocommit,
-                               connect_timeout=CONNECT_TIMEOUT,
+                               connect_timeout=self._connect_timeout,
                                application_name=self._application)
 
     @contextmanager
@@ -853,19 +1020,35 @@ class PostgresStore(SQLStore):
         with the server's reason.
         """
         pool = self._pools[durable]
-        conn = pool.getconn()
+        conn = self._getconn(pool)
         for _ in range(pool.max_size):
             if _still_open(conn):
                 break
             conn.close()
             pool.putconn(conn)  # the pool lets it go and opens another
-            conn = pool.getconn()
+            conn = self._getconn(pool)
+        # A connection that came late: its statements wait only what is left of the bound.
+        short = int(self._left() * 1000) if self._left() < self._timeout - 1 else None
         try:
             self._refuse_if_migrated()  # what a new connection just found
+            if short is not None:
+                _set_waits(conn, max(short, 1))
             with conn:
                 yield conn
         finally:
+            if short is not None:
+                with suppress(psycopg.Error):
+                    _set_waits(conn, int(self._timeout * 1000))
             pool.putconn(conn)
+
+    def _getconn(self, pool: _Pool) -> psycopg.Connection[Any]:
+        """A connection of ``pool`` within this thread's bound; PoolTimeout past it (at
+        once when the server refused the credentials: waiting will not change them)."""
+        left = self._left()
+        if left <= 0 or (pool.refused is not None and _cause(pool.refused) == _AUTH
+                         and pool.get_stats().get("pool_size", 0) == 0):
+            raise PoolTimeout("no time left")
+        return pool.getconn(timeout=left)
 
     def _write(self, *, durable: bool = True) -> AbstractContextManager[psycopg.Connection[Any]]:
         """One write transaction (see :meth:`_tx`)."""
@@ -892,7 +1075,8 @@ class PostgresStore(SQLStore):
         if self._closed:
             raise StoreUnavailable(f"the desk store at {self._where} is closed")
         try:
-            yield
+            with self.bounded():
+                yield
         except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure,
                 pg_errors.LockNotAvailable) as exc:
             raise Conflict(f"{self._where} was busy ({_last_line(str(exc))}); nothing was "
@@ -905,8 +1089,9 @@ class PostgresStore(SQLStore):
                 raise
             raise BadRequest(f"{self._where} cannot keep the character U+0000 (NUL) this "
                              "holds; nothing was written: leave it out") from None
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise _unavailable(self.url, exc) from None
+        except (psycopg.OperationalError, PoolTimeout, pg_errors.ReadOnlySqlTransaction) as exc:
+            raise _unavailable(self.url, exc, refused=self._refused(),
+                               pool_size=self._pool_size, timeout=self._timeout) from None
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
         """Bring the schema up to :data:`SCHEMA_VERSION`, once, whoever opens it first, and
@@ -925,8 +1110,9 @@ class PostgresStore(SQLStore):
                 if not (got and got[0]):
                     raise self._open_elsewhere(desk, version, SCHEMA_VERSION,
                                                _holders(conn, self._open_key))
-            _settle_early_layouts(conn)
-            self._upgrade(conn, MIGRATIONS, desk)
+            if version != SCHEMA_VERSION:  # a desk as this code writes it needs no DDL (a
+                _settle_early_layouts(conn)  # standby, read-only, still opens for reading)
+                self._upgrade(conn, MIGRATIONS, desk)
         conn.commit()
 
     @property
@@ -1070,6 +1256,14 @@ class PostgresStore(SQLStore):
         flush (:meth:`_reserve_group`); else (the first call, a sub-order, pass budgets, or
         other gateways numbering calls in between) one transaction that locks and reads,
         then writes."""
+        with self.bounded():
+            return self._reserve(order_id, attempt=attempt, tool=tool, arguments=arguments,
+                                 pass_jti=pass_jti, usd=usd, started_at=started_at,
+                                 scopes=scopes, seq=seq)
+
+    def _reserve(self, order_id: str, *, attempt: int, tool: str, arguments: dict[str, Any],
+                 pass_jti: str | None, usd: float, started_at: str, scopes: Sequence[Scope],
+                 seq: int | None) -> Reservation:
         limited = [sc for sc in scopes if sc.max_calls is not None or sc.max_usd is not None]
         guess = self._next_n.get(order_id)
         if guess is not None and len(limited) <= 1 and all(sc.jtis is None for sc in limited):
@@ -1118,11 +1312,19 @@ class PostgresStore(SQLStore):
             if lane is None:
                 lane = self._lanes[order_id] = _Lane([], threading.Lock())
             lane.waiting.append(item)
-        with lane.committer:
+        if not self._hold(lane.committer):
+            with self._lanes_guard:
+                if item in lane.waiting:  # nobody took it: nothing of it is written
+                    lane.waiting.remove(item)
+                    raise self._waited()
+            lane.committer.acquire()  # being written: its writer is bounded, wait for it
+        try:
             if not item.done:
                 with self._lanes_guard:
                     batch, lane.waiting = lane.waiting, []
                 self._reserve_batch(order_id, batch)
+        finally:
+            lane.committer.release()
         if item.error is not None:
             raise item.error
         return item.result
@@ -1291,11 +1493,20 @@ class PostgresStore(SQLStore):
         # disk (or raises what that statement raised).
         with self._endings_guard:
             self._endings.append(item)
-        with self._committer:
-            if not item.done:
+        with self.bounded():
+            if not self._hold(self._committer):
                 with self._endings_guard:
-                    batch, self._endings = self._endings, []
-                self._set_endings(batch)
+                    if item in self._endings:  # nobody took it: nothing of it is written
+                        self._endings.remove(item)
+                        raise self._waited()
+                self._committer.acquire()  # being written: its writer is bounded, wait
+            try:
+                if not item.done:
+                    with self._endings_guard:
+                        batch, self._endings = self._endings, []
+                    self._set_endings(batch)
+            finally:
+                self._committer.release()
         if item.error is not None:
             raise item.error
         if not item.changed:
@@ -1659,10 +1870,19 @@ def _ending_doc(ending: dict[str, Any]) -> str:
 
 class _ClosedHere(logging.Filter):
     """Drops the pool's warning about a connection :meth:`PostgresStore._pooled` closed
-    itself (the server had ended it): that is handled, not news for the operator."""
+    itself (the server had ended it): that is handled, not news for the operator. So are
+    its warnings about each failed try to connect (several lines each, again and again
+    while the server is away): the store keeps the last one, and the error of an operation
+    that runs out of time names it in one line. ``AWL_DEBUG=1`` lets them through."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("discarding closed connection")
+        message = str(record.msg)
+        if message.startswith("discarding closed connection"):
+            return False
+        return debugging() or not message.startswith(_RETRIED)
+
+
+_RETRIED = ("error connecting in", "reconnection attempt in pool", "discarding broken")
 
 
 logging.getLogger("psycopg.pool").addFilter(_ClosedHere())

@@ -26,10 +26,25 @@ from awl.store.memory import MemoryStore
 from awl.store.protocol import Store
 from awl.store.sqlite import SQLiteStore
 
-__all__ = ["STORE_ENV", "USAGE", "open_store", "shown_url"]
+__all__ = ["POOL_SIZE_ENV", "STORE_ENV", "TIMEOUT_ENV", "USAGE", "open_store", "shown_url",
+           "store_settings"]
 
 STORE_ENV = "AWL_STORE"
 """The environment variable naming the store when no ``--store`` is given."""
+
+TIMEOUT_ENV = "AWL_STORE_TIMEOUT"
+"""The environment variable bounding every wait on the store, in seconds from the start of
+the operation (or gateway call) waiting: :data:`TIMEOUT_DEFAULT` unless set. On SQLite, how
+long a write waits for another writer; on PostgreSQL, for a connection (a server out of
+reach, full or restarting), a row another writer holds, and an answer."""
+
+TIMEOUT_DEFAULT = 30.0
+
+POOL_SIZE_ENV = "AWL_PG_POOL_SIZE"
+"""The environment variable giving the most connections each of a PostgreSQL store's two
+pools (writes, reads) opens in one process: :data:`POOL_SIZE_DEFAULT` unless set."""
+
+POOL_SIZE_DEFAULT = 8
 
 USAGE = ("a SQLite file path, sqlite:///ABSOLUTE/PATH, memory:, or "
          "postgresql://USER@HOST/DATABASE")
@@ -130,10 +145,33 @@ def _sqlite_path(text: str, rest: str) -> Path:
     return Path(unquote(rest)).expanduser()
 
 
+def store_settings() -> tuple[float, int]:
+    """The store timeout and PostgreSQL pool size the environment sets (:data:`TIMEOUT_ENV`,
+    :data:`POOL_SIZE_ENV`), their defaults for what it leaves unset; a value that is no
+    number in range is refused in one line."""
+    timeout, pool = TIMEOUT_DEFAULT, POOL_SIZE_DEFAULT
+    given = os.environ.get(TIMEOUT_ENV, "").strip()
+    if given:
+        try:
+            timeout = float(given)
+        except ValueError:
+            timeout = -1.0
+        if not 0.1 <= timeout <= 3600:  # False for nan
+            raise BadRequest(f"{TIMEOUT_ENV}={given[:40]!r} is not a number of seconds from "
+                             f"0.1 to 3600; fix it, or unset it for {TIMEOUT_DEFAULT:g}")
+    given = os.environ.get(POOL_SIZE_ENV, "").strip()
+    if given:
+        if not given.isdigit() or not 1 <= int(given) <= 1000:
+            raise BadRequest(f"{POOL_SIZE_ENV}={given[:40]!r} is not a whole number from 1 "
+                             f"to 1000; fix it, or unset it for {POOL_SIZE_DEFAULT}")
+        pool = int(given)
+    return timeout, pool
+
+
 def _sqlite(path: Path, create: bool) -> Store:
     if not create and not path.is_file():
         raise StoreUnavailable(f"there is no desk file at {path}; check the path")
-    return SQLiteStore(path)
+    return SQLiteStore(path, timeout=store_settings()[0])
 
 
 def _postgres(text: str) -> Store:
@@ -147,7 +185,8 @@ def _postgres(text: str) -> Store:
                              "awl-gateway, or use a SQLite desk") from None
         raise BadRequest(f"the PostgreSQL store needs {exc.name!r}, which is not installed; "
                          "pip install -e '.[postgres]' in the awl-gateway checkout") from None
-    return PostgresStore(text)
+    timeout, pool_size = store_settings()
+    return PostgresStore(text, pool_size=pool_size, timeout=timeout)
 
 
 def _check_port(text: str) -> None:

@@ -20,9 +20,17 @@ from pathlib import Path
 import anyio
 import mcp_types as types
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from awl.store.postgres import PostgresStore
-from tests.gateway.gateway_support import ROOT, connect, make_env, server_entry, text
+from tests.gateway.gateway_support import (
+    ROOT,
+    connect,
+    gateway_client,
+    make_env,
+    server_entry,
+    text,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -133,3 +141,40 @@ async def test_a_call_whose_outcome_cannot_be_recorded_is_said_to_have_maybe_run
     assert not after.is_error
     assert _delivered(log) == ["receiver/deliver#1", "receiver/deliver#2"]
     assert records == {"receiver/deliver#1": "ok", "receiver/deliver#2": "ok"}
+
+
+@pytest.mark.spec("BIND-16", "SEC-4")
+async def test_a_call_while_the_store_is_away_fails_within_its_bound_in_one_line(
+        tmp_path: Path, server: Server) -> None:
+    """``awl gateway`` (its own process) on a PostgreSQL desk whose server then crashes: the
+    next call is refused within ``AWL_STORE_TIMEOUT`` of its start, never forwarded, with
+    the store's one line (nothing listening: is the server running at HOST:PORT?) to the
+    worker and on the gateway's stderr, no traceback and none of the pool's retries."""
+    store = PostgresStore(server.url, timeout=5)
+    log = tmp_path / "receiver.jsonl"
+    env = make_env(tmp_path, store=store, servers={"receiver": server_entry(
+        "receiver", env={"RECEIVER_LOG": str(log)})}, tools=["receiver/*"], staged=[])
+    store.close()
+    bound = 3.0
+    try:
+        with anyio.fail_after(120):
+            async with gateway_client(env, "--store", server.url, env_extra={
+                    "AWL_STORE_TIMEOUT": str(bound)}) as client:
+                first = await client.call_tool("receiver__deliver", {"to": "ops"})
+                assert not first.is_error, first
+                await anyio.to_thread.run_sync(server.crash)
+                began = time.monotonic()
+                with pytest.raises(MCPError) as refused:
+                    await client.call_tool("receiver__deliver", {"to": "lost"})
+                took = time.monotonic() - began
+    finally:
+        await anyio.to_thread.run_sync(server.start)
+    said = refused.value.error.message
+    assert said.startswith("STORE_UNAVAILABLE: cannot reach PostgreSQL at 127.0.0.1:"), said
+    assert f"is the server running at 127.0.0.1:{server.port}?" in said, said
+    assert bound - 0.5 < took < bound + 3, f"refused after {took:.1f} s"
+    assert _delivered(log) == ["receiver/deliver#1"]
+    err = (env.home / "gateway.err").read_text()
+    assert "Traceback" not in err and "error connecting" not in err, err[-3000:]
+    lines = [line for line in err.splitlines() if "STORE_UNAVAILABLE" in line]
+    assert len(lines) == 1 and lines[0].endswith(said.split(": ", 1)[1]), err[-3000:]

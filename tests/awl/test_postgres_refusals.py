@@ -1,0 +1,128 @@
+"""Each way a PostgreSQL server refuses a desk gives its own one line of advice (BIND-16):
+wrong credentials, nothing listening, a server full, a read-only server. The ``awl`` command
+runs as its own process against the real server of ``scripts/postgres.sh``; its stderr is one
+line, never a traceback, unless ``AWL_DEBUG=1`` asks for one. Refusals are made for real: a
+role of the test's own with ``CONNECTION LIMIT 1`` and a connection held, or with
+``default_transaction_read_only`` on.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+
+from awl.store.postgres import PostgresStore
+from tests.postgres_support import server_url
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "role-secret-8c1f"
+"""The password of the test's roles: never on the screen."""
+
+pytestmark = pytest.mark.spec("BIND-16")
+
+
+def _awl(tmp_path: Path, store: str, *args: str, debug: bool = False,
+         ) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("AWL_DEBUG", "AWL_STORE", "PGPASSWORD")}
+    env.update(PYTHONPATH=str(ROOT), AWL_HOME=str(tmp_path / "home"), AWL_STORE=store)
+    if debug:
+        env["AWL_DEBUG"] = "1"
+    return subprocess.run([sys.executable, "-m", "awl", *args], cwd=str(ROOT), env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _as(url: str, user: str, password: str = SECRET, port: int | None = None) -> str:
+    parts = urlsplit(url)
+    return parts._replace(
+        netloc=f"{user}:{password}@{parts.hostname}:{port or parts.port}").geturl()
+
+
+def _check(tmp_path: Path, store: str, said: str, *args: str) -> str:
+    """Run ``awl ARGS`` against ``store``: one line on stderr holding ``said`` and no
+    traceback; with AWL_DEBUG=1 the same line after a traceback. The line."""
+    args = args or ("order", "list")
+    done = _awl(tmp_path, store, *args)
+    err = done.stderr
+    assert done.returncode == 1, (done.returncode, err)
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    assert said in err and "Traceback" not in err, err
+    assert SECRET not in err and "awl-test" not in err, err
+    debugged = _awl(tmp_path, store, *args, debug=True)
+    assert debugged.returncode == 1
+    assert "Traceback (most recent call last)" in debugged.stderr, debugged.stderr
+    assert debugged.stderr.splitlines()[-1] == err.strip(), debugged.stderr
+    assert SECRET not in debugged.stderr
+    return err.strip()
+
+
+@pytest.fixture
+def role(pg_url: str) -> Iterator[str]:
+    """A login role of the test's own (password :data:`SECRET`) that may use the desk in
+    ``pg_url``'s schema; dropped after."""
+    name = f"awl_t_{uuid.uuid4().hex[:10]}"
+    schema = urlsplit(pg_url).query.rpartition("%3D")[2]
+    PostgresStore(pg_url).close()  # the desk's tables, made by the owner
+    with psycopg.connect(server_url(), autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {name} LOGIN PASSWORD '{SECRET}'")
+    with psycopg.connect(pg_url, autocommit=True) as owner:
+        owner.execute(f"GRANT USAGE ON SCHEMA {schema} TO {name}")
+        owner.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA {schema} TO {name}")
+        owner.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA {schema} TO {name}")
+    try:
+        yield name
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as owner:
+            owner.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                          " WHERE usename = %s", (name,))
+            owner.execute(f"DROP OWNED BY {name}")
+        with psycopg.connect(server_url(), autocommit=True) as admin:
+            admin.execute(f"DROP ROLE {name}")
+
+
+def test_wrong_password_says_to_check_the_credentials(tmp_path: Path, pg_url: str,
+                                                      role: str) -> None:
+    line = _check(tmp_path, _as(pg_url, role, password="not-" + SECRET),
+                  "refused the credentials in the store URL")
+    assert "check its user name and password" in line and "not-role" not in line
+
+
+def test_nothing_listening_says_to_start_the_server_at_its_address(
+        tmp_path: Path, pg_url: str) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    line = _check(tmp_path, _as(pg_url, "awl", port=port), "cannot reach PostgreSQL at")
+    assert f"is the server running at 127.0.0.1:{port}?" in line, line
+
+
+def test_a_full_server_says_to_raise_its_connections_not_to_start_it(
+        tmp_path: Path, pg_url: str, role: str) -> None:
+    with psycopg.connect(server_url(), autocommit=True) as admin:
+        admin.execute(f"ALTER ROLE {role} CONNECTION LIMIT 1")
+    with psycopg.connect(_as(pg_url, role)):  # the role's one connection, held
+        line = _check(tmp_path, _as(pg_url, role), "is full: it refused a new connection")
+    assert "max_connections" in line and "AWL_PG_POOL_SIZE" in line, line
+    assert "start" not in line.lower().split("(")[0] and "running at" not in line, line
+
+
+def test_a_read_only_server_says_to_point_at_the_primary(tmp_path: Path, pg_url: str,
+                                                         role: str) -> None:
+    with psycopg.connect(server_url(), autocommit=True) as admin:
+        admin.execute(f"ALTER ROLE {role} SET default_transaction_read_only = on")
+    store = _as(pg_url, role)
+    listed = _awl(tmp_path, store, "order", "list")  # reading works
+    assert listed.returncode == 0, listed.stderr
+    line = _check(tmp_path, store, "is read-only", "token", "issue", "ana")
+    assert "point the store URL at the primary" in line and "nothing was written" in line
+    with psycopg.connect(pg_url) as owner:
+        assert owner.execute("SELECT COUNT(*) FROM tokens").fetchone() == (0,)

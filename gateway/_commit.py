@@ -806,7 +806,7 @@ class _Committer:
         state = self.states.get(call.ref)
         name = state.state if state is not None else NO_EFFECT
         if reason is None:
-            reason = _reason(state)
+            reason = _reason(state, sent=sent)
         return EffectOutcome(call.ref, call.tool, name, reason, sent=sent,
                              result=state.result if state is not None else None)
 
@@ -837,11 +837,14 @@ class _Committer:
             return self._outcome(call, reason="changed by another process; not sent")
 
 
-def _reason(state: EffectState | None) -> str:
+def _reason(state: EffectState | None, *, sent: bool) -> str:
+    """What a person needs beside the state word: for a committed effect, whether this run
+    sent it or found it committed already (and so sent nothing)."""
     if state is None:
         return "not run"
     if state.state == "committed":
-        return "committed"
+        return ("sent once, and the server answered with a result" if sent else
+                "committed earlier; not sent again")
     return state.error or ("not run" if state.state == "held" else state.state)
 
 

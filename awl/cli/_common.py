@@ -6,20 +6,39 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ipaddress
+import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from awl.documents.checks import load_document
-from awl.documents.errors import AWLError, BadRequest
+from awl.documents.errors import AWLError, BadRequest, NotFound
 from awl.documents.limits import MAX_DOCUMENT_BYTES, show_value
 from awl.passes import MAX_TOKEN_BYTES
 from awl.store.urls import shown_url
 
-__all__ = ["MAX_SECONDS", "STORE_HELP", "CLIError", "add_store_option", "check_address",
-           "check_seconds", "read_document", "read_pass_file", "read_stdin", "stdin_text"]
+__all__ = [
+    "ACTOR_ENV",
+    "MAX_SECONDS",
+    "STORE_HELP",
+    "CLIError",
+    "acting",
+    "add_store_option",
+    "check_address",
+    "check_seconds",
+    "named_actor",
+    "naming_the_desk",
+    "read_document",
+    "read_pass_file",
+    "read_stdin",
+    "stdin_text",
+]
+
+ACTOR_ENV = "AWL_ACTOR"
+"""Who acts when a command's ``--as`` is left out: every command that takes ``--as`` reads it."""
 
 MAX_SECONDS = 365 * 24 * 3600.0
 """The longest wait a flag in seconds takes (a year, as the gateway config's timeouts)."""
@@ -35,6 +54,41 @@ STORE_HELP = ("the desk's store: a SQLite file, sqlite:///PATH, memory: or "
 def add_store_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """Add ``--store URL`` to a command that opens a desk (read as ``args.store``)."""
     parser.add_argument("--store", metavar="URL", help=STORE_HELP)
+
+
+def named_actor(given: str | None) -> str | None:
+    """Who a command acts as or for: ``--as`` when given, else ``$AWL_ACTOR``, else None."""
+    return given or os.environ.get(ACTOR_ENV) or None
+
+
+def acting(given: str | None) -> str:
+    """:func:`named_actor` for a command that needs someone: naming nobody is one line
+    saying how to name someone."""
+    actor = named_actor(given)
+    if actor is None:
+        raise CLIError(f"who is acting? pass --as PRINCIPAL (for example --as human:ana) or set "
+                       f"{ACTOR_ENV}")
+    return actor
+
+
+def desk_name(store: Any) -> str:
+    """Where a store keeps the desk, as a person reads it (a URL without its password)."""
+    path = getattr(store, "path", None)
+    if path is not None:
+        return str(path)
+    url = getattr(store, "url", None)
+    return shown_url(url) if isinstance(url, str) else type(store).__name__
+
+
+@contextlib.contextmanager
+def naming_the_desk(store: Any) -> Iterator[None]:
+    """A NOT_FOUND raised inside says which desk was read, so a wrong ``--home`` (or
+    ``$AWL_HOME``, ``--store``) shows as such rather than as a missing order."""
+    try:
+        yield
+    except NotFound as exc:
+        raise NotFound(f"{exc.message} on the desk at {desk_name(store)}; check --home, "
+                       "$AWL_HOME or --store if it lives elsewhere") from None
 
 
 def read_stdin() -> bytes:

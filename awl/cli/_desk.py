@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import shlex
 import sys
@@ -23,7 +22,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from awl.cli._common import CLIError, add_store_option, read_document
+from awl.cli._common import (
+    ACTOR_ENV,
+    CLIError,
+    acting,
+    add_store_option,
+    named_actor,
+    naming_the_desk,
+    read_document,
+)
 from awl.desk import Desk, OrderView, Question
 from awl.desk.criteria import check_question, latest_checks
 from awl.desk.effects import ApprovalScope, list_effects, scope_of
@@ -38,7 +45,6 @@ from awl.store.urls import shown_url
 
 __all__ = ["register"]
 
-ACTOR_ENV = "AWL_ACTOR"
 FOLLOW_TIMED_OUT = 3
 """Exit code of ``awl order follow`` when ``--timeout`` ran out before the order ended."""
 
@@ -94,25 +100,25 @@ def _common(parser: argparse.ArgumentParser, *, writes: bool) -> None:
 
 
 def _actor(args: argparse.Namespace) -> str:
-    actor: str | None = args.actor or os.environ.get(ACTOR_ENV) or None
-    if actor is None:
-        raise _fail(f"who is acting? pass --as PRINCIPAL (for example --as human:ana) or set "
-                    f"{ACTOR_ENV}")
-    return actor
+    return acting(args.actor)
 
 
 def _viewer(args: argparse.Namespace) -> str | None:
     """Whose view a read shows: ``--as`` (else ``$AWL_ACTOR``), who then sees only what the
     desk shows that principal over MCP (the orders it is part of, or is above); None, the
     desk's operator, sees everything (as ``awl track`` does, SEC-8)."""
-    return args.actor or os.environ.get(ACTOR_ENV) or None
+    return named_actor(args.actor)
 
 
 @contextmanager
-def _desk(args: argparse.Namespace) -> Iterator[Desk]:
-    store = default_store(args.home, url=args.store)
+def _desk(args: argparse.Namespace, *, create: bool = False) -> Iterator[Desk]:
+    """The desk the command names. Only a command that starts a desk's history (``order
+    create``) makes one; every other command on a desk that is not there fails naming the path
+    it read, and leaves nothing behind."""
+    store = default_store(args.home, url=args.store, create=create)
     try:
-        yield Desk(store)
+        with naming_the_desk(store):
+            yield Desk(store)
     except ValidationFailed as exc:
         if args.json:  # scripts get the findings; the one-line error still goes to stderr
             print(json.dumps({"error": exc.code, "message": exc.message,
@@ -422,7 +428,7 @@ def _create(args: argparse.Namespace) -> int:
     if args.copy_handoff and not isinstance(continues, str):
         raise _fail(f"--copy-handoff copies the handoff of the order this one continues, but "
                     f"{args.file} names none; add \"continues\": \"ORDER_ID\" or drop the flag")
-    with _desk(args) as desk:
+    with _desk(args, create=True) as desk:
         view = desk.create(doc, actor, copy_handoff=args.copy_handoff,
                            workspace=args.workspace)
     if args.json:
@@ -489,7 +495,7 @@ def _follow(args: argparse.Namespace) -> int:
 
 
 def _questions(args: argparse.Namespace) -> int:
-    actor = None if args.all else args.actor or os.environ.get(ACTOR_ENV) or None
+    actor = None if args.all else named_actor(args.actor)
     if actor is None and not args.all:
         raise _fail(f"whose questions? pass --as PRINCIPAL, set {ACTOR_ENV}, or use --all")
     limit = check_integer(args.limit, name="--limit", minimum=1, maximum=MAX_QUESTION_PAGE)

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from awl.cli._common import add_store_option
+from awl.cli._common import acting, add_store_option, naming_the_desk
 from awl.cli._gateway import send_once
 from awl.desk import Desk
 from awl.desk.effects import EffectView, list_effects
@@ -53,8 +53,8 @@ def register(subparsers: Any) -> None:
                          const="did_not_happen", help="it did not run (it may be retried)")
     settle.add_argument("--evidence", required=True, metavar="TEXT",
                         help="what the finding rests on (kept in the order's log)")
-    settle.add_argument("--as", dest="actor", required=True, metavar="MANAGER",
-                        help="who settles: the order's manager")
+    settle.add_argument("--as", dest="actor", metavar="MANAGER",
+                        help="who settles: the order's manager (default: $AWL_ACTOR)")
     _common(settle)
     settle.set_defaults(func=_settle)
 
@@ -68,8 +68,8 @@ def register(subparsers: Any) -> None:
     retry.add_argument("ref", metavar="REF", help="the effect, server/tool#N")
     retry.add_argument("--config", required=True, metavar="FILE",
                        help="the upstream config (mcpServers) to send it through")
-    retry.add_argument("--as", dest="actor", required=True, metavar="MANAGER",
-                       help="who retries: the order's manager")
+    retry.add_argument("--as", dest="actor", metavar="MANAGER",
+                       help="who retries: the order's manager (default: $AWL_ACTOR)")
     retry.add_argument("--timeout", type=float, metavar="SECONDS",
                        help="how long to wait for the answer (default: the server's timeout)")
     retry.add_argument("--lock-wait", type=float, default=0.0, metavar="SECONDS",
@@ -85,13 +85,25 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
+def _sends(dispatches: int) -> str:
+    """How often the effect's request went out, in words: a retry follows a settlement that
+    the earlier send did not happen, so the receiver is meant to hold one of them."""
+    if dispatches == 0:
+        return "never sent"
+    if dispatches == 1:
+        return "sent once"
+    earlier = dispatches - 1
+    return (f"sent {dispatches} times: retried after {earlier} send{'s' if earlier > 1 else ''} "
+            "settled as did-not-happen")
+
+
 def _view_lines(order_id: str, views: Sequence[EffectView]) -> Iterator[str]:
     if not views:
         yield "no held calls"
         return
     for v in views:
         extra = " (retryable)" if v.retryable else ""
-        yield f"{v.ref}  {v.state}{extra}  attempt {v.attempt}  sent {v.dispatches}x"
+        yield f"{v.ref}  {v.state}{extra}  attempt {v.attempt}  {_sends(v.dispatches)}"
         # As stored (the tool's order, not sorted), through the display rule (SEC-14);
         # --json has the exact JSON.
         yield f"  arguments: {json.dumps(shown_value(v.arguments), ensure_ascii=False)}"
@@ -134,10 +146,11 @@ def _result_text(result: dict[str, Any]) -> str:
 
 
 def _list(args: argparse.Namespace) -> int:
-    store = default_store(args.home, url=args.store)
+    store = default_store(args.home, url=args.store, create=False)
     try:
-        Desk(store).get(args.order)  # NotFound; and an ended order's undone drops are done
-        views = list_effects(args.order, store=store)
+        with naming_the_desk(store):
+            Desk(store).get(args.order)  # NotFound; an ended order's undone drops are done
+            views = list_effects(args.order, store=store)
     finally:
         store.close()
     if args.json:
@@ -150,10 +163,11 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _settle(args: argparse.Namespace) -> int:
-    store = default_store(args.home, url=args.store)
+    store = default_store(args.home, url=args.store, create=False)
     try:
-        view = settle(args.order, args.ref, args.verdict, args.evidence, args.actor,
-                      store=store)
+        with naming_the_desk(store):
+            view = settle(args.order, args.ref, args.verdict, args.evidence,
+                          acting(args.actor), store=store)
     finally:
         store.close()
     if args.json:
@@ -169,8 +183,9 @@ def _settle(args: argparse.Namespace) -> int:
 def _retry(args: argparse.Namespace) -> int:
     from gateway import EXIT_LOCKED, retry_sync
 
+    actor = acting(args.actor)
     outcome = send_once(args, lambda store, config: retry_sync(
-        args.order, args.ref, args.actor, store=store, pool_or_config=config,
+        args.order, args.ref, actor, store=store, pool_or_config=config,
         timeout=args.timeout, lock_wait=args.lock_wait))
     if outcome is None:
         return EXIT_LOCKED

@@ -148,16 +148,17 @@ def start_deliverer(args: argparse.Namespace, store: Any) -> Any:
     return make_deliverer(args, store).start()
 
 
-def _store(args: argparse.Namespace) -> Any:
-    return default_store(args.home, url=args.store)
+def _store(args: argparse.Namespace, *, create: bool = False) -> Any:
+    """The desk's store; only ``notify add`` makes a desk that is not there yet."""
+    return default_store(args.home, url=args.store, create=create)
 
 
-def _desk(args: argparse.Namespace) -> Any:
-    return Desk(_store(args))
+def _desk(args: argparse.Namespace, *, create: bool = False) -> Any:
+    return Desk(_store(args, create=create))
 
 
 def _add(args: argparse.Namespace) -> int:
-    desk = _desk(args)
+    desk = _desk(args, create=True)
     try:
         webhook = desk.add_webhook(args.url, args.events, orders=args.orders)
     finally:

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 
 from awl import passes
-from awl.cli._common import CLIError, add_store_option, check_address, stdin_text
+from awl.cli._common import CLIError, add_store_option, check_address, named_actor, stdin_text
 from awl.cli._notify import check_deliverer_options, deliverer_options, start_deliverer
 from awl.desk import AsyncDesk
 from awl.desk.home import default_store, home_dir
@@ -33,9 +33,10 @@ def register(subparsers: Any) -> None:
                     "principal (stdio, one agent). With --http each request acts as the "
                     "principal whose desk token it sends as 'Authorization: Bearer <token>' "
                     "(make one with `awl token issue PRINCIPAL`).")
-    bind = serve.add_mutually_exclusive_group(required=True)
+    bind = serve.add_mutually_exclusive_group()
     bind.add_argument("--as", dest="principal", metavar="PRINCIPAL",
-                      help="serve over stdio, acting as this principal (e.g. human:ana)")
+                      help="serve over stdio, acting as this principal (e.g. human:ana; "
+                           "default: $AWL_ACTOR)")
     bind.add_argument("--http", metavar="HOST:PORT",
                       help="serve streamable HTTP at http://HOST:PORT/mcp (port 0 picks one)")
     serve.add_argument("--allow-remote", action="store_true",
@@ -78,6 +79,11 @@ def _serve(args: argparse.Namespace) -> int:
     from awl.server import DeskServer, serve_stdio
 
     check_deliverer_options(args)
+    if args.http is None:
+        args.principal = named_actor(args.principal)
+        if args.principal is None:
+            raise CLIError("serve how? pass --as PRINCIPAL (or set AWL_ACTOR) to serve over "
+                           "stdio as that principal, or --http HOST:PORT for token holders")
     if args.principal is not None:
         if args.allow_remote:
             raise CLIError("--allow-remote goes with --http")
@@ -145,7 +151,7 @@ def _token_rows(records: list[TokenRecord]) -> list[dict[str, str]]:
 
 
 def _list_tokens(args: argparse.Namespace) -> int:
-    store = default_store(args.home, url=args.store)
+    store = default_store(args.home, url=args.store, create=False)
     try:
         rows = _token_rows(store.tokens())
     finally:
@@ -161,7 +167,7 @@ def _list_tokens(args: argparse.Namespace) -> int:
 
 
 def _revoke_tokens(args: argparse.Namespace) -> int:
-    store = default_store(args.home, url=args.store)
+    store = default_store(args.home, url=args.store, create=False)
     try:
         token = stdin_text("the token").strip() if args.token == "-" else args.token
         rows = _token_rows(revoke_tokens(store, id_prefix=args.id, token=token,

@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 
-from awl.cli._common import add_store_option, check_address, check_seconds
+from awl.cli._common import add_store_option, check_address, check_seconds, named_actor
 from awl.cli._notify import check_deliverer_options, deliverer_options, start_deliverer
 from awl.desk.home import default_store, home_dir
 from awl.desk.tokens import check_principal
@@ -34,7 +34,8 @@ def register(subparsers: Any) -> None:
     web.add_argument("--allow-remote", action="store_true",
                      help="allow a non-loopback --listen address")
     web.add_argument("--as", dest="principal", metavar="PRINCIPAL",
-                     help="print a one-time sign-in link for this principal (e.g. human:ana)")
+                     help="print a one-time sign-in link for this principal (e.g. human:ana; "
+                          "default: $AWL_ACTOR)")
     web.add_argument("--config", metavar="FILE",
                      help="upstream servers (mcpServers JSON): lets the page run commits "
                           "and retries; without it the page shows the command to run")
@@ -57,6 +58,7 @@ def _web(args: argparse.Namespace) -> int:
     # Finite, a year at most: inf would fail only at the first sign-in (the cookie's age).
     check_seconds(args.session_hours, flag="--session-hours", unit=3600)
     check_deliverer_options(args)
+    args.principal = named_actor(args.principal)
     if args.principal is not None:
         check_principal(args.principal)
     upstream = None

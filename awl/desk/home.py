@@ -95,6 +95,7 @@ def default_store(explicit: str | os.PathLike[str] | None = None, *,
         if not desk.is_file():
             raise StoreUnavailable(
                 f"there is no desk at {desk}: check --home (or ${ENV_VAR}, else ./.awl) names "
-                "the folder the order was issued in; nothing was made")
+                "the folder the order was issued in (`awl order create` makes a desk there); "
+                "nothing was made")
         return SQLiteStore(desk, checkpoint_every=checkpoint_every)
     return SQLiteStore(home_dir(explicit) / DESK_FILE, checkpoint_every=checkpoint_every)

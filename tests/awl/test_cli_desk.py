@@ -221,7 +221,8 @@ def test_copy_handoff_with_nothing_to_copy_says_so(home: Path,
                        "--copy-handoff", "--as", MANAGER)
     assert code == 2 and "continues" in err
     one_line_error(err)
-    assert run_json(capsys, "order", "list") == []
+    code, _, err = run(capsys, "order", "list")  # not even a desk was made
+    assert code == 1 and "there is no desk at" in err
     first = new_order(capsys, home)
     run(capsys, "cancel", first, "plans changed", "--as", MANAGER)
     code, out, err = run(capsys, "order", "create",
@@ -238,8 +239,44 @@ def test_home_flag_picks_the_desk(home: Path, capsys: pytest.CaptureFixture[str]
     run_json(capsys, "order", "create", write(home, "o.json", order_fields()), "--as", MANAGER,
              "--home", str(other))
     assert (other / "desk.sqlite3").exists()
-    assert run_json(capsys, "order", "list") == []
+    code, _, err = run(capsys, "order", "list")  # AWL_HOME's desk was never made
+    assert code == 1 and "there is no desk at" in err
     assert len(run_json(capsys, "order", "list", "--home", str(other))) == 1
+
+
+@pytest.mark.parametrize("words", [
+    ["order", "list"], ["order", "show", "wo_1"], ["order", "questions", "--all"],
+    ["order", "follow", "wo_1", "--timeout", "1"], ["track", "agent:worker"],
+    ["handoff", "wo_1"], ["effects", "list", "wo_1"], ["notify", "list"], ["notify", "log"],
+    ["token", "list"], ["review", "wo_1", "--approve", "--as", "human:ana"],
+    ["cancel", "wo_1", "plans changed", "--as", "human:ana"],
+    ["effects", "settle", "wo_1", "gmail/send#1", "--happened", "--evidence", "x", "--as",
+     "human:ana"],
+])
+def test_a_command_on_a_desk_that_is_not_there_makes_nothing_and_names_the_path(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], words: list[str]) -> None:
+    """A made-up --home is named in one line, and no folder or desk file is left behind
+    (`order list` there used to print "no orders", exit 0, and create the path)."""
+    typo = tmp_path / "made" / "up"
+    code = main([*words, "--home", str(typo)])
+    _, err = capsys.readouterr()
+    assert code == 1, err
+    one_line_error(err)
+    assert f"there is no desk at {typo / 'desk.sqlite3'}" in err
+    assert "`awl order create` makes a desk there" in err
+    assert not (tmp_path / "made").exists()
+
+
+def test_not_found_names_the_desk_that_was_read(
+        home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A typo in an order id says which desk was read, so a wrong home shows as such."""
+    new_order(capsys, home)
+    for words in (["order", "show", "wo_typo"], ["effects", "list", "wo_typo"]):
+        code, _, err = run(capsys, *words)
+        assert code == 1
+        one_line_error(err)
+        assert err.startswith("awl: NOT_FOUND: no order with id 'wo_typo' on the desk at "
+                              f"{home / 'home' / 'desk.sqlite3'}; check --home"), err
 
 
 @pytest.mark.slow

@@ -55,5 +55,5 @@ def test_a_home_with_no_desk_is_one_line_and_nothing_is_made(
     assert (code, out) == (1, "")
     assert err == (f"awl: STORE_UNAVAILABLE: there is no desk at {typo / 'desk.sqlite3'}: "
                    "check --home (or $AWL_HOME, else ./.awl) names the folder the order was "
-                   "issued in; nothing was made\n")
+                   "issued in (`awl order create` makes a desk there); nothing was made\n")
     assert not typo.exists()

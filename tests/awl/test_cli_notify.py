@@ -242,6 +242,7 @@ def test_a_bad_awl_public_url_names_the_variable_and_an_empty_one_is_none(
     one_line(err, "awl: $AWL_PUBLIC_URL (the default of --public-url) must start with "
                   "http:// or https://")
     assert not (tmp_path / "desk.sqlite3").exists()
+    SQLiteStore(tmp_path / "desk.sqlite3").close()  # `notify run` delivers a desk's outbox
     # --public-url comes before the variable.
     assert main(["notify", "run", "--once", "--public-url", "https://desk.example", *home]) == 0
     monkeypatch.setenv("AWL_PUBLIC_URL", "")

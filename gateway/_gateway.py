@@ -498,9 +498,9 @@ class Gateway:
                              params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         try:
             return await self._list_tools(ctx)
-        except DocumentError:
+        except (DocumentError, MCPError):
             raise
-        except AWLError as exc:
+        except Exception as exc:  # the store's failure, or a bug's: one line too (SEC-4)
             raise _failed("tools/list", exc) from None
 
     async def _list_tools(self, ctx: ServerRequestContext[Any]) -> types.ListToolsResult:
@@ -557,9 +557,9 @@ class Gateway:
                 # The arguments were checked above: not again.
                 return await self._call(span, params.name, arguments, token, meta, ctx,
                                         params.input_responses, params.request_state)
-        except DocumentError:
+        except (DocumentError, MCPError):
             raise
-        except AWLError as exc:  # the store failed before the call was forwarded
+        except Exception as exc:  # the store failed before the call was forwarded, or a bug
             raise _failed(f"the call to {params.name}", exc) from None
 
     async def _on_set_logging_level(self, ctx: ServerRequestContext[Any],
@@ -951,10 +951,16 @@ class Gateway:
         return _Admission(decision, record.ref, record.attempt, answer)
 
 
-def _failed(what: str, exc: AWLError) -> MCPError:
+def _failed(what: str, exc: Exception) -> MCPError:
     """The worker's protocol error for a request the desk's store (or another check before
-    anything was forwarded) failed; said in one line on the gateway's stderr too, with the
-    traceback only under ``AWL_DEBUG=1``."""
-    said = f"{exc.code}: {one_line(exc.message)}"
-    log.warning("awl gateway: %s failed: %s", what, said, exc_info=debugging())
+    anything was forwarded) failed, or that failed in a way nobody foresaw; said in one line
+    on the gateway's stderr too, with the traceback only under ``AWL_DEBUG=1``."""
+    if isinstance(exc, AWLError):
+        said = f"{exc.code}: {one_line(exc.message)}"
+        log.warning("awl gateway: %s failed: %s", what, said, exc_info=debugging())
+    else:
+        said = (f"INTERNAL: the gateway failed unexpectedly ({type(exc).__name__}: "
+                f"{one_line(str(exc))}); the call may or may not have been recorded: check "
+                "awl_list_calls before calling again")
+        log.error("awl gateway: %s failed: %s", what, said, exc_info=debugging())
     return MCPError(types.INTERNAL_ERROR, said)

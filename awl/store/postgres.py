@@ -703,9 +703,11 @@ def _address(url: str) -> str:
 
 # What each refusal of the server means, by SQLSTATE (a refusal while connecting carries
 # none in psycopg: then by what libpq and the server said, in English).
-_FULL, _AUTH, _UNREACHABLE, _READ_ONLY, _RESTARTING, _NO_DATABASE, _SLOW = (
-    "full", "auth", "unreachable", "read-only", "restarting", "no database", "slow")
+_FULL, _AUTH, _UNREACHABLE, _READ_ONLY, _RESTARTING, _NO_DATABASE, _SLOW, _DENIED = (
+    "full", "auth", "unreachable", "read-only", "restarting", "no database", "slow",
+    "denied")
 _BY_STATE = {"53300": _FULL, "28P01": _AUTH, "28000": _AUTH, "25006": _READ_ONLY,
+             "42501": _DENIED,
              "57P01": _RESTARTING, "57P02": _RESTARTING, "57P03": _RESTARTING,
              "3D000": _NO_DATABASE, "57014": _SLOW}
 _BY_TEXT = (
@@ -722,6 +724,11 @@ _BY_TEXT = (
                     "failed to resolve host",
                     "the connection is lost", "connection is closed")),
 )
+
+
+_REFUSALS = (psycopg.OperationalError, pg_errors.ReadOnlySqlTransaction,
+             pg_errors.InsufficientPrivilege)
+"""What the server raises when it cannot be used, or not by this user, or not for writing."""
 
 
 def _cause(exc: BaseException) -> str | None:
@@ -779,6 +786,10 @@ def _unavailable(url: str, exc: BaseException, *, refused: BaseException | None 
     if cause == _RESTARTING:
         return StoreUnavailable(f"{where} is restarting or shutting down ({said}); nothing "
                                 "was written: retry once it is up")
+    if cause == _DENIED:
+        return StoreUnavailable(
+            f"{where} refused the store URL's user ({said}); nothing was written: grant it "
+            "the rights on the desk's schema and tables, or use the user that owns them")
     if cause == _NO_DATABASE:
         return StoreUnavailable(f"{where}: the database does not exist; create it (createdb) "
                                 "or fix the store URL")
@@ -827,14 +838,23 @@ class _Pool(ConnectionPool[psycopg.Connection[Any]]):
     the cause (the pool's own timeout says only that it waited)."""
 
     refused: BaseException | None = None
+    trying = 0
+    """How many tries to connect are under way (one to a server that does not answer at
+    all waits for its connect_timeout)."""
+    _counting = threading.Lock()  # the pool's workers connect in threads of their own
 
     def _connect(self, timeout: float | None = None) -> psycopg.Connection[Any]:
         # psycopg_pool's one place that opens a connection (and runs ``configure``).
+        with self._counting:
+            self.trying += 1
         try:
             conn = super()._connect(timeout)
         except Exception as exc:
             self.refused = exc
             raise
+        finally:
+            with self._counting:
+                self.trying -= 1
         self.refused = None
         return conn
 
@@ -925,7 +945,7 @@ class PostgresStore(SQLStore):
                                            "search_path names does not exist; create it first")
                 self.schema: str = str(schema[0])
                 self._migrate(conn)
-        except (psycopg.OperationalError, pg_errors.ReadOnlySqlTransaction) as exc:
+        except _REFUSALS as exc:
             raise _unavailable(url, exc) from None
         self._space = _key(f"awl:{self.schema}")
         self.channel = f"awl_events_{self._space & 0xFFFFFFFF:08x}"
@@ -976,9 +996,13 @@ class PostgresStore(SQLStore):
                             pool_size=self._pool_size, timeout=self._timeout)
 
     def _refused(self) -> BaseException | None:
-        """What the pools' last try to connect said, if it failed."""
+        """What the pools' last try to connect said, if it failed (a try still waiting for
+        the server's first answer: that it has none yet)."""
         pools = getattr(self, "_pools", {})
-        return next((pool.refused for pool in pools.values() if pool.refused), None)
+        said = next((pool.refused for pool in pools.values() if pool.refused), None)
+        if said is None and any(pool.trying for pool in pools.values()):
+            return psycopg.OperationalError("no answer yet: connection timed out")
+        return said
 
     def _hold(self, lock: threading.Lock) -> bool:
         """Take ``lock`` within this thread's bound; False when it ran out."""
@@ -1089,7 +1113,7 @@ class PostgresStore(SQLStore):
                 raise
             raise BadRequest(f"{self._where} cannot keep the character U+0000 (NUL) this "
                              "holds; nothing was written: leave it out") from None
-        except (psycopg.OperationalError, PoolTimeout, pg_errors.ReadOnlySqlTransaction) as exc:
+        except (*_REFUSALS, PoolTimeout) as exc:
             raise _unavailable(self.url, exc, refused=self._refused(),
                                pool_size=self._pool_size, timeout=self._timeout) from None
 

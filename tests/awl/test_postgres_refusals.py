@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
+from awl.documents.errors import StoreUnavailable
 from awl.store.postgres import PostgresStore
 from tests.postgres_support import server_url
 
@@ -31,10 +33,11 @@ pytestmark = pytest.mark.spec("BIND-16")
 
 
 def _awl(tmp_path: Path, store: str, *args: str, debug: bool = False,
-         ) -> subprocess.CompletedProcess[str]:
+         **settings: str) -> subprocess.CompletedProcess[str]:
     env = {key: value for key, value in os.environ.items()
-           if key not in ("AWL_DEBUG", "AWL_STORE", "PGPASSWORD")}
-    env.update(PYTHONPATH=str(ROOT), AWL_HOME=str(tmp_path / "home"), AWL_STORE=store)
+           if key not in ("AWL_DEBUG", "AWL_STORE", "PGPASSWORD", "AWL_STORE_TIMEOUT")}
+    env.update(PYTHONPATH=str(ROOT), AWL_HOME=str(tmp_path / "home"), AWL_STORE=store,
+               **settings)
     if debug:
         env["AWL_DEBUG"] = "1"
     return subprocess.run([sys.executable, "-m", "awl", *args], cwd=str(ROOT), env=env,
@@ -105,6 +108,23 @@ def test_nothing_listening_says_to_start_the_server_at_its_address(
     assert f"is the server running at 127.0.0.1:{port}?" in line, line
 
 
+def test_a_server_that_never_answers_is_given_up_within_the_store_timeout(
+        tmp_path: Path, pg_url: str) -> None:
+    """Something listens at the address but never answers (a server hung, or a port some
+    other program holds): refused within AWL_STORE_TIMEOUT, as a server out of reach."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)  # connections are taken by the kernel, never answered
+        port = int(sock.getsockname()[1])
+        began = time.monotonic()
+        done = _awl(tmp_path, _as(pg_url, "awl", port=port), "order", "list",
+                    AWL_STORE_TIMEOUT="2")
+        took = time.monotonic() - began
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert f"is the server running at 127.0.0.1:{port}?" in done.stderr, done.stderr
+    assert "timeout expired" in done.stderr and took < 8, (took, done.stderr)
+
+
 def test_a_full_server_says_to_raise_its_connections_not_to_start_it(
         tmp_path: Path, pg_url: str, role: str) -> None:
     with psycopg.connect(server_url(), autocommit=True) as admin:
@@ -126,3 +146,37 @@ def test_a_read_only_server_says_to_point_at_the_primary(tmp_path: Path, pg_url:
     assert "point the store URL at the primary" in line and "nothing was written" in line
     with psycopg.connect(pg_url) as owner:
         assert owner.execute("SELECT COUNT(*) FROM tokens").fetchone() == (0,)
+
+
+def test_a_user_without_rights_on_the_desk_says_to_grant_them(tmp_path: Path, pg_url: str,
+                                                              role: str) -> None:
+    schema = urlsplit(pg_url).query.rpartition("%3D")[2]
+    with psycopg.connect(pg_url, autocommit=True) as owner:
+        owner.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role}")
+    line = _check(tmp_path, _as(pg_url, role), "refused the store URL's user")
+    assert "permission denied" in line and "grant it the rights" in line, line
+
+
+def test_a_server_that_fills_up_under_a_running_store_is_named_full_within_its_bound(
+        pg_url: str, role: str) -> None:
+    """A store already open (a gateway, say) whose server then refuses every new connection
+    (53300): the next operation is refused within the store's timeout of its start, saying
+    the server is full, not that it is out of reach."""
+    store = PostgresStore(_as(pg_url, role), timeout=2)
+    try:
+        store.list_orders()
+        with psycopg.connect(server_url(), autocommit=True) as admin:
+            admin.execute(f"ALTER ROLE {role} CONNECTION LIMIT 1")
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                          " WHERE usename = %s", (role,))
+            with psycopg.connect(_as(pg_url, role)):  # the one connection left, taken
+                began = time.monotonic()
+                with pytest.raises(StoreUnavailable) as refused:
+                    store.list_orders()
+                took = time.monotonic() - began
+    finally:
+        store.close()
+    said = str(refused.value)
+    assert "is full: it refused a new connection within 2 s" in said, said
+    assert "too many connections for role" in said and "running at" not in said, said
+    assert 1.5 < took < 4, f"refused after {took:.1f} s"

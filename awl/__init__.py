@@ -136,7 +136,7 @@ def __dir__() -> list[str]:
     return lazy_exports(__name__, _HOMES)[1]()
 
 
-__version__ = "0.1.0"
+from awl._version import __version__  # noqa: E402  (after the lazy exports, as before)
 
 __all__ = [
     "AWLError",

@@ -56,6 +56,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
+from awl._version import __version__
 from awl.desk import Desk, acting_as, ancestors, first_ended, staging_ancestor
 from awl.documents import (
     AWLError,
@@ -296,7 +297,7 @@ class Gateway:
             warnings.simplefilter("ignore", MCPDeprecationWarning)
             self.server: Server[Any] = _Server(
                 "awl-gateway",
-                version="0.1.0",
+                version=__version__,
                 title="AWL gateway",
                 instructions=None,
                 on_list_tools=self._on_list_tools,

@@ -3,7 +3,8 @@
 #   export AWL_TEST_POSTGRES=$(bash scripts/postgres.sh)
 # Installs Debian's `postgresql` package when no server is installed, makes a cluster in
 # AWL_PG_DIR (default /tmp/awl-postgres) listening on 127.0.0.1 only, port AWL_PG_PORT
-# (default 55432), and starts it. Idempotent: a running cluster is left as it is. As root the
+# (default 55432), and starts it. Idempotent: a running cluster of its own is left as it is; a
+# port held by anything else (another PostgreSQL included) is refused, never used. As root the
 # server runs as the `postgres` user (PostgreSQL refuses to run as root).
 # `bash scripts/postgres.sh stop` stops it.
 set -euo pipefail
@@ -64,9 +65,28 @@ if [ "$ready" = 1 ]; then
     [ "$ready" = 1 ] || break
   done
 fi
-if [ "$ready" = 0 ]; then
-  echo "$URL"
-  exit 0
+# The cluster in $DIR is running when its pid file names a live process and this port.
+ours() {
+  [ -f "$DIR/postmaster.pid" ] || return 1
+  local pid port
+  pid=$(sed -n 1p "$DIR/postmaster.pid" 2>/dev/null || true)
+  port=$(sed -n 4p "$DIR/postmaster.pid" 2>/dev/null || true)
+  [ -n "$pid" ] && [ "$port" = "$PORT" ] && kill -0 "$pid" 2>/dev/null
+}
+if [ "$ready" = 0 ] || [ "$ready" = 1 ]; then
+  if ours; then
+    echo "$URL"
+    exit 0
+  fi
+  echo "postgres.sh: a PostgreSQL server this script did not start (none of $DIR) answers on" \
+    "127.0.0.1:$PORT; stop it, or set AWL_PG_PORT to a free port (and AWL_PG_DIR to start" \
+    "another cluster)" >&2
+  exit 1
+fi
+if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
+  echo "postgres.sh: something that is not PostgreSQL listens on 127.0.0.1:$PORT; stop it," \
+    "or set AWL_PG_PORT to a free port" >&2
+  exit 1
 fi
 rm -f "$DIR/postmaster.pid"
 
@@ -78,9 +98,24 @@ if [ ! -f "$DIR/PG_VERSION" ]; then
   pwfile=$(mktemp)
   echo "$PASSWORD" >"$pwfile"
   chmod 644 "$pwfile"
-  as_server "$BIN/initdb" -D "$DIR" -U "$USER_NAME" --pwfile="$pwfile" -A scram-sha-256 -N \
-    -E UTF8 --locale=C.UTF-8 >&2
-  rm -f "$pwfile"
+  out=$(mktemp)
+  if ! as_server "$BIN/initdb" -D "$DIR" -U "$USER_NAME" --pwfile="$pwfile" -A scram-sha-256 \
+      -N -E UTF8 --locale=C.UTF-8 >"$out" 2>&1; then
+    why=$(grep -E "^initdb: (error|fatal|detail|hint):" "$out" | head -3 | tr '\n' ' ' | sed 's/ *$//')
+    cat "$out" >&2
+    rm -f "$pwfile" "$out"
+    rm -rf "$DIR"
+    hint="set AWL_PG_DIR to a folder this user can make"
+    if [ "$(id -u)" = 0 ]; then
+      hint="as root the server runs as the postgres user, who must be able to reach every"
+      hint="$hint folder above $DIR: set AWL_PG_DIR elsewhere (for example under /tmp)"
+    fi
+    echo "postgres.sh: initdb could not make the cluster in $DIR: ${why:-see its output" \
+      "above}; $hint" >&2
+    exit 1
+  fi
+  cat "$out" >&2
+  rm -f "$pwfile" "$out"
   cat >>"$DIR/postgresql.conf" <<EOF
 # Set by scripts/postgres.sh: tests only, on the loopback address only.
 listen_addresses = '127.0.0.1'
@@ -91,5 +126,10 @@ shared_buffers = 128MB
 EOF
 fi
 
-as_server "$BIN/pg_ctl" -D "$DIR" -l "$DIR/server.log" -w -t 60 start >&2
+if ! as_server "$BIN/pg_ctl" -D "$DIR" -l "$DIR/server.log" -w -t 60 start >&2; then
+  tail -5 "$DIR/server.log" >&2 2>/dev/null || true
+  echo "postgres.sh: the server in $DIR did not start; its log ($DIR/server.log) says why," \
+    "above" >&2
+  exit 1
+fi
 echo "$URL"

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import sys
 from collections.abc import Sequence
 
+from awl._version import __version__
 from awl.cli import (
     _connect,
     _desk,
@@ -42,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="awl",
         description="Work Orders, Work Reports, Delegation Passes and the MCP gateway.",
     )
+    parser.add_argument("--version", action="version", version=f"awl {__version__} "
+                        f"(distribution awl-gateway; Python {platform.python_version()})",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in _COMMAND_MODULES:
         module.register(sub)

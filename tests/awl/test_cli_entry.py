@@ -71,3 +71,21 @@ def test_ctrl_c_while_the_command_loads_exits_130_without_a_traceback(tmp_path: 
              or c not in (0, 130, -signal.SIGINT)]
     assert not wrong, "\n\n".join(f"after {d:.3f} s: exit {c}\n{e}" for d, c, e in wrong)
     assert any(c == 130 for _, c, _ in ours), [c for _, c, _ in seen]
+
+
+def test_version_is_printed_from_its_one_home(tmp_path: Path) -> None:
+    """`awl --version` prints the release, the one the package metadata carries (hatchling
+    reads awl/_version.py) and the gateway introduces itself with; it makes no desk."""
+    from importlib.metadata import version
+
+    import awl
+    from gateway._upstream import CLIENT_INFO
+
+    done = subprocess.run([sys.executable, "-m", "awl", "--version"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60, check=False,
+                          env={**os.environ, "AWL_HOME": str(tmp_path / "home"),
+                               "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"awl {awl.__version__} (distribution awl-gateway; Python ")
+    assert version("awl-gateway") == awl.__version__ == CLIENT_INFO.version
+    assert not (tmp_path / "home").exists()

@@ -4,8 +4,9 @@ another process holding the file locked, a desk file or folder this user may not
 Each failure is one AWLError naming the desk and what to do (never a raw ``sqlite3`` error),
 nothing is half-written, and nothing waits past the store's timeout. Real files and real
 processes throughout: the disk limit is RLIMIT_FSIZE in a child process, the lock is another
-process's open transaction, and the read-only cases run their child as an unprivileged user
-when the tests run as root (root may write anything).
+process's open transaction, and the read-only cases run their child as another user (with a
+Python that user can reach, tests/other_user.py) when the tests run as root (root may write
+anything).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -26,7 +28,13 @@ from awl import Desk
 from awl.documents.errors import AWLError, Conflict, StoreUnavailable
 from awl.store.sqlite import SQLiteStore
 from tests.awl.desk_support import MANAGER, order_fields
-from tests.service_support import unavailable
+from tests.other_user import (
+    OtherUser,
+    ReachablePython,
+    other_user,
+    reachable_folder,
+    reachable_python,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,29 +56,35 @@ def _integrity(path: Path) -> tuple[str, int]:
     return str(ok), int(count)
 
 
-def _child(code: str, *, user: int | None = None,
-           timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """``code`` in a fresh Python (this checkout importable), as ``user`` if given."""
-    prefix: list[str] = []
-    if user is not None:
-        prefix = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
+def _child(code: str, *, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``code`` in a fresh Python (this checkout importable), as this user."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("AWL_STORE", None)
-    return subprocess.run([*prefix, sys.executable, "-c", code], capture_output=True,
+    return subprocess.run([sys.executable, "-c", code], capture_output=True,
                           text=True, timeout=timeout, env=env, cwd=str(ROOT))
 
 
-NOBODY = 65534
+@dataclass(frozen=True)
+class Unprivileged:
+    """Who a read-only case runs its child as when the tests run as root (to whom a read-only
+    file is writable): another user, with a Python that user can reach wherever the clone
+    lives (a clone in a folder only root may enter once failed both cases)."""
+
+    user: OtherUser
+    python: ReachablePython
 
 
-def _unprivileged() -> int | None:
-    """The user a read-only case runs its child as: nobody when root, else none needed."""
+@pytest.fixture(scope="module")
+def unprivileged() -> Iterator[Unprivileged | None]:
     if os.geteuid() != 0:
-        return None
-    if shutil.which("setpriv") is None:
-        unavailable("running as root without setpriv (util-linux): a read-only file is "
-                    "writable to root")
-    return NOBODY
+        yield None
+        return
+    user = other_user()
+    folder = reachable_folder("awl-ro-python-")
+    try:
+        yield Unprivileged(user, reachable_python(user, folder / "python"))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_a_damaged_page_is_one_line_naming_the_desk_for_reads_and_writes(
@@ -237,35 +251,40 @@ import sys
 from awl import Desk
 from awl.documents.errors import AWLError
 from awl.store.sqlite import SQLiteStore
-from tests.awl.desk_support import MANAGER, order_fields
 try:
     store = SQLiteStore(sys.argv[1])
     print("read", len(store.list_orders(limit=None)), flush=True)
-    Desk(store).create(order_fields(), MANAGER)
+    Desk(store).create(ORDER, MANAGER)
     print("wrote", len(store.list_orders(limit=None)))
 except AWLError as exc:
     print(type(exc).__name__, exc.message, sep="|")
 """
 
 
-def _as_user(path: Path, user: int | None) -> subprocess.CompletedProcess[str]:
-    code = READ_ONLY_WRITE.replace("sys.argv[1]", repr(str(path)))
-    return _child(code, user=user)
+def _as_user(path: Path, who: Unprivileged | None) -> subprocess.CompletedProcess[str]:
+    """READ_ONLY_WRITE on ``path``, as ``who`` when given, else as this user."""
+    code = (READ_ONLY_WRITE.replace("sys.argv[1]", repr(str(path)))
+            .replace("ORDER", repr(order_fields())).replace("MANAGER", repr(MANAGER)))
+    if who is None:
+        return _child(code)
+    return who.user.run([*who.python.command, "-c", code], env=who.python.env,
+                        cwd=path.parent.parent, timeout=60)
 
 
-def test_a_read_only_desk_file_reads_and_refuses_writes_in_one_line(reachable: Path) -> None:
+def test_a_read_only_desk_file_reads_and_refuses_writes_in_one_line(
+        reachable: Path, unprivileged: Unprivileged | None) -> None:
     """A desk file this user may only read: it opens and reads; a write is StoreUnavailable
     saying what to make writable (it was sqlite3's raw 'attempt to write a readonly
     database'), and nothing is written. Made writable again, it takes the write, although
     the read-only process left its -shm file read-only."""
-    user = _unprivileged()
+    user = unprivileged
     folder = reachable / "desk"
     folder.mkdir()
     path = folder / "desk.sqlite3"
     _desk(path, 2)
     if user is not None:
         for item in (folder, *folder.iterdir()):
-            os.chown(item, user, user)
+            os.chown(item, user.user.uid, user.user.gid)
     path.chmod(0o400)
     done = _as_user(path, user)
     lines = done.stdout.strip().splitlines()
@@ -279,17 +298,18 @@ def test_a_read_only_desk_file_reads_and_refuses_writes_in_one_line(reachable: P
     assert again.stdout.strip().splitlines() == ["read 2", "wrote 3"], again.stdout + again.stderr
 
 
-def test_a_desk_in_a_read_only_folder_is_one_line_at_open(reachable: Path) -> None:
+def test_a_desk_in_a_read_only_folder_is_one_line_at_open(
+        reachable: Path, unprivileged: Unprivileged | None) -> None:
     """A folder this user may not write (no -wal or -shm can be made): the open is
     StoreUnavailable naming the desk, nothing is made in the folder."""
-    user = _unprivileged()
+    user = unprivileged
     folder = reachable / "desk"
     folder.mkdir()
     path = folder / "desk.sqlite3"
     _desk(path, 1)
     if user is not None:
         for item in (folder, *folder.iterdir()):
-            os.chown(item, user, user)
+            os.chown(item, user.user.uid, user.user.gid)
     before = sorted(p.name for p in folder.iterdir())
     folder.chmod(0o555)
     try:

@@ -15,7 +15,7 @@ from awl.documents.errors import BadRequest, StoreUnavailable
 from awl.store.files import create_private
 from awl.store.protocol import Store
 from awl.store.sqlite import SQLiteStore
-from awl.store.urls import STORE_ENV, open_store
+from awl.store.urls import STORE_ENV, open_store, store_settings
 
 __all__ = ["DESK_FILE", "ENV_VAR", "default_store", "home_dir"]
 
@@ -97,5 +97,8 @@ def default_store(explicit: str | os.PathLike[str] | None = None, *,
                 f"there is no desk at {desk}: check --home (or ${ENV_VAR}, else ./.awl) names "
                 "the folder the order was issued in (`awl order create` makes a desk there); "
                 "nothing was made")
-        return SQLiteStore(desk, checkpoint_every=checkpoint_every)
-    return SQLiteStore(home_dir(explicit) / DESK_FILE, checkpoint_every=checkpoint_every)
+        return SQLiteStore(desk, checkpoint_every=checkpoint_every,
+                           timeout=store_settings()[0])
+    timeout = store_settings()[0]  # refused before the home is made
+    return SQLiteStore(home_dir(explicit) / DESK_FILE, checkpoint_every=checkpoint_every,
+                       timeout=timeout)

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from awl.desk.queries import DeskQueries
-from awl.documents.errors import AWLError, BadRequest
+from awl.documents.errors import AWLError, BadRequest, debugging
 from awl.documents.lifecycle import TERMINAL
 from awl.documents.limits import check_integer, show_value
 from awl.documents.models import Event, parse_time
@@ -84,9 +84,10 @@ class Subscription:
                 self._after = event.seq
                 try:
                     self._callback(event)
-                except Exception:  # a subscriber's bug must not stop the others' deliveries
-                    log.exception("subscriber of %s failed on event %d", self._order_id,
-                                  event.seq)
+                except Exception as exc:  # a subscriber's bug must not stop the others'
+                    log.error("subscriber of %s failed on event %d: %s: %s", self._order_id,
+                              event.seq, type(exc).__name__, " ".join(str(exc).split())[:300],
+                              exc_info=debugging())
 
     def close(self) -> None:
         """Stop delivering events (waits for a callback in progress, unless called from it)."""

@@ -180,3 +180,28 @@ def test_a_server_that_fills_up_under_a_running_store_is_named_full_within_its_b
     assert "is full: it refused a new connection within 2 s" in said, said
     assert "too many connections for role" in said and "running at" not in said, said
     assert 1.5 < took < 4, f"refused after {took:.1f} s"
+
+
+@pytest.mark.parametrize(("said", "advice"), [
+    ("FATAL:  the database system is starting up", "is restarting or shutting down"),
+    ("FATAL:  the database system is shutting down", "retry once it is up"),
+    ("FATAL:  terminating connection due to administrator command", "retry once it is up"),
+    ("FATAL:  sorry, too many clients already", "raise the server's max_connections"),
+    ("FATAL:  remaining connection slots are reserved for roles with the SUPERUSER "
+     "attribute", "is full"),
+    ('FATAL:  no pg_hba.conf entry for host "10.0.0.7", user "ana", database "awl", no '
+     "encryption", "check its user name and password"),
+    ('FATAL:  role "ana" does not exist', "refused the credentials"),
+    ('FATAL:  database "awl" does not exist', "create it (createdb)"),
+    ("could not translate host name \"db\" to address: Name or service not known",
+     "is the server running at db:5432?"),
+])
+def test_each_refusal_libpq_words_gets_the_advice_of_its_cause(said: str, advice: str) -> None:
+    """What libpq and the server say while connecting (psycopg gives no SQLSTATE then), as
+    the store reads it: the advice of its cause, on one line, the password never in it."""
+    from awl.store.postgres import _unavailable
+
+    url = f"postgresql://ana:{SECRET}@db/awl"
+    text = f'connection failed: connection to server at "10.0.0.7", port 5432 failed: {said}'
+    line = str(_unavailable(url, psycopg.OperationalError(f"{text} {SECRET}\nHINT:  x")))
+    assert advice in line and "\n" not in line and SECRET not in line, line

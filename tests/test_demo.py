@@ -74,3 +74,41 @@ def test_the_demo_never_wipes_a_folder_it_did_not_make(tmp_path: Path) -> None:
     assert "DEMO FAILED" in done.stderr and "Traceback" not in done.stderr
     assert keep.read_text(encoding="utf-8") == "important"
     assert sorted(p.name for p in keep.parent.iterdir()) == ["notes.txt"]
+
+
+def test_the_demo_script_installs_the_base_package_only(tmp_path: Path) -> None:
+    """`bash scripts/demo.sh` in a fresh copy of the checkout makes its .venv with the base
+    package alone (it installed the whole toolchain, 508 MB, before) and the demo runs."""
+    import shutil
+
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
+                            check=True, timeout=60).stdout.decode().split("\0")
+    copy = tmp_path / "checkout"
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, copy / name)
+    python = getattr(sys, "_base_executable", sys.executable)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("AWL_") and k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    done = subprocess.run(["bash", "scripts/demo.sh", "--home", "desk"], cwd=copy,
+                          env={**env, "PYTHON": python}, capture_output=True, text=True,
+                          timeout=600, check=False, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "every expectation held" in done.stdout
+    assert "the base package only" in done.stderr
+    frozen = subprocess.run([str(copy / ".venv" / "bin" / "python"), "-m", "pip", "list",
+                             "--format=json"], capture_output=True, text=True, timeout=120,
+                            check=True).stdout
+    names = {p["name"].lower() for p in json.loads(frozen)}
+    assert "awl-gateway" in names
+    extras = {"pytest", "ruff", "mypy", "playwright", "psycopg", "opentelemetry-sdk",
+              "pydantic-ai-slim", "openai-agents", "hypothesis", "import-linter"}
+    assert not names & extras, sorted(names & extras)
+    size = sum(f.stat().st_size for f in (copy / ".venv").rglob("*") if f.is_file())
+    print(f"\ndemo .venv: {size / 2**20:.0f} MiB, {len(names)} distributions")
+    # Run again, it installs nothing (the stamp is fresh).
+    again = subprocess.run(["bash", "scripts/demo.sh", "--home", "desk2"], cwd=copy,
+                           env={**env, "PYTHON": python}, capture_output=True, text=True,
+                           timeout=300, check=False, stdin=subprocess.DEVNULL)
+    assert again.returncode == 0 and "installing" not in again.stderr, again.stderr[-2000:]

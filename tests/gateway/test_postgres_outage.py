@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import anyio
 import mcp_types as types
+import psycopg
 import pytest
 from mcp.shared.exceptions import MCPError
 
@@ -178,3 +180,28 @@ async def test_a_call_while_the_store_is_away_fails_within_its_bound_in_one_line
     assert "Traceback" not in err and "error connecting" not in err, err[-3000:]
     lines = [line for line in err.splitlines() if "STORE_UNAVAILABLE" in line]
     assert len(lines) == 1 and lines[0].endswith(said.split(": ", 1)[1]), err[-3000:]
+
+
+@pytest.mark.spec("BIND-16")
+def test_a_server_shutting_down_says_to_retry_once_it_is_up(tmp_path: Path,
+                                                           server: Server) -> None:
+    """A server in a smart shutdown (it waits for its sessions to end and refuses new ones,
+    57P03): a command is told, in one line, that it is shutting down and to retry."""
+    held = psycopg.connect(server.url)  # keeps the server in its shutdown
+    try:
+        pg_ctl = next(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"), None)
+        command = [str(pg_ctl or shutil.which("pg_ctl") or "pg_ctl"), "-D", server.folder,
+                   "-m", "smart", "-W", "stop"]
+        if os.geteuid() == 0:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        subprocess.run(command, check=True, capture_output=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "awl", "order", "list"], cwd=str(ROOT), capture_output=True,
+            text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT),
+                                        "AWL_HOME": str(tmp_path), "AWL_STORE": server.url})
+    finally:
+        held.close()
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "is restarting or shutting down (the database system is shutting down)" in \
+        done.stderr and "retry once it is up" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

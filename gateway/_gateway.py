@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
@@ -72,7 +73,7 @@ from awl.documents import (
     parse_time,
     utc_now,
 )
-from awl.documents.errors import debugging
+from awl.documents.errors import debugging, print_debug
 from awl.mcp import coded_error, identity_of
 from awl.passes import DEFAULT_AUDIENCE, VerifiedPass, pass_scopes, verify_pass
 from awl.store import OrderRecord, OverBudget, Scope, Store, stale_order
@@ -956,12 +957,13 @@ def _failed(what: str, exc: Exception) -> MCPError:
     """The worker's protocol error for a request the desk's store (or another check before
     anything was forwarded) failed, or that failed in a way nobody foresaw; said in one line
     on the gateway's stderr too, with the traceback only under ``AWL_DEBUG=1``."""
+    print_debug(exc, sys.stderr)  # with the driver's own error a store's line hides
     if isinstance(exc, AWLError):
         said = f"{exc.code}: {one_line(exc.message)}"
-        log.warning("awl gateway: %s failed: %s", what, said, exc_info=debugging())
+        log.warning("awl gateway: %s failed: %s", what, said)
     else:
         said = (f"INTERNAL: the gateway failed unexpectedly ({type(exc).__name__}: "
                 f"{one_line(str(exc))}); the call may or may not have been recorded: check "
                 "awl_list_calls before calling again")
-        log.error("awl gateway: %s failed: %s", what, said, exc_info=debugging())
+        log.error("awl gateway: %s failed: %s", what, said)
     return MCPError(types.INTERNAL_ERROR, said)

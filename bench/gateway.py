@@ -34,6 +34,11 @@ second with ``--callers`` concurrent callers, and the CPU time its own process (
 upstream) spent per call over both phases (read from ``/proc``; not shown where there is
 none). They run side by side and take turns (one call at a time, then short bursts under
 load), so background load on the machine hits them alike.
+With PostgreSQL among the stores, the **round trips per call** column counts what the
+PostgreSQL gateway sends the server per call (:mod:`bench.round_trips`): a second gateway of
+the same kind, on a fresh schema, through a counting relay, apart from the timed run (the
+relay's hop would slow it), first over sequential calls, then with the concurrent callers.
+On a server on another host each round trip costs the network's latency.
 The ratio line compares the gateway with the bare proxy (targets: the median, the time per
 call under load and the CPU per call within 1.10x, the p99 within 1.25x). The control
 line compares the two identical bare proxies: how far apart two processes running the same
@@ -56,7 +61,7 @@ import sys
 import tempfile
 import time
 from contextlib import AsyncExitStack, ExitStack, closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -64,6 +69,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import anyio
 from mcp import Client, StdioServerParameters, stdio_client
 
+from bench.round_trips import Counted, count
 from bench.stores import Stores, add_options
 
 if TYPE_CHECKING:
@@ -116,6 +122,9 @@ class Figures:
     calls_per_s: float
     cpu_ms: float | None = None
     """CPU time of the target's own process per call, sequential and loaded calls alike."""
+    round_trips: Counted | None = None
+    """Round trips to the PostgreSQL server per call (:mod:`bench.round_trips`), counted by
+    a second gateway of the same kind apart from the timed runs."""
 
 
 @dataclass
@@ -377,7 +386,20 @@ async def run(calls: int, callers: int, per_caller: int,
             (CONTROL, bare, "notes__get_note"),
         ]
         with anyio.fail_after(300):
-            return await measure(targets, calls=calls, callers=callers, per_caller=per_caller)
+            figures = await measure(targets, calls=calls, callers=callers,
+                                    per_caller=per_caller)
+        if "postgres" in stores.names:
+            name = gateway_name("postgres", stores.names)
+            url = fresh.enter_context(stores.fresh("postgres", home, "counted"))
+            order_id = _working_order(home, calls + callers * per_caller, url=url)
+            with anyio.fail_after(120):
+                counted = await count(
+                    lambda relayed: _gateway_params(ROOT, order_id, config, home, relayed),
+                    url, "notes__get_note", calls=min(calls, 100), callers=callers,
+                    per_caller=BURST * 2)
+            figures = [replace(f, round_trips=counted) if f.name == name else f
+                       for f in figures]
+        return figures
 
 
 @dataclass(frozen=True)
@@ -455,12 +477,16 @@ def summary(runs: list[Ratios], controls: list[Ratios] | None = None,
 
 def report(figures: list[Figures], *, callers: int) -> str:
     """The table, with the gateway's ratios to the bare proxy."""
+    counted = any(f.round_trips is not None for f in figures)
     lines = [
-        f"| target | median ms | p99 ms | calls/s ({callers} callers) | CPU ms per call |",
-        "|---|---:|---:|---:|---:|",
+        f"| target | median ms | p99 ms | calls/s ({callers} callers) | CPU ms per call |"
+        + (" round trips per call |" if counted else ""),
+        "|---|---:|---:|---:|---:|" + ("---:|" if counted else ""),
     ]
     lines += [f"| {f.name} | {f.median_ms:.2f} | {f.p99_ms:.2f} | {f.calls_per_s:.0f} | "
-              f"{'n/a' if f.cpu_ms is None else f'{f.cpu_ms:.3f}'} |" for f in figures]
+              f"{'n/a' if f.cpu_ms is None else f'{f.cpu_ms:.3f}'} |"
+              + ((" - |" if f.round_trips is None else f" {f.round_trips.text()} |")
+                 if counted else "") for f in figures]
     ratios = {name: Ratios.of(figures, name) for name in gateways(figures)}
     control = Ratios.of(figures, CONTROL)
     if any(r is not None for r in ratios.values()) or control is not None:

@@ -13,8 +13,10 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
@@ -167,3 +169,25 @@ def fresh_pg_url() -> Iterator[str]:
     finally:
         with _admin(tests) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def in_one_group(url: str, first: threading.Thread, rest: list[threading.Thread], *,
+                 then: Callable[[], None] | None = None) -> None:
+    """Start ``first`` (a reservation of order ``o1``) while a connection of its own holds
+    the order's row, so it waits for the row alone, in its one statement; call ``then``;
+    start ``rest``, which wait for it and are written as one group; let the row go and wait
+    for them all."""
+    import psycopg
+
+    with psycopg.connect(url) as holder:
+        holder.execute("SELECT 1 FROM orders WHERE id = 'o1' FOR UPDATE")
+        first.start()
+        time.sleep(0.3)
+        if then is not None:
+            then()
+        for t in rest:
+            t.start()
+        time.sleep(0.5)
+        holder.rollback()
+    for t in [first, *rest]:
+        t.join(30)

@@ -44,6 +44,19 @@ def test_the_cpu_per_call_is_compared_and_counts_in_the_verdict() -> None:
     assert "| 300 | n/a |" in report(_run(8.0, 8.4, 300.0, 290.0), callers=16)
 
 
+def test_the_postgres_gateways_round_trips_are_a_column_of_their_own() -> None:
+    """Only a run that counted round trips has the column; the rows not counted show -."""
+    from bench.round_trips import Counted
+
+    counted = Figures("gateway (postgres)", 9.0, 18.0, 250.0, 1.5,
+                      round_trips=Counted(2.0, 1.3125, 16, 100, 4))
+    text = report([*_run(8.0, 8.4, 300.0, 290.0), counted], callers=16)
+    assert "| CPU ms per call | round trips per call |" in text
+    assert "| gateway (postgres) | 9.00 | 18.00 | 250 | 1.500 | 2.00 seq / 1.31 at 16 |" in text
+    assert "| gateway | 8.40 | 16.80 | 290 | n/a | - |" in text
+    assert "round trips" not in report(_run(8.0, 8.4, 300.0, 290.0), callers=16)
+
+
 def test_summary_takes_the_median_of_the_runs_and_lists_each() -> None:
     runs = [Ratios(1.1, 1.0, 1.3), Ratios(1.2, 1.1, 1.1), Ratios(1.15, 1.2, 1.2)]
     text = summary(runs)

@@ -1379,10 +1379,16 @@ class PostgresStore(SQLStore):
         the order they arrived, each checked against its scope with the calls before it in
         the group counted: exact, as one at a time would be. The order's row is the only
         one locked, as :meth:`_reserve_at_once` locks it; a sub-order's go the general way.
+
+        Two round trips whatever the group's size, in one pipeline: BEGIN with the lock and
+        read of the order's row, then every insert with the COMMIT, whose answer (the group
+        on disk, or the first error, and nothing written) ends the pipeline.
         """
-        with self._tx() as conn:
-            row = self._lock_order(conn, order_id)
+        with self._statement(durable=True) as conn, conn.pipeline():
+            conn.execute("BEGIN")
+            row = self._lock_order(conn, order_id)  # raises: rolled back as the with ends
             if row.parent_id is not None:  # charges the orders above: the general way
+                conn.execute("ROLLBACK")
                 self._numbered(order_id, row.last_n, row.parent_id)
                 return
             n, calls, used = row.last_n, row.calls + row.sub_calls, row.usd + row.sub_usd
@@ -1408,6 +1414,7 @@ class PostgresStore(SQLStore):
                                   above=[])
                 n, calls, used = n + 1, calls + 1, used + item.usd
                 item.result = Reserved(data["ref"], data["attempt"], partial(read_call, doc))
+            conn.execute("COMMIT")
         if n > row.last_n:
             self._numbered(order_id, n, None)
         self.reservation_batches += 1

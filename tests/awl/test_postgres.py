@@ -28,6 +28,7 @@ from awl.store.protocol import LockInfo, OverBudget, Reservation, Reserved, Scop
 from gateway._lock import OrderLock
 from tests.awl.desk_support import open_at_once, reserved
 from tests.awl.test_store import T0, create, ev, refusal, reserve
+from tests.postgres_support import in_one_group
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -417,6 +418,51 @@ def test_reservations_waiting_together_commit_together_exactly(pg_url: str) -> N
         b.close()
 
 
+def test_a_group_commit_that_fails_writes_none_of_it_and_leaves_the_store_working(
+        pg_url: str) -> None:
+    """A group whose insert fails (here a call row put in the way behind the store's
+    back) fails every reservation in it with nothing of it written, and the connection is
+    given back clean: the next reservation succeeds."""
+    a = PostgresStore(pg_url)
+    try:
+        create(a)
+        scope = [Scope(jtis=None, max_calls=100, max_usd=None, name="order")]
+        assert reserved(reserve(a, scopes=scope)).ref == "srv/read#1"
+        with psycopg.connect(pg_url, autocommit=True) as conn:  # call 3's number, taken
+            conn.execute("INSERT INTO calls (order_id, n, attempt, counted, usd, started, doc)"
+                         " SELECT order_id, 3, attempt, false, 0, started, doc FROM calls"
+                         " WHERE order_id = 'o1' AND n = 1")
+        results: list[Reservation | BaseException] = []
+        guard = threading.Lock()
+
+        def run() -> None:
+            try:
+                got: Reservation | BaseException = reserve(a, scopes=scope)
+            except psycopg.IntegrityError as exc:  # a damaged store's own error, as it was
+                got = exc
+            with guard:
+                results.append(got)
+
+        before = a.reservation_batches
+        in_one_group(pg_url, threading.Thread(target=run),
+                     [threading.Thread(target=run) for _ in range(4)])
+        assert a.reservation_batches == before  # the group did not commit
+        assert len(results) == 5
+        assert sum(isinstance(r, Reserved) for r in results) == 1  # the first, alone
+        assert all(isinstance(r, psycopg.IntegrityError) for r in results
+                   if not isinstance(r, Reserved))
+        assert _rows(pg_url, "SELECT n FROM calls WHERE order_id = 'o1' ORDER BY n") == [
+            (1,), (2,), (3,)]  # the group's call 4 and on: none written
+        assert _rows(pg_url, "SELECT last_n, calls FROM orders WHERE id = 'o1'") == [(2, 2)]
+        with psycopg.connect(pg_url, autocommit=True) as conn:  # out of the way again
+            conn.execute("DELETE FROM calls WHERE order_id = 'o1' AND n = 3")
+        for _ in range(a._pool_size + 1):  # every pooled connection: none left in a failed
+            assert isinstance(reserve(a, scopes=scope), Reserved)  # transaction
+        assert [c.ref for c in a.calls("o1")] == [f"srv/read#{n}" for n in range(1, 12)]
+    finally:
+        a.close()
+
+
 # Webhooks and the outbox across hosts -------------------------------------------------------
 
 @contextmanager
@@ -742,20 +788,11 @@ def test_a_nul_in_a_call_is_refused_alone_and_one_in_a_result_is_kept_as_ufffd(
             except AWLError as exc:
                 results[name] = exc
 
-        with psycopg.connect(pg_url) as holder:
-            holder.execute("SELECT 1 FROM orders WHERE id = 'o1' FOR UPDATE")
-            first = threading.Thread(target=run, args=("first", {"x": 1}))
-            first.start()
-            time.sleep(0.3)  # the first waits for the row; the rest join one group
-            rest = [threading.Thread(target=run, args=(f"ok{i}", {"x": "fine\\u0000"}))
-                    for i in range(3)]
-            rest.append(threading.Thread(target=run, args=("nul", {"x": "a\u0000b"})))
-            for t in rest:
-                t.start()
-            time.sleep(0.5)
-            holder.rollback()
-        for t in [first, *rest]:
-            t.join(30)
+        rest = [threading.Thread(target=run, args=(f"ok{i}", {"x": "fine\\u0000"}))
+                for i in range(3)]
+        rest.append(threading.Thread(target=run, args=("nul", {"x": "a\u0000b"})))
+        # the first waits for the row; the rest join one group
+        in_one_group(pg_url, threading.Thread(target=run, args=("first", {"x": 1})), rest)
         nul = results.pop("nul")
         assert isinstance(nul, AWLError) and nul.code == "BAD_REQUEST"
         assert "U+0000 (NUL)" in nul.message and "nothing was recorded or sent" in nul.message

@@ -26,6 +26,7 @@ __all__ = [
     "STORE_HELP",
     "CLIError",
     "acting",
+    "add_json_option",
     "add_store_option",
     "check_address",
     "check_seconds",
@@ -49,6 +50,13 @@ _HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_.])?")
 STORE_HELP = ("the desk's store: a SQLite file, sqlite:///PATH, memory: or "
               "postgresql://USER@HOST/DB (default: $AWL_STORE, else desk.sqlite3 in the home)")
 """The help of ``--store``, which every command that opens a desk takes."""
+
+
+def add_json_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+                    what: str = "print the output") -> None:
+    """``--json``, worded alike on every command: ``what`` says what is printed (``"print
+    one array of results"``), and the help ends "as JSON instead of text"."""
+    parser.add_argument("--json", action="store_true", help=f"{what} as JSON instead of text")
 
 
 def add_store_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

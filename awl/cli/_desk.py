@@ -26,6 +26,7 @@ from awl.cli._common import (
     ACTOR_ENV,
     CLIError,
     acting,
+    add_json_option,
     add_store_option,
     named_actor,
     naming_the_desk,
@@ -92,7 +93,7 @@ def _common(parser: argparse.ArgumentParser, *, writes: bool) -> None:
     parser.add_argument("--home", metavar="DIR",
                         help="the desk's home (default: $AWL_HOME, else ./.awl)")
     add_store_option(parser)
-    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+    add_json_option(parser)
     what = ("required: who is acting" if writes else
             "whose view: only what that principal may see")
     parser.add_argument("--as", dest="actor", metavar="PRINCIPAL",
@@ -162,7 +163,9 @@ def register(subparsers: Any) -> None:
     _common(create, writes=True)
     create.set_defaults(func=_create)
 
-    listing = sub.add_parser("list", help="list orders, newest first")
+    listing = sub.add_parser("list", help="list orders, newest first",
+        description="Print the desk's orders, newest first, one line each: id, state, worker, "
+                    "goal. With --as, only the orders that principal may see.")
     listing.add_argument("--state", action="append", choices=_STATES,
                          help="only this state (repeat for several)")
     listing.add_argument("--worker", metavar="W", help="only orders to this worker")
@@ -173,7 +176,9 @@ def register(subparsers: Any) -> None:
     _common(listing, writes=False)
     listing.set_defaults(func=_list)
 
-    show = sub.add_parser("show", help="show an order with its reports, reviews and events")
+    show = sub.add_parser("show", help="show an order with its reports, reviews and events",
+        description="Print an order whole: its goal, criteria, budget and spend, every report "
+                    "and review, what the latest approval covers, and its event log.")
     show.add_argument("order_id", metavar="ID")
     _common(show, writes=False)
     show.set_defaults(func=_show)
@@ -206,7 +211,10 @@ def register(subparsers: Any) -> None:
     _common(questions, writes=False)
     questions.set_defaults(func=_questions)
 
-    review = subparsers.add_parser("review", help="approve a submitted report or send it back")
+    review = subparsers.add_parser("review", help="approve a submitted report or send it back",
+        description="Approve the submitted report of an order (all its effects, or only those "
+                    "named with --effects), or send it back with --rework REASON, which drops "
+                    "the attempt's held calls. Only the order's manager may.")
     review.add_argument("order_id", metavar="ID")
     decision = review.add_mutually_exclusive_group(required=True)
     decision.add_argument("--approve", action="store_true", help="approve the report")
@@ -220,26 +228,34 @@ def register(subparsers: Any) -> None:
     _common(review, writes=True)
     review.set_defaults(func=_review)
 
-    answer = subparsers.add_parser("answer", help="answer a blocked order's questions")
+    answer = subparsers.add_parser("answer", help="answer a blocked order's questions",
+        description="Answer the questions of a blocked order; the worker goes on from there. "
+                    "Only the order's manager (or its escalate_to) may.")
     answer.add_argument("order_id", metavar="ID")
     answer.add_argument("text", metavar="TEXT", help="the answer")
     _common(answer, writes=True)
     answer.set_defaults(func=_write, verb="answered",
                         op=lambda desk, a, actor: desk.answer(a.order_id, actor, a.text))
 
-    cancel = subparsers.add_parser("cancel", help="cancel an active order")
+    cancel = subparsers.add_parser("cancel", help="cancel an active order",
+        description="Cancel an order that has not ended, with a reason kept in its log. Its "
+                    "held calls are never sent.")
     cancel.add_argument("order_id", metavar="ID")
     cancel.add_argument("reason", metavar="REASON", help="why")
     _common(cancel, writes=True)
     cancel.set_defaults(func=_write, verb="cancelled",
                         op=lambda desk, a, actor: desk.cancel(a.order_id, actor, a.reason))
 
-    track = subparsers.add_parser("track", help="a worker's track record")
+    track = subparsers.add_parser("track", help="a worker's track record",
+        description="Print a worker's track record: orders approved the first time, after "
+                    "rework, failed or expired; spend against budget; time to approval.")
     track.add_argument("worker", metavar="WORKER")
     _common(track, writes=False)
     track.set_defaults(func=_track)
 
-    handoff = subparsers.add_parser("handoff", help="a Markdown briefing for whoever continues")
+    handoff = subparsers.add_parser("handoff", help="a Markdown briefing for whoever continues",
+        description="Print a Markdown briefing of an order for whoever continues it: goal, "
+                    "what was done, decisions, open questions and next steps.")
     handoff.add_argument("order_id", metavar="ID")
     _common(handoff, writes=False)
     handoff.set_defaults(func=_handoff)
@@ -252,33 +268,42 @@ def _register_checks(subparsers: Any) -> None:
     group = subparsers.add_parser("checks", help="run an order's criteria checks again",
                                   description="The checks a manager wrote into the criteria.")
     run = group.add_subparsers(dest="checks_command", metavar="COMMAND", required=True) \
-        .add_parser("run", help="re-run an order's checks in its workspace (manager)")
+        .add_parser("run", help="re-run an order's checks in its workspace (manager)",
+            description="Run the checks written into an order's criteria again, in its "
+                        "workspace and in the sandbox, and print each one's result. Only the "
+                        "order's manager may.")
     run.add_argument("order_id", metavar="ID")
     _common(run, writes=True)
     run.set_defaults(func=_checks_run)
 
 
 def _register_work(subparsers: Any) -> None:
-    work = subparsers.add_parser("work", help="the worker's side: accept, start, report ...",
+    work = subparsers.add_parser("work",
+                                 help="the worker's side: accept, start, decline, progress, report",
                                  description="Worker operations, for scripts and tests.")
     sub = work.add_subparsers(dest="work_command", metavar="COMMAND", required=True)
-    accept = sub.add_parser("accept", help="take an offered order")
+    accept = sub.add_parser("accept", help="take an offered order",
+        description="Accept an order offered to you (its worker).")
     accept.add_argument("order_id", metavar="ID")
     _common(accept, writes=True)
     accept.set_defaults(func=_write, verb="accepted",
                         op=lambda desk, a, actor: desk.accept(a.order_id, actor))
-    start = sub.add_parser("start", help="start an accepted order")
+    start = sub.add_parser("start", help="start an accepted order",
+        description="Start work on an order you accepted; its tools are usable from then on.")
     start.add_argument("order_id", metavar="ID")
     _common(start, writes=True)
     start.set_defaults(func=_write, verb="started",
                        op=lambda desk, a, actor: desk.start(a.order_id, actor))
-    decline = sub.add_parser("decline", help="turn an offered order down")
+    decline = sub.add_parser("decline", help="turn an offered order down",
+        description="Turn down an order offered to you, with a reason kept in its log.")
     decline.add_argument("order_id", metavar="ID")
     decline.add_argument("reason", metavar="REASON", nargs="?", help="why (optional)")
     _common(decline, writes=True)
     decline.set_defaults(func=_write, verb="declined",
                          op=lambda desk, a, actor: desk.decline(a.order_id, actor, a.reason))
-    progress = sub.add_parser("progress", help="post a progress note")
+    progress = sub.add_parser("progress", help="post a progress note",
+        description="Post a progress note on an order you are working; it is kept in the "
+                    "order's log.")
     progress.add_argument("order_id", metavar="ID")
     progress.add_argument("note", metavar="NOTE")
     # Parsed by _percent, not argparse, so a bad value is one line rather than usage text.

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from awl.cli._common import acting, add_store_option, naming_the_desk
+from awl.cli._common import acting, add_json_option, add_store_option, naming_the_desk
 from awl.cli._gateway import send_once
 from awl.desk import Desk
 from awl.desk.effects import EffectView, list_effects
@@ -30,7 +30,7 @@ def register(subparsers: Any) -> None:
         description="The held calls of an order and what became of them after approval. "
                     "An effect whose outcome is unknown is never sent again until its "
                     "manager settles it.")
-    sub = group.add_subparsers(dest="effects_command", metavar="SUBCOMMAND", required=True)
+    sub = group.add_subparsers(dest="effects_command", metavar="COMMAND", required=True)
 
     listing = sub.add_parser("list", help="show every held call with its state",
                              description="Show every held call of the order: state, tool, "
@@ -82,7 +82,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--home", metavar="DIR",
                         help="the desk's home (default: $AWL_HOME, else ./.awl)")
     add_store_option(parser)
-    parser.add_argument("--json", action="store_true", help="print JSON")
+    add_json_option(parser)
 
 
 def _sends(dispatches: int) -> str:

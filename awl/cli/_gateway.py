@@ -18,6 +18,7 @@ import anyio
 
 from awl.cli._common import (
     CLIError,
+    add_json_option,
     add_store_option,
     check_address,
     check_seconds,
@@ -62,7 +63,7 @@ def register(subparsers: Any) -> None:
                         help="run the approved report's effects once each, then exit: 0 when "
                              "all committed, 1 when one did not, 3 when another live "
                              "committer holds the order's lock (nothing was sent)")
-    commit.add_argument("--json", action="store_true", help="with --commit, print JSON")
+    add_json_option(commit, "with --commit, print the commit's outcome")
     commit.add_argument("--timeout", type=float, metavar="SECONDS",
                         help="with --commit, seconds each effect may take")
     commit.add_argument("--lock-wait", type=float, default=0.0, metavar="SECONDS",

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any
 
-from awl.cli._common import CLIError, add_store_option, check_seconds
+from awl.cli._common import CLIError, add_json_option, add_store_option, check_seconds
 from awl.desk.desk import Desk
 from awl.desk.home import default_store
 from awl.desk.notify import (
@@ -43,7 +43,7 @@ def register(subparsers: Any) -> None:
                     "desk's outbox with the change that causes it and POSTed, signed per "
                     "Standard Webhooks, by `awl notify run` (or by `awl web` / `awl serve` "
                     "while they run), retried until delivered or given up.")
-    sub = group.add_subparsers(dest="notify_command", metavar="SUBCOMMAND", required=True)
+    sub = group.add_subparsers(dest="notify_command", metavar="COMMAND", required=True)
 
     add = sub.add_parser("add", help="subscribe a URL to events; prints its secret once",
                          description="Subscribe URL to events. Prints the subscription's "
@@ -57,18 +57,25 @@ def register(subparsers: Any) -> None:
                      help="comma-separated order ids (default: every order)")
     add.set_defaults(func=_add)
 
-    listing = sub.add_parser("list", help="show the subscriptions (never their secrets)")
+    listing = sub.add_parser("list", help="show the subscriptions (never their secrets)",
+        description="List the webhook subscriptions: id, URL, events and orders. Their "
+                    "secrets are never shown.")
     listing.set_defaults(func=_list)
 
     remove = sub.add_parser("remove", help="remove a subscription; its pending notifications "
-                                           "are never sent")
+                                           "are never sent",
+        description="Remove a webhook subscription. Its notifications not yet delivered are "
+                    "never sent.")
     remove.add_argument("id", metavar="ID")
     remove.set_defaults(func=_remove)
 
-    log = sub.add_parser("log", help="show notifications, newest first, with every attempt")
+    log = sub.add_parser("log", help="show notifications, newest first, with every attempt",
+        description="Show the notifications, newest first, each with every delivery attempt "
+                    "and its answer.")
     log.add_argument("--order", metavar="ID", help="only this order's")
     log.add_argument("--webhook", metavar="ID", help="only this subscription's")
-    log.add_argument("--state", choices=("pending", "delivered", "dead"))
+    log.add_argument("--state", choices=("pending", "delivered", "dead"),
+                     help="only notifications in this state")
     log.add_argument("--limit", type=int, default=50, metavar="N", help="at most N (50)")
     log.set_defaults(func=_log)
 
@@ -92,7 +99,7 @@ def register(subparsers: Any) -> None:
                              help="the desk's home folder (default: $AWL_HOME, else ./.awl)")
         add_store_option(command)
         if command is not run:
-            command.add_argument("--json", action="store_true", help="print JSON")
+            add_json_option(command)
 
 
 def deliverer_options(parser: argparse.ArgumentParser, *, switch: bool = True) -> None:

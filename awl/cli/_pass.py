@@ -14,7 +14,7 @@ from typing import Any
 
 # Keys and issuing (PyJWT, cryptography) load when a command uses them: through the package.
 from awl import passes
-from awl.cli._common import CLIError, add_store_option, stdin_text
+from awl.cli._common import CLIError, add_json_option, add_store_option, stdin_text
 from awl.desk import Desk
 from awl.desk.home import default_store, home_dir
 from awl.documents.errors import AWLError, BadRequest, NotFound, PassError
@@ -40,7 +40,7 @@ def register(subparsers: Any) -> None:
         "pass", help="issue, show and revoke Delegation Passes",
         description="Delegation Passes: signed grants that only narrow. A worker's pass comes "
                     "from an order; a sub-agent's pass from a parent pass.")
-    sub = group.add_subparsers(dest="pass_command", metavar="SUBCOMMAND", required=True)
+    sub = group.add_subparsers(dest="pass_command", metavar="COMMAND", required=True)
 
     issue = sub.add_parser(
         "issue", help="issue a pass and print the token",
@@ -84,11 +84,15 @@ def register(subparsers: Any) -> None:
     _common(rev, desk=True)
     rev.set_defaults(func=_revoke)
 
-    jwks = sub.add_parser("jwks", help="print the public key set (JWKS) verifiers need")
+    jwks = sub.add_parser("jwks", help="print the public key set (JWKS) verifiers need",
+        description="Print the desk's public signing keys as a JSON Web Key Set, for gateways "
+                    "that verify passes on other hosts.")
     _common(jwks)
     jwks.set_defaults(func=_jwks)
 
-    rotate = sub.add_parser("rotate", help="make a new signing key; old passes stay valid")
+    rotate = sub.add_parser("rotate", help="make a new signing key; old passes stay valid",
+        description="Make a new signing key and sign new passes with it. Passes signed with "
+                    "older keys stay valid until they expire or their key is retired.")
     _common(rotate, desk=True)
     rotate.set_defaults(func=_rotate)
 
@@ -110,7 +114,7 @@ def _common(parser: argparse.ArgumentParser, *, desk: bool = False) -> None:
                         "else ./.awl)")
     if desk:
         add_store_option(parser)
-    parser.add_argument("--json", action="store_true", help="print JSON")
+    add_json_option(parser)
 
 
 def _fail(message: str) -> Exception:

@@ -15,7 +15,14 @@ from typing import Any
 import anyio
 
 from awl import passes
-from awl.cli._common import CLIError, add_store_option, check_address, named_actor, stdin_text
+from awl.cli._common import (
+    CLIError,
+    add_json_option,
+    add_store_option,
+    check_address,
+    named_actor,
+    stdin_text,
+)
 from awl.cli._notify import check_deliverer_options, deliverer_options, start_deliverer
 from awl.desk import AsyncDesk
 from awl.desk.home import default_store, home_dir
@@ -51,13 +58,20 @@ def register(subparsers: Any) -> None:
         "token", help="desk access tokens for `awl serve --http`",
         description="Desk access tokens. The desk keeps only a token's hash: the token is "
                     "shown once, when it is issued.")
-    sub = token.add_subparsers(dest="token_command", metavar="SUBCOMMAND", required=True)
-    issue = sub.add_parser("issue", help="issue a new token for a principal and print it once")
+    sub = token.add_subparsers(dest="token_command", metavar="COMMAND", required=True)
+    issue = sub.add_parser("issue", help="issue a new token for a principal and print it once",
+        description="Issue a desk token for a principal and print it once; the desk keeps "
+                    "only its hash. Send it as a Bearer token to `awl serve --http` or sign "
+                    "in to `awl web` with it.")
     issue.add_argument("principal", metavar="PRINCIPAL", help="who the token acts as")
     listing = sub.add_parser("list", help="list the desk's tokens (id, principal, issued; "
-                                          "never the tokens)")
+                                          "never the tokens)",
+        description="List the desk's tokens: id, principal and issue time. The tokens "
+                    "themselves are never shown.")
     revoke = sub.add_parser("revoke", help="revoke tokens: by id, by the token itself, or all "
-                                           "of a principal's")
+                                           "of a principal's",
+        description="Revoke desk tokens, by id, by the token itself, or every token of a "
+                    "principal. A revoked token is refused from its next request.")
     which = revoke.add_mutually_exclusive_group(required=True)
     which.add_argument("id", nargs="?", metavar="ID",
                        help="the token's id from `awl token list` (6 or more of its digits)")
@@ -71,7 +85,7 @@ def register(subparsers: Any) -> None:
         command.add_argument("--home", metavar="DIR",
                              help="the desk's home folder (default: $AWL_HOME, else ./.awl)")
         add_store_option(command)
-        command.add_argument("--json", action="store_true", help="print JSON")
+        add_json_option(command)
         command.set_defaults(func=func)
 
 

@@ -12,6 +12,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from awl.cli._common import add_json_option
 from awl.store.copy import copy_store
 from awl.store.urls import USAGE, open_store, shown_url
 
@@ -22,7 +23,7 @@ def register(subparsers: Any) -> None:
         "store", help="copy a whole desk from one store to another",
         description="Work on a desk's store as a whole. A store is named by a URL: "
                     f"{USAGE}.")
-    sub = group.add_subparsers(dest="store_command", metavar="SUBCOMMAND", required=True)
+    sub = group.add_subparsers(dest="store_command", metavar="COMMAND", required=True)
     copy = sub.add_parser(
         "copy", help="copy every order, log, call, effect, pass, revocation, token and webhook",
         description="Copy a whole desk into an empty store, then read both back and compare "
@@ -35,7 +36,7 @@ def register(subparsers: Any) -> None:
                       help="the store to copy (it must exist)")
     copy.add_argument("--to", dest="target", required=True, metavar="URL",
                       help="the empty store to copy into (a new SQLite file is created)")
-    copy.add_argument("--json", action="store_true", help="print JSON")
+    add_json_option(copy)
     copy.set_defaults(func=_copy)
 
 

@@ -9,7 +9,7 @@ import re
 import sys
 from typing import Any, cast
 
-from awl.cli._common import CLIError, read_document
+from awl.cli._common import CLIError, add_json_option, read_document
 from awl.documents.checks import DocType, check
 from awl.documents.errors import AWLError
 from awl.documents.findings import Finding
@@ -35,7 +35,7 @@ def register(subparsers: Any) -> None:
     validate.add_argument("--sub-reports", metavar="REPORTS.json",
                           help="a JSON array of the latest report of each direct sub-order of "
                                "the order (report rule RX6)")
-    validate.add_argument("--json", action="store_true", help="print one JSON array of results")
+    add_json_option(validate, "print one array of results")
     validate.set_defaults(func=_validate)
 
     conformance = subparsers.add_parser(
@@ -44,7 +44,7 @@ def register(subparsers: Any) -> None:
                     "`N passed, N failed`. Exit 1 when any case fails.")
     conformance.add_argument("path", nargs="?", metavar="DIR",
                              help="a conformance folder or case file (default: the shipped one)")
-    conformance.add_argument("--json", action="store_true", help="print the results as JSON")
+    add_json_option(conformance, "print the results")
     conformance.add_argument("-v", "--verbose", action="store_true",
                              help="also list the tests that passed")
     conformance.set_defaults(func=_conformance)

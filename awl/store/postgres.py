@@ -72,6 +72,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool.pool import AddConnection, MaintenanceTask
 
 from awl.documents.errors import BadRequest, Conflict, StoreUnavailable, debugging
 from awl.documents.lifecycle import ACTIVE
@@ -364,6 +365,9 @@ CONNECT_TIMEOUT = 10
 """Seconds to wait for the server when connecting (at most the store's timeout)."""
 
 
+
+RETRY_EVERY = 2.0
+"""The longest a pool that cannot connect waits before it tries again, in seconds."""
 
 _TAKEOVER_WAIT = 5.0
 """Seconds a takeover waits for the old holder's lock connection to end."""
@@ -857,6 +861,13 @@ class _Pool(ConnectionPool[psycopg.Connection[Any]]):
                 self.trying -= 1
         self.refused = None
         return conn
+
+    def schedule_task(self, task: MaintenanceTask, delay: float) -> None:
+        # The pool tries again after 1, 2, 4, ... s: after an outage of half a minute, calls
+        # would fail that long again once the server is back. Every RETRY_EVERY at most.
+        if isinstance(task, AddConnection):
+            delay = min(delay, RETRY_EVERY)
+        super().schedule_task(task, delay)
 
 
 def _set_waits(conn: psycopg.Connection[Any], ms: int) -> None:

@@ -212,3 +212,37 @@ def test_a_server_shutting_down_says_to_retry_once_it_is_up(tmp_path: Path,
     assert "is restarting or shutting down (the database system is shutting down)" in \
         done.stderr and "retry once it is up" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.spec("BIND-16")
+async def test_calls_go_through_again_within_seconds_of_the_server_coming_back(
+        tmp_path: Path, server: Server) -> None:
+    """The server is away for 20 s, calls failing meanwhile: once it is back, a call goes
+    through within a few seconds (the pool tries again every 2 s at most, where its own
+    backoff, 1, 2, 4, 8, 16 s, would have kept the next try up to 16 s away)."""
+    store = PostgresStore(server.url, timeout=4)
+    log = tmp_path / "receiver.jsonl"
+    env = make_env(tmp_path, store=store, servers={"receiver": server_entry(
+        "receiver", env={"RECEIVER_LOG": str(log)})}, tools=["receiver/*"], staged=[])
+    try:
+        with anyio.fail_after(120):
+            async with connect(env) as (_gw, client):
+                await anyio.to_thread.run_sync(server.crash)
+                away = time.monotonic()
+                while time.monotonic() - away < 20:  # the pool's tries back off meanwhile
+                    with pytest.raises(MCPError):
+                        await client.call_tool("receiver__deliver", {"to": "lost"})
+                await anyio.to_thread.run_sync(server.start)
+                back = time.monotonic()
+                while True:
+                    try:
+                        answer = await client.call_tool("receiver__deliver", {"to": "ops"})
+                        break
+                    except MCPError:
+                        assert time.monotonic() - back < 30, "never came back"
+                took = time.monotonic() - back
+    finally:
+        store.close()
+    assert not answer.is_error, answer
+    assert took < 5, f"the first call after the server came back went through {took:.1f} s on"
+    assert _delivered(log) == ["receiver/deliver#1"]

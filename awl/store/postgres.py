@@ -1930,6 +1930,18 @@ _RETRIED = ("error connecting in", "reconnection attempt in pool", "discarding b
 logging.getLogger("psycopg.pool").addFilter(_ClosedHere())
 
 
+class _LostMidway(logging.Filter):
+    """Drops psycopg's warning that the rollback of a transaction whose connection was
+    lost failed too (two lines, beside the operation's own one-line error, which says what
+    happened); ``AWL_DEBUG=1`` lets it through."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return debugging() or not str(record.msg).startswith("error ignored in rollback")
+
+
+logging.getLogger("psycopg").addFilter(_LostMidway())
+
+
 def _still_open(conn: psycopg.Connection[Any]) -> bool:
     """Whether a pooled connection, idle until now, was not ended by the server.
 

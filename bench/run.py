@@ -4,7 +4,8 @@
 Each benchmark module has ``main(argv) -> int`` and prints its own table with medians and
 ratios; this runner only sequences them and notes the machine they ran on. ``--store``
 and ``--postgres-url`` (see :mod:`bench.stores`) go to the benchmarks that use a store;
-``--repeat R`` to the gateway's, which then measures R fresh runs and reports their medians
+``--repeat R`` to the gateway's and the scale one's, which then measure R fresh runs and
+report their medians
 (the others take medians of their own repeated reads or spawns in every run).
 """
 
@@ -20,10 +21,10 @@ import time
 from bench.stores import Stores, add_options, pass_through
 
 BENCHMARKS = ("validation", "desk", "gateway", "startup", "memory", "telemetry", "commit",
-              "notify", "copy", "connect", "check")
-WITH_STORES = ("desk", "gateway", "commit", "copy")
+              "notify", "copy", "connect", "check", "scale")
+WITH_STORES = ("desk", "gateway", "commit", "copy", "scale")
 """The benchmarks that take ``--store``."""
-WITH_REPEAT = ("gateway",)
+WITH_REPEAT = ("gateway", "scale")
 """The benchmarks that take ``--repeat``."""
 
 

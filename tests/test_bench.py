@@ -210,6 +210,7 @@ def test_the_runner_passes_the_stores_to_the_benchmarks_that_use_one() -> None:
     assert arguments("telemetry", args) == ["--quick"]
     args.repeat = 3
     assert arguments("gateway", args) == ["--quick", *store, "--repeat", "3"]
+    assert arguments("scale", args) == ["--quick", *store, "--repeat", "3"]
     assert arguments("desk", args) == ["--quick", *store]
 
 

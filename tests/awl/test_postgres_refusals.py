@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SECRET = "role-secret-8c1f"
 """The password of the test's roles: never on the screen."""
 
-pytestmark = pytest.mark.spec("BIND-16")
+pytestmark = [pytest.mark.spec("BIND-16"), pytest.mark.slow]  # the awl command as a process
 
 
 def _awl(tmp_path: Path, store: str, *args: str, debug: bool = False,

@@ -15,6 +15,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
+pytestmark = pytest.mark.slow  # the awl command as a process
+
 
 def _awl(tmp_path: Path, *args: str, **settings: str) -> subprocess.CompletedProcess[str]:
     env = {key: value for key, value in os.environ.items()

@@ -74,7 +74,7 @@ PLANS: dict[str, list[Block]] = {
 OTHERS = {
     "benchmarks.md": "the benchmark history: figures as measured, no code blocks",
     "call-cost.md": "the cost of a call: figures as measured, no code blocks",
-    "upgrading.md": "the upgrade notes (issue 49 item 2), tested with the upgrade itself",
+    "upgrading.md": "the upgrade notes: tests/awl/test_upgrading.py runs their blocks",
 }
 
 

@@ -78,17 +78,28 @@ def cited_ids() -> set[str]:
 
 
 def _blocks(text: str) -> Iterator[str]:
-    """Paragraphs and list items of SPEC.md after its conventions, code and tables left out."""
+    """Paragraphs and list items of SPEC.md after its conventions, code and tables left out.
+    Indented text after a blank line (the parts of a requirement listed under its id, one
+    MUST each) belongs to the block above it, as it does in Markdown."""
     body = text.split("\n## 2.", 1)[1]
     block: list[str] = []
+    blank = False
     for line in [*body.splitlines(), ""]:
         starts_item = re.match(r"^(?:[-*] |[0-9]+\. )", line) is not None
-        if not line.strip() or line.startswith(("#", "|", "```")) or starts_item:
+        if not line.strip():
+            blank = True
+            continue
+        special = line.startswith(("#", "|", "```"))
+        continues = not blank or (line.startswith(" ") and bool(block))
+        blank = False
+        if special or starts_item or not continues:
             if block:
                 yield " ".join(block)
-            block = [line] if starts_item else []
+            block = [] if special else [line if starts_item else line.strip()]
         else:
             block.append(line.strip())
+    if block:
+        yield " ".join(block)
 
 
 def test_spec_ids_are_unique() -> None:

@@ -18,7 +18,7 @@ from typing import Any, Protocol, get_args
 import anyio.to_thread
 import mcp_types as types
 
-from awl.desk import Desk, settle_stale_calls
+from awl.desk import Desk
 from awl.documents import (
     INT64_MAX,
     AWLError,
@@ -240,7 +240,7 @@ class WorkerTools:
         view = gw.desk.get(gw.order_id)
         usage = gw.store.usage(gw.order_id)
         review = view.latest_review
-        calls = gw.store.calls(gw.order_id, attempt=view.attempt)
+        calls = gw.desk.calls(gw.order_id, attempt=view.attempt)
         data = {
             "order": view.order.to_json(),
             "state": view.state,
@@ -278,8 +278,7 @@ class WorkerTools:
             raise BadRequest(f"outcome must be one of {', '.join(_OUTCOMES)}")
         current = gw.desk.get(gw.order_id).attempt
         # Calls a gateway left pending (it died) are read as may-have-run (GW-7).
-        recorded = settle_stale_calls(gw.store, gw.store.calls(gw.order_id, attempt=attempt),
-                                      now=gw.desk.now())
+        recorded = gw.desk.calls(gw.order_id, attempt=attempt)
         found = [c for c in recorded
                  if (tool is None or c.tool == tool)
                  and (outcome is None or c.outcome == outcome)]
@@ -300,7 +299,7 @@ class WorkerTools:
     def _list_held(self, arguments: dict[str, Any], actor: str) -> types.CallToolResult:
         gw = self.gateway
         view = gw.desk.get(gw.order_id)
-        calls = [c for c in gw.store.calls(gw.order_id, attempt=view.attempt)
+        calls = [c for c in gw.desk.calls(gw.order_id, attempt=view.attempt)
                  if c.outcome == "held"]
         held = listable_effects(view.order, calls)
         lines = [f"{h['ref']}" for h in held] or ["no held calls to list in this attempt"]

@@ -117,6 +117,7 @@ class AsyncDesk:
     get = _InThread(Desk.get)
     list = _InThread(Desk.list)
     events = _InThread(Desk.events)
+    calls = _InThread(Desk.calls)
     questions = _InThread(Desk.questions)
     track = _InThread(Desk.track, wakes=False)
     handoff = _InThread(Desk.handoff)

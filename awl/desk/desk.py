@@ -54,7 +54,6 @@ from awl.desk.lineage import (
 from awl.desk.notify import add_webhook as subscribe
 from awl.desk.notify import remove_webhook as unsubscribe
 from awl.desk.notify import webhook_store
-from awl.desk.pending import settle_stale_calls
 from awl.desk.views import OrderView
 from awl.desk.waiting import DeskWaiting
 from awl.documents.checks import (
@@ -439,7 +438,7 @@ class Desk(DeskWaiting):
             raise BadRequest("a report is a JSON object")  # pragma: no cover - R1 said so
         runs = self._checks_on_done(order_id, actor, doc)
         # Calls a gateway left pending are read as may-have-run first (GW-7).
-        settle_stale_calls(self.store, self.store.calls(order_id), now=self.now())
+        self.calls(order_id)
 
         def plan(record: OrderRecord, now: datetime) -> Write:
             order = record.order

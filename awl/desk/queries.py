@@ -14,6 +14,7 @@ from awl.desk.briefing import briefing
 from awl.desk.core import DeskCore
 from awl.desk.criteria import latest_checks
 from awl.desk.lineage import ancestors
+from awl.desk.pending import settle_stale_calls
 from awl.desk.track import TrackRecord, track_record
 from awl.desk.views import OrderView, Question, QuestionPage
 from awl.documents.errors import BadRequest
@@ -25,7 +26,7 @@ from awl.documents.limits import (
     check_integer,
     show_value,
 )
-from awl.documents.models import Event, parse_time, stored_time
+from awl.documents.models import CallRecord, Event, parse_time, stored_time
 from awl.store.protocol import QueueKey
 from awl.store.queue import queue_key, queue_time
 
@@ -94,6 +95,13 @@ class DeskQueries(DeskCore):
         if record.state in TERMINAL:  # one it just expired was tidied then
             self._mend(record)
         return view
+
+    def calls(self, order_id: str, *, attempt: int | None = None) -> builtins.list[CallRecord]:
+        """The order's recorded calls (of one attempt when given), oldest first, each call a
+        gateway left ``pending`` past the bound recorded as may-have-run first (GW-7,
+        :mod:`awl.desk.pending`): every door that shows calls reads them here."""
+        return settle_stale_calls(self.store, self.store.calls(order_id, attempt=attempt),
+                                  now=self.now())
 
     def list(self, *, state: str | Sequence[str] | None = None, worker: str | None = None,
              manager: str | None = None, parent_id: str | None = None,

@@ -243,7 +243,7 @@ def draft_report(desk: Desk, order_id: str, *, started_at: str | None = None) ->
         NotFound: no such order.
     """
     view = desk.get(order_id)
-    calls = tuple(desk.store.calls(order_id, attempt=view.attempt))
+    calls = tuple(desk.calls(order_id, attempt=view.attempt))
     usage = desk.store.usage(order_id)
     return ReportDraft(order_id=order_id, attempt=view.attempt, calls=calls,
                        tools_used=tools_used(calls),

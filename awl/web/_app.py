@@ -431,7 +431,7 @@ class ApprovalPage:
         view = desk.get(order_id)
         check_party(view.order, me)
         order = view.order
-        calls = store.calls(order_id)
+        calls = desk.calls(order_id)
         effects = list_effects(order_id, store=store)
         report = view.latest_report
         findings = []
@@ -518,6 +518,7 @@ class ApprovalPage:
     def _call_data(self, order_id: str, ref: str, me: str) -> dict[str, Any]:
         view = self.desk.desk.get(order_id)
         check_party(view.order, me)
+        self.desk.desk.calls(order_id)  # one a gateway left pending reads as may-have-run
         return {"view": view, "call": find_call(self.store, order_id, ref)}
 
     async def track(self, request: Request, session: Session) -> Response:

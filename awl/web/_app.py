@@ -75,7 +75,8 @@ _HERE = Path(__file__).parent
 _STATIC = {"live.js": "text/javascript", "approve.js": "text/javascript",
            "page.css": "text/css"}
 _SOON = timedelta(hours=24)
-_STATUS = {"FORBIDDEN": 403, "NOT_FOUND": 404, "INVALID_TRANSITION": 409, "CONFLICT": 409}
+_STATUS = {"FORBIDDEN": 403, "NOT_FOUND": 404, "INVALID_TRANSITION": 409, "CONFLICT": 409,
+           "STORE_UNAVAILABLE": 503}
 
 log = logging.getLogger("awl.web")
 
@@ -291,9 +292,14 @@ class ApprovalPage:
                 return await handler(request, session)
             except AWLError as exc:
                 back = _the(request, "id") if request.url.path.startswith(ORDER) else None
+                heading = None
+                if exc.code == "STORE_UNAVAILABLE":  # not the manager's doing: the operator's
+                    log.warning("awl web: %s %s: %s", request.method, request.url.path,
+                                exc.message)
+                    heading = "The desk cannot be reached"
                 return self._page("refused.html", session,
                                   _STATUS.get(exc.code, 400), message=exc.message,
-                                  order_id=back)
+                                  order_id=back, heading=heading)
         return run
 
     def _secure(self, request: Request) -> bool:

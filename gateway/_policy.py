@@ -42,8 +42,6 @@ REFUSAL_CODES = (
 )
 """Every code :func:`decide` can refuse with."""
 
-"""States in which the worker's tool calls run."""
-
 
 @dataclass(frozen=True, slots=True)
 class Decision:

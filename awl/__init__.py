@@ -136,7 +136,7 @@ def __dir__() -> list[str]:
     return lazy_exports(__name__, _HOMES)[1]()
 
 
-from awl._version import __version__  # noqa: E402  (after the lazy exports, as before)
+from awl._version import __version__  # noqa: E402  (light: no layer is loaded)
 
 __all__ = [
     "AWLError",

@@ -57,9 +57,9 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
-from awl._version import __version__
 from awl.desk import Desk, acting_as, ancestors, first_ended, staging_ancestor
 from awl.documents import (
+    RELEASE,
     AWLError,
     CallRecord,
     Conflict,
@@ -67,13 +67,14 @@ from awl.documents import (
     PassError,
     WorkOrder,
     check_json_value,
+    debugging,
     format_time,
     matches_any,
     parse_ref,
     parse_time,
+    print_debug,
     utc_now,
 )
-from awl.documents.errors import debugging, print_debug
 from awl.mcp import coded_error, identity_of
 from awl.passes import DEFAULT_AUDIENCE, VerifiedPass, pass_scopes, verify_pass
 from awl.store import OrderRecord, OverBudget, Scope, Store, stale_order
@@ -298,7 +299,7 @@ class Gateway:
             warnings.simplefilter("ignore", MCPDeprecationWarning)
             self.server: Server[Any] = _Server(
                 "awl-gateway",
-                version=__version__,
+                version=RELEASE,
                 title="AWL gateway",
                 instructions=None,
                 on_list_tools=self._on_list_tools,

@@ -39,14 +39,13 @@ from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, S
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.trace.span import TraceState
 
-from awl._version import __version__
-from awl.documents import CallRecord
+from awl.documents import RELEASE, CallRecord
 from awl.mcp import bound_meta, bound_tracestate
 from gateway._names import split_canonical
 from gateway._spans import CallSpan, EffectSpan, Signals, Telemetry, Watched
 
 SCOPE = "awl.gateway"
-VERSION = __version__
+VERSION = RELEASE
 SERVICE = "awl-gateway"
 """``service.name`` unless ``OTEL_SERVICE_NAME`` (or the resource attributes) say otherwise."""
 

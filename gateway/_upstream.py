@@ -69,8 +69,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from pydantic import TypeAdapter, ValidationError
 
-from awl._version import __version__
-from awl.documents import AWLError, NotFound, is_tool_name
+from awl.documents import RELEASE, AWLError, NotFound, is_tool_name
 from awl.mcp import bound_meta
 from gateway._config import GatewayConfig, HttpTransport, ServerConfig
 from gateway._results import bound_result
@@ -78,7 +77,7 @@ from gateway._stdio import StderrTail, stdio_transport
 
 logger = logging.getLogger("awl.gateway.upstream")
 
-CLIENT_INFO = types.Implementation(name="awl-gateway", version=__version__)
+CLIENT_INFO = types.Implementation(name="awl-gateway", version=RELEASE)
 """How the gateway introduces itself to upstream servers."""
 
 RESERVED_META_PREFIX = "io.modelcontextprotocol/"

@@ -19,6 +19,7 @@ The bounded validation loads the JSON Schema stack, so its names load on first u
 
 import typing
 
+from awl._version import __version__ as RELEASE
 from awl.documents.checks import json_equal
 from awl.documents.errors import (
     AWLError,
@@ -29,6 +30,8 @@ from awl.documents.errors import (
     NotFound,
     PassError,
     StoreUnavailable,
+    debugging,
+    print_debug,
 )
 from awl.documents.lazy import lazy_exports
 from awl.documents.lifecycle import TERMINAL, WORKING
@@ -80,6 +83,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {
 __all__ = [
     "INT64_MAX",
     "MAX_CONTENT_BLOCKS",
+    "RELEASE",
     "TERMINAL",
     "TOOL_NAME_RE",
     "WORKING",
@@ -104,6 +108,7 @@ __all__ = [
     "check_integer",
     "check_json_value",
     "covered_by_any",
+    "debugging",
     "escapes_nothing",
     "format_time",
     "is_finite_number",
@@ -116,6 +121,7 @@ __all__ = [
     "parse_ref",
     "parse_time",
     "pointer",
+    "print_debug",
     "read_regular_file",
     "resolve_pointer",
     "show_value",

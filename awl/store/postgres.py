@@ -116,9 +116,9 @@ from awl.store.rules import (
     stored_lock,
     timestamp,
 )
+from awl.store.settings import POOL_SIZE_ENV, TIMEOUT_ENV
 from awl.store.sql import QUEUE_COLUMNS, Connection, Dialect, SQLStore
 from awl.store.tally import filled, write_sql
-from awl.store.urls import POOL_SIZE_ENV, TIMEOUT_ENV
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 

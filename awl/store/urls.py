@@ -24,6 +24,11 @@ from urllib.parse import unquote, urlsplit
 from awl.documents.errors import BadRequest, StoreUnavailable
 from awl.store.memory import MemoryStore
 from awl.store.protocol import Store
+from awl.store.settings import (
+    POOL_SIZE_ENV,
+    TIMEOUT_ENV,
+    store_settings,
+)
 from awl.store.sqlite import SQLiteStore
 
 __all__ = ["POOL_SIZE_ENV", "STORE_ENV", "TIMEOUT_ENV", "USAGE", "open_store", "shown_url",
@@ -31,20 +36,6 @@ __all__ = ["POOL_SIZE_ENV", "STORE_ENV", "TIMEOUT_ENV", "USAGE", "open_store", "
 
 STORE_ENV = "AWL_STORE"
 """The environment variable naming the store when no ``--store`` is given."""
-
-TIMEOUT_ENV = "AWL_STORE_TIMEOUT"
-"""The environment variable bounding every wait on the store, in seconds from the start of
-the operation (or gateway call) waiting: :data:`TIMEOUT_DEFAULT` unless set. On SQLite, how
-long a write waits for another writer; on PostgreSQL, for a connection (a server out of
-reach, full or restarting), a row another writer holds, and an answer."""
-
-TIMEOUT_DEFAULT = 30.0
-
-POOL_SIZE_ENV = "AWL_PG_POOL_SIZE"
-"""The environment variable giving the most connections each of a PostgreSQL store's two
-pools (writes, reads) opens in one process: :data:`POOL_SIZE_DEFAULT` unless set."""
-
-POOL_SIZE_DEFAULT = 8
 
 USAGE = ("a SQLite file path, sqlite:///ABSOLUTE/PATH, memory:, or "
          "postgresql://USER@HOST/DATABASE")
@@ -143,29 +134,6 @@ def _sqlite_path(text: str, rest: str) -> Path:
     if "?" in rest or "#" in rest:
         raise BadRequest(f"store URL {text!r}: a SQLite URL takes no query or fragment")
     return Path(unquote(rest)).expanduser()
-
-
-def store_settings() -> tuple[float, int]:
-    """The store timeout and PostgreSQL pool size the environment sets (:data:`TIMEOUT_ENV`,
-    :data:`POOL_SIZE_ENV`), their defaults for what it leaves unset; a value that is no
-    number in range is refused in one line."""
-    timeout, pool = TIMEOUT_DEFAULT, POOL_SIZE_DEFAULT
-    given = os.environ.get(TIMEOUT_ENV, "").strip()
-    if given:
-        try:
-            timeout = float(given)
-        except ValueError:
-            timeout = -1.0
-        if not 0.1 <= timeout <= 3600:  # False for nan
-            raise BadRequest(f"{TIMEOUT_ENV}={given[:40]!r} is not a number of seconds from "
-                             f"0.1 to 3600; fix it, or unset it for {TIMEOUT_DEFAULT:g}")
-    given = os.environ.get(POOL_SIZE_ENV, "").strip()
-    if given:
-        if not given.isdigit() or not 1 <= int(given) <= 1000:
-            raise BadRequest(f"{POOL_SIZE_ENV}={given[:40]!r} is not a whole number from 1 "
-                             f"to 1000; fix it, or unset it for {POOL_SIZE_DEFAULT}")
-        pool = int(given)
-    return timeout, pool
 
 
 def _sqlite(path: Path, create: bool) -> Store:

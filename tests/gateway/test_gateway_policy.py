@@ -17,6 +17,7 @@ from gateway._policy import (
     AWL_NOT_ACTIVE,
     AWL_PASS_INVALID,
     Decision,
+    budget_refusal,
     decide,
     is_staged,
 )
@@ -145,6 +146,19 @@ def test_the_first_failing_check_decides() -> None:
     assert _decide(tool="mail/send", usage=spent).code == AWL_FORBIDDEN
     assert _decide(tool=None, requested="mail__send", usage=spent).code == AWL_FORBIDDEN
     assert _decide(usage=spent).code == AWL_BUDGET_EXHAUSTED
+
+
+def test_a_reservation_turned_down_names_the_budget_it_would_pass() -> None:
+    """The store refuses on the order's scope, on the pass's, or on an order above (which it
+    names ``order <id>``): each refusal says whose budget it was."""
+    own = budget_refusal(Scope(None, max_calls=3), "wo_1")
+    assert own.code == AWL_BUDGET_EXHAUSTED
+    assert "order wo_1 has spent its budget (3 tool_calls)" in own.text
+    mine = budget_refusal(Scope(frozenset({"p"}), max_usd=0.5, name="pass p"), "wo_1")
+    assert "your pass has spent its budget (0.5 usd)" in mine.text
+    above = budget_refusal("order wo_0", "wo_1")
+    assert above.code == AWL_BUDGET_EXHAUSTED
+    assert above.text.startswith("AWL_BUDGET_EXHAUSTED: order wo_0, which order wo_1 is split from")
 
 
 def _held(ref: str, tool: str) -> CallRecord:

@@ -1,97 +1,28 @@
 """Committing approved effects: each runs at most once, whatever crashes, whoever re-runs.
 
-After the manager approves a report, :func:`commit` sends the effects the manager chose
-(the report's held calls) to their upstream servers, once each, in the report's order.
-The promise is **at most once**, not completion: an effect that was sent but never
-answered is ``unknown`` and is never sent again unless the manager settles it as
-``did_not_happen`` and asks for a :func:`retry`.
+:func:`commit` sends the effects the manager approved, once each, in the report's order;
+:func:`retry` sends again one settled ``did_not_happen``. SPEC §15 is the contract: the checks
+before anything runs (CM-1 to CM-4, LC-14, LC-22), ``$ref`` placeholders (CM-5), the
+write-ahead and the states (CM-6 to CM-9, CM-13; the moves are
+:data:`awl.documents.effect_states.TABLE`), the order's lock (CM-10), settlement and retry
+(CM-11), what a commit prints (CM-12).
 
-Effect states (kept in the store, one per held call, written with the call by the hold;
-every move is a row of :data:`awl.documents.effect_states.TABLE`, SPEC §15, and the store
-refuses any other)::
+How this module keeps it: the ``held -> dispatching`` mark is written, durable, inside the
+upstream pool's ``before_send`` hook, after the connection is up and before a byte of the
+request is written. The pool raises :class:`~gateway._upstream.UpstreamUnavailable` before the
+hook when it cannot connect (nothing marked: the effect stays ``held``), or with
+``sent=False`` after it when the connection was gone (back to ``held``, ``unknown`` for a
+retry); any other failure after the mark, a cancellation included, leaves ``unknown``. A desk
+that cannot record an answer is asked again for up to a lease, then the effect stays
+``dispatching`` and nothing more is sent. Orders above are read again before every send (one
+past its deadline counts as expired before the desk writes so); arguments that are one
+placeholder naming a non-object are ``skipped``. Results are kept as the wire carries them, so
+pointers use its camelCase names (``/structuredContent/number``). Settlement and the effect
+list send nothing: they live in :mod:`awl.desk` and are re-exported here.
 
-    held ──► dispatching ──► committed   (answered, the result is kept)
-     │  ▲        │  │  └───► failed      (answered with an error)
-     │  │        │  └──────► unknown     (no answer: timeout, lost connection, crash)
-     │  └────────┘           (back to held: the request provably never left)
-     ├──► skipped   (a ``$ref`` it needs did not commit)
-     └──► dropped   (not approved, not listed, or its attempt was sent back for rework)
-
-    unknown ──settle──► unknown            (the manager's finding is kept on it)
-    unknown ──retry──► dispatching ──► ... (settled did_not_happen; back to unknown when
-                                            the request provably never left)
-
-Write-ahead. The effect moves ``held → dispatching`` with a compare-and-set that is on
-disk when it returns (the SQLite store commits with ``synchronous=FULL``), inside the
-upstream pool's ``before_send`` hook: after the connection is up, before a byte of the
-request is written. Only the process whose compare-and-set won may send, so two
-committers can never both send one effect. After the answer the effect moves
-``dispatching → committed`` (with the result) or ``failed`` (the upstream answered with an
-error: ``isError`` or a JSON-RPC error). If no answer comes (timeout, the connection broke
-after the request was written, an answer that cannot be read) it moves to ``unknown``. If
-the committer dies in between, the mark stays ``dispatching``; the next commit of the
-order, which can only run once it holds the order's lock (so the old holder is gone or its
-lease ran out), turns every ``dispatching`` it finds into ``unknown``. The mark cannot say
-whether the request went out, so neither does the state: never sending a ``dispatching``
-effect again is what makes the promise hold.
-
-A desk that cannot be written just now (busy past its timeout, a database gone) when an
-answer comes is asked again for up to a lease; if it still cannot record the outcome, the
-effect stays ``dispatching`` (the next commit makes it ``unknown``), the outcome says what
-the answer was, and the commit sends nothing more.
-
-Not sent, provably: when the pool cannot connect it raises
-:class:`~gateway._upstream.UpstreamUnavailable` before ``before_send`` runs, so nothing was
-marked and the effect stays ``held`` for a later commit. When the connection drops while
-the mark is being written, the pool raises it with ``sent=False`` after the mark: the pool
-writes the request only after ``before_send`` returns and found the connection gone, so
-the effect goes back to ``held`` (``unknown`` for a retry). Every other failure after the
-mark, including any exception we did not expect and a cancellation, leaves ``unknown``.
-
-Checks before anything runs. The latest report's effects are compared with the call log:
-each ref must name a call of this order, of the report's attempt (the latest), recorded
-with outcome ``held``, with the same tool and exactly the same arguments (JSON equality).
-Then authority is checked again: the order is ``approved``, each approved effect's tool is
-still allowed and staged by the order and staged by no order it was split from (only that
-order's manager could approve it), and the Delegation Pass it was held under was valid
-when the call was held: neither it nor a pass it derives from had been revoked by then. A
-revocation after the hold does not count, since every pass is revoked when its order ends,
-approval included (DP-8). Any problem runs **nothing** and is named in
-:attr:`CommitSummary.mismatches`. A sub-order's approval was given under its parent's
-authority: once any order above it has ended, nothing runs and every held call of the
-sub-order is dropped, the reason in :attr:`CommitSummary.refused`; a retry is refused
-(LC-22, :func:`awl.desk.ended_above`). This is read again before every send (an order above
-cancelled while the commit runs stops what is not sent yet), and an order above that is
-past its deadline counts as expired even before the desk has written so. Held calls the
-approved report does not list, the manager did not approve, or that belong to an earlier
-attempt are ``dropped`` and a ``drop`` event is logged (:func:`awl.desk.effects.drop_held`,
-which the desk also uses).
-
-``$ref`` values. A held call's arguments may contain ``{"$ref": "server/tool#M",
-"pointer": "/..."}``. At commit time the value is replaced by the part of effect M's
-recorded result that the JSON pointer (RFC 6901) names. Results are stored exactly as the
-wire carries them (``CallToolResult`` dumped by alias: ``structuredContent``, ``isError``,
-``content``), so pointers use the wire's camelCase names, e.g. ``/structuredContent/number``.
-If M is not ``committed``, or the pointer names nothing, the dependent effect is
-``skipped`` with the reason; so is one whose arguments are all one placeholder pointing at
-something that is not an object (no tool call can carry it).
-
-Every forwarded call carries ``_meta`` ``{"awl/ref", "awl/order", "awl/attempt"}``; a
-retry sends the same three values, so a receiver can deduplicate.
-
-Settlement. :func:`awl.desk.settlement.settle` lets the order's manager record what they found
-out about an ``unknown`` effect (``happened`` or ``did_not_happen``, with evidence) as a
-``settle`` event; it and :func:`awl.desk.effects.list_effects` send nothing, so they live in
-``awl`` and are re-exported here. A settlement stays valid until the effect is dispatched
-again (the event records the effect's dispatch count). :func:`retry` sends an effect whose
-valid settlement says ``did_not_happen``, after checking the order's authority again
-(approved, deadline not passed, tool allowed and staged, pass not revoked before the
-hold), under the same write-ahead rules.
-
-Kill tests. :func:`commit` and :func:`retry` take ``after_dispatching``, called with the
-ref right after an effect's ``dispatching`` mark is durable and before its request is
-written, on the event loop: a test passes one that announces the moment and freezes, so
-it can ``kill -9`` the committer at exactly that point.
+Kill tests: :func:`commit` and :func:`retry` take ``after_dispatching``, called on the event
+loop with the ref once its mark is durable and before its request is written, so a test can
+``kill -9`` the committer at exactly that point.
 """
 
 from __future__ import annotations

@@ -1,29 +1,17 @@
 """Exposed tool names: what the worker's model sees in place of canonical ``server/tool``.
 
-Many model APIs accept only tool names matching ``^[a-zA-Z0-9_-]{1,64}$``, so the
-canonical AWL name ``server/tool`` (used in orders, reports, refs and logs) cannot be shown
-as is. The mapping:
+Many model APIs accept only tool names matching ``^[a-zA-Z0-9_-]{1,64}$``, so the canonical
+name (used in orders, reports, refs and logs) is shown in a plain or a hashed form (SPEC GW-1;
+``notes/send_email`` → ``notes__send_email``, ``mail.v2/send`` → ``mail-v2__send``), and
+looked up exactly (GW-2).
 
-1. **Plain form.** ``server + "__" + tool``, with every ``.`` turned into ``-``.
-   ``notes/send_email`` → ``notes__send_email``; ``mail.v2/send`` → ``mail-v2__send``.
-2. **Hashed form.** ``<plain form cut to 53 characters>_<10 hex>``, the hex being the
-   start of SHA-256 of the canonical name (UTF-8). Used instead of the plain form when
-   the plain form is longer than 64 characters, when it already ends like a hashed form
-   (``_`` and 10 lowercase hex digits), or when, within one :class:`NameTable`, two
-   canonical names have the same plain form (then *all* of them are hashed, so the
-   result does not depend on listing order).
-
-So plain and hashed forms can never be equal (only hashed forms end in ``_`` + 10 hex),
-plain forms in a table are unique by rule 2, and hashed forms differ unless 40 bits of
-SHA-256 collide, which :class:`NameTable` checks and refuses. The mapping is
-deterministic: the same set of canonical names always gives the same table.
-
-Every exposed upstream name contains ``__``: server names are at most 40 characters, and
-the hashed form keeps the first 53. Names without ``__`` are therefore free for the
-gateway's own tools and can never collide with an upstream tool.
-
-Lookups are exact dictionary lookups: a different case, extra whitespace, a Unicode
-look-alike, ``..``, or a server not in the table never resolves.
+Why the forms never collide: only hashed forms end in ``_`` and 10 hex digits, plain forms in
+one :class:`NameTable` are unique (a shared plain form hashes *all* of its names, so the
+table does not depend on listing order), and hashed forms differ unless 40 bits of SHA-256
+collide, which :class:`NameTable` checks and refuses. Every exposed upstream name contains
+``__`` (server names are at most 40 characters, the hashed form keeps the first 53), so
+names without it are free for the gateway's own tools. The same canonical names always give
+the same table.
 """
 
 from __future__ import annotations

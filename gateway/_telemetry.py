@@ -1,26 +1,15 @@
 """OpenTelemetry for operators, behind one switch: off, and never imported, unless asked for.
 
 The gateway and the committer talk only to :func:`current`, which answers a
-:class:`Telemetry`. Unless the environment asks for telemetry (SPEC OBS-1) that is the
-no-op one defined here: its context managers are shared ``nullcontext`` objects and its
-methods do nothing, so a call pays a few attribute lookups and nothing imports the
-OpenTelemetry SDK. (The OpenTelemetry *API* is always loaded: the MCP SDK depends on it and
-opens its own spans, which record nothing until an SDK provider is installed.) When the
-environment asks for it, :mod:`gateway._otel` (which needs the ``awl-gateway[otel]``
-extra) builds the real one, once per process.
-
-The switch, read once per process from the standard variables:
-
-- ``OTEL_SDK_DISABLED=true`` turns everything off, whatever else is set.
-- Traces are on when ``OTEL_TRACES_EXPORTER`` names ``otlp`` or ``console`` (a comma list),
-  or, when it is unset, when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
-  ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set. ``none`` turns them off.
-- Metrics likewise, with ``OTEL_METRICS_EXPORTER`` and ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``.
-
-With none of these set nothing is on: unlike the OpenTelemetry SDK's own default, a gateway
-never sends to ``localhost:4318`` unasked. The exporters read the rest of ``OTEL_*``
-(endpoint, headers, timeout, service name, resource attributes, export intervals)
-themselves. ``console`` writes to stderr, since a stdio gateway's stdout is its MCP stream.
+:class:`Telemetry`. Unless the environment asks for telemetry (the standard variables, read
+once per process, as SPEC OBS-1 lists them) that is the no-op one defined here: its context
+managers are shared ``nullcontext`` objects and its methods do nothing, so a call pays a few
+attribute lookups and nothing imports the OpenTelemetry SDK. (The OpenTelemetry *API* is
+always loaded: the MCP SDK depends on it and opens its own spans, which record nothing until
+an SDK provider is installed.) When asked, :mod:`gateway._otel` (the ``awl-gateway[otel]``
+extra) builds the real one, once per process; unlike the SDK's own default it never sends to
+``localhost:4318`` unasked, and the exporters read the rest of ``OTEL_*`` (endpoint,
+headers, timeout, service name, resource attributes, export intervals) themselves.
 
 An application that runs the gateway in-process and sets up its own global providers calls
 :func:`enable` instead.

@@ -21,29 +21,21 @@ outcome                    meaning
                            again): nothing was sent
 =========================  ====================================================================
 
-Entering the pool starts every server in the background and returns at once, so one slow
-or hanging server delays nobody: :meth:`UpstreamPool.wait_started` waits (boundedly) for the
-first attempts, and listeners added with :meth:`UpstreamPool.on_tools_listed` hear each time a
-server lists its tools. A crashed server is noticed when its output ends and is restarted by
-the next call that needs it (never in a loop, never by a retry of the call that was lost). A
-server that cannot be started fails only its own calls, with the reason it could not start;
-the next call after a short backoff (:data:`RETRY_FIRST` seconds, doubling per failed start
-up to :data:`RETRY_MAX`) tries to start it again, and calls before that fail at once with the
-same reason. The other servers keep serving.
+Entering the pool starts every server in the background and returns at once (SPEC GW-17):
+:meth:`UpstreamPool.wait_started` waits (boundedly) for the first attempts, listeners added
+with :meth:`UpstreamPool.on_tools_listed` hear each time a server lists its tools, and a
+server that cannot be started is tried again after :data:`RETRY_FIRST` seconds, doubling up to
+:data:`RETRY_MAX`. A crashed server is noticed when its output ends and restarted by the next
+call that needs it (GW-8), never in a loop, never by a retry of the call that was lost.
 
-Write-ahead for commits: pass ``before_send`` to :meth:`UpstreamPool.call`. It is awaited
-once the connection is known to be up and before the request is written; the request is
-written only after it returns. If it raises, nothing is sent and its exception propagates
-as is. So a committer can durably mark an effect ``dispatching`` in ``before_send`` and
-know that (a) no request left before the mark, (b) an :class:`UpstreamUnavailable` with
-``sent=False`` raised *before* ``before_send`` ran means nothing was marked and nothing
-sent, and (c) any failure after it (``sent=True``, :class:`UpstreamTimeout`) is an unknown
-outcome. If the connection drops while ``before_send`` runs, the call ends with
-``UpstreamUnavailable(sent=False)`` after the mark: marked, certainly not sent.
-
-Results larger than the server's ``max_result_bytes`` are *truncated*, not refused: a
-write that ran and answered at length must not look failed. See
-:func:`gateway._results.bound_result`.
+Write-ahead for commits (CM-6): pass ``before_send`` to :meth:`UpstreamPool.call`. It is
+awaited once the connection is known to be up, and the request is written only after it
+returns; if it raises, nothing is sent and its exception propagates as is. So an
+:class:`UpstreamUnavailable` with ``sent=False`` raised *before* it ran means nothing was
+marked and nothing sent; one raised while it ran comes after the mark (marked, certainly not
+sent); any other failure after it (``sent=True``, :class:`UpstreamTimeout`) is an unknown
+outcome. Results over the server's ``max_result_bytes`` are cut, not refused (GW-12,
+:func:`gateway._results.bound_result`).
 """
 
 from __future__ import annotations

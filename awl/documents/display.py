@@ -1,23 +1,12 @@
 """How worker-controlled text is shown to a person (SPEC SEC-14): one rule, every door.
 
-A worker writes the arguments of the calls it asks to have run, its report and its notes. A
-person reading them must see the characters that will be sent, so what follows is applied
-wherever the desk shows such text to a manager (the approval page, the CLI, the handoff
-briefing, a webhook's text), and never to what is stored or sent:
-
-- **Hidden characters are made visible.** Bidirectional controls (U+202A to U+202E,
-  U+2066 to U+2069, U+200E, U+200F, U+061C), zero-width characters (U+200B to U+200D, U+2060,
-  U+FEFF), every other format character (Unicode category Cf: the soft hyphen, tag
-  characters, …), control characters (Cc, line breaks and tabs kept where text may have
-  lines), line and paragraph separators, and the characters Unicode says are ignored when
-  shown (variation selectors, Hangul fillers, the combining grapheme joiner, …) are each
-  shown as ``<U+XXXX>`` (the page draws them as a marked box naming the character).
-- **Look-alikes in identifiers are flagged.** A string without whitespace (an address, a
-  domain, a URL, a file path, a name) whose letters come from more than one script
-  (``p\u0430yroll@example.com`` with a Cyrillic ``a``), or whose look-alike skeleton (its
-  compatibility form, confusable letters read as the Latin ones they resemble, hidden
-  characters dropped) differs from it, gets a warning naming the characters and what the
-  string looks like.
+A person reading what a worker wrote (the arguments of the calls it asks to have run, its
+report, its notes) must see the characters that will be sent, so wherever the desk shows
+such text to a manager it goes through this module, and never what is stored or sent:
+hidden characters become ``<U+XXXX>`` marks (the page draws each as a marked box naming the
+character; the ignorable ones include the combining grapheme joiner), and look-alikes in
+identifiers (``p\u0430yroll@example.com`` with a Cyrillic ``a``) get a warning naming the
+characters and what the string looks like.
 
 :func:`pieces` splits text into plain runs and :class:`Mark` s (the page renders those);
 :func:`visible` is the plain-text form (the CLI, the briefing, webhooks); :func:`warnings`

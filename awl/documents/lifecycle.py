@@ -1,34 +1,11 @@
-"""The lifecycle of a work order, as data.
+"""The lifecycle of a work order, as data: SPEC §10's table (LC-1, LC-3) as :data:`TABLE`.
 
-An order's state is what its append-only event log folds to. Every event names the state
-it leaves (``from``), the ``action`` and the state it reaches (``to``); the triple must be a
-row of :data:`TABLE`, which also says whose action it is:
-
-==========  ==============  ==========  ==========
-from        action          to          role
-==========  ==============  ==========  ==========
-(none)      create          offered     manager
-offered     accept          accepted    worker
-offered     decline         declined    worker
-accepted    start           working     worker
-working     report          submitted   worker  (status done or failed)
-working     report          blocked     worker  (status blocked)
-blocked     answer          working     answerer (the manager or ``escalate_to``)
-submitted   approve         approved    manager
-submitted   rework          working     manager (reason required)
-any active  cancel          cancelled   manager
-any active  expire          expired     desk
-working     block           blocked     desk    (a check failed the same way twice)
-==========  ==============  ==========  ==========
-
-The report action has two rows because its outcome depends on the report's status, so the
-table is keyed by the whole ``(from, action, to)`` triple rather than by ``(from, action)``;
-:func:`targets` gives the states an action may lead to.
-
-Non-transition events keep the state (``from == to``): ``progress`` (worker, while the
-order is accepted, working or blocked), ``settle`` and ``retry`` (manager, on an approved
-order's effects), ``drop`` (desk, when held calls are dropped) and ``check`` (desk, a run
-of the criteria's checks while working, blocked, submitted or approved). They are rows too.
+An order's state is what its append-only event log folds to; every event's ``(from, action,
+to)`` must be a row, which also says whose action it is. The report action has two rows (its
+outcome depends on the report's status), so the table is keyed by the whole triple rather
+than by ``(from, action)``; :func:`targets` gives the states an action may lead to. The
+non-transition events (``progress``, ``settle``, ``retry``, ``drop``, ``check``) keep the
+state and are rows too.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Where JSON-RPC frames enter a desk or gateway server: each one checked before the SDK reads it.
 
-The MCP SDK's transports drop a frame they cannot read (invalid JSON, a batch, an id of
-the wrong type) without an answer, and pass on frames whose values the rest of the server
-cannot hold (``NaN``, ``1e400``, a lone surrogate, deep nesting), which then fail deep
-inside a handler. SPEC SEC-9 asks for a protocol error instead, so both serving paths run
-every incoming frame through :func:`check_frame` first:
+The MCP SDK's transports drop a frame they cannot read (invalid JSON, a batch, an id of the
+wrong type) without an answer, and pass on values the rest of the server cannot hold
+(``NaN``, ``1e400``, a lone surrogate, deep nesting), which then fail deep inside a handler.
+SPEC SEC-9 (with the limits of DOC-1 and DOC-11) says what is refused and how it is answered;
+both serving paths run every incoming frame through :func:`check_frame` first:
 
 - over stdio, :func:`stdio_frames` replaces the SDK's ``stdio_server``: it reads the lines
   itself, answers a refused frame on the same stdout, and hands the server only messages
@@ -12,30 +12,6 @@ every incoming frame through :func:`check_frame` first:
 - over streamable HTTP (both protocol eras), :class:`FrameGuard` wraps the SDK's ASGI app:
   a refused POST body is answered ``400`` with the JSON-RPC error, any other is passed on
   unchanged.
-
-What is refused, and how it is answered:
-
-=========================================  ===========  ====================================
-frame                                      code         ``id`` of the answer
-=========================================  ===========  ====================================
-not UTF-8, not JSON                        -32700       null
-a batch (array), not an object, a member   -32600       null
-repeated at the top, ``jsonrpc`` not
-``"2.0"``, an id
-that is not a string or an integer, a
-request with ``result``/``error``, a
-malformed response
-a value outside the input limits (DOC-11:  -32602 in    the request's (null for a response)
-``NaN``, a number outside the float range,  ``params``,
-an integer of more than 4,000 digits, a    else -32600
-lone surrogate, nesting deeper than 64,
-larger than 8 MiB), or a member repeated
-in an inner object (DOC-1)
-=========================================  ===========  ====================================
-
-A notification (no ``id``) whose envelope is sound but whose params break a limit cannot be
-answered; over stdio it is dropped with one line on stderr, over HTTP it gets the ``400``.
-Blank lines between stdio frames are skipped.
 """
 
 from __future__ import annotations

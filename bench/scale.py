@@ -24,7 +24,8 @@ as spent are the calls that succeeded, none went over the budget, and every call
 was refused because the budget was spent (no call refused while budget was left).
 
 Targets take turns point by point (the order rotating), so drift in the machine's load
-hits them alike; ``--repeat R`` measures everything R times and ends with the medians. The
+hits them alike; ``--repeat R`` measures everything R times and ends with the medians, and
+with the median of each count's ratios run by run (the steadier figure). The
 ratio lines give each gateway's time per call over the bare proxies' at the same count (the
 bare proxies' calls per second over the gateways'). On a machine of 2 cores the clients,
 proxies, gateways and upstreams all share them: the curve shows what the desk's store adds
@@ -364,6 +365,28 @@ def curves(points: list[Point]) -> str:
     return "\n".join(lines)
 
 
+def run_ratios(runs: list[list[Point]]) -> str:
+    """Per gateway, the median over the runs of its time per call over the bare proxies'
+    in the same run, at each count (steadier than the ratio of the medians)."""
+    lines = []
+    targets = dict.fromkeys(p.target for points in runs for p in points if p.target != BARE)
+    for target in targets:
+        counts = dict.fromkeys(p.processes for points in runs for p in points
+                               if p.target == target)
+        each = []
+        for processes in counts:
+            ratios = [bare.calls_per_s / mine.calls_per_s for points in runs
+                      for mine in points if mine.target == target
+                      and mine.processes == processes and mine.calls_per_s > 0
+                      for bare in points if bare.target == BARE
+                      and bare.processes == processes]
+            if ratios:
+                each.append(f"{processes}: {statistics.median(ratios):.2f}x")
+        lines.append(f"median of {len(runs)} runs' ratios, {target} / bare proxies, time per "
+                     f"call by processes: {', '.join(each)}")
+    return "\n".join(lines)
+
+
 def parse_counts(text: str) -> list[int]:
     """``1,2,4`` as counts of processes, each at least 1."""
     try:
@@ -420,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nmedians of {args.repeat} runs")
         print(table(medians))
         print(curves(medians))
+        print(run_ratios(runs))
     exact = all(p.exact is not False for points in runs for p in points)
     return 0 if exact else 1
 

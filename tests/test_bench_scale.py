@@ -8,7 +8,17 @@ import re
 
 import pytest
 
-from bench.scale import BARE, Point, Sizes, curves, main, median_points, parse_counts, table
+from bench.scale import (
+    BARE,
+    Point,
+    Sizes,
+    curves,
+    main,
+    median_points,
+    parse_counts,
+    run_ratios,
+    table,
+)
 
 
 def _point(target: str, processes: int, seconds: float, *, ok: int = 95, refused: int = 5,
@@ -50,6 +60,9 @@ def test_the_medians_keep_a_run_that_was_not_exact() -> None:
     assert medians[BARE].seconds == pytest.approx(2.0)
     assert medians["gateway (sqlite)"].seconds == pytest.approx(4.0)
     assert medians["gateway (sqlite)"].exact is False
+    runs[1][0] = _point(BARE, 1, 1.0)  # run 2: the gateway 4x the bare proxy's time
+    assert run_ratios(runs) == ("median of 3 runs' ratios, gateway (sqlite) / bare proxies, "
+                                "time per call by processes: 1: 2.00x")
 
 
 def test_counts_of_processes_are_read_or_refused_in_one_line() -> None:
@@ -60,6 +73,7 @@ def test_counts_of_processes_are_read_or_refused_in_one_line() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # 63 processes started on 2 cores: minutes on a busy machine
 def test_a_quick_run_prints_every_count_and_target_with_an_exact_budget(
         capsys: pytest.CaptureFixture[str]) -> None:
     """``--quick``: 1, 2 and 4 real processes of each target (PostgreSQL's when the tests

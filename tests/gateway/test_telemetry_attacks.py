@@ -134,7 +134,10 @@ def test_a_malformed_setting_and_an_absent_collector_are_each_said_once(
     assert run.code == 0
     _said_once(run)
     assert 1 <= sum("Connection refused" in line for line in run.lines) <= 2, run.stderr
-    assert len(run.lines) <= 4, run.stderr
+    # At most: the setting, and for each signal (traces, metrics) its refused connection and
+    # its export given up at shutdown (a loaded machine reaches both signals' shutdown
+    # export; 5 lines were seen in CI, each said once).
+    assert len(run.lines) <= 1 + 2 * 2, run.stderr
 
 
 @pytest.mark.spec("OBS-1")

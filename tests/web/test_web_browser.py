@@ -42,6 +42,7 @@ from playwright.sync_api import (  # noqa: E402
     Page,
     sync_playwright,
 )
+from playwright.sync_api import Error as PlaywrightError  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -606,10 +607,24 @@ def submit_again(web: Web, oid: str, text: str) -> str:
     return ref
 
 
+def goto(page: Page, url: str) -> None:
+    """``page.goto(url)``, again if live.js reloaded the page it was on meanwhile (the desk
+    changed under it: the test's own writes just before)."""
+    for _ in range(3):
+        try:
+            page.goto(url)
+            return
+        except PlaywrightError as exc:
+            if "interrupted by another navigation" not in str(exc):
+                raise
+            page.wait_for_load_state()
+    page.goto(url)
+
+
 def walk(page: Page, start: str, items: str, next_link: str) -> list[list[str]]:
     """Follow ``next_link`` from ``start`` to the last page: each page's ``items`` texts."""
     pages: list[list[str]] = []
-    page.goto(start)
+    goto(page, start)
     while True:
         pages.append(page.locator(items).all_inner_texts())
         link = page.locator(next_link)

@@ -3,35 +3,11 @@
 A worker connects to :attr:`Gateway.server` as its only MCP server. ``tools/list`` shows
 the upstream tools the order (and the worker's Delegation Pass, if any) allows, under
 exposed names model APIs accept (:mod:`gateway._names`), plus the worker's desk tools
-(:mod:`gateway._worker_tools`). Every ``tools/call`` of an upstream tool goes through the
-same steps, and nothing is answered before its record is in the store:
-
-1. Read the facts again: the order and its state (as last read; step 3 checks in its
-   own transaction that the order's log has not grown since, and a refusal checks it
-   first, else the call is decided again on the order read afresh), the pass (verified
-   again, so a revoked or expired pass stops working at once), what has been spent.
-2. Ask :func:`gateway._policy.decide`. A refusal is stored with
-   :meth:`~awl.Store.record_call` (it never counts) and answered as a tool error
-   ``CODE: message``.
-3. Reserve the call with :meth:`~awl.Store.reserve_call`, which numbers it
-   (``server/tool#N``) and checks the order's, every pass link's and (for a sub-order)
-   every order above's ``tool_calls`` and ``usd`` limits in one transaction, charging the
-   call to each order above: exact under concurrent calls, from any number of gateway
-   processes on the same store.
-4. A staged call is checked against the upstream's input schema, stored as ``held`` with
-   its exact arguments (and its effect state ``held``), never forwarded, and answered
-   ``pending:server/tool#N``; arguments that do not fit are answered
-   ``AWL_INVALID_ARGUMENTS`` and stored as an ``error`` (the call still counts, as a
-   forwarded call that failed would). Any other call is forwarded with ``_meta``
-   ``awl/ref``, ``awl/order`` and ``awl/attempt`` (``awl/*`` keys the worker sent are
-   replaced); its result, or the upstream fault as a tool error ``AWL_UPSTREAM_...``, is
-   stored with :meth:`~awl.Store.finish_call` and then returned.
-
-A name the table does not hold exactly (another case, whitespace, a look-alike letter, a
-server that is not configured) resolves to nothing and is refused ``AWL_FORBIDDEN``; it
-is recorded under :data:`UNRESOLVED_TOOL`, a name no configured server can have. A call
-refused because its pass did not verify is recorded without a ``pass_jti``: an
-unverified token names no one.
+(:mod:`gateway._worker_tools`). Every ``tools/call`` of an upstream tool runs the steps of
+:mod:`gateway._callpath` (resolve, admit, forward, record, answer), and nothing is answered
+before its record is in the store. What the gateway keeps between calls lives in one
+:class:`~gateway._known.Known`; the store is reached from async code only through
+:meth:`Gateway.run_store`.
 """
 
 from __future__ import annotations
@@ -43,7 +19,6 @@ import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from contextlib import suppress
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -61,48 +36,40 @@ from awl.desk import Desk, acting_as, ancestors, first_ended, staging_ancestor
 from awl.documents import (
     RELEASE,
     AWLError,
-    CallRecord,
-    Conflict,
     DocumentError,
     PassError,
     WorkOrder,
     check_json_value,
-    debugging,
-    format_time,
-    matches_any,
-    parse_ref,
-    parse_time,
     print_debug,
     utc_now,
 )
-from awl.mcp import coded_error, identity_of
-from awl.passes import DEFAULT_AUDIENCE, VerifiedPass, pass_scopes, verify_pass
-from awl.store import OrderRecord, OverBudget, Scope, Store, stale_order
+from awl.mcp import identity_of
+from awl.passes import DEFAULT_AUDIENCE, verify_pass
+from awl.store import OrderRecord, Store
 from gateway._authority import Authority
+from gateway._callpath import (
+    AWL_INVALID_ARGUMENTS,
+    AWL_UPSTREAM_ERROR,
+    UNRESOLVED_TOOL,
+    Call,
+    handle,
+    held_note,
+)
 from gateway._config import GatewayConfig
-from gateway._names import NameTable, server_of, split_canonical
+from gateway._known import Known
+from gateway._names import NameTable
 from gateway._passthrough import Passthrough
 from gateway._policy import (
-    Decision,
     allowed,
-    budget_refusal,
-    decide,
     inactive_refusal,
     is_staged,
-    refuse,
 )
-from gateway._relay import Relay, worker_is_modern
-from gateway._results import OutputSchemas
-from gateway._staging import check_arguments
+from gateway._relay import Relay
 from gateway._store_threads import store_threads
 from gateway._telemetry import CallSpan, current
 from gateway._unrecorded import Unrecorded, one_line
 from gateway._upstream import (
-    RESERVED_META_PREFIX,
-    UpstreamError,
     UpstreamPool,
-    UpstreamRejected,
-    UpstreamUnavailable,
 )
 from gateway._worker_tools import WORKER_TOOL_NAMES, WorkerTools
 
@@ -115,37 +82,9 @@ __all__ = [
 
 log = logging.getLogger("awl.gateway")
 
-_STALE_RETRIES = 20
-"""How many times a call is decided again because the order's log grew meanwhile."""
-
-
-AWL_INVALID_ARGUMENTS = "AWL_INVALID_ARGUMENTS"
-"""A held call's arguments do not fit the upstream's input schema, or a ``$ref`` is bad."""
-AWL_UPSTREAM_ERROR = "AWL_UPSTREAM_ERROR"
-"""Prefix of upstream faults: ``AWL_UPSTREAM_TIMEOUT``, ``AWL_UPSTREAM_UNAVAILABLE``, ..."""
-
-UNRESOLVED_TOOL = "awl-gateway.unresolved-name.not-an-upstream/unknown"
-"""The tool recorded for a refused call whose name resolves to no upstream tool.
-
-Its server part is longer than the 40 characters a configured server name may have, so it
-can never be mistaken for a real tool."""
-
-META_REF = "awl/ref"
-META_ORDER = "awl/order"
-META_ATTEMPT = "awl/attempt"
-
-INPUT_ROUNDS = 10
-"""How many ``input_required`` rounds the gateway answers for a handshake-era worker in
-one call before it gives up (the SDK clients' own default)."""
-
-AWL_NOT_RECORDED = "AWL_NOT_RECORDED"
-"""A forwarded call whose outcome the store could not record: it may have run."""
-
-AWL_CANCELLED = "AWL_CANCELLED"
-"""The error recorded for a call the worker cancelled before the upstream answered."""
-
 Clock = Callable[[], datetime]
 _T = TypeVar("_T")
+
 
 class _Server(Server[Any]):
     """The MCP server, declaring that it announces changes of its tool list."""
@@ -158,57 +97,6 @@ class _Server(Server[Any]):
         return super().create_initialization_options(
             notification_options or NotificationOptions(tools_changed=True),
             experimental_capabilities, extensions)
-
-
-def _wire(result: types.CallToolResult | types.InputRequiredResult) -> dict[str, Any]:
-    """The result as the wire carries it (camelCase), which is how call records keep it."""
-    return result.model_dump(by_alias=True, mode="json", exclude_none=True)
-
-
-def forward_meta(meta: Mapping[str, Any] | None, *, ref: str, order_id: str,
-                 attempt: int) -> dict[str, Any]:
-    """The ``_meta`` sent upstream: the worker's own keys, then the gateway's ``awl/*``.
-
-    Protocol-reserved keys and progress tokens describe the worker's connection and are
-    dropped; ``awl/*`` keys the worker sent are dropped too, so a worker cannot pose as
-    another call.
-    """
-    if not meta:
-        return {META_REF: ref, META_ORDER: order_id, META_ATTEMPT: attempt}
-    out = {k: v for k, v in meta.items()
-           if not k.startswith((RESERVED_META_PREFIX, "awl/"))
-           and k not in ("progressToken", "progress_token")}
-    out.update({META_REF: ref, META_ORDER: order_id, META_ATTEMPT: attempt})
-    return out
-
-
-def held_note(tool: str, order: WorkOrder) -> str:
-    """What the worker is told about a held tool: listed as an effect, or never run (GW-9)."""
-    if matches_any(order.staged, tool):
-        return ("Held for the manager's approval: the call is recorded, not run, and answers "
-                "pending:server/tool#N for your report's effects.")
-    return (f"Held, and never run: the gateway holds {tool} (safe mode or the operator's "
-            "hold list) but the order does not stage it, so no report may list its calls as "
-            "effects (rule R14) and no approval runs them. Leave them out of your report's "
-            "effects; if the work needs this tool, say so in your report.")
-
-
-def _answered(decision: Decision) -> str:
-    """The recorded outcome of a call answered without being forwarded."""
-    if decision.action == "hold":
-        return "held"
-    return "error" if decision.code == AWL_INVALID_ARGUMENTS else "refused"
-
-
-@dataclass(frozen=True, slots=True)
-class _Admission:
-    """What the store-side half of a call decided, and the ref and attempt of the record it
-    wrote (None: it wrote none)."""
-
-    decision: Decision
-    ref: str | None = None
-    attempt: int | None = None
-    answer: types.CallToolResult | None = None
 
 
 class Gateway:
@@ -259,7 +147,6 @@ class Gateway:
         self.relay = relay if relay is not None else Relay()
         self.offload_store = (not getattr(store, "in_process", False)
                               if offload_store is None else offload_store)
-        self._record: OrderRecord | None = None
         self.store = store
         self.pool = pool
         self.config: GatewayConfig = pool.config
@@ -268,23 +155,8 @@ class Gateway:
         self._pass_token = pass_token
         self._jwks = jwks
         self._clock: Clock = clock or utc_now
-        self._tools: Mapping[str, types.Tool] = {}
-        self._known_facts: dict[str, tuple[float, bool, bool | None]] = {}
-        # Decisions kept per exposed name: (the order record it was made on, canonical,
-        # decision, usd, deadline); see _kept_decision.
-        self._decisions: dict[str, tuple[OrderRecord, str, Decision, float, datetime]] = {}
-        self._schemas = OutputSchemas()
-        self._table = NameTable((), reserved=WORKER_TOOL_NAMES)
-        self._order: WorkOrder | None = None
-        self._order_scope: Scope | None = None
-        # The orders above this one with a seconds budget (LC-15): the store checks the
-        # other units of every order above when it reserves a call.
-        self._timed_above: tuple[WorkOrder, ...] = ()
-        # The orders above this one that stage tools: those tools are never called here
-        # (LC-14; C5 keeps them out of a sub-order the desk creates).
-        self._staging_above: tuple[WorkOrder, ...] = ()
-        # Every order above this one: its calls run only while they are all active (LC-16).
-        self._above_ids: tuple[str, ...] = ()
+        self.known = Known(self.config)
+        """What the gateway keeps between calls: the order, the tools, kept decisions."""
         self.desk = Desk(store, clock=self._clock)
         self.unrecorded = Unrecorded(store, order_id)
         """Outcomes of forwarded calls the store could not take yet (GW-7)."""
@@ -292,7 +164,6 @@ class Gateway:
         self._worker = WorkerTools(self)
         self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
         self._bus = InMemorySubscriptionBus()  # 2026-07-28 clients listen here
-        self._listed: frozenset[str] = frozenset()  # the tools the worker last heard of
         pool.on_tools_listed(self._tools_listed)
         with warnings.catch_warnings():
             # The SDK marks logging deprecated in 2026-07-28; handshake-era workers use it.
@@ -314,9 +185,7 @@ class Gateway:
     @property
     def order(self) -> WorkOrder:
         """The order (read by :meth:`start`; an order never changes once issued)."""
-        if self._order is None:
-            raise RuntimeError("call Gateway.start() first")
-        return self._order
+        return self.known.order
 
     def now(self) -> datetime:
         """The gateway's current time."""
@@ -335,17 +204,14 @@ class Gateway:
             PassError: The configured pass does not verify, or is for another order.
         """
         record = await anyio.to_thread.run_sync(self.store.load, self.order_id)
-        self._order = record.order
         above = await anyio.to_thread.run_sync(ancestors, self.store, record.order)
-        self._timed_above = tuple(o for o in above if o.budget.seconds is not None)
-        self._staging_above = tuple(o for o in above if o.staged)
-        self._above_ids = tuple(o.id for o in above)
+        self.known.learn_order(record.order, above)
         if self._pass_token is not None:
             authority = await anyio.to_thread.run_sync(self.verify, self._pass_token)
             if authority.error is not None:
                 raise authority.error
         self.server.instructions = self._instructions()
-        await self._catalog()
+        await self.catalog()
         self._telemetry.watch(self)
 
     def _instructions(self) -> str:
@@ -369,35 +235,11 @@ class Gateway:
                      "awl_list_held_calls and awl_submit_report cost nothing.")
         return "\n".join(lines)
 
-    async def _catalog(self) -> NameTable:
+    async def catalog(self) -> NameTable:
         """The name table, rebuilt when the upstreams' tool set changed (after a restart)."""
         # Without refresh, pool.tools() only reads what the connections last listed, and
         # answers with the same mapping until an upstream lists anew.
-        tools = await self.pool.tools()
-        if tools is not self._tools:
-            if tools.keys() != self._tools.keys():
-                self._table = NameTable(tools, reserved=WORKER_TOOL_NAMES)
-            self._tools = tools
-            self._known_facts.clear()  # a tool listed anew may have new annotations
-            self._decisions = {}
-        return self._table
-
-    def _facts(self, canonical: str) -> tuple[float, bool, bool | None]:
-        """``(usd, operator hold, readOnlyHint)`` of one upstream tool.
-
-        Kept per tool until an upstream lists its tools anew (after a restart)."""
-        known = self._known_facts.get(canonical)
-        if known is not None:
-            return known
-        tool = self._tools.get(canonical)
-        server, bare = split_canonical(canonical)
-        config = self.config.servers.get(server)
-        usd = config.cost_of(bare) if config is not None else 0.0
-        hold = config.holds(bare) if config is not None else False
-        read_only = tool.annotations.read_only_hint if tool and tool.annotations else None
-        facts = (usd, hold, read_only)
-        self._known_facts[canonical] = facts
-        return facts
+        return self.known.learn_tools(await self.pool.tools())
 
     # ------------------------------------------------------------------ authority
 
@@ -425,19 +267,20 @@ class Gateway:
     async def inactive_reason(self) -> str | None:
         """``CODE: why`` when the order, as stored now, is not active or is past its
         deadline; None while calls may run."""
-        record = await self._run(self._load_record)
-        ended_above = await self._run(self._ended_above)
+        record = await self.run_store(self.reload)
+        ended_above = await self.run_store(self.ended_above)
         refusal = inactive_refusal(record.order, record.state, self.now(),
                                    ended_above=ended_above)
         return None if refusal is None else refusal.text
 
-    def _ended_above(self) -> tuple[str, str] | None:
+    def ended_above(self) -> tuple[str, str] | None:
         """``(id, state)`` of the first order above this one that has ended (LC-16, the
         rule of :func:`awl.desk.first_ended`), or None; states change, so they are read
         anew each time, by the ids read at start (orders never change)."""
-        if not self._above_ids:  # no order above: none can have ended
+        above_ids = self.known.above_ids
+        if not above_ids:  # no order above: none can have ended
             return None
-        ended = first_ended(map(self.store.load, self._above_ids))
+        ended = first_ended(map(self.store.load, above_ids))
         return None if ended is None else (ended.order.id, ended.state)
 
     def verify(self, token: str | None) -> Authority:
@@ -472,7 +315,7 @@ class Gateway:
 
     def staged(self, canonical: str) -> bool:
         """Whether calls to ``canonical`` are held (order, operator's hold list, safe mode)."""
-        _usd, hold, read_only = self._facts(canonical)
+        _usd, hold, read_only = self.known.facts(canonical)
         return hold or is_staged(canonical, self.order, safe=self.safe, read_only=read_only)
 
     def visible(self, authority: Authority) -> list[tuple[str, str]]:
@@ -480,11 +323,12 @@ class Gateway:
         if authority.token is not None and authority.verified is None:
             return []
         grant = authority.verified.claims.grant if authority.verified else None
-        return [(c, e) for c, e in self._table.items() if allowed(c, self.order, grant)
-                and staging_ancestor(c, self._staging_above) is None]
+        known = self.known
+        return [(c, e) for c, e in known.table.items() if allowed(c, self.order, grant)
+                and staging_ancestor(c, known.staging_above) is None]
 
     def _exposed_tool(self, canonical: str, exposed: str) -> types.Tool:
-        tool = self._tools[canonical]
+        tool = self.known.tools[canonical]
         held = self.staged(canonical)
         description = f"[{canonical}] {tool.description or ''}".rstrip()
         if held:
@@ -492,7 +336,7 @@ class Gateway:
         # A held call answers with a placeholder, which the upstream's output schema would
         # reject on the worker's side; a schema that is not valid JSON Schema is not
         # advertised either (GW-12).
-        schema = None if held else self._schemas.advertised(canonical, tool)
+        schema = None if held else self.known.schemas.advertised(canonical, tool)
         update: dict[str, Any] = {"name": exposed, "description": description,
                                   "output_schema": schema}
         return tool.model_copy(update=update)
@@ -518,8 +362,8 @@ class Gateway:
         # start, wait for those still starting; later, list at once what is up. Each server
         # that comes up afterwards sends the worker notifications/tools/list_changed.
         await self.pool.wait_started(self.config.gateway.startup_wait)
-        await self._catalog()
-        self._listed = frozenset(self._tools)
+        await self.catalog()
+        self.known.listed = frozenset(self.known.tools)
         tools = [self._exposed_tool(c, e) for c, e in self.visible(authority)]
         tools.extend(self._worker.tools())
         return types.ListToolsResult(tools=tools)
@@ -527,10 +371,11 @@ class Gateway:
     async def _tools_listed(self) -> None:
         """An upstream listed its tools: when the set changed, tell the worker's connections
         (handshake era) and its ``subscriptions/listen`` streams (2026-07-28)."""
-        await self._catalog()
-        if self._listed == self._tools.keys():
+        await self.catalog()
+        known = self.known
+        if known.listed == known.tools.keys():
             return
-        self._listed = frozenset(self._tools)
+        known.listed = frozenset(known.tools)
         await self._bus.publish(ToolsListChanged())
         for connection in list(self._connections):
             try:
@@ -610,110 +455,13 @@ class Gateway:
                     input_responses: Mapping[str, Any] | None, request_state: str | None,
                     ) -> types.CallToolResult | types.InputRequiredResult:
         """:meth:`call` with ``args`` already checked (JSON values only, a copy of its own)."""
-        table = await self._catalog()
-        server = tool = canonical = unavailable = None
-        meant = server_of(name, self.config.servers) if name not in table else None
-        if meant is not None:
-            # Meant for a server that may not have listed its tools yet: wait for its start,
-            # or start it again after its backoff, then look again.
-            try:
-                await self.pool.connect(meant)
-            except UpstreamUnavailable as exc:
-                unavailable = exc.message
-            table = await self._catalog()
-        if name in table:
-            canonical = table.canonical(name)
-            server, tool = table.resolve(name)
-        admission = await self._run(
-            self._admit, name, canonical, args, token if token is not None else self._pass_token,
-            unavailable)
-        if admission.answer is not None:
-            span.done(tool=canonical, ref=admission.ref, attempt=admission.attempt,
-                      outcome=_answered(admission.decision), code=admission.decision.code)
-            return admission.answer
-        ref, attempt = admission.ref, admission.attempt
-        assert ref is not None and attempt is not None
-        assert server is not None and tool is not None
-        assert canonical is not None
-        outcome, result, error = "error", None, None
-        answer: types.CallToolResult | types.InputRequiredResult
-        try:
-            with self.relay.forwarding(server, ctx, token):
-                answer = await self._forward(
-                    server, tool, args, ctx=ctx, input_responses=input_responses,
-                    request_state=request_state,
-                    meta=forward_meta(meta, ref=ref, order_id=self.order_id,
-                                      attempt=attempt))
-            outcome = "error" if getattr(answer, "is_error", False) else "ok"
-            result = _wire(answer)  # what the upstream answered (bounded), as evidence
-            if isinstance(answer, types.CallToolResult):
-                answer = self._schemas.conform(canonical, self._tools.get(canonical), answer)
-        except UpstreamError as exc:
-            error = exc.refusal
-            answer = coded_error(error)
-        except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True):
-                await self._finish(ref, "error", None,
-                                   f"{AWL_CANCELLED}: the worker cancelled the call before the "
-                                   "upstream answered; the cancellation was passed on to the "
-                                   "upstream, and the call may have run")
-            raise
-        except Exception as exc:  # the gateway must outlive any upstream surprise
-            log.error("awl gateway: call %s failed unexpectedly: %s: %s", ref,
-                      type(exc).__name__, one_line(str(exc)), exc_info=debugging())
-            error = f"{AWL_UPSTREAM_ERROR}: the call to {canonical} failed: {exc}"[:1000]
-            answer = coded_error(error)
-        if not await self._finish(ref, outcome, result, error):
-            # It was forwarded: it may have run, whatever the store says (GW-7).
-            error = (f"{AWL_NOT_RECORDED}: the call {ref} was sent to {canonical} and may "
-                     "have run, but the desk's store could not record its outcome; the "
-                     "gateway keeps the outcome and records it as soon as the store is back. "
-                     f"Do not call again to be sure: check {ref} with awl_list_calls once "
-                     "the desk answers.")
-            outcome, answer = "error", coded_error(error)
-        span.done(tool=canonical, ref=ref, attempt=attempt, outcome=outcome,
-                  code=error.split(":", 1)[0] if error else None)
-        # The worker cites this ref as evidence; the answer is its only way to learn it.
-        # (The answer was made for this call alone, by the upstream pool or above: setting
-        # its _meta in place saves a model copy per call.)
-        answer.meta = {**(answer.meta or {}), META_REF: ref}
-        return answer
+        return await handle(self, span, Call(
+            name, args, token if token is not None else self._pass_token, caller=token,
+            meta=meta, ctx=ctx, input_responses=input_responses, request_state=request_state))
 
-    async def _forward(self, server: str, tool: str, args: dict[str, Any], *,
-                       meta: dict[str, Any], ctx: ServerRequestContext[Any] | None,
-                       input_responses: Mapping[str, Any] | None, request_state: str | None,
-                       ) -> types.CallToolResult | types.InputRequiredResult:
-        """Send one call upstream, its progress passed on to ``ctx``.
+    # ------------------------------------------------------------------ the store
 
-        A 2026-07-28 worker gets an ``input_required`` round as the upstream sent it and
-        answers it by calling again; for a handshake-era worker the gateway asks it each
-        input request itself and retries the upstream with its answers (GW-15)."""
-        progress = self.relay.progress(ctx)
-        answer = await self.pool.call_round(
-            server, tool, args, meta=meta, progress=progress,
-            input_responses=input_responses, request_state=request_state)
-        if ctx is None or worker_is_modern(ctx):
-            return answer
-        for _ in range(INPUT_ROUNDS):
-            if not isinstance(answer, types.InputRequiredResult):
-                return answer
-            try:
-                responses = await self.relay.answer_rounds(ctx, server, answer)
-            except MCPError as exc:
-                raise UpstreamRejected(
-                    f"upstream {server!r} asked for input the worker did not give "
-                    f"({exc.error.message}); the call to {tool!r} did not finish",
-                    server=server, rpc_code=None) from None
-            answer = await self.pool.call_round(
-                server, tool, args, meta=meta, progress=progress, input_responses=responses,
-                request_state=answer.request_state)
-        if isinstance(answer, types.InputRequiredResult):
-            raise UpstreamRejected(
-                f"upstream {server!r} still asked for input after {INPUT_ROUNDS} rounds of "
-                f"the call to {tool!r}; the gateway gave up", server=server, rpc_code=None)
-        return answer
-
-    async def _run(self, func: Callable[..., _T], *args: Any) -> _T:
+    async def run_store(self, func: Callable[..., _T], *args: Any) -> _T:
         """Run blocking store work: on the loop, or in a store thread with ``offload_store``
         (shielded: a cancelled call still learns what its reservation or record wrote)."""
         if not self.offload_store:
@@ -731,227 +479,11 @@ class Gateway:
         with bounded():
             return func(*args)
 
-    def _load_record(self) -> OrderRecord:
+    def reload(self) -> OrderRecord:
         """The order as stored now, kept for the next calls."""
         record = self.store.load(self.order_id)
-        self._record = record
+        self.known.record = record
         return record
-
-    def _check_fresh(self, record: OrderRecord) -> None:
-        """Conflict (with ``expected_seq``) when the order's log has grown past ``record``."""
-        if self.store.events(self.order_id, after=record.seq, limit=1):
-            raise stale_order(self.order_id, record.seq, record.seq + 1)
-
-    async def _finish(self, ref: str, outcome: str, result: dict[str, Any] | None,
-                      error: str | None) -> bool:
-        """Record the outcome of a forwarded call; False when the store could not take it
-        (it is kept, to be written once the store is back: :mod:`gateway._unrecorded`)."""
-        ended_at = format_time(self.now())
-
-        def finish() -> None:
-            self.store.finish_call(self.order_id, ref, outcome=outcome, result=result,
-                                   error=error, ended_at=ended_at)
-
-        try:
-            await self._run(finish)
-        except DocumentError:
-            raise
-        except AWLError as exc:
-            if isinstance(exc, Conflict) and "already has outcome" in exc.message:
-                # The desk read it as left behind (stale, may have run) meanwhile: that
-                # record stands, and the worker is told the same.
-                log.warning("awl gateway: the outcome of call %s was not recorded: %s", ref,
-                            exc.message)
-                return False
-            why = exc.message
-        except Exception as exc:  # a driver's own error: the store is away all the same
-            why = f"{type(exc).__name__}: {exc}"
-        else:
-            return True
-        self.unrecorded.keep(ref, outcome=outcome, result=result, error=error,
-                             ended_at=ended_at, why=why)
-        return False
-
-    # ------------------------------------------------------------------ store side (thread)
-
-    def _refused(self, decision: Decision, *, tool: str, arguments: dict[str, Any],
-                 attempt: int, jti: str | None, started: str) -> _Admission:
-        record = self.store.record_call({
-            "order_id": self.order_id, "attempt": attempt, "pass_jti": jti, "tool": tool,
-            "arguments": arguments, "outcome": "refused", "error": decision.text,
-            "started_at": started, "ended_at": format_time(self.now()),
-        })
-        return _Admission(decision, record.ref, record.attempt, coded_error(decision.text))
-
-    def _scopes(self, verified: VerifiedPass | None) -> list[Scope]:
-        """The budget scopes of a call: the order's, then one per link of its pass chain
-        (:func:`awl.passes.pass_scopes`)."""
-        if self._order_scope is None:
-            budget = self.order.budget
-            self._order_scope = Scope(None, max_calls=budget.tool_calls, max_usd=budget.usd,
-                                      name="order")
-        if verified is None:
-            return [self._order_scope]
-        return [self._order_scope, *pass_scopes(self.store, verified)]
-
-    def _admit(self, name: str, canonical: str | None, arguments: dict[str, Any],
-               token: str | None, unavailable: str | None = None) -> _Admission:
-        """Decide, and write what was decided, for one call.
-
-        The decision is made on the order as last read, and never written on a stale one:
-        the reservation checks in its own transaction that the order's log has not grown
-        since (a refusal checks it first), and when it has, the order is read again and the
-        call decided again.
-        """
-        now = self.now()
-        started = format_time(now)
-        record = self._record
-        for _ in range(_STALE_RETRIES):
-            if record is None:
-                record = self._load_record()
-            try:
-                return self._decide(record, name, canonical, arguments, token, now, started,
-                                    unavailable)
-            except Conflict as exc:
-                if exc.expected_seq is None:  # not a stale order (a busy store, say)
-                    raise
-                record = None
-        # The log grew between every read and its reservation: answer with a protocol
-        # error (nothing was written) rather than spin.
-        raise Conflict(f"order {self.order_id} changed {_STALE_RETRIES} times while this call "
-                       "was being decided; nothing was recorded, call again")
-
-    def _decide(self, record: OrderRecord, name: str, canonical: str | None,
-                arguments: dict[str, Any], token: str | None, now: datetime,
-                started: str, unavailable: str | None = None) -> _Admission:
-        """:meth:`_admit` on the order as of ``record`` at ``now`` (written as ``started``);
-        Conflict if it is stale."""
-        attempt = record.attempt
-        kept = self._kept_decision(record, name, canonical, token, now, unavailable)
-        if kept is not None:
-            # Decided before on this very record: only the reservation is new.
-            decision, usd = kept
-            jti, scopes = None, self._scopes(None)
-        else:
-            authority = self.verify(token)
-            verified = authority.verified
-            # A pass that did not verify names no one: its claims are not recorded.
-            jti = verified.jti if verified is not None else None
-            usd, hold, read_only = self._facts(canonical) if canonical else (0.0, False, None)
-            scopes = self._scopes(verified)
-            grant = verified.claims.grant if verified is not None else None
-            # tool_calls and usd are checked exactly by reserve_call below; reading the
-            # usage here is needed only for a seconds budget (the time of the first call).
-            usage = pass_usage = None
-            if record.order.budget.seconds is not None:
-                usage = self.store.usage(self.order_id)
-            if grant is not None and grant.budget.seconds is not None:
-                pass_usage = self.store.usage(self.order_id, scopes[-1].jtis)
-            # Each pass above the caller's with a seconds budget: its clock runs from the
-            # first call made under it or under any pass derived from it (a child issued
-            # late must not outlast it).
-            passes_above = [] if verified is None else [
-                (link.jti, link.grant, self.store.usage(self.order_id, scope.jtis))
-                for link, scope in zip(verified.chain[:-1], scopes[1:-1], strict=True)
-                if link.grant.budget.seconds is not None]
-            above = [(o, self.store.usage(o.id)) for o in self._timed_above]
-            decision = decide(
-                order=record.order, state=record.state, now=now, tool=canonical,
-                requested=name, usage=usage, usd=usd, grant=grant, pass_usage=pass_usage,
-                pass_problem=authority.problem, passes_above=passes_above,
-                hold=[canonical] if hold and canonical else (),
-                safe=self.safe, read_only=read_only, above=above,
-                staging_above=self._staging_above, ended_above=self._ended_above(),
-                unavailable=unavailable)
-            if decision.action == "refuse":
-                self._check_fresh(record)
-                return self._refused(decision, tool=canonical or UNRESOLVED_TOOL,
-                                     arguments=arguments, attempt=attempt, jti=jti,
-                                     started=started)
-            assert canonical is not None
-            if verified is None and self._keeps_decisions(record, token, unavailable):
-                self._keep_decision(record, name, canonical, decision, usd)
-        assert canonical is not None
-        reserved = self.store.reserve_call(
-            self.order_id, attempt=attempt, tool=canonical, arguments=arguments, pass_jti=jti,
-            usd=usd, started_at=started, scopes=scopes, seq=record.seq)
-        if isinstance(reserved, OverBudget):
-            hit = next((sc for sc in scopes if sc.name == reserved.scope), reserved.scope)
-            return self._refused(budget_refusal(hit, self.order_id), tool=canonical,
-                                 arguments=arguments, attempt=attempt, jti=jti, started=started)
-        if decision.action == "hold":
-            return self._hold(reserved.record, decision)
-        return _Admission(decision, reserved.ref, reserved.attempt)
-
-    # A decision to forward or hold depends on the order as read (its state, its log), the
-    # catalog, the pass and the clock. Without a pass, a seconds budget, orders above or an
-    # upstream that failed to start, the order's record and the catalog alone decide it
-    # until the deadline: so it is kept per tool, for as long as that record is the one
-    # read and the catalog is the one listed. (The budget's calls and usd are checked by
-    # the store's reservation every time.)
-    def _keeps_decisions(self, record: OrderRecord, token: str | None,
-                         unavailable: str | None) -> bool:
-        return (token is None and unavailable is None and not self._above_ids
-                and record.order.budget.seconds is None)
-
-    def _kept_decision(self, record: OrderRecord, name: str, canonical: str | None,
-                       token: str | None, now: datetime,
-                       unavailable: str | None) -> tuple[Decision, float] | None:
-        """The decision kept for ``name`` on ``record`` that still holds at ``now``."""
-        kept = self._decisions.get(name)
-        if kept is None or kept[0] is not record or kept[1] != canonical or now >= kept[4]:
-            return None
-        if not self._keeps_decisions(record, token, unavailable):
-            return None
-        return kept[2], kept[3]
-
-    def _keep_decision(self, record: OrderRecord, name: str, canonical: str,
-                       decision: Decision, usd: float) -> None:
-        self._decisions[name] = (record, canonical, decision, usd,
-                                 parse_time(record.order.deadline))
-
-    def _hold(self, record: CallRecord, decision: Decision) -> _Admission:
-        """Check and store a held call. Runs in a worker thread."""
-        mine = parse_ref(record.ref)
-        assert mine is not None
-        earlier: dict[str, CallRecord] = {}
-        for call in self.store.calls(self.order_id, attempt=record.attempt):
-            ref = parse_ref(call.ref)
-            if call.outcome == "held" and ref is not None and ref.n < mine.n:
-                earlier[str(ref)] = call
-        tool = self._tools.get(record.tool)
-        schema = tool.input_schema if tool is not None else None
-        problems = check_arguments(record.arguments, schema, earlier=earlier)
-        ended = format_time(self.now())
-        if problems:
-            text = (f"{AWL_INVALID_ARGUMENTS}: the call was not held because its arguments "
-                    f"do not fit {record.tool}: " + "; ".join(problems)
-                    + ". Fix them and call again.")
-            self.store.finish_call(self.order_id, record.ref, outcome="error", result=None,
-                                   error=text, ended_at=ended)
-            # The call was made and counts, so it is answered with its ref like any other.
-            answer = coded_error(text)
-            answer.meta = {**(answer.meta or {}), META_REF: record.ref}
-            return _Admission(refuse(AWL_INVALID_ARGUMENTS, text), record.ref, record.attempt,
-                              answer)
-        if matches_any(self.order.staged, record.tool):
-            advice = (f"Held for the manager's approval, not run. List it in your report's "
-                      f"effects as {{\"ref\": \"{record.ref}\", \"tool\": \"{record.tool}\", "
-                      "\"arguments\": <exactly these arguments>}; a later held call may use "
-                      f"{{\"$ref\": \"{record.ref}\", \"pointer\": \"/structuredContent/...\"}} "
-                      "for a value from its future result.")
-        else:
-            advice = f"Recorded, not run. {held_note(record.tool, self.order)}"
-        answer = types.CallToolResult(
-            content=[
-                types.TextContent(type="text", text=f"pending:{record.ref}"),
-                types.TextContent(type="text", text=advice),
-            ],
-            structured_content={"pending": record.ref, "status": "held"},
-            meta={META_REF: record.ref},
-        )
-        self.store.hold_call(self.order_id, record.ref, result=_wire(answer), ended_at=ended)
-        return _Admission(decision, record.ref, record.attempt, answer)
 
 
 def _failed(what: str, exc: Exception) -> MCPError:

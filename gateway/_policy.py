@@ -1,10 +1,11 @@
 """The gateway's decision for one tool call: forward it, hold it, or refuse it.
 
-:func:`decide` is pure: everything it needs (the order and its state, the clock, what has
-been spent, the pass grant, the operator's settings, the tool's annotations) is passed in,
-so every rule can be tested without a store or an upstream. The gateway re-reads those
-facts from the store on every call and then asks :func:`decide`; the tool-call and USD
-limits are enforced once more, atomically, when the store reserves the call.
+:func:`judge` is pure: everything it needs (the order and its state, the clock, what has
+been spent, the pass grant, the operator's settings, the tool's annotations) comes in one
+:class:`Facts` value, so every rule can be tested without a store or an upstream. The
+gateway re-reads those facts from the store on every call (:func:`gateway._callpath.admit`)
+and then asks :func:`judge`; the tool-call and USD limits are enforced once more,
+atomically, when the store reserves the call.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from awl.desk import staging_ancestor
 from awl.documents import WORKING, Grant, WorkOrder, is_tool_name, matches_any, parse_time
@@ -141,27 +142,65 @@ def _budget_problem(
     return None
 
 
-def decide(
-    *,
-    order: WorkOrder,
-    state: str,
-    now: datetime,
-    tool: str | None,
-    requested: str | None = None,
-    usage: Usage | None = None,
-    usd: float = 0.0,
-    grant: Grant | None = None,
-    pass_usage: Usage | None = None,
-    pass_problem: str | None = None,
-    passes_above: Sequence[tuple[str, Grant, Usage]] = (),
-    hold: Iterable[str] = (),
-    safe: bool = False,
-    read_only: bool | None = None,
-    unavailable: str | None = None,
-    above: Sequence[tuple[WorkOrder, Usage]] = (),
-    staging_above: Sequence[WorkOrder] = (),
-    ended_above: tuple[str, str] | None = None,
-) -> Decision:
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """Everything :func:`judge` decides one call on, in one value."""
+
+    order: WorkOrder
+    """The order the call runs under."""
+    state: str
+    """The order's current state, as just read from the store."""
+    now: datetime
+    """The current time (timezone-aware)."""
+    tool: str | None
+    """The canonical ``server/tool`` name, or None when the requested name does not resolve
+    to an exposed upstream tool."""
+    requested: str | None = None
+    """The name the worker asked for, quoted in a refusal."""
+    usage: Usage | None = None
+    """What the order has spent so far (calls, USD, time of its first call)."""
+    usd: float = 0.0
+    """What this call costs."""
+    grant: Grant | None = None
+    """The Delegation Pass grant the worker runs under, if any."""
+    pass_usage: Usage | None = None
+    """What has been spent under the pass (and passes derived from it)."""
+    pass_problem: str | None = None
+    """Why the pass is no longer valid (revoked, expired), or None."""
+    passes_above: Sequence[tuple[str, Grant, Usage]] = ()
+    """``(jti, grant, usage)`` of each pass the caller's derives from whose grant has a
+    ``seconds`` budget, with what was spent under it (its own calls and its derived
+    passes'): a derived pass runs no longer than any pass above it (their ``tool_calls``
+    and ``usd`` the store checks exactly)."""
+    hold: Iterable[str] = ()
+    """The operator's always-held patterns."""
+    safe: bool = False
+    """Safe mode: hold every tool not annotated read-only."""
+    read_only: bool | None = None
+    """The upstream's ``readOnlyHint`` for the tool, if it gave one."""
+    unavailable: str | None = None
+    """When ``tool`` is None because the server the name is meant for could not be
+    started: why (the refusal then says so instead of ``AWL_FORBIDDEN``)."""
+    above: Sequence[tuple[WorkOrder, Usage]] = ()
+    """For a sub-order, orders it was split from whose budget must be checked here, each
+    with what is charged to it (its sub-orders' spending included): a call is charged to
+    every order above (LC-15). The store checks their ``tool_calls`` and ``usd`` exactly;
+    ``seconds`` is checked only here."""
+    staging_above: Sequence[WorkOrder] = ()
+    """For a sub-order, the orders above it that stage tools: a tool one of them stages is
+    forbidden here (LC-14), since only that order's manager may approve it."""
+    ended_above: tuple[str, str] | None = None
+    """For a sub-order, ``(order id, state)`` of an order above it that has ended: its
+    authority is gone, so the call is refused as not active (LC-16)."""
+
+
+def decide(**facts: Any) -> Decision:
+    """Decide what happens to one call: :func:`judge` on ``Facts(**facts)`` (the keywords
+    are the fields of :class:`Facts`)."""
+    return judge(Facts(**facts))
+
+
+def judge(facts: Facts) -> Decision:
     """Decide what happens to one call.
 
     Checks run in this order, and the first that fails decides: the pass is still valid,
@@ -169,77 +208,49 @@ def decide(
     budget is left (order, then pass). A call that passes them all is held if it is staged
     (see :func:`is_staged`) and forwarded otherwise.
 
-    Args:
-        order: The order the call runs under.
-        state: The order's current state, as just read from the store.
-        now: The current time (timezone-aware).
-        tool: The canonical ``server/tool`` name, or None when the requested name does not
-            resolve to an exposed upstream tool.
-        requested: The name the worker asked for, quoted in a refusal.
-        usage: What the order has spent so far (calls, USD, time of its first call).
-        usd: What this call costs.
-        grant: The Delegation Pass grant the worker runs under, if any.
-        pass_usage: What has been spent under the pass (and passes derived from it).
-        pass_problem: Why the pass is no longer valid (revoked, expired), or None.
-        passes_above: ``(jti, grant, usage)`` of each pass the caller's derives from whose
-            grant has a ``seconds`` budget, with what was spent under it (its own calls and
-            its derived passes'): a derived pass runs no longer than any pass above it
-            (their ``tool_calls`` and ``usd`` the store checks exactly).
-        hold: The operator's always-held patterns.
-        safe: Safe mode: hold every tool not annotated read-only.
-        read_only: The upstream's ``readOnlyHint`` for the tool, if it gave one.
-        unavailable: When ``tool`` is None because the server the name is meant for could
-            not be started: why (the refusal then says so instead of ``AWL_FORBIDDEN``).
-        above: For a sub-order, orders it was split from whose budget must be checked
-            here, each with what is charged to it (its sub-orders' spending included):
-            a call is charged to every order above (LC-15). The store checks their
-            ``tool_calls`` and ``usd`` exactly; ``seconds`` is checked only here.
-        staging_above: For a sub-order, the orders above it that stage tools: a tool one of
-            them stages is forbidden here (LC-14), since only that order's manager may
-            approve it.
-        ended_above: For a sub-order, ``(order id, state)`` of an order above it that has
-            ended: its authority is gone, so the call is refused as not active (LC-16).
-
     Returns:
         The decision; a refusal carries a code from :data:`REFUSAL_CODES`.
     """
-    if pass_problem is not None:
+    order, tool, now, usd, grant = facts.order, facts.tool, facts.now, facts.usd, facts.grant
+    if facts.pass_problem is not None:
         return refuse(AWL_PASS_INVALID,
-                      f"the Delegation Pass you run under is not valid any more ({pass_problem}); "
-                      "stop calling tools and ask whoever issued it for a new pass")
-    inactive = inactive_refusal(order, state, now, ended_above=ended_above)
+                      "the Delegation Pass you run under is not valid any more "
+                      f"({facts.pass_problem}); stop calling tools and ask whoever issued it "
+                      "for a new pass")
+    inactive = inactive_refusal(order, facts.state, now, ended_above=facts.ended_above)
     if inactive is not None:
         return inactive
-    name = tool if tool is not None else requested or ""
-    if tool is None and unavailable is not None:
+    name = tool if tool is not None else facts.requested or ""
+    if tool is None and facts.unavailable is not None:
         return refuse(AWL_UPSTREAM_UNAVAILABLE,
-                      f"tool {name[:100]!r} cannot be looked up: {unavailable}; try again "
-                      "later, or go on without it")
+                      f"tool {name[:100]!r} cannot be looked up: {facts.unavailable}; try "
+                      "again later, or go on without it")
     if tool is None or not allowed(tool, order, grant):
         scope = "the order and your pass" if grant is not None else f"order {order.id}"
         return refuse(AWL_FORBIDDEN,
                       f"tool {name[:100]!r} is not allowed by {scope}; call only the tools "
                       "listed by tools/list")
-    stager = staging_ancestor(tool, staging_above)
+    stager = staging_ancestor(tool, facts.staging_above)
     if stager is not None:
         return refuse(AWL_FORBIDDEN,
                       f"tool {tool!r} is staged by order {stager.id}, which order {order.id} "
                       f"is split from; only its manager {stager.manager} may approve it, so "
                       "it cannot be called here; call only the tools listed by tools/list")
-    problem = _budget_problem(f"order {order.id}", order.budget, usage, now=now, usd=usd)
-    for parent, spent in above:
+    problem = _budget_problem(f"order {order.id}", order.budget, facts.usage, now=now, usd=usd)
+    for parent, spent in facts.above:
         problem = problem or _budget_problem(
             f"order {parent.id}, which this order is split from,", parent.budget, spent,
             now=now, usd=usd)
-    for jti, link, spent in passes_above:
+    for jti, link, spent in facts.passes_above:
         problem = problem or _budget_problem(
             f"pass {jti}, which your pass derives from,", link.budget, spent, now=now, usd=usd)
     if problem is None and grant is not None:
-        problem = _budget_problem("your pass", grant.budget, pass_usage, now=now, usd=usd)
+        problem = _budget_problem("your pass", grant.budget, facts.pass_usage, now=now,
+                                  usd=usd)
     if problem is not None:
         return refuse(AWL_BUDGET_EXHAUSTED,
                       f"{problem}; stop calling tools and submit your report")
-    if is_staged(tool, order, hold=hold, safe=safe, read_only=read_only):
+    if is_staged(tool, order, hold=facts.hold, safe=facts.safe, read_only=facts.read_only):
         return HOLD
     return FORWARD
 

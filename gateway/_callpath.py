@@ -212,13 +212,13 @@ def _admit(gw: Gateway, call: Call) -> tuple[Call, Outcome | None]:
     call decided again.
     """
     now = gw.now()
-    call = replace(call, started_at=format_time(now))
+    started = format_time(now)
     record = gw.known.record
     for _ in range(STALE_RETRIES):
         if record is None:
             record = gw.reload()
         try:
-            return _decide(gw, call, record, now)
+            return _decide(gw, call, record, now, started)
         except Conflict as exc:
             if exc.expected_seq is None:  # not a stale order (a busy store, say)
                 raise
@@ -229,45 +229,49 @@ def _admit(gw: Gateway, call: Call) -> tuple[Call, Outcome | None]:
                    "was being decided; nothing was recorded, call again")
 
 
-def _decide(gw: Gateway, call: Call, record: OrderRecord, now: datetime
+def _decide(gw: Gateway, call: Call, record: OrderRecord, now: datetime, started: str
             ) -> tuple[Call, Outcome | None]:
-    """:func:`_admit` on the order as of ``record``; Conflict if it is stale."""
-    known, store = gw.known, gw.store
-    call = replace(call, attempt=record.attempt)
+    """:func:`_admit` on the order as of ``record`` at ``now`` (written as ``started``);
+    Conflict if it is stale. ``call`` is copied once, with all it learnt here."""
+    known = gw.known
     canonical = call.canonical
+    scopes: tuple[Scope, ...]
     kept = known.kept_decision(record, call.name, canonical, call.runs_under, now,
                                call.unavailable)
     if kept is not None:
         # Decided before on this very record: only the reservation is new.
         decision, usd = kept
-        call = replace(call, jti=None, scopes=(known.order_scope(),))
+        jti, scopes = None, (known.order_scope(),)
     else:
-        facts, call = _facts(gw, call, record, now)
+        facts, jti, scopes = _facts(gw, call, record, now)
         decision, usd = judge(facts), facts.usd
         if decision.action == "refuse":
             _check_fresh(gw, record)
-            return _refused(gw, call, decision)
+            return _refused(gw, replace(call, started_at=started, attempt=record.attempt,
+                                        jti=jti, scopes=scopes), decision)
         assert canonical is not None
         if known.keeps_decisions(record, call.runs_under, call.unavailable):
             known.keep_decision(record, call.name, canonical, decision, usd)
-    assert canonical is not None and call.attempt is not None and call.started_at is not None
-    reserved = store.reserve_call(
-        gw.order_id, attempt=call.attempt, tool=canonical, arguments=call.arguments,
-        pass_jti=call.jti, usd=usd, started_at=call.started_at, scopes=list(call.scopes),
-        seq=record.seq)
+    assert canonical is not None
+    reserved = gw.store.reserve_call(
+        gw.order_id, attempt=record.attempt, tool=canonical, arguments=call.arguments,
+        pass_jti=jti, usd=usd, started_at=started, scopes=list(scopes), seq=record.seq)
     if isinstance(reserved, OverBudget):
-        hit = next((sc for sc in call.scopes if sc.name == reserved.scope), reserved.scope)
-        return _refused(gw, call, budget_refusal(hit, gw.order_id))
-    call = replace(call, decision=decision, ref=reserved.ref, attempt=reserved.attempt)
+        hit = next((sc for sc in scopes if sc.name == reserved.scope), reserved.scope)
+        return _refused(gw, replace(call, started_at=started, attempt=record.attempt,
+                                    jti=jti, scopes=scopes),
+                        budget_refusal(hit, gw.order_id))
+    call = replace(call, started_at=started, attempt=reserved.attempt, jti=jti,
+                   scopes=scopes, decision=decision, ref=reserved.ref)
     if decision.action == "hold":
         return _hold(gw, call, reserved.record)
     return call, None
 
 
 def _facts(gw: Gateway, call: Call, record: OrderRecord, now: datetime
-           ) -> tuple[Facts, Call]:
-    """What :func:`~gateway._policy.judge` decides ``call`` on, read now; and ``call`` with
-    its pass's jti and its budget scopes."""
+           ) -> tuple[Facts, str | None, tuple[Scope, ...]]:
+    """What :func:`~gateway._policy.judge` decides ``call`` on, read now; with the verified
+    pass's jti and the call's budget scopes (the order's, then one per pass link)."""
     known, store, order_id = gw.known, gw.store, gw.order_id
     authority = gw.verify(call.runs_under)  # again each call: revoked passes stop (DP-13)
     verified = authority.verified
@@ -299,8 +303,7 @@ def _facts(gw: Gateway, call: Call, record: OrderRecord, now: datetime
         above=above, staging_above=known.staging_above, ended_above=gw.ended_above(),
         unavailable=call.unavailable)
     # A pass that did not verify names no one: its claims are not recorded.
-    jti = verified.jti if verified is not None else None
-    return facts, replace(call, jti=jti, scopes=scopes)
+    return facts, (verified.jti if verified is not None else None), scopes
 
 
 def _check_fresh(gw: Gateway, record: OrderRecord) -> None:

@@ -33,10 +33,10 @@ names what it needs of the others.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import mcp_types as types
@@ -56,22 +56,23 @@ from awl.documents import (
 )
 from awl.mcp import coded_error
 from awl.passes import pass_scopes
-from awl.store import OrderRecord, OverBudget, Scope, stale_order
-from gateway._names import server_of
+from awl.store import OrderRecord, OverBudget, Scope, Store, stale_order
+from gateway._authority import Authority
+from gateway._config import GatewayConfig
+from gateway._known import Known
+from gateway._names import NameTable, server_of
 from gateway._policy import Decision, Facts, budget_refusal, judge, refuse
-from gateway._relay import worker_is_modern
+from gateway._relay import Relay, worker_is_modern
 from gateway._spans import CallSpan
 from gateway._staging import check_arguments
-from gateway._unrecorded import one_line
+from gateway._unrecorded import Unrecorded, one_line
 from gateway._upstream import (
     RESERVED_META_PREFIX,
     UpstreamError,
+    UpstreamPool,
     UpstreamRejected,
     UpstreamUnavailable,
 )
-
-if TYPE_CHECKING:
-    from gateway._gateway import Gateway
 
 __all__ = [
     "AWL_INVALID_ARGUMENTS",
@@ -110,6 +111,29 @@ STALE_RETRIES = 20
 """How many times a call is decided again because the order's log grew meanwhile."""
 
 Answer = types.CallToolResult | types.InputRequiredResult
+_T = TypeVar("_T")
+
+
+class Gateway(Protocol):
+    """What the steps need of their gateway (a :class:`~gateway.Gateway` is one)."""
+
+    order_id: str
+    store: Store
+    pool: UpstreamPool
+    relay: Relay
+    config: GatewayConfig
+    known: Known
+    unrecorded: Unrecorded
+    safe: bool
+
+    @property
+    def order(self) -> WorkOrder: ...
+    def now(self) -> datetime: ...
+    async def catalog(self) -> NameTable: ...
+    async def run_store(self, func: Callable[..., _T], *args: Any) -> _T: ...
+    def reload(self) -> OrderRecord: ...
+    def verify(self, token: str | None) -> Authority: ...
+    def ended_above(self) -> tuple[str, str] | None: ...
 
 
 @dataclass(frozen=True, slots=True, eq=False)

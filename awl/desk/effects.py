@@ -268,14 +268,16 @@ def scope_of(view: Any, effects: Sequence[EffectView]) -> ApprovalScope | None:
     return ApprovalScope(covered, tuple(e for e in held if e not in covered))
 
 
-def find_call(store: Store, order_id: str, ref: str) -> CallRecord:
-    """The order's recorded call that ``ref`` names (in either ref form).
+def find_call(store: Store, order_id: str, ref: str, *,
+              calls: Sequence[CallRecord] | None = None) -> CallRecord:
+    """The order's recorded call that ``ref`` names (in either ref form), among ``calls``
+    when given (the order's, as a door read them), else as the store has them.
 
     Raises:
         NotFound: The order has no such call.
     """
     canonical = canonical_ref(ref)
-    for call in store.calls(order_id):
+    for call in store.calls(order_id) if calls is None else calls:
         if call.ref == canonical:
             return call
     raise NotFound(f"order {order_id!r} has no recorded call {ref!r}; list its effects with "

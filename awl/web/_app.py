@@ -524,8 +524,9 @@ class ApprovalPage:
     def _call_data(self, order_id: str, ref: str, me: str) -> dict[str, Any]:
         view = self.desk.desk.get(order_id)
         check_party(view.order, me)
-        self.desk.desk.calls(order_id)  # one a gateway left pending reads as may-have-run
-        return {"view": view, "call": find_call(self.store, order_id, ref)}
+        # Read as every door reads them: one a gateway left pending reads as may-have-run.
+        calls = self.desk.desk.calls(order_id)
+        return {"view": view, "call": find_call(self.store, order_id, ref, calls=calls)}
 
     async def track(self, request: Request, session: Session) -> Response:
         """``/worker?name=``: a worker's track record."""

@@ -155,13 +155,18 @@ def _worker_folder(folder: Path, user: OtherUser, env: Env) -> tuple[Path, Path]
 
 def _fingerprint(service: Path, env: Env) -> dict[str, str]:
     """Every file of the desk's side as it stands: the desk by its contents (a checkpoint
-    may move bytes between the file and its journal), the others by their bytes."""
+    may move bytes between the file and its journal), the spy upstream's log by the tool
+    calls that reached it (the gateway's own start-up and keep-alive traffic to it is logged
+    too, whenever it happens), the others by their bytes."""
     desk = env.home / "desk.sqlite3"
     with sqlite3.connect(f"file:{desk}?mode=ro", uri=True) as db:
         dumped = "\n".join(db.iterdump())
     prints = {"desk contents": hashlib.sha256(dumped.encode()).hexdigest()}
     for path in sorted(service.rglob("*")):
-        if path.is_file() and not path.name.startswith("desk.sqlite3"):
+        if path.name == "spy.jsonl":
+            calls = [m for m in read_log(str(path)) if m.get("method") == "tools/call"]
+            prints["spy's tool calls"] = json.dumps(calls, sort_keys=True)
+        elif path.is_file() and not path.name.startswith("desk.sqlite3"):
             prints[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
     return prints
 
